@@ -1,0 +1,142 @@
+//! The one error type of the HTTP APIs: every outcome a handler or extractor can
+//! have, mapped to the spec's exact status and body ("Errors"). Domain errors
+//! become `ApiError` here and only here.
+//!
+//! 5xx variants keep their source for the log; callers see only the spec's text.
+//! The generic 500 body gains the request code in `gateway::internal_errors`,
+//! which is also where it is logged, once.
+
+use std::sync::Arc;
+
+use axum::{
+    Json,
+    http::StatusCode,
+    response::{IntoResponse, Response},
+};
+use serde_json::json;
+
+use crate::auth::{ClaimError, TokenError};
+
+/// The generic 500 message of the spec, before the request code is added.
+pub const INTERNAL_MESSAGE: &str =
+    "An Internal Server Error occurred. Please contact support if this error persists.";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// 401: no, malformed or invalid token.
+    #[error("unauthorized: {0}")]
+    Unauthorized(String),
+    /// 403: the token lacks the endpoint's scope.
+    #[error("missing scope {0}")]
+    Forbidden(String),
+    #[error("not found")]
+    NotFound,
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    #[error("request body too large")]
+    PayloadTooLarge,
+    #[error("gateway timeout")]
+    Timeout,
+    /// 403 of the identity endpoint: a claim it needs is missing or malformed.
+    #[error("identity claim: {0}")]
+    IdentityClaim(ClaimError),
+    /// 500 of the identity endpoint.
+    #[error("identity endpoint failed: {0}")]
+    IdentityInternal(String),
+    /// Any other unexpected failure.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl From<TokenError> for ApiError {
+    fn from(e: TokenError) -> Self {
+        match e {
+            TokenError::KeysUnavailable(why) => ApiError::Internal(format!("token keys: {why}")),
+            other => ApiError::Unauthorized(other.to_string()),
+        }
+    }
+}
+
+/// Marks a generic 500 response so the gateway layer can log its cause and add
+/// the request code to the message.
+#[derive(Debug, Clone)]
+pub struct InternalErrorSource(pub Arc<str>);
+
+fn message(status: StatusCode, message: &str) -> Response {
+    (status, Json(json!({ "message": message }))).into_response()
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) | ApiError::IdentityClaim(_) => StatusCode::FORBIDDEN,
+            ApiError::NotFound => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Timeout => StatusCode::GATEWAY_TIMEOUT,
+            ApiError::IdentityInternal(_) | ApiError::Internal(_) => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        match self {
+            ApiError::Unauthorized(why) => {
+                tracing::debug!(reason = %why, "token refused");
+                message(status, "Unauthorized")
+            }
+            ApiError::Forbidden(scope) => {
+                tracing::debug!(%scope, "scope missing");
+                message(status, "Forbidden")
+            }
+            ApiError::NotFound => message(status, "Not Found"),
+            ApiError::MethodNotAllowed => message(status, "Method Not Allowed"),
+            ApiError::PayloadTooLarge => message(status, "Request Entity Too Large"),
+            ApiError::Timeout => message(status, "Endpoint request timed out"),
+            ApiError::IdentityClaim(claim) => {
+                let text = match &claim {
+                    ClaimError::MissingServiceClient => {
+                        "No service client provided in access token".to_string()
+                    }
+                    ClaimError::MissingSub => "Sub not provided in access token".into(),
+                    ClaimError::MissingJti => "no JTI in the access token".into(),
+                    ClaimError::MissingResourceAccess => {
+                        "No resource access provided in access token".into()
+                    }
+                    ClaimError::MissingClientRoles { client } => {
+                        format!("No resource access provided for {client} in access token")
+                    }
+                    ClaimError::MalformedServiceClient { claim } => {
+                        format!("Invalid Service Client claim (claim in incorrect format: {claim})")
+                    }
+                    ClaimError::NoServiceClient => "No service client is configured".into(),
+                };
+                (status, Json(json!({ "error": "Unauthorized", "message": text })))
+                    .into_response()
+            }
+            ApiError::IdentityInternal(source) => {
+                tracing::error!(error = %source, "security metadata failed");
+                (
+                    status,
+                    Json(json!({
+                        "error": "Error",
+                        "message": "There was a problem returning the security metadata",
+                    })),
+                )
+                    .into_response()
+            }
+            ApiError::Internal(source) => {
+                let mut response = message(status, INTERNAL_MESSAGE);
+                response
+                    .extensions_mut()
+                    .insert(InternalErrorSource(source.into()));
+                response
+            }
+        }
+    }
+}

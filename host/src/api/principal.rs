@@ -1,0 +1,121 @@
+//! The token extractor: `Caller<S>` is a request whose bearer token was
+//! validated for this API (issuer = the org's realm, audience = this API's
+//! client) and carries the scope `S` names (prefixed `<zone>:` on a Zone API).
+//!
+//! Rejections: 401 `Unauthorized` for anything wrong with the token or the
+//! Authorization header, 403 `Forbidden` for a missing scope.
+
+use std::marker::PhantomData;
+
+use axum::{extract::FromRequestParts, http::request::Parts};
+
+use super::{
+    AppState,
+    error::ApiError,
+    routing::{ApiKind, ApiTarget},
+};
+use crate::auth::{AccessClaims, validator::Expected};
+
+/// The scope an endpoint needs (spec "Scopes per endpoint").
+pub trait RequiredScope: Send + Sync + 'static {
+    /// The Org-API / DailyRun-API scope; `None` for "any valid token".
+    const SCOPE: Option<&'static str>;
+}
+
+macro_rules! scopes {
+    ($($(#[$doc:meta])* $name:ident => $scope:expr),* $(,)?) => {
+        $(
+            $(#[$doc])*
+            #[derive(Debug)]
+            pub struct $name;
+            impl RequiredScope for $name {
+                const SCOPE: Option<&'static str> = $scope;
+            }
+        )*
+    };
+}
+
+scopes! {
+    /// Any valid token of the API (GET /identity/security_metadata).
+    AnyScope => None,
+    QueryRead => Some("query:read"),
+    QueryWrite => Some("query:write"),
+    LoadRead => Some("load:read"),
+    LoadWrite => Some("load:write"),
+    DailyRunEnabledRead => Some("dailyrun:enabled:read"),
+    DailyRunEnabledWrite => Some("dailyrun:enabled:write"),
+    DailyRunExecutionRead => Some("dailyrun:execution:read"),
+    DailyRunExecutionWrite => Some("dailyrun:execution:write"),
+}
+
+/// The scope string a token must carry for `base` on `target`'s API.
+pub fn scope_for(base: &str, target: &ApiTarget) -> String {
+    match &target.kind {
+        ApiKind::Zone(zone) => format!("{zone}:{base}"),
+        ApiKind::Org | ApiKind::DailyRun => base.to_string(),
+    }
+}
+
+/// An authenticated caller of the API the request was routed to.
+#[derive(Debug)]
+pub struct Caller<S: RequiredScope> {
+    pub claims: AccessClaims,
+    pub target: ApiTarget,
+    /// `svc_api` or `svc_api_<zone>`: whose roles count here.
+    pub api_client: String,
+    _scope: PhantomData<S>,
+}
+
+/// `Bearer <token>`: scheme case-insensitive, one space, a token without spaces.
+fn bearer_token(parts: &Parts) -> Result<&str, ApiError> {
+    let unauthorized = |why: &str| ApiError::Unauthorized(why.to_string());
+    let value = parts
+        .headers
+        .get(axum::http::header::AUTHORIZATION)
+        .ok_or_else(|| unauthorized("no Authorization header"))?
+        .to_str()
+        .map_err(|_| unauthorized("Authorization header is not ASCII"))?;
+    let (scheme, token) = value
+        .split_once(' ')
+        .ok_or_else(|| unauthorized("Authorization header is not `Bearer <token>`"))?;
+    if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() || token.contains(' ') {
+        return Err(unauthorized("Authorization header is not `Bearer <token>`"));
+    }
+    Ok(token)
+}
+
+impl<S: RequiredScope> FromRequestParts<AppState> for Caller<S> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let target = parts
+            .extensions
+            .get::<ApiTarget>()
+            .cloned()
+            .ok_or_else(|| ApiError::Internal("request reached an API without a target".into()))?;
+        let token = bearer_token(parts)?;
+        let api_client = target.api_client(&state.config);
+        let claims = state
+            .validator
+            .validate(
+                token,
+                Expected {
+                    org: &target.org,
+                    audience: &api_client,
+                },
+            )
+            .await?;
+        if let Some(base) = S::SCOPE {
+            let needed = scope_for(base, &target);
+            if !claims.scopes().contains(needed.as_str()) {
+                return Err(ApiError::Forbidden(needed));
+            }
+        }
+        Ok(Self {
+            claims,
+            target,
+            api_client,
+            _scope: PhantomData,
+        })
+    }
+}

@@ -1,0 +1,220 @@
+//! Per-realm signing keys, found by OIDC discovery and cached.
+//!
+//! Every realm URL is built from configuration (`auth_url` and a configured org
+//! name), never from a token. The discovery document must name the expected
+//! issuer and a `jwks_uri` on the identity provider's own origin. Keys are kept
+//! per realm; an unknown `kid` refetches the JWKS at most once per cooldown, so a
+//! stream of forged kids cannot turn the server into a request amplifier. While
+//! the provider is unreachable, keys already fetched keep working.
+
+use std::{collections::HashMap, sync::Arc, time::Duration as StdDuration};
+
+use chrono::{DateTime, Duration, Utc};
+use jsonwebtoken::{
+    Algorithm, DecodingKey,
+    jwk::{Jwk, JwkSet, PublicKeyUse},
+};
+use serde::Deserialize;
+use tokio::sync::Mutex;
+use url::Url;
+
+use crate::clock::SharedClock;
+
+/// Largest discovery or JWKS document accepted.
+const MAX_DOCUMENT_BYTES: usize = 1024 * 1024;
+/// Time limit of one request to the identity provider.
+const FETCH_TIMEOUT: StdDuration = StdDuration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error("no key with this kid in the realm's JWKS")]
+    UnknownKid,
+    #[error("the realm's keys cannot be fetched: {0}")]
+    Unavailable(String),
+}
+
+/// A key that may verify tokens, with the algorithm its JWK pins (if any).
+#[derive(Clone)]
+pub struct VerifyingKey {
+    pub key: DecodingKey,
+    pub algorithm: Option<Algorithm>,
+}
+
+#[derive(Default)]
+struct RealmKeys {
+    keys: HashMap<String, VerifyingKey>,
+    jwks_uri: Option<Url>,
+    /// When keys were last fetched successfully.
+    fetched_at: Option<DateTime<Utc>>,
+    /// When a fetch was last tried, successful or not (for the cooldown).
+    attempted_at: Option<DateTime<Utc>>,
+}
+
+/// The cache of all realms' keys.
+pub struct JwksCache {
+    http: reqwest::Client,
+    clock: SharedClock,
+    auth_url: Url,
+    cooldown: Duration,
+    max_age: Duration,
+    realms: std::sync::Mutex<HashMap<String, Arc<Mutex<RealmKeys>>>>,
+}
+
+#[derive(Deserialize)]
+struct Discovery {
+    issuer: String,
+    jwks_uri: String,
+}
+
+impl JwksCache {
+    pub fn new(auth_url: Url, clock: SharedClock, cooldown_s: u64, max_age_s: u64) -> Self {
+        let http = reqwest::Client::builder()
+            .timeout(FETCH_TIMEOUT)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .expect("static HTTP client configuration");
+        Self {
+            http,
+            clock,
+            auth_url,
+            cooldown: Duration::seconds(cooldown_s as i64),
+            max_age: Duration::seconds(max_age_s as i64),
+            realms: Default::default(),
+        }
+    }
+
+    /// The issuer of a configured org's realm: `{auth_url}/realms/<org>`.
+    pub fn issuer(&self, org: &str) -> String {
+        realm_issuer(&self.auth_url, org)
+    }
+
+    /// The key `kid` of `org`'s realm. `org` must be a configured org.
+    pub async fn key(&self, org: &str, kid: &str) -> Result<VerifyingKey, KeyError> {
+        let realm = {
+            let mut realms = self.realms.lock().expect("realm map lock poisoned");
+            realms.entry(org.to_string()).or_default().clone()
+        };
+        // One fetch at a time per realm: concurrent requests wait for it.
+        let mut realm = realm.lock().await;
+        let now = self.clock.now();
+        let stale = realm
+            .fetched_at
+            .is_none_or(|at| now - at >= self.max_age);
+        let may_retry = realm
+            .attempted_at
+            .is_none_or(|at| now - at >= self.cooldown);
+        if stale && may_retry {
+            self.refresh(org, &mut realm).await;
+        }
+        if let Some(key) = realm.keys.get(kid) {
+            return Ok(key.clone());
+        }
+        let now = self.clock.now();
+        if realm.attempted_at.is_none_or(|at| now - at >= self.cooldown) {
+            self.refresh(org, &mut realm).await;
+            if let Some(key) = realm.keys.get(kid) {
+                return Ok(key.clone());
+            }
+        }
+        if realm.fetched_at.is_none() {
+            return Err(KeyError::Unavailable(format!(
+                "no keys fetched yet for realm {org}"
+            )));
+        }
+        Err(KeyError::UnknownKid)
+    }
+
+    /// Fetches discovery (first time) and the JWKS; on failure keeps old keys.
+    async fn refresh(&self, org: &str, realm: &mut RealmKeys) {
+        realm.attempted_at = Some(self.clock.now());
+        match self.fetch(org, realm.jwks_uri.clone()).await {
+            Ok((jwks_uri, keys)) => {
+                realm.jwks_uri = Some(jwks_uri);
+                realm.keys = keys;
+                realm.fetched_at = Some(self.clock.now());
+            }
+            Err(e) => tracing::warn!(realm = org, error = %e, "fetching signing keys failed"),
+        }
+    }
+
+    async fn fetch(
+        &self,
+        org: &str,
+        known_jwks_uri: Option<Url>,
+    ) -> Result<(Url, HashMap<String, VerifyingKey>), String> {
+        let issuer = self.issuer(org);
+        let jwks_uri = match known_jwks_uri {
+            Some(uri) => uri,
+            None => {
+                let discovery_url = format!("{issuer}/.well-known/openid-configuration");
+                let doc: Discovery = self.get_json(&discovery_url).await?;
+                if doc.issuer != issuer {
+                    return Err(format!(
+                        "discovery names issuer {:?}, expected {issuer:?}",
+                        doc.issuer
+                    ));
+                }
+                let uri = Url::parse(&doc.jwks_uri).map_err(|e| format!("bad jwks_uri: {e}"))?;
+                if uri.origin() != self.auth_url.origin() {
+                    return Err(format!(
+                        "jwks_uri {uri} is not on the identity provider's origin"
+                    ));
+                }
+                uri
+            }
+        };
+        let set: JwkSet = self.get_json(jwks_uri.as_str()).await?;
+        let keys = set
+            .keys
+            .iter()
+            .filter_map(|jwk| Some((jwk.common.key_id.clone()?, usable_key(jwk)?)))
+            .collect();
+        Ok((jwks_uri, keys))
+    }
+
+    async fn get_json<T: serde::de::DeserializeOwned>(&self, url: &str) -> Result<T, String> {
+        let mut response = self
+            .http
+            .get(url)
+            .send()
+            .await
+            .map_err(|e| format!("GET {url}: {e}"))?;
+        if !response.status().is_success() {
+            return Err(format!("GET {url}: status {}", response.status()));
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| format!("GET {url}: {e}"))?
+        {
+            body.extend_from_slice(&chunk);
+            if body.len() > MAX_DOCUMENT_BYTES {
+                return Err(format!("GET {url}: document larger than {MAX_DOCUMENT_BYTES} bytes"));
+            }
+        }
+        serde_json::from_slice(&body).map_err(|e| format!("GET {url}: not the expected JSON: {e}"))
+    }
+}
+
+/// `{auth_url}/realms/<org>` without a doubled slash.
+pub fn realm_issuer(auth_url: &Url, org: &str) -> String {
+    format!("{}/realms/{org}", auth_url.as_str().trim_end_matches('/'))
+}
+
+/// A JWK usable for signatures: `use` absent or `sig`, a key type we can read.
+fn usable_key(jwk: &Jwk) -> Option<VerifyingKey> {
+    if matches!(&jwk.common.public_key_use, Some(u) if *u != PublicKeyUse::Signature) {
+        return None;
+    }
+    let key = DecodingKey::from_jwk(jwk).ok()?;
+    // A symmetric key published in a JWKS is a misconfiguration; never verify with it.
+    if key.family() == jsonwebtoken::AlgorithmFamily::Hmac {
+        return None;
+    }
+    let algorithm = match jwk.common.key_algorithm {
+        Some(alg) => Some(alg.to_string().parse::<Algorithm>().ok()?),
+        None => None,
+    };
+    Some(VerifyingKey { key, algorithm })
+}

@@ -1,0 +1,253 @@
+//! Access-token validation as a careful resource server does it (RFC 8725).
+//!
+//! In order: a size cap and the compact three-part shape; the header (an
+//! allow-listed asymmetric `alg`, a `kid`, and no `jku`/`jwk`/`x5u`/`x5c`/`crit`,
+//! whose keys or extensions we would have to trust); the unverified `iss` compared
+//! with the expected realm's issuer before any key is looked up; the signature with
+//! that realm's key for that `kid`; then `iss`, `aud`, `sub`, and `exp`/`nbf`
+//! against the injected clock with a bounded leeway. The `typ` claim, when present,
+//! must be `Bearer` so refresh and ID tokens are not accepted as access tokens.
+
+use std::collections::HashSet;
+
+use base64::{Engine as _, engine::general_purpose::URL_SAFE_NO_PAD};
+use jsonwebtoken::{Algorithm, Validation};
+use serde_json::{Map, Value};
+use url::Url;
+
+use super::{
+    claims::AccessClaims,
+    jwks::{JwksCache, KeyError},
+};
+use crate::{clock::SharedClock, config::AuthConfig};
+
+/// Longest token accepted. Keycloak tokens are a few KiB; anything much larger is
+/// refused before any parsing.
+pub const MAX_TOKEN_BYTES: usize = 8 * 1024;
+
+/// Why a token was refused. Every variant but `KeysUnavailable` is the caller's
+/// problem (401); that one is ours (the identity provider could not be reached).
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    #[error("token is not a compact JWS of three parts within {MAX_TOKEN_BYTES} bytes")]
+    Malformed,
+    #[error("token header cannot be read: {0}")]
+    BadHeader(String),
+    #[error("algorithm {0:?} is not allowed")]
+    DisallowedAlgorithm(Algorithm),
+    #[error("token header carries `{0}`, which is refused")]
+    ForbiddenHeader(&'static str),
+    #[error("token header has no kid")]
+    MissingKid,
+    #[error("issuer is not the expected realm")]
+    WrongIssuer,
+    #[error("no key with this kid")]
+    UnknownKey,
+    #[error("the key's JWK is pinned to another algorithm")]
+    AlgorithmMismatch,
+    #[error("signature or registered claims invalid: {0}")]
+    Invalid(jsonwebtoken::errors::Error),
+    #[error("claim `{0}` is missing")]
+    MissingClaim(&'static str),
+    #[error("claim `{0}` is not a number")]
+    NonNumericTime(&'static str),
+    #[error("token expired")]
+    Expired,
+    #[error("token not valid yet")]
+    NotYetValid,
+    #[error("token type {0:?} is not an access token")]
+    WrongType(String),
+    #[error("signing keys unavailable: {0}")]
+    KeysUnavailable(String),
+}
+
+/// What a token must be for: the org whose realm must have issued it and the
+/// API client that must be in its audience.
+#[derive(Debug, Clone, Copy)]
+pub struct Expected<'a> {
+    pub org: &'a str,
+    pub audience: &'a str,
+}
+
+pub struct TokenValidator {
+    jwks: JwksCache,
+    clock: SharedClock,
+    allowed: Vec<Algorithm>,
+    leeway_s: i64,
+}
+
+impl TokenValidator {
+    /// `auth_url` is the effective identity-provider address (the configured one,
+    /// or the server's own for the embedded provider).
+    pub fn new(config: &AuthConfig, auth_url: Url, clock: SharedClock) -> Self {
+        let allowed = config
+            .allowed_algorithms
+            .iter()
+            .map(|name| name.parse().expect("validated by Config::validate"))
+            .collect();
+        Self {
+            jwks: JwksCache::new(
+                auth_url,
+                clock.clone(),
+                config.jwks_refetch_cooldown_s,
+                config.jwks_max_age_s,
+            ),
+            clock,
+            allowed,
+            leeway_s: config.leeway_s as i64,
+        }
+    }
+
+    pub fn issuer(&self, org: &str) -> String {
+        self.jwks.issuer(org)
+    }
+
+    pub async fn validate(
+        &self,
+        token: &str,
+        expected: Expected<'_>,
+    ) -> Result<AccessClaims, TokenError> {
+        let unverified_payload = split_compact(token)?;
+
+        let header = jsonwebtoken::decode_header(token)
+            .map_err(|e| TokenError::BadHeader(e.to_string()))?;
+        if !self.allowed.contains(&header.alg) {
+            return Err(TokenError::DisallowedAlgorithm(header.alg));
+        }
+        for (name, present) in [
+            ("jku", header.jku.is_some()),
+            ("jwk", header.jwk.is_some()),
+            ("x5u", header.x5u.is_some()),
+            ("x5c", header.x5c.is_some()),
+            ("crit", header.crit.is_some()),
+        ] {
+            if present {
+                return Err(TokenError::ForbiddenHeader(name));
+            }
+        }
+        let kid = header.kid.as_deref().ok_or(TokenError::MissingKid)?;
+
+        // The issuer is compared as an opaque string with the configured realm's;
+        // no URL is ever built from a token.
+        let issuer = self.issuer(expected.org);
+        if unverified_iss(unverified_payload).as_deref() != Some(issuer.as_str()) {
+            return Err(TokenError::WrongIssuer);
+        }
+
+        let key = self
+            .jwks
+            .key(expected.org, kid)
+            .await
+            .map_err(|e| match e {
+                KeyError::UnknownKid => TokenError::UnknownKey,
+                KeyError::Unavailable(why) => TokenError::KeysUnavailable(why),
+            })?;
+        if key.algorithm.is_some_and(|pinned| pinned != header.alg) {
+            return Err(TokenError::AlgorithmMismatch);
+        }
+
+        let mut validation = Validation::new(header.alg);
+        validation.algorithms = vec![header.alg];
+        validation.set_issuer(&[&issuer]);
+        validation.set_audience(&[expected.audience]);
+        validation.required_spec_claims =
+            HashSet::from(["iss", "aud", "sub"].map(String::from));
+        // Time claims are checked below against the injected clock.
+        validation.validate_exp = false;
+        validation.validate_nbf = false;
+        validation.leeway = 0;
+        let data = jsonwebtoken::decode::<Map<String, Value>>(token, &key.key, &validation)
+            .map_err(TokenError::Invalid)?;
+        let claims = data.claims;
+
+        self.check_times(&claims)?;
+        if !claims.get("sub").is_some_and(Value::is_string) {
+            return Err(TokenError::MissingClaim("sub"));
+        }
+        if let Some(typ) = claims.get("typ") {
+            let typ = typ.as_str().unwrap_or_default();
+            if !typ.eq_ignore_ascii_case("bearer") {
+                return Err(TokenError::WrongType(typ.to_string()));
+            }
+        }
+        Ok(AccessClaims::new(claims))
+    }
+
+    fn check_times(&self, claims: &Map<String, Value>) -> Result<(), TokenError> {
+        let now = self.clock.unix_seconds() as f64;
+        let leeway = self.leeway_s as f64;
+        let exp = numeric_date(claims, "exp")?.ok_or(TokenError::MissingClaim("exp"))?;
+        if now > exp + leeway {
+            return Err(TokenError::Expired);
+        }
+        if let Some(nbf) = numeric_date(claims, "nbf")? {
+            if now + leeway < nbf {
+                return Err(TokenError::NotYetValid);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// RFC 7519 NumericDate: a JSON number. `Ok(None)` when absent.
+fn numeric_date(claims: &Map<String, Value>, name: &'static str) -> Result<Option<f64>, TokenError> {
+    match claims.get(name) {
+        None => Ok(None),
+        Some(Value::Number(n)) => n
+            .as_f64()
+            .filter(|v| v.is_finite())
+            .map(Some)
+            .ok_or(TokenError::NonNumericTime(name)),
+        Some(_) => Err(TokenError::NonNumericTime(name)),
+    }
+}
+
+/// Checks the compact shape (three non-empty base64url parts, size cap) and
+/// returns the payload part.
+fn split_compact(token: &str) -> Result<&str, TokenError> {
+    if token.len() > MAX_TOKEN_BYTES {
+        return Err(TokenError::Malformed);
+    }
+    let parts: Vec<&str> = token.split('.').collect();
+    let base64url = |p: &&str| {
+        !p.is_empty()
+            && p.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    if parts.len() != 3 || !parts.iter().all(base64url) {
+        return Err(TokenError::Malformed);
+    }
+    Ok(parts[1])
+}
+
+/// The `iss` of a payload not yet verified, only to compare with the expected one.
+fn unverified_iss(payload: &str) -> Option<String> {
+    let bytes = URL_SAFE_NO_PAD.decode(payload).ok()?;
+    let value: Value = serde_json::from_slice(&bytes).ok()?;
+    value.get("iss")?.as_str().map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compact_shape() {
+        assert!(split_compact("a.b.c").is_ok());
+        for bad in ["a.b", "a.b.c.d", "a.b.", ".b.c", "a.b+.c", "a.b.c=", ""] {
+            assert!(split_compact(bad).is_err(), "{bad:?}");
+        }
+        let huge = format!("a.{}.c", "b".repeat(MAX_TOKEN_BYTES));
+        assert!(split_compact(&huge).is_err());
+    }
+
+    #[test]
+    fn numeric_dates() {
+        let claims: Map<String, Value> =
+            serde_json::from_str(r#"{"exp": 10, "nbf": "5", "iat": 1.5}"#).unwrap();
+        assert_eq!(numeric_date(&claims, "exp").unwrap(), Some(10.0));
+        assert!(matches!(numeric_date(&claims, "nbf"), Err(TokenError::NonNumericTime("nbf"))));
+        assert_eq!(numeric_date(&claims, "iat").unwrap(), Some(1.5));
+        assert_eq!(numeric_date(&claims, "missing").unwrap(), None);
+    }
+}

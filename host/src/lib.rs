@@ -1,0 +1,14 @@
+//! lakehost: the data-lake API service (see `ARCHITECTURE.md` for the map).
+//!
+//! The binary in `main.rs` reads configuration and starts tracing; everything
+//! else is here so tests can start the whole server in-process on port 0.
+
+pub mod api;
+pub mod auth;
+pub mod clock;
+pub mod config;
+pub mod idp;
+pub mod startup;
+
+pub use config::Config;
+pub use startup::Application;

@@ -1,0 +1,78 @@
+//! The `lakehost` binary: reads configuration, starts tracing, serves.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use lakehost::{Application, Config, config::CONFIG_FILE_ENV};
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser)]
+#[command(version, about = "The lakehost data-lake API service")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start the server (embedded default when no config is given).
+    Serve {
+        /// A TOML config file; LAKEHOST_<SECTION>_<KEY> variables override its keys.
+        #[arg(long, env = CONFIG_FILE_ENV)]
+        config: Option<PathBuf>,
+    },
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .init();
+    let Cli { command } = Cli::parse();
+    match command {
+        Command::Serve { config } => match serve(config).await {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("lakehost: {e:#}");
+                std::process::ExitCode::from(2)
+            }
+        },
+    }
+}
+
+async fn serve(config_file: Option<PathBuf>) -> anyhow::Result<()> {
+    let config = Config::load(config_file.as_deref(), std::env::vars())?;
+    let default_org = config.server.default_org.clone();
+    let region_domain = config.server.region_domain.clone();
+    let demo_client = config
+        .idp
+        .clients
+        .iter()
+        .find(|c| c.org == default_org)
+        .cloned();
+    let app = Application::build(config).await?;
+    let addr = app.local_addr();
+    let auth_url = app.auth_url().clone();
+    let scheme = auth_url.scheme().to_string();
+    let port = addr.port();
+    println!("lakehost listening on {scheme}://{addr}");
+    println!("  Org API:      {scheme}://{default_org}.api.{region_domain}:{port}/v2  (or {scheme}://localhost:{port}/v2)");
+    println!("  DailyRun API: {scheme}://api.{default_org}.{region_domain}:{port}/dailyRun");
+    println!("  OpenAPI:      {scheme}://localhost:{port}/v2/openapi.json");
+    let token_url = format!(
+        "{}/realms/{default_org}/protocol/openid-connect/token",
+        auth_url.as_str().trim_end_matches('/')
+    );
+    match (app.idp().is_some(), demo_client) {
+        (true, Some(client)) => println!(
+            "Get a token:  curl -s {token_url} -d grant_type=client_credentials -d client_id={} -d client_secret={}",
+            client.client_id.unwrap_or_default(),
+            client.client_secret.unwrap_or_default()
+        ),
+        _ => println!("Tokens come from {token_url}"),
+    }
+    app.run_until_stopped().await?;
+    Ok(())
+}

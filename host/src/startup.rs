@@ -1,0 +1,181 @@
+//! `Application`: binds the listener, builds state and serves HTTP (or HTTPS with
+//! rustls, TLS 1.2 and 1.3 only). Tests build it on port 0 in-process and read
+//! the bound address.
+
+use std::{net::SocketAddr, path::Path, sync::Arc};
+
+use anyhow::Context as _;
+use hyper_util::{
+    rt::{TokioExecutor, TokioIo},
+    server::conn::auto::Builder as ConnectionBuilder,
+    service::TowerToHyperService,
+};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject as _};
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+use url::Url;
+
+use crate::{
+    api::{self, AppState},
+    auth::TokenValidator,
+    clock::{SharedClock, SystemClock},
+    config::Config,
+    idp::Idp,
+};
+
+pub struct Application {
+    listener: TcpListener,
+    addr: SocketAddr,
+    tls: Option<TlsAcceptor>,
+    router: axum::Router,
+    auth_url: Url,
+    idp: Option<Arc<Idp>>,
+}
+
+impl Application {
+    /// Builds the server on the wall clock.
+    pub async fn build(config: Config) -> anyhow::Result<Self> {
+        Self::build_with_clock(config, Arc::new(SystemClock)).await
+    }
+
+    /// Builds the server with an injected clock (tests move it).
+    pub async fn build_with_clock(config: Config, clock: SharedClock) -> anyhow::Result<Self> {
+        config.validate()?;
+        let listener = TcpListener::bind(config.server.listen)
+            .await
+            .with_context(|| format!("cannot listen on {} (server.listen)", config.server.listen))?;
+        let addr = listener.local_addr()?;
+        let tls = match (&config.server.tls_cert, &config.server.tls_key) {
+            (Some(cert), Some(key)) => Some(tls_acceptor(cert, key)?),
+            _ => None,
+        };
+        std::fs::create_dir_all(&config.storage.data_dir).with_context(|| {
+            format!(
+                "cannot create {} (storage.data_dir)",
+                config.storage.data_dir.display()
+            )
+        })?;
+        let auth_url = match &config.auth.auth_url {
+            Some(url) => url.clone(),
+            None => own_url(addr, tls.is_some()),
+        };
+        let config = Arc::new(config);
+        let idp = if config.idp.enabled {
+            let idp = Idp::new(config.clone(), auth_url.clone(), clock.clone())
+                .context("starting the embedded identity provider")?;
+            Some(Arc::new(idp))
+        } else {
+            None
+        };
+        let validator = Arc::new(TokenValidator::new(
+            &config.auth,
+            auth_url.clone(),
+            clock.clone(),
+        ));
+        let state = AppState {
+            config,
+            validator,
+            clock,
+        };
+        let router = api::app(state, idp.clone());
+        Ok(Self {
+            listener,
+            addr,
+            tls,
+            router,
+            auth_url,
+            idp,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The identity provider's base address the validator uses.
+    pub fn auth_url(&self) -> &Url {
+        &self.auth_url
+    }
+
+    pub fn idp(&self) -> Option<Arc<Idp>> {
+        self.idp.clone()
+    }
+
+    /// Serves until the task is dropped. Each connection gets TCP_NODELAY: small
+    /// JSON responses must not wait on delayed ACKs.
+    pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        let service = TowerToHyperService::new(self.router);
+        loop {
+            let (stream, peer) = match self.listener.accept().await {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait, don't spin.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let _ = stream.set_nodelay(true);
+            let service = service.clone();
+            let tls = self.tls.clone();
+            tokio::spawn(async move {
+                let builder = ConnectionBuilder::new(TokioExecutor::new());
+                let served = match tls {
+                    Some(acceptor) => match acceptor.accept(stream).await {
+                        Ok(stream) => {
+                            builder
+                                .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                                .await
+                        }
+                        Err(e) => {
+                            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                            return;
+                        }
+                    },
+                    None => {
+                        builder
+                            .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                            .await
+                    }
+                };
+                if let Err(e) = served {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                }
+            });
+        }
+    }
+}
+
+/// The server's own address, used as `auth_url` when none is configured (the
+/// embedded identity provider). Loopback and unspecified addresses read as
+/// `localhost`, matching DESIGN.md's default `http://localhost:8080`.
+fn own_url(addr: SocketAddr, tls: bool) -> Url {
+    let scheme = if tls { "https" } else { "http" };
+    let host = if addr.ip().is_loopback() || addr.ip().is_unspecified() {
+        "localhost".to_string()
+    } else {
+        match addr {
+            SocketAddr::V4(v4) => v4.ip().to_string(),
+            SocketAddr::V6(v6) => format!("[{}]", v6.ip()),
+        }
+    };
+    Url::parse(&format!("{scheme}://{host}:{}", addr.port())).expect("well-formed URL")
+}
+
+/// rustls with TLS 1.2 and 1.3 only, HTTP/2 and HTTP/1.1 by ALPN.
+fn tls_acceptor(cert: &Path, key: &Path) -> anyhow::Result<TlsAcceptor> {
+    let certs = CertificateDer::pem_file_iter(cert)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .with_context(|| format!("cannot read {} (server.tls_cert)", cert.display()))?;
+    let key = PrivateKeyDer::from_pem_file(key)
+        .with_context(|| format!("cannot read {} (server.tls_key)", key.display()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS12, &rustls::version::TLS13])
+        .context("TLS protocol versions")?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .context("server.tls_cert and server.tls_key do not form a usable pair")?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(TlsAcceptor::from(Arc::new(config)))
+}
