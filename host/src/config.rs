@@ -336,19 +336,8 @@ impl Config {
             }
             None => toml::Table::new(),
         };
-        // A file that names its own orgs does not get the demo org's principals.
-        let file_names_orgs = table.contains_key("orgs");
         apply_env_overrides(&mut table, env)?;
-        let mut config = Self::from_table(table)?;
-        if file_names_orgs {
-            let idp_keys = file_idp_keys(file)?;
-            if !idp_keys.contains("clients") {
-                config.idp.clients.clear();
-            }
-            if !idp_keys.contains("users") {
-                config.idp.users.clear();
-            }
-        }
+        let config = Self::from_table(table)?;
         config.validate()?;
         Ok(config)
     }
@@ -364,11 +353,29 @@ impl Config {
     }
 
     fn from_table(table: toml::Table) -> Result<Self, ConfigError> {
-        serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
-            let path = e.path().to_string();
-            let key = if path == "." { "<root>".into() } else { path };
-            ConfigError::new(key, e.into_inner().message().trim().to_string())
-        })
+        // A document that names its own orgs does not get the demo org's
+        // clients and users unless it names them too.
+        let names_orgs = table.contains_key("orgs");
+        let idp_keys: BTreeSet<String> = table
+            .get("idp")
+            .and_then(toml::Value::as_table)
+            .map(|t| t.keys().cloned().collect())
+            .unwrap_or_default();
+        let mut config: Self = serde_path_to_error::deserialize(toml::Value::Table(table))
+            .map_err(|e| {
+                let path = e.path().to_string();
+                let key = if path == "." { "<root>".into() } else { path };
+                ConfigError::new(key, e.into_inner().message().trim().to_string())
+            })?;
+        if names_orgs {
+            if !idp_keys.contains("clients") {
+                config.idp.clients.clear();
+            }
+            if !idp_keys.contains("users") {
+                config.idp.users.clear();
+            }
+        }
+        Ok(config)
     }
 
     /// Checks every value that the type alone does not, naming the key.
@@ -620,23 +627,6 @@ impl AuthConfig {
     }
 }
 
-/// The keys under `[idp]` in the config file, to tell "absent" from "empty".
-fn file_idp_keys(file: Option<&Path>) -> Result<BTreeSet<String>, ConfigError> {
-    let Some(path) = file else {
-        return Ok(BTreeSet::new());
-    };
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| ConfigError::new(path.display().to_string(), format!("cannot read: {e}")))?;
-    let table: toml::Table = text
-        .parse()
-        .map_err(|e| ConfigError::new(path.display().to_string(), format!("not valid TOML: {e}")))?;
-    Ok(table
-        .get("idp")
-        .and_then(toml::Value::as_table)
-        .map(|t| t.keys().cloned().collect())
-        .unwrap_or_default())
-}
-
 /// Applies `LAKEHOST_<SECTION>_<KEY>=value` to the table. The value is read as a
 /// TOML value when it is one (`5`, `true`, `"x"`), else as a plain string.
 fn apply_env_overrides(
@@ -773,7 +763,7 @@ mod tests {
     #[test]
     fn unknown_env_key_names_the_key() {
         let err = Config::load(None, env(&[("LAKEHOST_SERVER_LISTN", "x")])).unwrap_err();
-        assert_eq!(err.key, "server");
+        assert_eq!(err.key, "server.listn");
         assert!(err.problem.contains("unknown field `listn`"), "{err}");
         let err = Config::load(None, env(&[("LAKEHOST_NOPE_X", "1")])).unwrap_err();
         assert!(err.key.contains("LAKEHOST_NOPE_X"), "{err}");
@@ -787,7 +777,8 @@ mod tests {
             ("[server]\nrequest_timeout_s = 0", "server.request_timeout_s"),
             ("[server]\ndefault_org = \"acme\"", "server.default_org"),
             ("[server]\ntls_cert = \"c.pem\"", "server.tls_key"),
-            ("[server]\nfoo = 1", "server"),
+            ("[server]\nfoo = 1", "server.foo"),
+            ("[[orgs]]\nname = \"demo\"\ncolor = \"red\"", "orgs[0].color"),
             ("[auth]\nallowed_algorithms = [\"HS256\"]", "auth.allowed_algorithms[0]"),
             ("[auth]\nleeway_s = 31", "auth.leeway_s"),
             ("[storage]\ndatabase_url = \"mysql://x\"", "storage.database_url"),

@@ -67,11 +67,21 @@ impl Application {
         } else {
             None
         };
+        // With the embedded provider behind our own TLS certificate, the validator
+        // must trust that certificate to fetch discovery and JWKS from ourselves.
+        let own_certificate = match (&config.auth.auth_url, &config.server.tls_cert) {
+            (None, Some(cert)) => Some(
+                std::fs::read(cert)
+                    .with_context(|| format!("cannot read {} (server.tls_cert)", cert.display()))?,
+            ),
+            _ => None,
+        };
         let validator = Arc::new(TokenValidator::new(
             &config.auth,
             auth_url.clone(),
             clock.clone(),
-        ));
+            own_certificate.as_deref(),
+        )?);
         let state = AppState {
             config,
             validator,

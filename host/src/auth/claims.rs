@@ -161,15 +161,16 @@ pub fn access_fingerprint(roles: &[String], service_clients: &[u32]) -> String {
     let roles: BTreeSet<&str> = roles.iter().map(String::as_str).collect();
     let clients: BTreeSet<u32> = service_clients.iter().copied().collect();
     let mut hasher = Sha256::new();
-    hasher.update(b"lakehost-access-v1\0roles");
+    // Length-prefixed fields: no two different inputs share an encoding.
+    hasher.update(b"lakehost-access-v1");
+    hasher.update((roles.len() as u64).to_be_bytes());
     for role in roles {
-        hasher.update([0]);
+        hasher.update((role.len() as u64).to_be_bytes());
         hasher.update(role.as_bytes());
     }
-    hasher.update(b"\0clients");
+    hasher.update((clients.len() as u64).to_be_bytes());
     for id in clients {
-        hasher.update([0]);
-        hasher.update(id.to_string().as_bytes());
+        hasher.update(id.to_be_bytes());
     }
     hex::encode(hasher.finalize())[..16].to_string()
 }

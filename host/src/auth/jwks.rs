@@ -67,20 +67,28 @@ struct Discovery {
 }
 
 impl JwksCache {
-    pub fn new(auth_url: Url, clock: SharedClock, cooldown_s: u64, max_age_s: u64) -> Self {
-        let http = reqwest::Client::builder()
+    pub fn new(
+        auth_url: Url,
+        clock: SharedClock,
+        cooldown_s: u64,
+        max_age_s: u64,
+        extra_root_pem: Option<&[u8]>,
+    ) -> Result<Self, reqwest::Error> {
+        let mut http = reqwest::Client::builder()
             .timeout(FETCH_TIMEOUT)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .expect("static HTTP client configuration");
-        Self {
+            .redirect(reqwest::redirect::Policy::none());
+        if let Some(pem) = extra_root_pem {
+            http = http.add_root_certificate(reqwest::Certificate::from_pem(pem)?);
+        }
+        let http = http.build()?;
+        Ok(Self {
             http,
             clock,
             auth_url,
             cooldown: Duration::seconds(cooldown_s as i64),
             max_age: Duration::seconds(max_age_s as i64),
             realms: Default::default(),
-        }
+        })
     }
 
     /// The issuer of a configured org's realm: `{auth_url}/realms/<org>`.

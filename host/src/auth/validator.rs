@@ -79,23 +79,31 @@ pub struct TokenValidator {
 impl TokenValidator {
     /// `auth_url` is the effective identity-provider address (the configured one,
     /// or the server's own for the embedded provider).
-    pub fn new(config: &AuthConfig, auth_url: Url, clock: SharedClock) -> Self {
+    /// `extra_root_pem` is a certificate to trust besides the public roots (the
+    /// server's own, when the embedded provider is served over HTTPS).
+    pub fn new(
+        config: &AuthConfig,
+        auth_url: Url,
+        clock: SharedClock,
+        extra_root_pem: Option<&[u8]>,
+    ) -> Result<Self, reqwest::Error> {
         let allowed = config
             .allowed_algorithms
             .iter()
             .map(|name| name.parse().expect("validated by Config::validate"))
             .collect();
-        Self {
+        Ok(Self {
             jwks: JwksCache::new(
                 auth_url,
                 clock.clone(),
                 config.jwks_refetch_cooldown_s,
                 config.jwks_max_age_s,
-            ),
+                extra_root_pem,
+            )?,
             clock,
             allowed,
             leeway_s: config.leeway_s as i64,
-        }
+        })
     }
 
     pub fn issuer(&self, org: &str) -> String {

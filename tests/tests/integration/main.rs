@@ -1,1 +1,8 @@
+//! The integration tests: one binary, the real server on port 0, HTTP as a
+//! client speaks it. Helpers live in `lakehost_tests` (tests/src/lib.rs).
 
+mod gateway;
+mod idp;
+mod routing;
+mod security_metadata;
+mod token_attacks;
