@@ -389,7 +389,10 @@ impl Config {
             ));
         }
         if s.max_body_bytes == 0 {
-            return Err(ConfigError::new("server.max_body_bytes", "must be at least 1"));
+            return Err(ConfigError::new(
+                "server.max_body_bytes",
+                "must be at least 1",
+            ));
         }
         match (&s.tls_cert, &s.tls_key) {
             (Some(_), None) => {
@@ -438,13 +441,13 @@ impl Config {
         }
 
         let a = &self.auth;
-        if let Some(url) = &a.auth_url {
-            if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
-                return Err(ConfigError::new(
-                    "auth.auth_url",
-                    "must be an http(s) URL with a host",
-                ));
-            }
+        if let Some(url) = &a.auth_url
+            && (!matches!(url.scheme(), "http" | "https") || url.host().is_none())
+        {
+            return Err(ConfigError::new(
+                "auth.auth_url",
+                "must be an http(s) URL with a host",
+            ));
         }
         check_client_name("auth.api_client", &a.api_client)?;
         check_client_name("auth.cli_client", &a.cli_client)?;
@@ -546,7 +549,10 @@ impl Config {
                     "client_secret",
                     &p.client_id,
                     &p.client_secret,
-                    [("username", p.username.is_some()), ("password", p.password.is_some())],
+                    [
+                        ("username", p.username.is_some()),
+                        ("password", p.password.is_some()),
+                    ],
                 )
             } else {
                 (
@@ -707,10 +713,7 @@ fn check_client_name(key: &str, value: &str) -> Result<(), ConfigError> {
     if ok {
         Ok(())
     } else {
-        Err(ConfigError::new(
-            key,
-            "must be letters, digits, `_` or `-`",
-        ))
+        Err(ConfigError::new(key, "must be letters, digits, `_` or `-`"))
     }
 }
 
@@ -773,15 +776,30 @@ mod tests {
     fn bad_values_name_the_key() {
         let cases = [
             ("[server]\nlisten = \"nowhere\"", "server.listen"),
-            ("[server]\nrequest_timeout_s = \"slow\"", "server.request_timeout_s"),
-            ("[server]\nrequest_timeout_s = 0", "server.request_timeout_s"),
+            (
+                "[server]\nrequest_timeout_s = \"slow\"",
+                "server.request_timeout_s",
+            ),
+            (
+                "[server]\nrequest_timeout_s = 0",
+                "server.request_timeout_s",
+            ),
             ("[server]\ndefault_org = \"acme\"", "server.default_org"),
             ("[server]\ntls_cert = \"c.pem\"", "server.tls_key"),
             ("[server]\nfoo = 1", "server.foo"),
-            ("[[orgs]]\nname = \"demo\"\ncolor = \"red\"", "orgs[0].color"),
-            ("[auth]\nallowed_algorithms = [\"HS256\"]", "auth.allowed_algorithms[0]"),
+            (
+                "[[orgs]]\nname = \"demo\"\ncolor = \"red\"",
+                "orgs[0].color",
+            ),
+            (
+                "[auth]\nallowed_algorithms = [\"HS256\"]",
+                "auth.allowed_algorithms[0]",
+            ),
             ("[auth]\nleeway_s = 31", "auth.leeway_s"),
-            ("[storage]\ndatabase_url = \"mysql://x\"", "storage.database_url"),
+            (
+                "[storage]\ndatabase_url = \"mysql://x\"",
+                "storage.database_url",
+            ),
             ("[[orgs]]\nname = \"Bad_Org\"", "orgs[0].name"),
             (
                 "[[orgs]]\nname = \"demo\"\ndaily_run_schedule = \"every day\"",
@@ -806,8 +824,11 @@ mod tests {
     fn a_file_with_its_own_orgs_has_no_demo_principals() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.toml");
-        std::fs::write(&path, "[server]\ndefault_org = \"acme\"\n[[orgs]]\nname = \"acme\"\n")
-            .unwrap();
+        std::fs::write(
+            &path,
+            "[server]\ndefault_org = \"acme\"\n[[orgs]]\nname = \"acme\"\n",
+        )
+        .unwrap();
         let config = Config::load(Some(&path), env(&[])).unwrap();
         assert!(config.idp.clients.is_empty());
         assert!(config.idp.users.is_empty());

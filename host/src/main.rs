@@ -58,7 +58,9 @@ async fn serve(config_file: Option<PathBuf>) -> anyhow::Result<()> {
     let scheme = auth_url.scheme().to_string();
     let port = addr.port();
     println!("lakehost listening on {scheme}://{addr}");
-    println!("  Org API:      {scheme}://{default_org}.api.{region_domain}:{port}/v2  (or {scheme}://localhost:{port}/v2)");
+    println!(
+        "  Org API:      {scheme}://{default_org}.api.{region_domain}:{port}/v2  (or {scheme}://localhost:{port}/v2)"
+    );
     println!("  DailyRun API: {scheme}://api.{default_org}.{region_domain}:{port}/dailyRun");
     println!("  OpenAPI:      {scheme}://localhost:{port}/v2/openapi.json");
     let token_url = format!(

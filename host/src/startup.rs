@@ -43,7 +43,9 @@ impl Application {
         config.validate()?;
         let listener = TcpListener::bind(config.server.listen)
             .await
-            .with_context(|| format!("cannot listen on {} (server.listen)", config.server.listen))?;
+            .with_context(|| {
+                format!("cannot listen on {} (server.listen)", config.server.listen)
+            })?;
         let addr = listener.local_addr()?;
         let tls = match (&config.server.tls_cert, &config.server.tls_key) {
             (Some(cert), Some(key)) => Some(tls_acceptor(cert, key)?),

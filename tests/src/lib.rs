@@ -152,7 +152,12 @@ impl TestApp {
     }
 
     /// A request to `path` with the given Host header (port added).
-    pub fn request(&self, method: reqwest::Method, host: &str, path: &str) -> reqwest::RequestBuilder {
+    pub fn request(
+        &self,
+        method: reqwest::Method,
+        host: &str,
+        path: &str,
+    ) -> reqwest::RequestBuilder {
         self.http
             .request(method, format!("{}{path}", self.base))
             .header("Host", format!("{host}:{}", self.addr.port()))
@@ -226,7 +231,10 @@ impl TestApp {
     pub async fn token_request(&self, org: &str, form: &[(&str, &str)]) -> (StatusCode, Value) {
         let response = self
             .http
-            .post(format!("{}/realms/{org}/protocol/openid-connect/token", self.base))
+            .post(format!(
+                "{}/realms/{org}/protocol/openid-connect/token",
+                self.base
+            ))
             .form(form)
             .send()
             .await

@@ -116,7 +116,10 @@ impl IntoResponse for ApiError {
                     }
                     ClaimError::NoServiceClient => "No service client is configured".into(),
                 };
-                (status, Json(json!({ "error": "Unauthorized", "message": text })))
+                (
+                    status,
+                    Json(json!({ "error": "Unauthorized", "message": text })),
+                )
                     .into_response()
             }
             ApiError::IdentityInternal(source) => {

@@ -98,3 +98,40 @@ pub async fn not_found() -> ApiError {
 pub async fn method_not_allowed() -> ApiError {
     ApiError::MethodNotAllowed
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::{Router, body::to_bytes, middleware::from_fn, routing::get};
+    use tower::ServiceExt as _;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn internal_errors_carry_the_request_code() {
+        let app = Router::new()
+            .route(
+                "/boom",
+                get(|| async { ApiError::Internal("disk on fire".into()) }),
+            )
+            .layer(from_fn(request_context));
+        let response = app
+            .oneshot(Request::get("/boom").body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 500);
+        let id = response.headers()[REQUEST_ID_HEADER]
+            .to_str()
+            .unwrap()
+            .to_string();
+        let body = to_bytes(response.into_body(), 1024).await.unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            body,
+            json!({ "message": format!("{INTERNAL_MESSAGE} Request code: {id}") })
+        );
+        assert!(
+            !body.to_string().contains("disk on fire"),
+            "the cause stays in the log"
+        );
+    }
+}

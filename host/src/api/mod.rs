@@ -50,7 +50,10 @@ fn dailyrun_api() -> OpenApiRouter<AppState> {
 fn finish(router: Router<AppState>, doc: &Arc<serde_json::Value>, state: &AppState) -> Router {
     let doc = doc.clone();
     router
-        .route("/v2/openapi.json", get(move || async move { Json(doc.as_ref().clone()) }))
+        .route(
+            "/v2/openapi.json",
+            get(move || async move { Json(doc.as_ref().clone()) }),
+        )
         .fallback(gateway::not_found)
         .method_not_allowed_fallback(gateway::method_not_allowed)
         .with_state(state.clone())
@@ -70,7 +73,11 @@ pub fn app(state: AppState, idp: Option<Arc<Idp>>) -> Router {
         .clone()
         .nest(&config.server.dailyrun_prefix, dailyrun_routes);
 
-    let mut default = finish(org_routes.clone().merge(dailyrun_routes.clone()), &doc, &state);
+    let mut default = finish(
+        org_routes.clone().merge(dailyrun_routes.clone()),
+        &doc,
+        &state,
+    );
     if let Some(idp) = idp {
         default = default.merge(crate::idp::router(idp));
     }
@@ -87,7 +94,10 @@ pub fn app(state: AppState, idp: Option<Arc<Idp>>) -> Router {
         .with_state(routers)
         .layer(from_fn(gateway::json_rejections))
         .layer(DefaultBodyLimit::max(config.server.max_body_bytes as usize))
-        .layer(from_fn_with_state(config.server.max_body_bytes, gateway::limit_body))
+        .layer(from_fn_with_state(
+            config.server.max_body_bytes,
+            gateway::limit_body,
+        ))
         .layer(from_fn_with_state(
             Duration::from_secs(config.server.request_timeout_s),
             gateway::timeout,

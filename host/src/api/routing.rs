@@ -194,13 +194,22 @@ mod tests {
     #[test]
     fn hosts_resolve_per_design() {
         let c = config();
-        assert_eq!(resolve_host("acme.api.eu.example.com", &c), api("acme", ApiKind::Org));
-        assert_eq!(resolve_host("BETA.api.eu.example.com:443", &c), api("beta", ApiKind::Org));
+        assert_eq!(
+            resolve_host("acme.api.eu.example.com", &c),
+            api("acme", ApiKind::Org)
+        );
+        assert_eq!(
+            resolve_host("BETA.api.eu.example.com:443", &c),
+            api("beta", ApiKind::Org)
+        );
         assert_eq!(
             resolve_host("lab.acme.api.eu.example.com", &c),
             api("acme", ApiKind::Zone("lab".into()))
         );
-        assert_eq!(resolve_host("api.beta.eu.example.com", &c), api("beta", ApiKind::DailyRun));
+        assert_eq!(
+            resolve_host("api.beta.eu.example.com", &c),
+            api("beta", ApiKind::DailyRun)
+        );
         assert_eq!(resolve_host("localhost:8080", &c), HostRoute::Default);
         assert_eq!(resolve_host("127.0.0.1", &c), HostRoute::Default);
         assert_eq!(resolve_host("[::1]:8080", &c), HostRoute::Default);

@@ -186,8 +186,20 @@ mod tests {
         assert_eq!(parse_service_client_claim("[0]").unwrap(), vec![0]);
         assert_eq!(parse_service_client_claim("[]").unwrap(), Vec::<u32>::new());
         for bad in [
-            "12 13", "[12,13]", "[12, 13]", "[12  13]", "[ 12]", "[12 ]", "[-1]", "[+1]",
-            "[012]", "[a]", "[99999999999]", "{12}", "[12 13", "",
+            "12 13",
+            "[12,13]",
+            "[12, 13]",
+            "[12  13]",
+            "[ 12]",
+            "[12 ]",
+            "[-1]",
+            "[+1]",
+            "[012]",
+            "[a]",
+            "[99999999999]",
+            "{12}",
+            "[12 13",
+            "",
         ] {
             assert!(
                 matches!(
@@ -202,7 +214,10 @@ mod tests {
     #[test]
     fn non_string_claim_is_malformed() {
         let claims = AccessClaims::new(
-            json!({"service_client_id": [12, 13]}).as_object().unwrap().clone(),
+            json!({"service_client_id": [12, 13]})
+                .as_object()
+                .unwrap()
+                .clone(),
         );
         assert_eq!(
             claims.service_clients(),
@@ -218,8 +233,14 @@ mod tests {
         let missing = ClaimError::MissingClientRoles {
             client: "svc_api".into(),
         };
-        assert_eq!(claims(json!({})).roles_for("svc_api"), Err(ClaimError::MissingResourceAccess));
-        assert_eq!(claims(json!({"resource_access": {}})).roles_for("svc_api"), Err(missing.clone()));
+        assert_eq!(
+            claims(json!({})).roles_for("svc_api"),
+            Err(ClaimError::MissingResourceAccess)
+        );
+        assert_eq!(
+            claims(json!({"resource_access": {}})).roles_for("svc_api"),
+            Err(missing.clone())
+        );
         assert_eq!(
             claims(json!({"resource_access": {"svc_api": {"roles": []}}})).roles_for("svc_api"),
             Err(missing.clone())
@@ -241,7 +262,10 @@ mod tests {
         let base = access_fingerprint(&["ZoneAdmin".into()], &[1, 2]);
         assert_eq!(base.len(), 16);
         assert_eq!(base, access_fingerprint(&["ZoneAdmin".into()], &[2, 1, 1]));
-        assert_ne!(base, access_fingerprint(&["AllServiceClientAnalyst".into()], &[1, 2]));
+        assert_ne!(
+            base,
+            access_fingerprint(&["AllServiceClientAnalyst".into()], &[1, 2])
+        );
         assert_ne!(base, access_fingerprint(&["ZoneAdmin".into()], &[1, 3]));
         assert_ne!(
             access_fingerprint(&["a".into(), "b".into()], &[]),

@@ -105,9 +105,7 @@ impl JwksCache {
         // One fetch at a time per realm: concurrent requests wait for it.
         let mut realm = realm.lock().await;
         let now = self.clock.now();
-        let stale = realm
-            .fetched_at
-            .is_none_or(|at| now - at >= self.max_age);
+        let stale = realm.fetched_at.is_none_or(|at| now - at >= self.max_age);
         let may_retry = realm
             .attempted_at
             .is_none_or(|at| now - at >= self.cooldown);
@@ -118,7 +116,10 @@ impl JwksCache {
             return Ok(key.clone());
         }
         let now = self.clock.now();
-        if realm.attempted_at.is_none_or(|at| now - at >= self.cooldown) {
+        if realm
+            .attempted_at
+            .is_none_or(|at| now - at >= self.cooldown)
+        {
             self.refresh(org, &mut realm).await;
             if let Some(key) = realm.keys.get(kid) {
                 return Ok(key.clone());
@@ -198,7 +199,9 @@ impl JwksCache {
         {
             body.extend_from_slice(&chunk);
             if body.len() > MAX_DOCUMENT_BYTES {
-                return Err(format!("GET {url}: document larger than {MAX_DOCUMENT_BYTES} bytes"));
+                return Err(format!(
+                    "GET {url}: document larger than {MAX_DOCUMENT_BYTES} bytes"
+                ));
             }
         }
         serde_json::from_slice(&body).map_err(|e| format!("GET {url}: not the expected JSON: {e}"))

@@ -282,7 +282,10 @@ mod tests {
             let a = access(role.name(), &[12]);
             assert!(a.read_scope(Insights).allows(901), "{role:?}");
         }
-        assert_eq!(access("PublicConsumer", &[12]).read_scope(Insights), only(&[901]));
+        assert_eq!(
+            access("PublicConsumer", &[12]).read_scope(Insights),
+            only(&[901])
+        );
     }
 
     #[test]
@@ -291,26 +294,42 @@ mod tests {
             access("OwnServiceClientConsumer", &[12, 13]).read_scope(Insights),
             only(&[12, 13, 901])
         );
-        assert!(!access("PublicConsumer", &[12]).read_scope(Insights).allows(12));
+        assert!(
+            !access("PublicConsumer", &[12])
+                .read_scope(Insights)
+                .allows(12)
+        );
     }
 
     #[test]
     fn read_all_insights() {
         for role in ["AllServiceClientAnalyst", "ZoneAdmin"] {
-            assert_eq!(access(role, &[12]).read_scope(Insights), ServiceClientScope::All);
+            assert_eq!(
+                access(role, &[12]).read_scope(Insights),
+                ServiceClientScope::All
+            );
         }
         for role in ["OwnServiceClientConsumer", "OwnServiceClientAnalyst"] {
-            assert_eq!(access(role, &[0]).read_scope(Insights), ServiceClientScope::All);
+            assert_eq!(
+                access(role, &[0]).read_scope(Insights),
+                ServiceClientScope::All
+            );
             assert_eq!(access(role, &[5]).read_scope(Insights), only(&[5, 901]));
         }
         // PublicConsumer gains nothing from 0.
-        assert_eq!(access("PublicConsumer", &[0]).read_scope(Insights), only(&[901]));
+        assert_eq!(
+            access("PublicConsumer", &[0]).read_scope(Insights),
+            only(&[901])
+        );
     }
 
     #[test]
     fn read_lake_and_data_input() {
         for kind in [Lake, DataInput] {
-            assert_eq!(access("PublicConsumer", &[0]).read_scope(kind), ServiceClientScope::Nothing);
+            assert_eq!(
+                access("PublicConsumer", &[0]).read_scope(kind),
+                ServiceClientScope::Nothing
+            );
             assert_eq!(
                 access("OwnServiceClientConsumer", &[0]).read_scope(kind),
                 ServiceClientScope::Nothing
@@ -323,8 +342,14 @@ mod tests {
                 access("OwnServiceClientAnalyst", &[0]).read_scope(kind),
                 ServiceClientScope::All
             );
-            assert_eq!(access("AllServiceClientAnalyst", &[12]).read_scope(kind), ServiceClientScope::All);
-            assert_eq!(access("ZoneAdmin", &[12]).read_scope(kind), ServiceClientScope::All);
+            assert_eq!(
+                access("AllServiceClientAnalyst", &[12]).read_scope(kind),
+                ServiceClientScope::All
+            );
+            assert_eq!(
+                access("ZoneAdmin", &[12]).read_scope(kind),
+                ServiceClientScope::All
+            );
         }
     }
 
@@ -376,20 +401,47 @@ mod tests {
     #[test]
     fn load_scope_by_role() {
         assert_eq!(access("PublicConsumer", &[0, 5]).load_scope(), only(&[901]));
-        assert_eq!(access("OwnServiceClientConsumer", &[0, 5]).load_scope(), only(&[901]));
-        assert_eq!(access("OwnServiceClientAnalyst", &[5]).load_scope(), only(&[5, 901]));
-        assert_eq!(access("OwnServiceClientAnalyst", &[0]).load_scope(), ServiceClientScope::All);
-        assert_eq!(access("AllServiceClientAnalyst", &[5]).load_scope(), ServiceClientScope::All);
-        assert_eq!(access("ZoneAdmin", &[5]).load_scope(), ServiceClientScope::All);
+        assert_eq!(
+            access("OwnServiceClientConsumer", &[0, 5]).load_scope(),
+            only(&[901])
+        );
+        assert_eq!(
+            access("OwnServiceClientAnalyst", &[5]).load_scope(),
+            only(&[5, 901])
+        );
+        assert_eq!(
+            access("OwnServiceClientAnalyst", &[0]).load_scope(),
+            ServiceClientScope::All
+        );
+        assert_eq!(
+            access("AllServiceClientAnalyst", &[5]).load_scope(),
+            ServiceClientScope::All
+        );
+        assert_eq!(
+            access("ZoneAdmin", &[5]).load_scope(),
+            ServiceClientScope::All
+        );
     }
 
     #[test]
     fn where_clause_rules() {
-        assert_eq!(access("PublicConsumer", &[12, 13]).where_clause(&[12, 13]), "service_client_id IN (12, 13, 901)");
-        assert_eq!(access("OwnServiceClientAnalyst", &[901, 4]).where_clause(&[901, 4]), "service_client_id IN (901, 4)");
+        assert_eq!(
+            access("PublicConsumer", &[12, 13]).where_clause(&[12, 13]),
+            "service_client_id IN (12, 13, 901)"
+        );
+        assert_eq!(
+            access("OwnServiceClientAnalyst", &[901, 4]).where_clause(&[901, 4]),
+            "service_client_id IN (901, 4)"
+        );
         assert_eq!(access("PublicConsumer", &[0]).where_clause(&[0]), "1=1");
-        assert_eq!(access("AllServiceClientAnalyst", &[12]).where_clause(&[12]), "1=1");
+        assert_eq!(
+            access("AllServiceClientAnalyst", &[12]).where_clause(&[12]),
+            "1=1"
+        );
         assert_eq!(access("ZoneAdmin", &[12]).where_clause(&[12]), "1=1");
-        assert_eq!(Access::new(["offline_access"], [12]).where_clause(&[12]), "1=0");
+        assert_eq!(
+            Access::new(["offline_access"], [12]).where_clause(&[12]),
+            "1=0"
+        );
     }
 }

@@ -28,7 +28,10 @@ pub fn security_metadata(
     claims.jti()?;
     let roles = claims.roles_for(api_client)?;
     let service_clients = claims.service_clients()?;
-    let access = Access::new(roles.iter().map(String::as_str), service_clients.iter().copied());
+    let access = Access::new(
+        roles.iter().map(String::as_str),
+        service_clients.iter().copied(),
+    );
     Ok(SecurityMetadata {
         athena_service_client_where_clause: access.where_clause(&service_clients),
         service_client_hash: access_fingerprint(&roles, &service_clients),

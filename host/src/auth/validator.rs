@@ -117,8 +117,8 @@ impl TokenValidator {
     ) -> Result<AccessClaims, TokenError> {
         let unverified_payload = split_compact(token)?;
 
-        let header = jsonwebtoken::decode_header(token)
-            .map_err(|e| TokenError::BadHeader(e.to_string()))?;
+        let header =
+            jsonwebtoken::decode_header(token).map_err(|e| TokenError::BadHeader(e.to_string()))?;
         if !self.allowed.contains(&header.alg) {
             return Err(TokenError::DisallowedAlgorithm(header.alg));
         }
@@ -158,8 +158,7 @@ impl TokenValidator {
         validation.algorithms = vec![header.alg];
         validation.set_issuer(&[&issuer]);
         validation.set_audience(&[expected.audience]);
-        validation.required_spec_claims =
-            HashSet::from(["iss", "aud", "sub"].map(String::from));
+        validation.required_spec_claims = HashSet::from(["iss", "aud", "sub"].map(String::from));
         // Time claims are checked below against the injected clock.
         validation.validate_exp = false;
         validation.validate_nbf = false;
@@ -188,17 +187,20 @@ impl TokenValidator {
         if now > exp + leeway {
             return Err(TokenError::Expired);
         }
-        if let Some(nbf) = numeric_date(claims, "nbf")? {
-            if now + leeway < nbf {
-                return Err(TokenError::NotYetValid);
-            }
+        if let Some(nbf) = numeric_date(claims, "nbf")?
+            && now + leeway < nbf
+        {
+            return Err(TokenError::NotYetValid);
         }
         Ok(())
     }
 }
 
 /// RFC 7519 NumericDate: a JSON number. `Ok(None)` when absent.
-fn numeric_date(claims: &Map<String, Value>, name: &'static str) -> Result<Option<f64>, TokenError> {
+fn numeric_date(
+    claims: &Map<String, Value>,
+    name: &'static str,
+) -> Result<Option<f64>, TokenError> {
     match claims.get(name) {
         None => Ok(None),
         Some(Value::Number(n)) => n
@@ -254,7 +256,10 @@ mod tests {
         let claims: Map<String, Value> =
             serde_json::from_str(r#"{"exp": 10, "nbf": "5", "iat": 1.5}"#).unwrap();
         assert_eq!(numeric_date(&claims, "exp").unwrap(), Some(10.0));
-        assert!(matches!(numeric_date(&claims, "nbf"), Err(TokenError::NonNumericTime("nbf"))));
+        assert!(matches!(
+            numeric_date(&claims, "nbf"),
+            Err(TokenError::NonNumericTime("nbf"))
+        ));
         assert_eq!(numeric_date(&claims, "iat").unwrap(), Some(1.5));
         assert_eq!(numeric_date(&claims, "missing").unwrap(), None);
     }

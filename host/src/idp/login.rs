@@ -66,17 +66,39 @@ struct CheckedRequest {
     redirect_uri: Url,
 }
 
-/// A problem shown on a page, never sent to an unchecked redirect address.
-fn error_page(status: StatusCode, message: &str) -> Response {
-    let body = format!(
-        "<!doctype html><title>lakehost login</title><h1>Login error</h1><p>{}</p>",
-        html_escape(message)
-    );
-    (status, Html(body)).into_response()
+/// Why an authorization request cannot proceed.
+enum Refusal {
+    /// Shown on a page: never sent to an unchecked redirect address.
+    Page(StatusCode, &'static str),
+    /// Reported back to the (already checked) client redirect address.
+    Redirect(Url),
 }
 
-/// A problem reported back to the (already checked) client redirect address.
-fn error_redirect(redirect_uri: &Url, error: &str, description: &str, state: Option<&str>) -> Response {
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        match self {
+            Refusal::Page(status, message) => {
+                let body = format!(
+                    "<!doctype html><title>lakehost login</title><h1>Login error</h1><p>{}</p>",
+                    html_escape(message)
+                );
+                (status, Html(body)).into_response()
+            }
+            Refusal::Redirect(url) => Redirect::to(url.as_str()).into_response(),
+        }
+    }
+}
+
+fn error_page(status: StatusCode, message: &'static str) -> Refusal {
+    Refusal::Page(status, message)
+}
+
+fn error_redirect(
+    redirect_uri: &Url,
+    error: &str,
+    description: &str,
+    state: Option<&str>,
+) -> Refusal {
     let mut url = redirect_uri.clone();
     {
         let mut q = url.query_pairs_mut();
@@ -86,7 +108,7 @@ fn error_redirect(redirect_uri: &Url, error: &str, description: &str, state: Opt
             q.append_pair("state", state);
         }
     }
-    Redirect::to(url.as_str()).into_response()
+    Refusal::Redirect(url)
 }
 
 /// A redirect address for a native client: http, a loopback host, an explicit
@@ -98,7 +120,7 @@ fn loopback_redirect(uri: &str) -> Option<Url> {
         .then_some(url)
 }
 
-fn check_request(idp: &Idp, org: &str, p: &AuthorizeParams) -> Result<CheckedRequest, Response> {
+fn check_request(idp: &Idp, org: &str, p: &AuthorizeParams) -> Result<CheckedRequest, Refusal> {
     if idp.realm(org).is_err() {
         return Err(error_page(StatusCode::NOT_FOUND, "Realm does not exist"));
     }
@@ -154,7 +176,7 @@ pub(crate) async fn authorize_page(
 ) -> Response {
     match check_request(&idp, &org, &params) {
         Ok(_) => login_page(&org, &params, None, StatusCode::OK),
-        Err(response) => response,
+        Err(refusal) => refusal.into_response(),
     }
 }
 
@@ -165,7 +187,7 @@ pub(crate) async fn login(
 ) -> Response {
     let checked = match check_request(&idp, &org, &form.params) {
         Ok(checked) => checked,
-        Err(response) => return response,
+        Err(refusal) => return refusal.into_response(),
     };
     let username = form.username.clone().unwrap_or_default();
     let password = form.password.clone().unwrap_or_default();
@@ -226,7 +248,10 @@ pub(crate) fn exchange_code(
         .code_verifier
         .as_deref()
         .ok_or_else(|| missing("code_verifier"))?;
-    let client_id = request.client_id.as_deref().ok_or_else(|| missing("client_id"))?;
+    let client_id = request
+        .client_id
+        .as_deref()
+        .ok_or_else(|| missing("client_id"))?;
     let pending = idp
         .codes
         .0
@@ -238,7 +263,9 @@ pub(crate) fn exchange_code(
         return Err(OAuthError::InvalidGrant("Code not valid".into()));
     }
     if pending.client_id != client_id {
-        return Err(OAuthError::InvalidGrant("Code was issued to another client".into()));
+        return Err(OAuthError::InvalidGrant(
+            "Code was issued to another client".into(),
+        ));
     }
     if request.redirect_uri.as_deref() != Some(pending.redirect_uri.as_str()) {
         return Err(OAuthError::InvalidGrant("Incorrect redirect_uri".into()));
@@ -328,7 +355,10 @@ mod tests {
         let verifier = "dBjftJeZ4CVP-mB92K9uhyUzaO8ohjh8mYx3QhXr0nk";
         let challenge = "s0nSaXlfYHBH6JR7Qo6aFVz8bG5w1gUUTFOXPJCUUNw";
         assert!(verifier_matches(verifier, challenge));
-        assert!(!verifier_matches("dBjftJeZ4CVP-mB92K9uhyUzaO8ohjh8mYx3QhXr0nK", challenge));
+        assert!(!verifier_matches(
+            "dBjftJeZ4CVP-mB92K9uhyUzaO8ohjh8mYx3QhXr0nK",
+            challenge
+        ));
         assert!(!verifier_matches("short", challenge));
     }
 

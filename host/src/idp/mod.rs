@@ -168,7 +168,10 @@ impl Idp {
 /// The provider's routes; served on the bare host (see `api::routing`).
 pub fn router(idp: Arc<Idp>) -> Router {
     Router::new()
-        .route("/realms/{org}/.well-known/openid-configuration", get(discovery))
+        .route(
+            "/realms/{org}/.well-known/openid-configuration",
+            get(discovery),
+        )
         .route("/realms/{org}/protocol/openid-connect/certs", get(certs))
         .route("/realms/{org}/protocol/openid-connect/token", post(token))
         .route(
@@ -202,9 +205,7 @@ impl IntoResponse for OAuthError {
             OAuthError::InvalidRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
             OAuthError::InvalidClient => (StatusCode::UNAUTHORIZED, "invalid_client"),
             OAuthError::InvalidGrant(_) => (StatusCode::BAD_REQUEST, "invalid_grant"),
-            OAuthError::UnsupportedGrantType => {
-                (StatusCode::BAD_REQUEST, "unsupported_grant_type")
-            }
+            OAuthError::UnsupportedGrantType => (StatusCode::BAD_REQUEST, "unsupported_grant_type"),
             OAuthError::Keys(e) => {
                 tracing::error!(error = %e, "identity provider key store failed");
                 (StatusCode::INTERNAL_SERVER_ERROR, "server_error")
@@ -216,7 +217,9 @@ impl IntoResponse for OAuthError {
         };
         (
             status,
-            no_store(Json(json!({ "error": error, "error_description": description }))),
+            no_store(Json(
+                json!({ "error": error, "error_description": description }),
+            )),
         )
             .into_response()
     }
@@ -285,15 +288,14 @@ async fn token(
         Some("refresh_token") => refresh(&idp, &org, &request),
         Some("authorization_code") => login::exchange_code(&idp, &org, &request),
         Some(_) => Err(OAuthError::UnsupportedGrantType),
-        None => Err(OAuthError::InvalidRequest("Missing form parameter: grant_type".into())),
+        None => Err(OAuthError::InvalidRequest(
+            "Missing form parameter: grant_type".into(),
+        )),
     }
 }
 
 /// Client id and secret from HTTP Basic or the form.
-fn client_credentials_of(
-    headers: &HeaderMap,
-    request: &TokenRequest,
-) -> Option<(String, String)> {
+fn client_credentials_of(headers: &HeaderMap, request: &TokenRequest) -> Option<(String, String)> {
     if let Some(basic) = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -315,7 +317,9 @@ fn client_credentials(
 ) -> Result<Response, OAuthError> {
     let (client_id, secret) =
         client_credentials_of(headers, request).ok_or(OAuthError::InvalidClient)?;
-    let client = idp.client(org, &client_id).ok_or(OAuthError::InvalidClient)?;
+    let client = idp
+        .client(org, &client_id)
+        .ok_or(OAuthError::InvalidClient)?;
     let expected = client.client_secret.as_deref().unwrap_or_default();
     if !bool::from(expected.as_bytes().ct_eq(secret.as_bytes())) {
         return Err(OAuthError::InvalidClient);
@@ -370,7 +374,11 @@ fn refresh(idp: &Idp, org: &str, request: &TokenRequest) -> Result<Response, OAu
 
 /// The scopes a token gets: those asked for (all when none are asked) that the
 /// principal has, plus `openid` when asked in a login flow.
-fn granted_scopes(principal: &IdpPrincipal, asked: Option<&str>, allow_openid: bool) -> Vec<String> {
+fn granted_scopes(
+    principal: &IdpPrincipal,
+    asked: Option<&str>,
+    allow_openid: bool,
+) -> Vec<String> {
     let asked: Option<Vec<&str>> = asked.map(|s| s.split_ascii_whitespace().collect());
     let mut scopes: Vec<String> = Vec::new();
     if allow_openid && asked.as_ref().is_some_and(|a| a.contains(&"openid")) {

@@ -23,7 +23,14 @@ pub struct Subject<'a> {
 pub fn subject_id(org: &str, kind: &str, login: &str) -> String {
     let digest = Sha256::digest(format!("{org}\0{kind}\0{login}").as_bytes());
     let h = hex::encode(&digest[..16]);
-    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
 }
 
 fn principal_sub(org: &str, p: &IdpPrincipal) -> String {

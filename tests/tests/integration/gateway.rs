@@ -15,22 +15,41 @@ async fn bodies_above_the_limit_get_413() {
         .await
         .unwrap();
     let (status, body) = read(response).await;
-    assert_eq!((status, body), (StatusCode::PAYLOAD_TOO_LARGE, json!({"message": "Request Entity Too Large"})));
+    assert_eq!(
+        (status, body),
+        (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            json!({"message": "Request Entity Too Large"})
+        )
+    );
     // A chunked body (no length) over the limit, read by the token endpoint.
-    let chunks: Vec<Result<Vec<u8>, std::io::Error>> = (0..8).map(|_| Ok(vec![b'a'; 512])).collect();
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        (0..8).map(|_| Ok(vec![b'a'; 512])).collect();
     let response = app
         .http
-        .post(format!("{}/realms/demo/protocol/openid-connect/token", app.base))
+        .post(format!(
+            "{}/realms/demo/protocol/openid-connect/token",
+            app.base
+        ))
         .header("Content-Type", "application/x-www-form-urlencoded")
         .body(reqwest::Body::wrap_stream(futures_stream(chunks)))
         .send()
         .await
         .unwrap();
     let (status, body) = read(response).await;
-    assert_eq!((status, body), (StatusCode::PAYLOAD_TOO_LARGE, json!({"message": "Request Entity Too Large"})));
+    assert_eq!(
+        (status, body),
+        (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            json!({"message": "Request Entity Too Large"})
+        )
+    );
     // Under the limit still works.
     let token = app.client_token("demo", "demo-admin").await;
-    assert_eq!(app.get(ORG_HOST, SECURITY_METADATA, Some(&token)).await.0, StatusCode::OK);
+    assert_eq!(
+        app.get(ORG_HOST, SECURITY_METADATA, Some(&token)).await.0,
+        StatusCode::OK
+    );
 }
 
 fn futures_stream(
@@ -59,11 +78,24 @@ async fn slow_requests_get_the_gateway_timeout() {
     let mut claims = app.valid_claims("demo");
     claims["iss"] = json!(format!("{silent_url}/realms/demo"));
     let (status, body) = app
-        .get(ORG_HOST, SECURITY_METADATA, Some(&app.sign("demo", &claims)))
+        .get(
+            ORG_HOST,
+            SECURITY_METADATA,
+            Some(&app.sign("demo", &claims)),
+        )
         .await;
-    assert_eq!((status, body), (StatusCode::GATEWAY_TIMEOUT, json!({"message": "Endpoint request timed out"})));
+    assert_eq!(
+        (status, body),
+        (
+            StatusCode::GATEWAY_TIMEOUT,
+            json!({"message": "Endpoint request timed out"})
+        )
+    );
     // The server keeps answering.
-    assert_eq!(app.get(ORG_HOST, "/v2/openapi.json", None).await.0, StatusCode::OK);
+    assert_eq!(
+        app.get(ORG_HOST, "/v2/openapi.json", None).await.0,
+        StatusCode::OK
+    );
     hold.abort();
 }
 
@@ -76,7 +108,11 @@ async fn every_response_carries_a_fresh_request_id() {
         .send()
         .await
         .unwrap();
-    let second = app.request(reqwest::Method::GET, ORG_HOST, "/nowhere").send().await.unwrap();
+    let second = app
+        .request(reqwest::Method::GET, ORG_HOST, "/nowhere")
+        .send()
+        .await
+        .unwrap();
     let id = |r: &reqwest::Response| r.headers()["x-request-id"].to_str().unwrap().to_string();
     assert_eq!(id(&first).len(), 32, "a caller's id is not trusted");
     assert_ne!(id(&first), id(&second));
@@ -96,7 +132,10 @@ async fn https_serves_tls_12_and_13() {
     })
     .await;
     let root = reqwest::Certificate::from_pem(cert.cert.pem().as_bytes()).unwrap();
-    for version in [reqwest::tls::Version::TLS_1_2, reqwest::tls::Version::TLS_1_3] {
+    for version in [
+        reqwest::tls::Version::TLS_1_2,
+        reqwest::tls::Version::TLS_1_3,
+    ] {
         let client = reqwest::Client::builder()
             .add_root_certificate(root.clone())
             .min_tls_version(version)
@@ -107,7 +146,11 @@ async fn https_serves_tls_12_and_13() {
         // The embedded provider over HTTPS, and the validator fetching from it.
         let response = client
             .post(format!("{base}/realms/demo/protocol/openid-connect/token"))
-            .form(&[("grant_type", "client_credentials"), ("client_id", "demo-admin"), ("client_secret", "demo-admin-secret")])
+            .form(&[
+                ("grant_type", "client_credentials"),
+                ("client_id", "demo-admin"),
+                ("client_secret", "demo-admin-secret"),
+            ])
             .send()
             .await
             .unwrap();
@@ -123,6 +166,10 @@ async fn https_serves_tls_12_and_13() {
         assert_eq!(response.status(), StatusCode::OK, "{version:?}");
     }
     // Plain HTTP to the TLS port does not get an answer.
-    let plain = reqwest::get(format!("http://127.0.0.1:{}/v2/openapi.json", app.addr.port())).await;
+    let plain = reqwest::get(format!(
+        "http://127.0.0.1:{}/v2/openapi.json",
+        app.addr.port()
+    ))
+    .await;
     assert!(plain.is_err() || plain.unwrap().status() != StatusCode::OK);
 }

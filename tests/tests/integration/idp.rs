@@ -24,7 +24,10 @@ async fn discovery_names_the_realm() {
     let app = spawn_app().await;
     let doc: Value = app
         .http
-        .get(format!("{}/realms/demo/.well-known/openid-configuration", app.base))
+        .get(format!(
+            "{}/realms/demo/.well-known/openid-configuration",
+            app.base
+        ))
         .send()
         .await
         .unwrap()
@@ -32,11 +35,20 @@ async fn discovery_names_the_realm() {
         .await
         .unwrap();
     assert_eq!(doc["issuer"], app.issuer("demo"));
-    assert_eq!(doc["jwks_uri"], format!("{}/protocol/openid-connect/certs", app.issuer("demo")));
-    assert_eq!(doc["code_challenge_methods_supported"], serde_json::json!(["S256"]));
+    assert_eq!(
+        doc["jwks_uri"],
+        format!("{}/protocol/openid-connect/certs", app.issuer("demo"))
+    );
+    assert_eq!(
+        doc["code_challenge_methods_supported"],
+        serde_json::json!(["S256"])
+    );
     let (status, _) = read(
         app.http
-            .get(format!("{}/realms/nope/.well-known/openid-configuration", app.base))
+            .get(format!(
+                "{}/realms/nope/.well-known/openid-configuration",
+                app.base
+            ))
             .send()
             .await
             .unwrap(),
@@ -59,20 +71,33 @@ async fn client_credentials_tokens_work_for_every_demo_role() {
         let claims = claims_of(&token);
         assert_eq!(claims["resource_access"]["svc_api"]["roles"][0], role);
         assert_eq!(claims["iss"], app.issuer("demo"));
-        assert_eq!(metadata_status(&app, &token).await, StatusCode::OK, "{client}");
+        assert_eq!(
+            metadata_status(&app, &token).await,
+            StatusCode::OK,
+            "{client}"
+        );
     }
     // HTTP Basic client authentication, and a narrowed scope.
     let response = app
         .http
-        .post(format!("{}/realms/demo/protocol/openid-connect/token", app.base))
+        .post(format!(
+            "{}/realms/demo/protocol/openid-connect/token",
+            app.base
+        ))
         .basic_auth("demo-admin", Some("demo-admin-secret"))
-        .form(&[("grant_type", "client_credentials"), ("scope", "query:read")])
+        .form(&[
+            ("grant_type", "client_credentials"),
+            ("scope", "query:read"),
+        ])
         .send()
         .await
         .unwrap();
     let (status, body) = read(response).await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(claims_of(body["access_token"].as_str().unwrap())["scope"], "query:read");
+    assert_eq!(
+        claims_of(body["access_token"].as_str().unwrap())["scope"],
+        "query:read"
+    );
     assert_eq!(body["token_type"], "Bearer");
     assert_eq!(body["expires_in"], 300);
 }
@@ -83,17 +108,33 @@ async fn token_endpoint_errors() {
     let (status, body) = app
         .token_request(
             "demo",
-            &[("grant_type", "client_credentials"), ("client_id", "demo-admin"), ("client_secret", "wrong")],
+            &[
+                ("grant_type", "client_credentials"),
+                ("client_id", "demo-admin"),
+                ("client_secret", "wrong"),
+            ],
         )
         .await;
-    assert_eq!((status, body["error"].as_str()), (StatusCode::UNAUTHORIZED, Some("invalid_client")));
-    let (status, body) = app.token_request("demo", &[("grant_type", "password")]).await;
-    assert_eq!((status, body["error"].as_str()), (StatusCode::BAD_REQUEST, Some("unsupported_grant_type")));
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::UNAUTHORIZED, Some("invalid_client"))
+    );
+    let (status, body) = app
+        .token_request("demo", &[("grant_type", "password")])
+        .await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("unsupported_grant_type"))
+    );
     // A client of another realm.
     let (status, _) = app
         .token_request(
             "demo",
-            &[("grant_type", "client_credentials"), ("client_id", "other-admin"), ("client_secret", "other-admin-secret")],
+            &[
+                ("grant_type", "client_credentials"),
+                ("client_id", "other-admin"),
+                ("client_secret", "other-admin-secret"),
+            ],
         )
         .await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
@@ -107,13 +148,21 @@ struct Pkce {
 fn pkce() -> Pkce {
     let verifier = format!("{}{}", uuid_like(), uuid_like());
     let challenge = URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()));
-    Pkce { verifier, challenge }
+    Pkce {
+        verifier,
+        challenge,
+    }
 }
 
 const REDIRECT: &str = "http://localhost:8765/callback";
 
 /// Opens the login page and signs in; returns the redirect Location.
-async fn login(app: &TestApp, challenge: &str, method: &str, password: &str) -> (StatusCode, String) {
+async fn login(
+    app: &TestApp,
+    challenge: &str,
+    method: &str,
+    password: &str,
+) -> (StatusCode, String) {
     let auth = format!("{}/realms/demo/protocol/openid-connect/auth", app.base);
     let params = [
         ("client_id", "svc_cli"),
@@ -127,7 +176,10 @@ async fn login(app: &TestApp, challenge: &str, method: &str, password: &str) -> 
     let page = app.http.get(&auth).query(&params).send().await.unwrap();
     let page_status = page.status();
     if page_status != StatusCode::OK {
-        let location = page.headers().get("location").map(|l| l.to_str().unwrap().to_string());
+        let location = page
+            .headers()
+            .get("location")
+            .map(|l| l.to_str().unwrap().to_string());
         return (page_status, location.unwrap_or(page.text().await.unwrap()));
     }
     let html = page.text().await.unwrap();
@@ -187,10 +239,16 @@ async fn pkce_login_refresh_end_to_end() {
 
     // The code is single use.
     let (status, body) = exchange(&app, &code, &pkce.verifier).await;
-    assert_eq!((status, body["error"].as_str()), (StatusCode::BAD_REQUEST, Some("invalid_grant")));
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("invalid_grant"))
+    );
 
     // Neither the refresh token nor the ID token is accepted as an access token.
-    assert_eq!(metadata_status(&app, refresh).await, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        metadata_status(&app, refresh).await,
+        StatusCode::UNAUTHORIZED
+    );
     assert_eq!(
         metadata_status(&app, tokens["id_token"].as_str().unwrap()).await,
         StatusCode::UNAUTHORIZED
@@ -200,7 +258,11 @@ async fn pkce_login_refresh_end_to_end() {
     let (status, renewed) = app
         .token_request(
             "demo",
-            &[("grant_type", "refresh_token"), ("client_id", "svc_cli"), ("refresh_token", refresh)],
+            &[
+                ("grant_type", "refresh_token"),
+                ("client_id", "svc_cli"),
+                ("refresh_token", refresh),
+            ],
         )
         .await;
     assert_eq!(status, StatusCode::OK, "{renewed}");
@@ -212,14 +274,22 @@ async fn pkce_login_refresh_end_to_end() {
     let (status, _) = app
         .token_request(
             "demo",
-            &[("grant_type", "refresh_token"), ("client_id", "demo-admin"), ("refresh_token", refresh)],
+            &[
+                ("grant_type", "refresh_token"),
+                ("client_id", "demo-admin"),
+                ("refresh_token", refresh),
+            ],
         )
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     let (status, _) = app
         .token_request(
             "demo",
-            &[("grant_type", "refresh_token"), ("client_id", "svc_cli"), ("refresh_token", &format!("{refresh}x"))],
+            &[
+                ("grant_type", "refresh_token"),
+                ("client_id", "svc_cli"),
+                ("refresh_token", &format!("{refresh}x")),
+            ],
         )
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
@@ -233,7 +303,10 @@ async fn a_wrong_code_verifier_fails() {
     let code = query_param(&location, "code").unwrap();
     let other = pkce();
     let (status, body) = exchange(&app, &code, &other.verifier).await;
-    assert_eq!((status, body["error"].as_str()), (StatusCode::BAD_REQUEST, Some("invalid_grant")));
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("invalid_grant"))
+    );
     // The failed attempt burnt the code.
     let (status, _) = exchange(&app, &code, &pkce_a.verifier).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
@@ -248,11 +321,17 @@ async fn login_refusals() {
     // plain PKCE is refused, back to the (valid) redirect address with an error.
     let (status, location) = login(&app, &pkce.verifier[..43], "plain", "demo").await;
     assert_eq!(status, StatusCode::SEE_OTHER);
-    assert_eq!(query_param(&location, "error").as_deref(), Some("invalid_request"));
+    assert_eq!(
+        query_param(&location, "error").as_deref(),
+        Some("invalid_request")
+    );
     // A redirect to anything but a loopback address is an error page, no redirect.
     let response = app
         .http
-        .get(format!("{}/realms/demo/protocol/openid-connect/auth", app.base))
+        .get(format!(
+            "{}/realms/demo/protocol/openid-connect/auth",
+            app.base
+        ))
         .query(&[
             ("client_id", "svc_cli"),
             ("response_type", "code"),
@@ -304,18 +383,34 @@ async fn rotated_keys_are_published_and_accepted_after_one_refetch() {
     assert_ne!(kid_of(&before), kid_of(&after), "a new key signs");
     let jwks: Value = app
         .http
-        .get(format!("{}/realms/demo/protocol/openid-connect/certs", app.base))
+        .get(format!(
+            "{}/realms/demo/protocol/openid-connect/certs",
+            app.base
+        ))
         .send()
         .await
         .unwrap()
         .json()
         .await
         .unwrap();
-    let kids: Vec<&str> = jwks["keys"].as_array().unwrap().iter().map(|k| k["kid"].as_str().unwrap()).collect();
-    assert_eq!(kids, vec![kid_of(&after), kid_of(&before)], "both keys published, newest first");
+    let kids: Vec<&str> = jwks["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["kid"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kids,
+        vec![kid_of(&after), kid_of(&before)],
+        "both keys published, newest first"
+    );
 
     let fetched_now = idp.jwks_requests("demo");
     assert_eq!(metadata_status(&app, &after).await, StatusCode::OK);
-    assert_eq!(idp.jwks_requests("demo"), fetched_now + 1, "exactly one refetch");
+    assert_eq!(
+        idp.jwks_requests("demo"),
+        fetched_now + 1,
+        "exactly one refetch"
+    );
     assert!(fetched_now > fetched);
 }

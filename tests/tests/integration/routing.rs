@@ -21,7 +21,11 @@ async fn hosts_reach_their_api() {
     // The identity endpoint is Org API only.
     for host in ["lab.demo.api.localhost", "api.demo.localhost"] {
         let (status, body) = app.get(host, SECURITY_METADATA, Some(&token)).await;
-        assert_eq!((status, body), (StatusCode::NOT_FOUND, not_found()), "{host}");
+        assert_eq!(
+            (status, body),
+            (StatusCode::NOT_FOUND, not_found()),
+            "{host}"
+        );
     }
 }
 
@@ -39,7 +43,11 @@ async fn unknown_orgs_zones_and_paths_are_404() {
         ("localhost", "/"),
     ] {
         let (status, body) = app.get(host, path, Some(&token)).await;
-        assert_eq!((status, body), (StatusCode::NOT_FOUND, not_found()), "{host}{path}");
+        assert_eq!(
+            (status, body),
+            (StatusCode::NOT_FOUND, not_found()),
+            "{host}{path}"
+        );
     }
     // Unknown paths are 404 before authentication.
     let (status, _) = app.get(ORG_HOST, "/v2/nothing", None).await;
@@ -50,7 +58,13 @@ async fn unknown_orgs_zones_and_paths_are_404() {
         .await
         .unwrap();
     let (status, body) = read(response).await;
-    assert_eq!((status, body), (StatusCode::METHOD_NOT_ALLOWED, json!({"message": "Method Not Allowed"})));
+    assert_eq!(
+        (status, body),
+        (
+            StatusCode::METHOD_NOT_ALLOWED,
+            json!({"message": "Method Not Allowed"})
+        )
+    );
 }
 
 #[tokio::test]
@@ -61,7 +75,9 @@ async fn zone_tokens_need_the_zone_audience() {
     let config = test_config(&app.data_dir);
     let validator = lakehost::auth::TokenValidator::new(
         &config.auth,
-        format!("http://localhost:{}", app.addr.port()).parse().unwrap(),
+        format!("http://localhost:{}", app.addr.port())
+            .parse()
+            .unwrap(),
         std::sync::Arc::new(app.clock.clone()),
         None,
     )
@@ -71,17 +87,45 @@ async fn zone_tokens_need_the_zone_audience() {
         claims["aud"] = aud;
         app.sign("demo", &claims)
     };
-    let lab = Expected { org: "demo", audience: "svc_api_lab" };
-    assert!(validator.validate(&token_with_aud(json!("svc_api_lab")), lab).await.is_ok());
-    assert!(validator.validate(&token_with_aud(json!(["svc_api", "svc_api_lab"])), lab).await.is_ok());
-    assert!(validator.validate(&token_with_aud(json!("svc_api_ops")), lab).await.is_err(), "another zone's aud");
-    assert!(validator.validate(&token_with_aud(json!("svc_api")), lab).await.is_err(), "the Org API's aud");
+    let lab = Expected {
+        org: "demo",
+        audience: "svc_api_lab",
+    };
+    assert!(
+        validator
+            .validate(&token_with_aud(json!("svc_api_lab")), lab)
+            .await
+            .is_ok()
+    );
+    assert!(
+        validator
+            .validate(&token_with_aud(json!(["svc_api", "svc_api_lab"])), lab)
+            .await
+            .is_ok()
+    );
+    assert!(
+        validator
+            .validate(&token_with_aud(json!("svc_api_ops")), lab)
+            .await
+            .is_err(),
+        "another zone's aud"
+    );
+    assert!(
+        validator
+            .validate(&token_with_aud(json!("svc_api")), lab)
+            .await
+            .is_err(),
+        "the Org API's aud"
+    );
     // And the scope a zone endpoint asks for carries the zone prefix.
     let target = lakehost::api::routing::ApiTarget {
         org: "demo".into(),
         kind: lakehost::api::routing::ApiKind::Zone("lab".into()),
     };
-    assert_eq!(lakehost::api::principal::scope_for("query:write", &target), "lab:query:write");
+    assert_eq!(
+        lakehost::api::principal::scope_for("query:write", &target),
+        "lab:query:write"
+    );
 }
 
 #[tokio::test]
@@ -97,10 +141,21 @@ async fn openapi_document_lists_every_endpoint_without_auth() {
     for (path, item) in paths {
         for method in item.as_object().unwrap().keys() {
             let method: reqwest::Method = method.to_uppercase().parse().unwrap();
-            assert!(item[method.as_str().to_lowercase()]["security"].is_array(), "{method} {path} documents its security");
+            assert!(
+                item[method.as_str().to_lowercase()]["security"].is_array(),
+                "{method} {path} documents its security"
+            );
             let concrete = path.replace("{query_id}", "q").replace("{load_id}", "l");
-            let response = app.request(method.clone(), "localhost", &concrete).send().await.unwrap();
-            assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{method} {path} without a token");
+            let response = app
+                .request(method.clone(), "localhost", &concrete)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(
+                response.status(),
+                StatusCode::UNAUTHORIZED,
+                "{method} {path} without a token"
+            );
             // With a valid token lacking every scope: 403 where a scope is documented.
             let mut claims = app.valid_claims("demo");
             claims["scope"] = json!("");
@@ -111,12 +166,23 @@ async fn openapi_document_lists_every_endpoint_without_auth() {
                 .send()
                 .await
                 .unwrap();
-            let scopes = item[method.as_str().to_lowercase()]["security"][0]["bearer"].as_array().cloned().unwrap_or_default();
+            let scopes = item[method.as_str().to_lowercase()]["security"][0]["bearer"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
             if scopes.is_empty() {
-                assert_ne!(response.status(), StatusCode::FORBIDDEN, "{method} {path} needs no scope");
+                assert_ne!(
+                    response.status(),
+                    StatusCode::FORBIDDEN,
+                    "{method} {path} needs no scope"
+                );
             } else {
                 let (status, body) = read(response).await;
-                assert_eq!((status, body), (StatusCode::FORBIDDEN, json!({"message": "Forbidden"})), "{method} {path}");
+                assert_eq!(
+                    (status, body),
+                    (StatusCode::FORBIDDEN, json!({"message": "Forbidden"})),
+                    "{method} {path}"
+                );
             }
             let _ = &token;
         }

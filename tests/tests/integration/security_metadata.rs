@@ -29,15 +29,36 @@ async fn where_clause(app: &TestApp, roles: &[&str], clients: &str) -> String {
 async fn where_clause_follows_the_spec() {
     let app = spawn_app().await;
     let list = "service_client_id IN (12, 13, 901)";
-    assert_eq!(where_clause(&app, &["OwnServiceClientConsumer"], "[12 13]").await, list);
-    assert_eq!(where_clause(&app, &["PublicConsumer"], "[12 13]").await, list);
-    assert_eq!(where_clause(&app, &["OwnServiceClientAnalyst"], "[12 13]").await, list);
-    assert_eq!(where_clause(&app, &["OwnServiceClientAnalyst"], "[901 12]").await, "service_client_id IN (901, 12)");
+    assert_eq!(
+        where_clause(&app, &["OwnServiceClientConsumer"], "[12 13]").await,
+        list
+    );
+    assert_eq!(
+        where_clause(&app, &["PublicConsumer"], "[12 13]").await,
+        list
+    );
+    assert_eq!(
+        where_clause(&app, &["OwnServiceClientAnalyst"], "[12 13]").await,
+        list
+    );
+    assert_eq!(
+        where_clause(&app, &["OwnServiceClientAnalyst"], "[901 12]").await,
+        "service_client_id IN (901, 12)"
+    );
     assert_eq!(where_clause(&app, &["PublicConsumer"], "[0]").await, "1=1");
-    assert_eq!(where_clause(&app, &["OwnServiceClientConsumer"], "[5 0]").await, "1=1");
-    assert_eq!(where_clause(&app, &["AllServiceClientAnalyst"], "[12]").await, "1=1");
+    assert_eq!(
+        where_clause(&app, &["OwnServiceClientConsumer"], "[5 0]").await,
+        "1=1"
+    );
+    assert_eq!(
+        where_clause(&app, &["AllServiceClientAnalyst"], "[12]").await,
+        "1=1"
+    );
     assert_eq!(where_clause(&app, &["ZoneAdmin"], "[12]").await, "1=1");
-    assert_eq!(where_clause(&app, &["PublicConsumer", "ZoneAdmin"], "[12]").await, "1=1");
+    assert_eq!(
+        where_clause(&app, &["PublicConsumer", "ZoneAdmin"], "[12]").await,
+        "1=1"
+    );
     assert_eq!(where_clause(&app, &["offline_access"], "[12]").await, "1=0");
 }
 
@@ -59,7 +80,10 @@ async fn hash_tracks_roles_and_service_clients() {
     assert_eq!(base, hash(&["OwnServiceClientAnalyst"], "[13 12]").await);
     assert_ne!(base, hash(&["ZoneAdmin"], "[12 13]").await);
     assert_ne!(base, hash(&["OwnServiceClientAnalyst"], "[12]").await);
-    assert_ne!(base, hash(&["OwnServiceClientAnalyst", "PublicConsumer"], "[12 13]").await);
+    assert_ne!(
+        base,
+        hash(&["OwnServiceClientAnalyst", "PublicConsumer"], "[12 13]").await
+    );
 }
 
 fn identity_error(message: &str) -> Value {
@@ -80,12 +104,24 @@ async fn claim_errors_have_the_spec_bodies() {
         claims
     };
     let cases = [
-        (without("service_client_id"), "No service client provided in access token".to_string()),
-        (with("sub", json!("")), "Sub not provided in access token".into()),
-        (without("jti"), "no JTI in the access token".into()),
-        (without("resource_access"), "No resource access provided in access token".into()),
         (
-            with("resource_access", json!({ "svc_api_lab": { "roles": ["ZoneAdmin"] } })),
+            without("service_client_id"),
+            "No service client provided in access token".to_string(),
+        ),
+        (
+            with("sub", json!("")),
+            "Sub not provided in access token".into(),
+        ),
+        (without("jti"), "no JTI in the access token".into()),
+        (
+            without("resource_access"),
+            "No resource access provided in access token".into(),
+        ),
+        (
+            with(
+                "resource_access",
+                json!({ "svc_api_lab": { "roles": ["ZoneAdmin"] } }),
+            ),
             "No resource access provided for svc_api in access token".into(),
         ),
         (
@@ -104,7 +140,10 @@ async fn claim_errors_have_the_spec_bodies() {
             with("service_client_id", json!([12, 13])),
             "Invalid Service Client claim (claim in incorrect format: [12,13])".into(),
         ),
-        (with("service_client_id", json!("[]")), "No service client is configured".into()),
+        (
+            with("service_client_id", json!("[]")),
+            "No service client is configured".into(),
+        ),
     ];
     for (claims, message) in cases {
         let (status, body) = metadata(&app, &claims).await;

@@ -42,12 +42,20 @@ async fn forged_algorithms_are_refused() {
     let header = json!({"alg": "none", "typ": "JWT", "kid": kid});
     let unsigned = format!("{}.{}", b64(&header), b64(&claims));
     assert_refused(&app, &format!("{unsigned}."), "alg none, empty signature").await;
-    assert_refused(&app, &format!("{unsigned}.AAAA"), "alg none, junk signature").await;
+    assert_refused(
+        &app,
+        &format!("{unsigned}.AAAA"),
+        "alg none, junk signature",
+    )
+    .await;
 
     // HS256 keyed with the realm's RSA public key (the classic confusion attack).
     let jwks: Value = app
         .http
-        .get(format!("{}/realms/demo/protocol/openid-connect/certs", app.base))
+        .get(format!(
+            "{}/realms/demo/protocol/openid-connect/certs",
+            app.base
+        ))
         .send()
         .await
         .unwrap()
@@ -72,7 +80,12 @@ async fn forged_algorithms_are_refused() {
     }
 
     // Valid RSA signatures, but algorithms outside the allow-list (RS256 only).
-    for alg in [Algorithm::RS384, Algorithm::RS512, Algorithm::PS256, Algorithm::PS512] {
+    for alg in [
+        Algorithm::RS384,
+        Algorithm::RS512,
+        Algorithm::PS256,
+        Algorithm::PS512,
+    ] {
         let token = app.sign_with(&app.realm_key("demo"), Header::new(alg), &claims);
         assert_refused(&app, &token, &format!("{alg:?}")).await;
     }
@@ -102,7 +115,12 @@ async fn time_claims_are_enforced_with_bounded_leeway() {
     assert_accepted(&app, &with("exp", json!(now - 20)), "expired within leeway").await;
     assert_refused(&app, &with("nbf", json!(now + 60)), "nbf in the future").await;
     assert_accepted(&app, &with("nbf", json!(now + 20)), "nbf within leeway").await;
-    assert_refused(&app, &with("exp", json!((now + 300).to_string())), "exp as string").await;
+    assert_refused(
+        &app,
+        &with("exp", json!((now + 300).to_string())),
+        "exp as string",
+    )
+    .await;
     assert_refused(&app, &with("nbf", json!(now.to_string())), "nbf as string").await;
 
     // Time is the injected clock's: moving it expires a token.
@@ -118,7 +136,12 @@ async fn registered_claims_are_required_and_exact() {
     for claim in ["exp", "iss", "aud", "sub"] {
         let mut claims = app.valid_claims("demo");
         claims.as_object_mut().unwrap().remove(claim);
-        assert_refused(&app, &app.sign("demo", &claims), &format!("{claim} missing")).await;
+        assert_refused(
+            &app,
+            &app.sign("demo", &claims),
+            &format!("{claim} missing"),
+        )
+        .await;
     }
     let issuer = app.issuer("demo");
     for iss in [
@@ -131,7 +154,11 @@ async fn registered_claims_are_required_and_exact() {
         claims["iss"] = json!(iss);
         assert_refused(&app, &app.sign("demo", &claims), &format!("iss {iss}")).await;
     }
-    for aud in [json!("account"), json!(["account", "svc_cli"]), json!("svc_api_lab")] {
+    for aud in [
+        json!("account"),
+        json!(["account", "svc_cli"]),
+        json!("svc_api_lab"),
+    ] {
         let mut claims = app.valid_claims("demo");
         claims["aud"] = aud.clone();
         assert_refused(&app, &app.sign("demo", &claims), &format!("aud {aud}")).await;
@@ -155,10 +182,14 @@ async fn another_realms_token_is_refused() {
     assert_refused(&app, &forged, "other realm's key").await;
     // Demo's token on other's API.
     let demo = app.sign("demo", &app.valid_claims("demo"));
-    let (status, _) = app.get(OTHER_ORG_HOST, SECURITY_METADATA, Some(&demo)).await;
+    let (status, _) = app
+        .get(OTHER_ORG_HOST, SECURITY_METADATA, Some(&demo))
+        .await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     // And other's token on other's API works.
-    let (status, body) = app.get(OTHER_ORG_HOST, SECURITY_METADATA, Some(&other)).await;
+    let (status, body) = app
+        .get(OTHER_ORG_HOST, SECURITY_METADATA, Some(&other))
+        .await;
     assert_eq!(status, StatusCode::OK, "{body}");
 }
 
@@ -166,7 +197,12 @@ async fn another_realms_token_is_refused() {
 async fn unknown_kid_refetches_at_most_once_per_cooldown() {
     let app = spawn_app().await;
     let idp = app.idp.clone().unwrap();
-    assert_accepted(&app, &app.sign("demo", &app.valid_claims("demo")), "warm up").await;
+    assert_accepted(
+        &app,
+        &app.sign("demo", &app.valid_claims("demo")),
+        "warm up",
+    )
+    .await;
     let fetched = idp.jwks_requests("demo");
     let mut header = Header::new(Algorithm::RS256);
     header.kid = Some("no-such-kid".into());
@@ -180,7 +216,11 @@ async fn unknown_kid_refetches_at_most_once_per_cooldown() {
     for _ in 0..5 {
         assert_refused(&app, &token, "unknown kid after cooldown").await;
     }
-    assert_eq!(idp.jwks_requests("demo"), fetched + 1, "one refetch per cooldown");
+    assert_eq!(
+        idp.jwks_requests("demo"),
+        fetched + 1,
+        "one refetch per cooldown"
+    );
 }
 
 #[tokio::test]
@@ -212,7 +252,12 @@ async fn header_key_injection_is_refused() {
     // The attacker's signature under the realm's real kid.
     let mut header = Header::new(Algorithm::RS256);
     header.kid = Some(app.realm_key("demo").kid);
-    assert_refused(&app, &app.sign_with(&attacker, header, &claims), "real kid, wrong key").await;
+    assert_refused(
+        &app,
+        &app.sign_with(&attacker, header, &claims),
+        "real kid, wrong key",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -225,7 +270,12 @@ async fn tampered_and_malformed_tokens_are_refused() {
     widened["service_client_id"] = json!("[0]");
     let tampered = format!("{}.{}.{}", parts[0], b64(&widened), parts[2]);
     assert_refused(&app, &tampered, "tampered payload").await;
-    assert_refused(&app, &format!("{}.{}.", parts[0], parts[1]), "stripped signature").await;
+    assert_refused(
+        &app,
+        &format!("{}.{}.", parts[0], parts[1]),
+        "stripped signature",
+    )
+    .await;
     assert_refused(&app, &format!("{}.{}", parts[0], parts[1]), "two segments").await;
     assert_refused(&app, &format!("{token}.{}", parts[2]), "four segments").await;
     assert_refused(&app, "not-a-jwt", "one segment").await;
@@ -261,7 +311,11 @@ async fn malformed_authorization_headers_are_refused() {
         assert_eq!(body, unauthorized());
     }
     let (status, body) = app.get(ORG_HOST, SECURITY_METADATA, None).await;
-    assert_eq!((status, body), (StatusCode::UNAUTHORIZED, unauthorized()), "no header");
+    assert_eq!(
+        (status, body),
+        (StatusCode::UNAUTHORIZED, unauthorized()),
+        "no header"
+    );
     // The scheme is case-insensitive (RFC 7235).
     let (status, _) = app.metadata_with_header(&format!("bearer {token}")).await;
     assert_eq!(status, StatusCode::OK);
