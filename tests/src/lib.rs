@@ -242,6 +242,20 @@ impl TestApp {
         read(response).await
     }
 
+    /// A JSON document of the embedded provider, e.g. the JWKS at
+    /// `protocol/openid-connect/certs`.
+    pub async fn realm_document(&self, org: &str, path: &str) -> Value {
+        let url = format!("{}/realms/{org}/{path}", self.base);
+        self.http
+            .get(url)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
     /// An access token from client_credentials.
     pub async fn client_token(&self, org: &str, client_id: &str) -> String {
         let secret = format!("{client_id}-secret");

@@ -22,18 +22,9 @@ fn kid_of(token: &str) -> String {
 #[tokio::test]
 async fn discovery_names_the_realm() {
     let app = spawn_app().await;
-    let doc: Value = app
-        .http
-        .get(format!(
-            "{}/realms/demo/.well-known/openid-configuration",
-            app.base
-        ))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let doc = app
+        .realm_document("demo", ".well-known/openid-configuration")
+        .await;
     assert_eq!(doc["issuer"], app.issuer("demo"));
     assert_eq!(
         doc["jwks_uri"],
@@ -381,18 +372,9 @@ async fn rotated_keys_are_published_and_accepted_after_one_refetch() {
     app.clock.advance(chrono::Duration::hours(25));
     let after = app.client_token("demo", "demo-admin").await;
     assert_ne!(kid_of(&before), kid_of(&after), "a new key signs");
-    let jwks: Value = app
-        .http
-        .get(format!(
-            "{}/realms/demo/protocol/openid-connect/certs",
-            app.base
-        ))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let jwks = app
+        .realm_document("demo", "protocol/openid-connect/certs")
+        .await;
     let kids: Vec<&str> = jwks["keys"]
         .as_array()
         .unwrap()

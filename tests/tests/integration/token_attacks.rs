@@ -50,18 +50,9 @@ async fn forged_algorithms_are_refused() {
     .await;
 
     // HS256 keyed with the realm's RSA public key (the classic confusion attack).
-    let jwks: Value = app
-        .http
-        .get(format!(
-            "{}/realms/demo/protocol/openid-connect/certs",
-            app.base
-        ))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let jwks = app
+        .realm_document("demo", "protocol/openid-connect/certs")
+        .await;
     let public_n = jwks["keys"][0]["n"].as_str().unwrap().to_string();
     let public_pem = {
         use rsa::pkcs8::{DecodePrivateKey as _, EncodePublicKey as _, LineEnding};
