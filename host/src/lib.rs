@@ -9,6 +9,7 @@ pub mod clock;
 pub mod config;
 pub mod idp;
 pub mod startup;
+pub mod store;
 
 pub use config::Config;
 pub use startup::Application;

@@ -21,6 +21,7 @@ use crate::{
     clock::{SharedClock, SystemClock},
     config::Config,
     idp::Idp,
+    store::Store,
 };
 
 pub struct Application {
@@ -61,6 +62,20 @@ impl Application {
             Some(url) => url.clone(),
             None => own_url(addr, tls.is_some()),
         };
+        let store = Store::open(
+            &config.storage.data_dir,
+            config.storage.database_url.as_deref(),
+        )
+        .await
+        .context("opening the metadata store (storage.data_dir / storage.database_url)")?;
+        for org in &config.orgs {
+            store.ensure_standard_databases(&org.name, None).await?;
+            for zone in &org.zones {
+                store
+                    .ensure_standard_databases(&org.name, Some(zone))
+                    .await?;
+            }
+        }
         let config = Arc::new(config);
         let idp = if config.idp.enabled {
             let idp = Idp::new(config.clone(), auth_url.clone(), clock.clone())
@@ -88,6 +103,7 @@ impl Application {
             config,
             validator,
             clock,
+            store,
         };
         let router = api::app(state, idp.clone());
         Ok(Self {

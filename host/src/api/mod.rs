@@ -20,7 +20,7 @@ use axum::{
 use utoipa::OpenApi as _;
 use utoipa_axum::router::OpenApiRouter;
 
-use crate::{auth::TokenValidator, clock::SharedClock, config::Config, idp::Idp};
+use crate::{auth::TokenValidator, clock::SharedClock, config::Config, idp::Idp, store::Store};
 use routing::HostRouters;
 
 /// Everything handlers share; cheap to clone.
@@ -29,6 +29,8 @@ pub struct AppState {
     pub config: Arc<Config>,
     pub validator: Arc<TokenValidator>,
     pub clock: SharedClock,
+    /// The catalog and durable jobs (used by the query and load APIs).
+    pub store: Store,
 }
 
 /// The Org API's routes (paths under `/v2`).

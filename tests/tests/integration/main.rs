@@ -5,4 +5,5 @@ mod gateway;
 mod idp;
 mod routing;
 mod security_metadata;
+mod store;
 mod token_attacks;

@@ -1,0 +1,326 @@
+//! The lake catalog (DESIGN.md "Data model"): databases per org and zone, tables
+//! with their schema and partition columns, and the committed data files with
+//! partition values and row counts. Readers see only files listed here; a set of
+//! files becomes visible in one transaction.
+
+use std::collections::BTreeMap;
+
+use sqlx::Row as _;
+
+use super::{Error, Result, Store, new_id};
+use crate::auth::DatabaseKind;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LakeDatabase {
+    pub id: String,
+    pub org: String,
+    /// `None` for the org's own databases.
+    pub zone: Option<String>,
+    pub name: String,
+    pub kind: DatabaseKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LakeTable {
+    pub id: String,
+    pub database_id: String,
+    pub name: String,
+    /// The table's Arrow schema as JSON (written and read by the lake layer).
+    pub schema_json: String,
+    pub partition_columns: Vec<String>,
+    pub created_at: i64,
+}
+
+/// A data file to commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewDataFile {
+    pub path: String,
+    pub service_client_id: Option<i64>,
+    pub partition_values: BTreeMap<String, String>,
+    pub row_count: i64,
+    pub size_bytes: i64,
+    pub load_id: Option<String>,
+}
+
+/// A committed data file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataFile {
+    pub id: String,
+    pub table_id: String,
+    pub file: NewDataFile,
+    pub committed_at: i64,
+}
+
+pub fn kind_name(kind: DatabaseKind) -> &'static str {
+    match kind {
+        DatabaseKind::Lake => "lake",
+        DatabaseKind::Insights => "insights",
+        DatabaseKind::DataInput => "data_input",
+        DatabaseKind::Sandbox => "sandbox",
+    }
+}
+
+fn parse_kind(name: &str) -> Result<DatabaseKind> {
+    Ok(match name {
+        "lake" => DatabaseKind::Lake,
+        "insights" => DatabaseKind::Insights,
+        "data_input" => DatabaseKind::DataInput,
+        "sandbox" => DatabaseKind::Sandbox,
+        other => return Err(Error::Corrupt(format!("database kind {other:?}"))),
+    })
+}
+
+/// The databases every org (zone `None`) or zone has: `<org>_lake_v2` or
+/// `<zone>_lake` (the default), and the insights, data-input and sandbox family.
+/// Hyphens of DNS names become underscores so names are plain SQL identifiers.
+pub fn standard_databases(org: &str, zone: Option<&str>) -> Vec<(String, DatabaseKind)> {
+    let (stem, lake) = match zone {
+        None => {
+            let stem = org.replace('-', "_");
+            let lake = format!("{stem}_lake_v2");
+            (stem, lake)
+        }
+        Some(zone) => {
+            let stem = zone.replace('-', "_");
+            let lake = format!("{stem}_lake");
+            (stem, lake)
+        }
+    };
+    vec![
+        (lake, DatabaseKind::Lake),
+        (format!("{stem}_insights"), DatabaseKind::Insights),
+        (format!("{stem}_data_input"), DatabaseKind::DataInput),
+        (format!("{stem}_sandbox"), DatabaseKind::Sandbox),
+    ]
+}
+
+fn database_from_row(row: &sqlx::any::AnyRow) -> Result<LakeDatabase> {
+    let zone: String = row.try_get("zone")?;
+    Ok(LakeDatabase {
+        id: row.try_get("id")?,
+        org: row.try_get("org")?,
+        zone: (!zone.is_empty()).then_some(zone),
+        name: row.try_get("name")?,
+        kind: parse_kind(&row.try_get::<String, _>("kind")?)?,
+    })
+}
+
+fn table_from_row(row: &sqlx::any::AnyRow) -> Result<LakeTable> {
+    let partitions: String = row.try_get("partition_columns_json")?;
+    Ok(LakeTable {
+        id: row.try_get("id")?,
+        database_id: row.try_get("database_id")?,
+        name: row.try_get("name")?,
+        schema_json: row.try_get("schema_json")?,
+        partition_columns: serde_json::from_str(&partitions)
+            .map_err(|e| Error::Corrupt(format!("partition columns: {e}")))?,
+        created_at: row.try_get("created_at")?,
+    })
+}
+
+fn file_from_row(row: &sqlx::any::AnyRow) -> Result<DataFile> {
+    let values: String = row.try_get("partition_values_json")?;
+    Ok(DataFile {
+        id: row.try_get("id")?,
+        table_id: row.try_get("table_id")?,
+        file: NewDataFile {
+            path: row.try_get("path")?,
+            service_client_id: row.try_get("service_client_id")?,
+            partition_values: serde_json::from_str(&values)
+                .map_err(|e| Error::Corrupt(format!("partition values: {e}")))?,
+            row_count: row.try_get("row_count")?,
+            size_bytes: row.try_get("size_bytes")?,
+            load_id: row.try_get("load_id")?,
+        },
+        committed_at: row.try_get("committed_at")?,
+    })
+}
+
+impl Store {
+    /// Creates the standard databases of an org or zone when missing; returns them.
+    pub async fn ensure_standard_databases(
+        &self,
+        org: &str,
+        zone: Option<&str>,
+    ) -> Result<Vec<LakeDatabase>> {
+        for (name, kind) in standard_databases(org, zone) {
+            sqlx::query(
+                "INSERT INTO lake_databases (id, org, zone, name, kind) VALUES ($1, $2, $3, $4, $5) \
+                 ON CONFLICT (org, zone, name) DO NOTHING",
+            )
+            .bind(new_id())
+            .bind(org)
+            .bind(zone.unwrap_or(""))
+            .bind(&name)
+            .bind(kind_name(kind))
+            .execute(self.pool())
+            .await?;
+        }
+        self.databases(org, zone).await
+    }
+
+    pub async fn databases(&self, org: &str, zone: Option<&str>) -> Result<Vec<LakeDatabase>> {
+        let rows = sqlx::query(
+            "SELECT id, org, zone, name, kind FROM lake_databases \
+             WHERE org = $1 AND zone = $2 ORDER BY name",
+        )
+        .bind(org)
+        .bind(zone.unwrap_or(""))
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter().map(database_from_row).collect()
+    }
+
+    pub async fn database(
+        &self,
+        org: &str,
+        zone: Option<&str>,
+        name: &str,
+    ) -> Result<Option<LakeDatabase>> {
+        let row = sqlx::query(
+            "SELECT id, org, zone, name, kind FROM lake_databases \
+             WHERE org = $1 AND zone = $2 AND name = $3",
+        )
+        .bind(org)
+        .bind(zone.unwrap_or(""))
+        .bind(name)
+        .fetch_optional(self.pool())
+        .await?;
+        row.as_ref().map(database_from_row).transpose()
+    }
+
+    pub async fn create_table(
+        &self,
+        database_id: &str,
+        name: &str,
+        schema_json: &str,
+        partition_columns: &[String],
+        now: i64,
+    ) -> Result<LakeTable> {
+        let table = LakeTable {
+            id: new_id(),
+            database_id: database_id.to_string(),
+            name: name.to_string(),
+            schema_json: schema_json.to_string(),
+            partition_columns: partition_columns.to_vec(),
+            created_at: now,
+        };
+        let inserted = sqlx::query(
+            "INSERT INTO lake_tables (id, database_id, name, schema_json, partition_columns_json, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (database_id, name) DO NOTHING",
+        )
+        .bind(&table.id)
+        .bind(database_id)
+        .bind(name)
+        .bind(schema_json)
+        .bind(serde_json::to_string(partition_columns).expect("strings serialise"))
+        .bind(now)
+        .execute(self.pool())
+        .await?;
+        if inserted.rows_affected() == 0 {
+            return Err(Error::AlreadyExists {
+                what: format!("table {name}"),
+            });
+        }
+        Ok(table)
+    }
+
+    pub async fn table(&self, database_id: &str, name: &str) -> Result<Option<LakeTable>> {
+        let row = sqlx::query(
+            "SELECT id, database_id, name, schema_json, partition_columns_json, created_at \
+             FROM lake_tables WHERE database_id = $1 AND name = $2",
+        )
+        .bind(database_id)
+        .bind(name)
+        .fetch_optional(self.pool())
+        .await?;
+        row.as_ref().map(table_from_row).transpose()
+    }
+
+    pub async fn tables(&self, database_id: &str) -> Result<Vec<LakeTable>> {
+        let rows = sqlx::query(
+            "SELECT id, database_id, name, schema_json, partition_columns_json, created_at \
+             FROM lake_tables WHERE database_id = $1 ORDER BY name",
+        )
+        .bind(database_id)
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter().map(table_from_row).collect()
+    }
+
+    /// Drops a table and its file list in one transaction; returns the paths of
+    /// the files, which the caller deletes from the object store afterwards.
+    pub async fn drop_table(&self, database_id: &str, name: &str) -> Result<Vec<String>> {
+        let mut tx = self.pool().begin().await?;
+        let row = sqlx::query("SELECT id FROM lake_tables WHERE database_id = $1 AND name = $2")
+            .bind(database_id)
+            .bind(name)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some(row) = row else {
+            return Err(Error::NotFound {
+                what: format!("table {name}"),
+            });
+        };
+        let table_id: String = row.try_get("id")?;
+        let paths: Vec<String> = sqlx::query("SELECT path FROM lake_files WHERE table_id = $1")
+            .bind(&table_id)
+            .fetch_all(&mut *tx)
+            .await?
+            .iter()
+            .map(|r| r.try_get("path"))
+            .collect::<std::result::Result<_, _>>()?;
+        sqlx::query("DELETE FROM lake_files WHERE table_id = $1")
+            .bind(&table_id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM lake_tables WHERE id = $1")
+            .bind(&table_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(paths)
+    }
+
+    /// Makes all `files` visible at once, or none (one transaction).
+    pub async fn commit_files(
+        &self,
+        table_id: &str,
+        files: &[NewDataFile],
+        now: i64,
+    ) -> Result<()> {
+        let mut tx = self.pool().begin().await?;
+        for file in files {
+            sqlx::query(
+                "INSERT INTO lake_files (id, table_id, path, service_client_id, partition_values_json, \
+                 row_count, size_bytes, load_id, committed_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            )
+            .bind(new_id())
+            .bind(table_id)
+            .bind(&file.path)
+            .bind(file.service_client_id)
+            .bind(serde_json::to_string(&file.partition_values).expect("strings serialise"))
+            .bind(file.row_count)
+            .bind(file.size_bytes)
+            .bind(file.load_id.as_deref())
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The committed files of a table, in commit order.
+    pub async fn files(&self, table_id: &str) -> Result<Vec<DataFile>> {
+        let rows = sqlx::query(
+            "SELECT id, table_id, path, service_client_id, partition_values_json, row_count, \
+             size_bytes, load_id, committed_at FROM lake_files WHERE table_id = $1 \
+             ORDER BY committed_at, path",
+        )
+        .bind(table_id)
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter().map(file_from_row).collect()
+    }
+}

@@ -1,0 +1,134 @@
+//! The metadata store: the lake catalog and durable jobs, in SQLite (a file
+//! under `data_dir`, WAL) or Postgres (`database_url`), through one sqlx `Any`
+//! pool and SQL that both dialects accept. Where they differ (claiming a job)
+//! the `Backend` says which statement to send.
+//!
+//! Migrations live per backend in `host/migrations/<backend>/` and run at open.
+//! This module never touches DataFusion or HTTP; times are microseconds since
+//! the Unix epoch, passed in by callers (who read the injected clock).
+
+pub mod catalog;
+pub mod queries;
+
+use std::{path::Path, str::FromStr as _};
+
+use sqlx::{
+    AnyPool,
+    any::{AnyPoolOptions, install_default_drivers},
+    sqlite::{SqliteConnectOptions, SqliteJournalMode},
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{what} already exists")]
+    AlreadyExists { what: String },
+    #[error("{what} does not exist")]
+    NotFound { what: String },
+    #[error("stored value is not valid: {0}")]
+    Corrupt(String),
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// The store handle; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Store {
+    pool: AnyPool,
+    backend: Backend,
+}
+
+static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+
+impl Store {
+    /// Opens the configured store: `database_url` when set, else
+    /// `data_dir/lakehost.db`. Runs migrations.
+    pub async fn open(data_dir: &Path, database_url: Option<&str>) -> Result<Self> {
+        match database_url {
+            Some(url) if url.starts_with("postgres") => Self::open_postgres(url).await,
+            Some(url) => Self::open_sqlite_url(url).await,
+            None => Self::open_sqlite(&data_dir.join("lakehost.db")).await,
+        }
+    }
+
+    /// A SQLite file (created when missing), in WAL mode.
+    pub async fn open_sqlite(path: &Path) -> Result<Self> {
+        Self::open_sqlite_url(&format!("sqlite://{}", path.display())).await
+    }
+
+    async fn open_sqlite_url(url: &str) -> Result<Self> {
+        install_default_drivers();
+        // WAL is a property of the file; set it once through a native connection
+        // so that every pooled connection sees it.
+        let options = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal);
+        {
+            use sqlx::Connection as _;
+            let connection = sqlx::SqliteConnection::connect_with(&options).await?;
+            connection.close().await?;
+        }
+        let url = if url.contains('?') {
+            url.to_string()
+        } else {
+            format!("{url}?mode=rwc")
+        };
+        let pool = AnyPoolOptions::new()
+            .max_connections(8)
+            .after_connect(|conn, _| {
+                Box::pin(async move {
+                    use sqlx::Executor as _;
+                    conn.execute("PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 5000;")
+                        .await?;
+                    Ok(())
+                })
+            })
+            .connect(&url)
+            .await?;
+        SQLITE_MIGRATIONS.run(&pool).await?;
+        Ok(Self {
+            pool,
+            backend: Backend::Sqlite,
+        })
+    }
+
+    pub async fn open_postgres(url: &str) -> Result<Self> {
+        install_default_drivers();
+        let pool = AnyPoolOptions::new()
+            .max_connections(16)
+            .connect(url)
+            .await?;
+        POSTGRES_MIGRATIONS.run(&pool).await?;
+        Ok(Self {
+            pool,
+            backend: Backend::Postgres,
+        })
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    pub(crate) fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+/// A fresh identifier for stored rows.
+pub fn new_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}

@@ -1,0 +1,347 @@
+//! The metadata store suite, run on every backend: SQLite always, Postgres over a
+//! real connection when `LAKEHOST_TEST_DATABASE_URL` names a server (`.ci/run`
+//! starts one and sets it; CI fails without it).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use lakehost::{
+    auth::DatabaseKind,
+    store::{
+        Error, Store,
+        catalog::NewDataFile,
+        queries::{NewQuery, QueryOutcome, QueryState},
+    },
+};
+
+/// A fresh, empty store per backend.
+async fn backends() -> Vec<(&'static str, Store, Option<tempfile::TempDir>)> {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = Store::open_sqlite(&dir.path().join("lakehost.db"))
+        .await
+        .unwrap();
+    let mut stores = vec![("sqlite", sqlite, Some(dir))];
+    match std::env::var("LAKEHOST_TEST_DATABASE_URL") {
+        Ok(admin_url) => {
+            use sqlx::Connection as _;
+            let name = format!("lakehost_test_{}", lakehost::store::new_id());
+            let mut admin = sqlx::PgConnection::connect(&admin_url).await.unwrap();
+            sqlx::query(&format!("CREATE DATABASE {name}"))
+                .execute(&mut admin)
+                .await
+                .unwrap();
+            let base = admin_url.rsplit_once('/').unwrap().0;
+            let store = Store::open_postgres(&format!("{base}/{name}"))
+                .await
+                .unwrap();
+            stores.push(("postgres", store, None));
+        }
+        Err(_) if std::env::var_os("CI").is_some() => {
+            panic!("LAKEHOST_TEST_DATABASE_URL must name a Postgres server in CI")
+        }
+        Err(_) => eprintln!(
+            "NOTE: Postgres store tests not run: set LAKEHOST_TEST_DATABASE_URL (see .ci/run)"
+        ),
+    }
+    stores
+}
+
+fn query(id: &str, submitted_order: u32) -> NewQuery {
+    NewQuery {
+        id: format!("{submitted_order:04}-{id}"),
+        org: "demo".into(),
+        zone: None,
+        owner_sub: "user-1".into(),
+        access_fingerprint: "0123456789abcdef".into(),
+        sql: "SELECT 1".into(),
+        database: "demo_lake_v2".into(),
+        statement_type: "DML".into(),
+    }
+}
+
+#[tokio::test]
+async fn standard_databases_per_org_and_zone() {
+    for (backend, store, _dir) in backends().await {
+        let org = store
+            .ensure_standard_databases("demo-co", None)
+            .await
+            .unwrap();
+        let again = store
+            .ensure_standard_databases("demo-co", None)
+            .await
+            .unwrap();
+        assert_eq!(org, again, "{backend}: idempotent");
+        let names: BTreeSet<&str> = org.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(
+            names,
+            BTreeSet::from([
+                "demo_co_lake_v2",
+                "demo_co_insights",
+                "demo_co_data_input",
+                "demo_co_sandbox"
+            ])
+        );
+        let zone = store
+            .ensure_standard_databases("demo-co", Some("lab"))
+            .await
+            .unwrap();
+        let lake = zone.iter().find(|d| d.kind == DatabaseKind::Lake).unwrap();
+        assert_eq!(
+            (lake.name.as_str(), lake.zone.as_deref()),
+            ("lab_lake", Some("lab"))
+        );
+        assert_eq!(
+            store.databases("demo-co", None).await.unwrap().len(),
+            4,
+            "{backend}"
+        );
+        assert!(
+            store
+                .database("demo-co", None, "lab_lake")
+                .await
+                .unwrap()
+                .is_none(),
+            "{backend}: zones are apart"
+        );
+    }
+}
+
+#[tokio::test]
+async fn tables_and_files_commit_all_at_once() {
+    for (backend, store, _dir) in backends().await {
+        let dbs = store.ensure_standard_databases("demo", None).await.unwrap();
+        let lake = &dbs
+            .iter()
+            .find(|d| d.kind == DatabaseKind::Lake)
+            .unwrap()
+            .id;
+        let partitions = vec!["service_client_id".to_string(), "svc$load_id".to_string()];
+        let table = store
+            .create_table(lake, "trips", "{}", &partitions, 1)
+            .await
+            .unwrap();
+        assert!(
+            matches!(
+                store
+                    .create_table(lake, "trips", "{}", &partitions, 2)
+                    .await,
+                Err(Error::AlreadyExists { .. })
+            ),
+            "{backend}"
+        );
+        assert_eq!(
+            store.table(lake, "trips").await.unwrap(),
+            Some(table.clone())
+        );
+
+        let file = |n: i64| NewDataFile {
+            path: format!(
+                "lake/demo_lake_v2/trips/service_client_id={n}/svc$load_id=l1/part-0.parquet"
+            ),
+            service_client_id: Some(n),
+            partition_values: BTreeMap::from([
+                ("service_client_id".into(), n.to_string()),
+                ("svc$load_id".into(), "l1".into()),
+            ]),
+            row_count: 10 * n,
+            size_bytes: 100,
+            load_id: Some("l1".into()),
+        };
+        store
+            .commit_files(&table.id, &[file(1), file(2)], 5)
+            .await
+            .unwrap();
+        let files = store.files(&table.id).await.unwrap();
+        assert_eq!(
+            files.iter().map(|f| f.file.clone()).collect::<Vec<_>>(),
+            vec![file(1), file(2)],
+            "{backend}"
+        );
+
+        // A batch with a duplicate path fails whole: nothing of it is visible.
+        let mut bad = file(3);
+        bad.path = file(1).path;
+        assert!(
+            store
+                .commit_files(&table.id, &[file(4), bad], 6)
+                .await
+                .is_err()
+        );
+        assert_eq!(
+            store.files(&table.id).await.unwrap().len(),
+            2,
+            "{backend}: all or nothing"
+        );
+
+        let paths = store.drop_table(lake, "trips").await.unwrap();
+        assert_eq!(paths.len(), 2);
+        assert!(store.table(lake, "trips").await.unwrap().is_none());
+        assert!(store.files(&table.id).await.unwrap().is_empty());
+        assert!(matches!(
+            store.drop_table(lake, "trips").await,
+            Err(Error::NotFound { .. })
+        ));
+    }
+}
+
+#[tokio::test]
+async fn query_jobs_move_through_their_states() {
+    for (backend, store, _dir) in backends().await {
+        let job = store.insert_query(&query("a", 1), 100).await.unwrap();
+        assert_eq!(job.state, QueryState::Queued);
+        let claimed = store.claim_query("w1", 110, 200).await.unwrap().unwrap();
+        assert_eq!(
+            (claimed.state, claimed.attempts, claimed.started_at),
+            (QueryState::Running, 1, Some(110))
+        );
+        assert!(
+            store.claim_query("w2", 111, 200).await.unwrap().is_none(),
+            "{backend}: nothing left"
+        );
+
+        let outcome = QueryOutcome::Succeeded {
+            result_path: "results/x".into(),
+            rows: 3,
+        };
+        assert!(
+            !store
+                .finish_query(&job.query.id, "w2", &outcome, 120)
+                .await
+                .unwrap(),
+            "not w2's job"
+        );
+        assert!(
+            store
+                .finish_query(&job.query.id, "w1", &outcome, 120)
+                .await
+                .unwrap()
+        );
+        let done = store.query_job(&job.query.id).await.unwrap().unwrap();
+        assert_eq!(
+            (
+                done.state,
+                done.completed_at,
+                done.result_rows,
+                done.result_path.as_deref()
+            ),
+            (QueryState::Succeeded, Some(120), Some(3), Some("results/x"))
+        );
+        assert!(
+            !store.cancel_query(&job.query.id, 130).await.unwrap(),
+            "final stays final"
+        );
+
+        // Cancel while queued: never claimed.
+        let queued = store.insert_query(&query("b", 2), 140).await.unwrap();
+        assert!(store.cancel_query(&queued.query.id, 141).await.unwrap());
+        assert!(store.claim_query("w1", 142, 200).await.unwrap().is_none());
+        assert_eq!(
+            store
+                .query_job(&queued.query.id)
+                .await
+                .unwrap()
+                .unwrap()
+                .state,
+            QueryState::Cancelled
+        );
+
+        // Cancel while running: the worker's result is refused afterwards.
+        let running = store.insert_query(&query("c", 3), 150).await.unwrap();
+        store.claim_query("w1", 151, 300).await.unwrap().unwrap();
+        assert!(store.cancel_query(&running.query.id, 152).await.unwrap());
+        let failed = QueryOutcome::Failed {
+            reason: "late".into(),
+        };
+        assert!(
+            !store
+                .finish_query(&running.query.id, "w1", &failed, 153)
+                .await
+                .unwrap(),
+            "{backend}"
+        );
+        assert!(store.query_job("missing").await.unwrap().is_none());
+    }
+}
+
+#[tokio::test]
+async fn an_expired_lease_is_taken_over() {
+    for (backend, store, _dir) in backends().await {
+        let job = store.insert_query(&query("d", 1), 100).await.unwrap();
+        store
+            .claim_query("dead-worker", 100, 110)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            store.claim_query("w2", 105, 200).await.unwrap().is_none(),
+            "lease still held"
+        );
+        assert!(
+            store
+                .renew_query_lease(&job.query.id, "dead-worker", 120)
+                .await
+                .unwrap()
+        );
+        let taken = store.claim_query("w2", 121, 200).await.unwrap().unwrap();
+        assert_eq!(
+            (taken.query.id.as_str(), taken.attempts),
+            (job.query.id.as_str(), 2),
+            "{backend}"
+        );
+        assert!(
+            !store
+                .renew_query_lease(&job.query.id, "dead-worker", 300)
+                .await
+                .unwrap()
+        );
+        let outcome = QueryOutcome::Failed { reason: "x".into() };
+        assert!(
+            !store
+                .finish_query(&job.query.id, "dead-worker", &outcome, 130)
+                .await
+                .unwrap()
+        );
+        assert!(
+            store
+                .finish_query(&job.query.id, "w2", &outcome, 130)
+                .await
+                .unwrap()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_workers_claim_each_job_once() {
+    for (backend, store, _dir) in backends().await {
+        for i in 0..30 {
+            store
+                .insert_query(&query("e", i), i64::from(i))
+                .await
+                .unwrap();
+        }
+        let mut workers = Vec::new();
+        for w in 0..6 {
+            let store = store.clone();
+            workers.push(tokio::spawn(async move {
+                let mut mine = Vec::new();
+                while let Some(job) = store
+                    .claim_query(&format!("w{w}"), 1000, 2000)
+                    .await
+                    .unwrap()
+                {
+                    mine.push(job.query.id);
+                }
+                mine
+            }));
+        }
+        let mut all = Vec::new();
+        for worker in workers {
+            all.extend(worker.await.unwrap());
+        }
+        let unique: BTreeSet<&String> = all.iter().collect();
+        assert_eq!(
+            (all.len(), unique.len()),
+            (30, 30),
+            "{backend}: every job exactly once"
+        );
+    }
+}
