@@ -8,6 +8,8 @@ pub mod auth;
 pub mod clock;
 pub mod config;
 pub mod idp;
+pub mod lake;
+pub mod query;
 pub mod startup;
 pub mod store;
 

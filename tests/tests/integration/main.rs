@@ -3,6 +3,7 @@
 
 mod gateway;
 mod idp;
+mod query_access;
 mod routing;
 mod security_metadata;
 mod store;

@@ -1,0 +1,155 @@
+//! The lake's object store: where data files live, how they are named, and the
+//! parquet writer. Local disk under `data_dir/lake` by default. Which files a
+//! table has is the catalog's business (`store::catalog`), never a listing.
+//!
+//! Layout: `lake/<database>/<table>/service_client_id=<id>/svc$load_id=<load>/<file>.parquet`.
+
+use std::{path::Path, str::FromStr as _, sync::Arc};
+
+use datafusion::{
+    arrow::{
+        array::RecordBatch,
+        datatypes::{DataType, Field, Schema, SchemaRef},
+    },
+    execution::object_store::ObjectStoreUrl,
+    parquet::arrow::AsyncArrowWriter,
+};
+use object_store::{ObjectStore, ObjectStoreExt as _, local::LocalFileSystem, path::Path as ObjectPath};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("object store: {0}")]
+    ObjectStore(#[from] object_store::Error),
+    #[error("parquet: {0}")]
+    Parquet(#[from] datafusion::parquet::errors::ParquetError),
+    #[error("schema: {0}")]
+    Schema(String),
+    #[error("lake directory: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The lake's object store and the URL DataFusion knows it by.
+#[derive(Clone, Debug)]
+pub struct Lake {
+    store: Arc<dyn ObjectStore>,
+    url: ObjectStoreUrl,
+}
+
+impl Lake {
+    /// The local-disk lake under `data_dir/lake`.
+    pub fn local(data_dir: &Path) -> Result<Self, Error> {
+        let root = data_dir.join("lake");
+        std::fs::create_dir_all(&root)?;
+        let store = LocalFileSystem::new_with_prefix(root)?;
+        Ok(Self {
+            store: Arc::new(store),
+            url: ObjectStoreUrl::parse("lakehost://lake/").expect("static URL"),
+        })
+    }
+
+    pub fn object_store(&self) -> Arc<dyn ObjectStore> {
+        self.store.clone()
+    }
+
+    pub fn object_store_url(&self) -> &ObjectStoreUrl {
+        &self.url
+    }
+
+    /// Writes record batches as one parquet file at `path`; returns its size.
+    pub async fn write_parquet(
+        &self,
+        path: &str,
+        schema: SchemaRef,
+        batches: &[RecordBatch],
+    ) -> Result<u64, Error> {
+        let mut buffer = Vec::new();
+        {
+            let mut writer = AsyncArrowWriter::try_new(&mut buffer, schema, None)?;
+            for batch in batches {
+                writer.write(batch).await?;
+            }
+            writer.close().await?;
+        }
+        let size = buffer.len() as u64;
+        self.store
+            .put(&ObjectPath::from(path), buffer.into())
+            .await?;
+        Ok(size)
+    }
+}
+
+/// Where a data file of a table lives.
+pub fn data_file_path(
+    database: &str,
+    table: &str,
+    service_client: i64,
+    load_id: &str,
+    file_name: &str,
+) -> String {
+    format!("{database}/{table}/service_client_id={service_client}/svc$load_id={load_id}/{file_name}.parquet")
+}
+
+/// A table schema as stored in the catalog: `{"fields":[{"name","type","nullable"}]}`
+/// with Arrow's own type names, so it round-trips through `DataType::from_str`.
+#[derive(Serialize, Deserialize)]
+struct StoredSchema {
+    fields: Vec<StoredField>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct StoredField {
+    name: String,
+    #[serde(rename = "type")]
+    data_type: String,
+    nullable: bool,
+}
+
+pub fn schema_to_json(schema: &Schema) -> String {
+    let stored = StoredSchema {
+        fields: schema
+            .fields()
+            .iter()
+            .map(|f| StoredField {
+                name: f.name().clone(),
+                data_type: f.data_type().to_string(),
+                nullable: f.is_nullable(),
+            })
+            .collect(),
+    };
+    serde_json::to_string(&stored).expect("schema serialises")
+}
+
+pub fn schema_from_json(text: &str) -> Result<SchemaRef, Error> {
+    let stored: StoredSchema =
+        serde_json::from_str(text).map_err(|e| Error::Schema(e.to_string()))?;
+    let fields = stored
+        .fields
+        .into_iter()
+        .map(|f| {
+            let data_type = DataType::from_str(&f.data_type)
+                .map_err(|e| Error::Schema(format!("{}: {e}", f.name)))?;
+            Ok(Field::new(f.name, data_type, f.nullable))
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
+    Ok(Arc::new(Schema::new(fields)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::datatypes::TimeUnit;
+
+    #[test]
+    fn schemas_round_trip() {
+        let schema = Schema::new(vec![
+            Field::new("a", DataType::Int64, false),
+            Field::new("b", DataType::Utf8, true),
+            Field::new("c", DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())), true),
+            Field::new("d", DataType::Decimal128(12, 2), true),
+            Field::new("e", DataType::Date32, true),
+        ]);
+        let back = schema_from_json(&schema_to_json(&schema)).unwrap();
+        assert_eq!(back.as_ref(), &schema);
+    }
+}

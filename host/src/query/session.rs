@@ -1,0 +1,90 @@
+//! A DataFusion session for one caller on one org or zone: a catalog
+//! `lakehost` whose schemas are the org's (or zone's) databases and whose tables
+//! are `LakeTableProvider`s carrying the caller's read scope for that database.
+//! Nothing else is reachable: no URL tables, no file system, no other org.
+
+use std::sync::Arc;
+
+use datafusion::{
+    catalog::{MemoryCatalogProvider, MemorySchemaProvider, CatalogProvider, SchemaProvider},
+    execution::{SessionStateBuilder, runtime_env::RuntimeEnvBuilder},
+    prelude::{SessionConfig, SessionContext},
+};
+
+use super::provider::LakeTableProvider;
+use crate::{
+    auth::Access,
+    lake::{self, Lake},
+    store::{self, Store},
+};
+
+pub const CATALOG: &str = "lakehost";
+
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error(transparent)]
+    Store(#[from] store::Error),
+    #[error(transparent)]
+    Lake(#[from] lake::Error),
+    #[error("datafusion: {0}")]
+    DataFusion(#[from] datafusion::error::DataFusionError),
+    #[error("database {0} does not exist")]
+    UnknownDatabase(String),
+}
+
+/// Whose session: the org, the zone (for the Zone API) and the caller's access
+/// on that API's client.
+pub struct SessionScope<'a> {
+    pub org: &'a str,
+    pub zone: Option<&'a str>,
+    pub access: &'a Access,
+    /// The database unqualified names resolve in.
+    pub default_database: &'a str,
+}
+
+pub async fn session_for(
+    store: &Store,
+    lake: &Lake,
+    scope: &SessionScope<'_>,
+) -> Result<SessionContext, SessionError> {
+    let databases = store.databases(scope.org, scope.zone).await?;
+    if !databases.iter().any(|d| d.name == scope.default_database) {
+        return Err(SessionError::UnknownDatabase(scope.default_database.to_string()));
+    }
+    let catalog = MemoryCatalogProvider::new();
+    for database in &databases {
+        let schema = MemorySchemaProvider::new();
+        let read_scope = scope.access.read_scope(database.kind);
+        for table in store.tables(&database.id).await? {
+            let file_schema = lake::schema_from_json(&table.schema_json)?;
+            let files = store.files(&table.id).await?;
+            let provider = LakeTableProvider::new(
+                &database.name,
+                table.clone(),
+                file_schema,
+                files,
+                read_scope.clone(),
+                lake.object_store_url().clone(),
+            );
+            schema.register_table(table.name.clone(), Arc::new(provider))?;
+        }
+        catalog.register_schema(&database.name, Arc::new(schema))?;
+    }
+    let config = SessionConfig::new()
+        .with_default_catalog_and_schema(CATALOG, scope.default_database)
+        .with_create_default_catalog_and_schema(false)
+        .with_information_schema(true);
+    let runtime = RuntimeEnvBuilder::new().build_arc()?;
+    runtime.register_object_store(
+        lake.object_store_url().as_ref(),
+        lake.object_store(),
+    );
+    let state = SessionStateBuilder::new()
+        .with_config(config)
+        .with_runtime_env(runtime)
+        .with_default_features()
+        .build();
+    let context = SessionContext::new_with_state(state);
+    context.register_catalog(CATALOG, Arc::new(catalog));
+    Ok(context)
+}

@@ -1,0 +1,279 @@
+//! Statement policy (DESIGN.md "Statements"): one statement per query, parsed by
+//! DataFusion's parser, classified as the spec's statementType, and reduced to
+//! the action the permission check needs. Anything that can reach the file
+//! system or the network by itself (CREATE EXTERNAL TABLE, COPY, SET, RESET,
+//! views, functions, ...) is refused here, before any planning.
+
+use datafusion::sql::{
+    parser::{DFParser, Statement as DfStatement},
+    sqlparser::{
+        ast::{ObjectName, ObjectType, Statement, TableObject},
+        dialect::GenericDialect,
+    },
+};
+
+/// The spec's `statementType`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatementType {
+    Dml,
+    Ddl,
+    Utility,
+}
+
+impl StatementType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StatementType::Dml => "DML",
+            StatementType::Ddl => "DDL",
+            StatementType::Utility => "UTILITY",
+        }
+    }
+}
+
+/// A table named in a statement: `table`, `database.table` or
+/// `lakehost.database.table`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableName {
+    pub database: Option<String>,
+    pub table: String,
+}
+
+/// What a statement does, as far as permissions go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// SELECT / WITH / VALUES, EXPLAIN of one, SHOW and DESCRIBE.
+    Read,
+    Insert { table: TableName },
+    CreateTable { table: TableName, as_select: bool },
+    DropTables { tables: Vec<TableName> },
+    AlterTable { table: TableName },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Classified {
+    pub statement_type: StatementType,
+    pub action: Action,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StatementError {
+    /// The engine's own parse error.
+    #[error("{0}")]
+    Parse(String),
+    #[error("exactly one SQL statement is allowed per query")]
+    NotOneStatement,
+    /// A statement lakehost never runs.
+    #[error("{0} statements are not allowed")]
+    Refused(String),
+    #[error("table name {0} is not of the form table, database.table or lakehost.database.table")]
+    BadTableName(String),
+}
+
+pub fn classify(sql: &str) -> Result<Classified, StatementError> {
+    let mut statements = DFParser::parse_sql_with_dialect(sql, &GenericDialect {})
+        .map_err(|e| StatementError::Parse(e.to_string()))?;
+    if statements.len() != 1 {
+        return Err(StatementError::NotOneStatement);
+    }
+    match statements.pop_front().expect("one statement") {
+        DfStatement::Statement(statement) => classify_sql(&statement),
+        DfStatement::CreateExternalTable(_) => Err(refused("CREATE EXTERNAL TABLE")),
+        DfStatement::CopyTo(_) => Err(refused("COPY")),
+        DfStatement::Reset(_) => Err(refused("RESET")),
+        DfStatement::Explain(explain) if explain.options.analyze => Err(refused("EXPLAIN ANALYZE")),
+        DfStatement::Explain(explain) => match *explain.statement {
+            DfStatement::Statement(inner) => explain_of(&inner),
+            _ => Err(refused("EXPLAIN of this statement")),
+        },
+    }
+}
+
+fn refused(what: &str) -> StatementError {
+    StatementError::Refused(what.to_string())
+}
+
+/// EXPLAIN is UTILITY, and only of statements that may run themselves; it
+/// never runs the inner statement (EXPLAIN ANALYZE is refused).
+fn explain_of(inner: &Statement) -> Result<Classified, StatementError> {
+    let classified = classify_sql(inner)?;
+    if classified.action != Action::Read {
+        return Err(refused("EXPLAIN of a write"));
+    }
+    Ok(Classified {
+        statement_type: StatementType::Utility,
+        action: Action::Read,
+    })
+}
+
+fn classify_sql(statement: &Statement) -> Result<Classified, StatementError> {
+    let classified = |statement_type, action| Ok(Classified { statement_type, action });
+    match statement {
+        Statement::Query(_) => classified(StatementType::Dml, Action::Read),
+        Statement::Explain {
+            statement, analyze, ..
+        } => {
+            if *analyze {
+                return Err(refused("EXPLAIN ANALYZE"));
+            }
+            explain_of(statement)
+        }
+        Statement::ExplainTable { .. }
+        | Statement::ShowTables { .. }
+        | Statement::ShowColumns { .. } => classified(StatementType::Utility, Action::Read),
+        Statement::Insert(insert) => {
+            let TableObject::TableName(name) = &insert.table else {
+                return Err(refused("INSERT INTO a table function"));
+            };
+            classified(
+                StatementType::Dml,
+                Action::Insert {
+                    table: table_name(name)?,
+                },
+            )
+        }
+        Statement::CreateTable(create) => {
+            if create.external || create.temporary || create.or_replace || create.location.is_some() {
+                return Err(refused("CREATE EXTERNAL, TEMPORARY, OR REPLACE or LOCATION"));
+            }
+            classified(
+                StatementType::Ddl,
+                Action::CreateTable {
+                    table: table_name(&create.name)?,
+                    as_select: create.query.is_some(),
+                },
+            )
+        }
+        Statement::Drop {
+            object_type: ObjectType::Table,
+            names,
+            ..
+        } => classified(
+            StatementType::Ddl,
+            Action::DropTables {
+                tables: names.iter().map(table_name).collect::<Result<_, _>>()?,
+            },
+        ),
+        Statement::AlterTable(alter) => classified(
+            StatementType::Ddl,
+            Action::AlterTable {
+                table: table_name(&alter.name)?,
+            },
+        ),
+        other => {
+            let text = other.to_string();
+            let keyword: String = text
+                .split_whitespace()
+                .take(2)
+                .collect::<Vec<_>>()
+                .join(" ")
+                .to_uppercase();
+            Err(StatementError::Refused(keyword))
+        }
+    }
+}
+
+fn table_name(name: &ObjectName) -> Result<TableName, StatementError> {
+    let parts: Option<Vec<String>> = name
+        .0
+        .iter()
+        .map(|part| part.as_ident().map(|ident| ident.value.clone()))
+        .collect();
+    let bad = || StatementError::BadTableName(name.to_string());
+    match parts.ok_or_else(bad)?.as_slice() {
+        [table] => Ok(TableName {
+            database: None,
+            table: table.clone(),
+        }),
+        [database, table] => Ok(TableName {
+            database: Some(database.clone()),
+            table: table.clone(),
+        }),
+        [catalog, database, table] if catalog == super::session::CATALOG => Ok(TableName {
+            database: Some(database.clone()),
+            table: table.clone(),
+        }),
+        _ => Err(bad()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kind(sql: &str) -> (StatementType, Action) {
+        let c = classify(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+        (c.statement_type, c.action)
+    }
+
+    fn name(database: Option<&str>, table: &str) -> TableName {
+        TableName {
+            database: database.map(String::from),
+            table: table.into(),
+        }
+    }
+
+    #[test]
+    fn statement_types() {
+        assert_eq!(kind("SELECT 1"), (StatementType::Dml, Action::Read));
+        assert_eq!(kind("WITH t AS (SELECT 1) SELECT * FROM t"), (StatementType::Dml, Action::Read));
+        assert_eq!(kind("EXPLAIN SELECT 1"), (StatementType::Utility, Action::Read));
+        assert_eq!(kind("SHOW TABLES"), (StatementType::Utility, Action::Read));
+        assert_eq!(kind("DESCRIBE trips"), (StatementType::Utility, Action::Read));
+        assert_eq!(
+            kind("INSERT INTO demo_sandbox.t SELECT 1"),
+            (StatementType::Dml, Action::Insert { table: name(Some("demo_sandbox"), "t") })
+        );
+        assert_eq!(
+            kind("CREATE TABLE lakehost.demo_sandbox.t AS SELECT 1 AS a"),
+            (
+                StatementType::Ddl,
+                Action::CreateTable { table: name(Some("demo_sandbox"), "t"), as_select: true }
+            )
+        );
+        assert_eq!(
+            kind("CREATE TABLE t (a INT)"),
+            (StatementType::Ddl, Action::CreateTable { table: name(None, "t"), as_select: false })
+        );
+        assert_eq!(
+            kind("DROP TABLE demo_lake_v2.trips"),
+            (StatementType::Ddl, Action::DropTables { tables: vec![name(Some("demo_lake_v2"), "trips")] })
+        );
+    }
+
+    #[test]
+    fn statements_that_reach_files_or_settings_are_refused() {
+        for sql in [
+            "CREATE EXTERNAL TABLE x STORED AS PARQUET LOCATION '/etc/'",
+            "COPY (SELECT 1) TO '/tmp/x.csv'",
+            "SET datafusion.execution.batch_size = 1",
+            "RESET datafusion.execution.batch_size",
+            "CREATE VIEW v AS SELECT 1",
+            "CREATE TEMPORARY TABLE t (a INT)",
+            "CREATE OR REPLACE TABLE t (a INT)",
+            "EXPLAIN ANALYZE SELECT 1",
+            "EXPLAIN INSERT INTO t SELECT 1",
+            "CREATE FUNCTION f() RETURNS INT RETURN 1",
+            "DROP VIEW v",
+            "DELETE FROM t",
+            "UPDATE t SET a = 1",
+        ] {
+            assert!(
+                matches!(classify(sql), Err(StatementError::Refused(_))),
+                "{sql}: {:?}",
+                classify(sql)
+            );
+        }
+    }
+
+    #[test]
+    fn one_parsable_statement() {
+        assert_eq!(classify("SELECT 1; SELECT 2"), Err(StatementError::NotOneStatement));
+        assert_eq!(classify(""), Err(StatementError::NotOneStatement));
+        assert!(matches!(classify("SELEC 1"), Err(StatementError::Parse(_))));
+        assert!(matches!(
+            classify("SELECT * FROM a.b.c.d"),
+            Ok(_) // names inside queries are resolved by the session, not here
+        ));
+        assert!(matches!(classify("DROP TABLE other.a.b"), Err(StatementError::BadTableName(_))));
+    }
+}
