@@ -14,7 +14,9 @@ use datafusion::{
     execution::object_store::ObjectStoreUrl,
     parquet::arrow::AsyncArrowWriter,
 };
-use object_store::{ObjectStore, ObjectStoreExt as _, local::LocalFileSystem, path::Path as ObjectPath};
+use object_store::{
+    ObjectStore, ObjectStoreExt as _, local::LocalFileSystem, path::Path as ObjectPath,
+};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, thiserror::Error)]
@@ -87,7 +89,9 @@ pub fn data_file_path(
     load_id: &str,
     file_name: &str,
 ) -> String {
-    format!("{database}/{table}/service_client_id={service_client}/svc$load_id={load_id}/{file_name}.parquet")
+    format!(
+        "{database}/{table}/service_client_id={service_client}/svc$load_id={load_id}/{file_name}.parquet"
+    )
 }
 
 /// A table schema as stored in the catalog: `{"fields":[{"name","type","nullable"}]}`
@@ -145,7 +149,11 @@ mod tests {
         let schema = Schema::new(vec![
             Field::new("a", DataType::Int64, false),
             Field::new("b", DataType::Utf8, true),
-            Field::new("c", DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())), true),
+            Field::new(
+                "c",
+                DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+                true,
+            ),
             Field::new("d", DataType::Decimal128(12, 2), true),
             Field::new("e", DataType::Date32, true),
         ]);

@@ -125,18 +125,24 @@ impl LakeTableProvider {
             .partition_fields
             .iter()
             .map(|field| {
-                let raw = file.file.partition_values.get(field.name()).ok_or_else(|| {
-                    DataFusionError::Internal(format!(
-                        "file {} has no value for partition {}",
-                        file.file.path,
-                        field.name()
-                    ))
-                })?;
+                let raw = file
+                    .file
+                    .partition_values
+                    .get(field.name())
+                    .ok_or_else(|| {
+                        DataFusionError::Internal(format!(
+                            "file {} has no value for partition {}",
+                            file.file.path,
+                            field.name()
+                        ))
+                    })?;
                 ScalarValue::try_from_string(raw.clone(), field.data_type())
             })
             .collect::<datafusion::common::Result<Vec<_>>>()?;
-        Ok(PartitionedFile::new(file.file.path.clone(), file.file.size_bytes as u64)
-            .with_partition_values(values))
+        Ok(
+            PartitionedFile::new(file.file.path.clone(), file.file.size_bytes as u64)
+                .with_partition_values(values),
+        )
     }
 
     /// The catalog's files whose partition values pass the partition-only filters.
@@ -144,8 +150,11 @@ impl LakeTableProvider {
         &self,
         filters: &[Expr],
     ) -> datafusion::common::Result<Vec<(PartitionedFile, &DataFile)>> {
-        let partition_names: Vec<&str> =
-            self.partition_fields.iter().map(|f| f.name().as_str()).collect();
+        let partition_names: Vec<&str> = self
+            .partition_fields
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect();
         let partition_filters: Vec<Expr> = filters
             .iter()
             .filter(|f| expr_applicable_for_cols(&partition_names, f))
@@ -155,11 +164,13 @@ impl LakeTableProvider {
         let mut kept = Vec::new();
         for file in &self.files {
             let partitioned = self.partitioned_file(file)?;
-            if let Some(partitioned) = datafusion::datasource::listing::helpers::filter_partitioned_file(
-                partitioned,
-                &partition_filters,
-                &partition_schema,
-            )? {
+            if let Some(partitioned) =
+                datafusion::datasource::listing::helpers::filter_partitioned_file(
+                    partitioned,
+                    &partition_filters,
+                    &partition_schema,
+                )?
+            {
                 kept.push((partitioned, file));
             }
         }
@@ -193,20 +204,23 @@ impl TableProvider for LakeTableProvider {
         limit: Option<usize>,
     ) -> datafusion::common::Result<Arc<dyn ExecutionPlan>> {
         if self.read_scope == ServiceClientScope::Nothing {
-            return Err(DataFusionError::External(Box::new(AccessDenied::Database {
-                database: self.database.clone(),
-            })));
+            return Err(DataFusionError::External(Box::new(
+                AccessDenied::Database {
+                    database: self.database.clone(),
+                },
+            )));
         }
         let files = self.pruned_files(filters)?;
         for (_, file) in &files {
             let service_client = file.file.service_client_id.unwrap_or(-1);
-            let allowed = u32::try_from(service_client)
-                .is_ok_and(|id| self.read_scope.allows(id));
+            let allowed = u32::try_from(service_client).is_ok_and(|id| self.read_scope.allows(id));
             if !allowed {
-                return Err(DataFusionError::External(Box::new(AccessDenied::ServiceClient {
-                    table: format!("{}.{}", self.database, self.table.name),
-                    service_client,
-                })));
+                return Err(DataFusionError::External(Box::new(
+                    AccessDenied::ServiceClient {
+                        table: format!("{}.{}", self.database, self.table.name),
+                        service_client,
+                    },
+                )));
             }
         }
         let projected = match projection {

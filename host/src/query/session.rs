@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use datafusion::{
-    catalog::{MemoryCatalogProvider, MemorySchemaProvider, CatalogProvider, SchemaProvider},
+    catalog::{CatalogProvider, MemoryCatalogProvider, MemorySchemaProvider, SchemaProvider},
     execution::{SessionStateBuilder, runtime_env::RuntimeEnvBuilder},
     prelude::{SessionConfig, SessionContext},
 };
@@ -49,7 +49,9 @@ pub async fn session_for(
 ) -> Result<SessionContext, SessionError> {
     let databases = store.databases(scope.org, scope.zone).await?;
     if !databases.iter().any(|d| d.name == scope.default_database) {
-        return Err(SessionError::UnknownDatabase(scope.default_database.to_string()));
+        return Err(SessionError::UnknownDatabase(
+            scope.default_database.to_string(),
+        ));
     }
     let catalog = MemoryCatalogProvider::new();
     for database in &databases {
@@ -75,10 +77,7 @@ pub async fn session_for(
         .with_create_default_catalog_and_schema(false)
         .with_information_schema(true);
     let runtime = RuntimeEnvBuilder::new().build_arc()?;
-    runtime.register_object_store(
-        lake.object_store_url().as_ref(),
-        lake.object_store(),
-    );
+    runtime.register_object_store(lake.object_store_url().as_ref(), lake.object_store());
     let state = SessionStateBuilder::new()
         .with_config(config)
         .with_runtime_env(runtime)
@@ -87,4 +86,19 @@ pub async fn session_for(
     let context = SessionContext::new_with_state(state);
     context.register_catalog(CATALOG, Arc::new(catalog));
     Ok(context)
+}
+
+/// Plans `sql` in the session so that every table's access check has run.
+/// `EXPLAIN` reports physical-planning errors as result rows instead of failing,
+/// so its inner plan is planned here first: an EXPLAIN of a read the caller may
+/// not do is refused like the read itself.
+pub async fn checked_dataframe(
+    context: &SessionContext,
+    sql: &str,
+) -> datafusion::error::Result<datafusion::dataframe::DataFrame> {
+    let frame = context.sql(sql).await?;
+    if let datafusion::logical_expr::LogicalPlan::Explain(explain) = frame.logical_plan() {
+        context.state().create_physical_plan(&explain.plan).await?;
+    }
+    Ok(frame)
 }

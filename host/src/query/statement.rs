@@ -43,10 +43,19 @@ pub struct TableName {
 pub enum Action {
     /// SELECT / WITH / VALUES, EXPLAIN of one, SHOW and DESCRIBE.
     Read,
-    Insert { table: TableName },
-    CreateTable { table: TableName, as_select: bool },
-    DropTables { tables: Vec<TableName> },
-    AlterTable { table: TableName },
+    Insert {
+        table: TableName,
+    },
+    CreateTable {
+        table: TableName,
+        as_select: bool,
+    },
+    DropTables {
+        tables: Vec<TableName>,
+    },
+    AlterTable {
+        table: TableName,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,7 +115,12 @@ fn explain_of(inner: &Statement) -> Result<Classified, StatementError> {
 }
 
 fn classify_sql(statement: &Statement) -> Result<Classified, StatementError> {
-    let classified = |statement_type, action| Ok(Classified { statement_type, action });
+    let classified = |statement_type, action| {
+        Ok(Classified {
+            statement_type,
+            action,
+        })
+    };
     match statement {
         Statement::Query(_) => classified(StatementType::Dml, Action::Read),
         Statement::Explain {
@@ -132,8 +146,11 @@ fn classify_sql(statement: &Statement) -> Result<Classified, StatementError> {
             )
         }
         Statement::CreateTable(create) => {
-            if create.external || create.temporary || create.or_replace || create.location.is_some() {
-                return Err(refused("CREATE EXTERNAL, TEMPORARY, OR REPLACE or LOCATION"));
+            if create.external || create.temporary || create.or_replace || create.location.is_some()
+            {
+                return Err(refused(
+                    "CREATE EXTERNAL, TEMPORARY, OR REPLACE or LOCATION",
+                ));
             }
             classified(
                 StatementType::Ddl,
@@ -215,28 +232,56 @@ mod tests {
     #[test]
     fn statement_types() {
         assert_eq!(kind("SELECT 1"), (StatementType::Dml, Action::Read));
-        assert_eq!(kind("WITH t AS (SELECT 1) SELECT * FROM t"), (StatementType::Dml, Action::Read));
-        assert_eq!(kind("EXPLAIN SELECT 1"), (StatementType::Utility, Action::Read));
+        assert_eq!(
+            kind("WITH t AS (SELECT 1) SELECT * FROM t"),
+            (StatementType::Dml, Action::Read)
+        );
+        assert_eq!(
+            kind("EXPLAIN SELECT 1"),
+            (StatementType::Utility, Action::Read)
+        );
         assert_eq!(kind("SHOW TABLES"), (StatementType::Utility, Action::Read));
-        assert_eq!(kind("DESCRIBE trips"), (StatementType::Utility, Action::Read));
+        assert_eq!(
+            kind("DESCRIBE trips"),
+            (StatementType::Utility, Action::Read)
+        );
         assert_eq!(
             kind("INSERT INTO demo_sandbox.t SELECT 1"),
-            (StatementType::Dml, Action::Insert { table: name(Some("demo_sandbox"), "t") })
+            (
+                StatementType::Dml,
+                Action::Insert {
+                    table: name(Some("demo_sandbox"), "t")
+                }
+            )
         );
         assert_eq!(
             kind("CREATE TABLE lakehost.demo_sandbox.t AS SELECT 1 AS a"),
             (
                 StatementType::Ddl,
-                Action::CreateTable { table: name(Some("demo_sandbox"), "t"), as_select: true }
+                Action::CreateTable {
+                    table: name(Some("demo_sandbox"), "t"),
+                    as_select: true
+                }
             )
         );
         assert_eq!(
             kind("CREATE TABLE t (a INT)"),
-            (StatementType::Ddl, Action::CreateTable { table: name(None, "t"), as_select: false })
+            (
+                StatementType::Ddl,
+                Action::CreateTable {
+                    table: name(None, "t"),
+                    as_select: false
+                }
+            )
         );
         assert_eq!(
             kind("DROP TABLE demo_lake_v2.trips"),
-            (StatementType::Ddl, Action::DropTables { tables: vec![name(Some("demo_lake_v2"), "trips")] })
+            (
+                StatementType::Ddl,
+                Action::DropTables {
+                    tables: vec![name(Some("demo_lake_v2"), "trips")]
+                }
+            )
         );
     }
 
@@ -267,13 +312,17 @@ mod tests {
 
     #[test]
     fn one_parsable_statement() {
-        assert_eq!(classify("SELECT 1; SELECT 2"), Err(StatementError::NotOneStatement));
+        assert_eq!(
+            classify("SELECT 1; SELECT 2"),
+            Err(StatementError::NotOneStatement)
+        );
         assert_eq!(classify(""), Err(StatementError::NotOneStatement));
         assert!(matches!(classify("SELEC 1"), Err(StatementError::Parse(_))));
+        // Names inside queries are resolved by the session, not here.
+        assert!(classify("SELECT * FROM a.b.c.d").is_ok());
         assert!(matches!(
-            classify("SELECT * FROM a.b.c.d"),
-            Ok(_) // names inside queries are resolved by the session, not here
+            classify("DROP TABLE other.a.b"),
+            Err(StatementError::BadTableName(_))
         ));
-        assert!(matches!(classify("DROP TABLE other.a.b"), Err(StatementError::BadTableName(_))));
     }
 }

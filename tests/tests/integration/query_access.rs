@@ -18,7 +18,7 @@ use lakehost::{
     lake::{self, Lake},
     query::{
         AccessDenied,
-        session::{SessionScope, session_for},
+        session::{SessionScope, checked_dataframe, session_for},
     },
     store::{Store, catalog::NewDataFile},
 };
@@ -33,7 +33,9 @@ struct Fixture {
 /// `demo_insights.summary`: one row for each of 1 and 901.
 async fn fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open_sqlite(&dir.path().join("lakehost.db")).await.unwrap();
+    let store = Store::open_sqlite(&dir.path().join("lakehost.db"))
+        .await
+        .unwrap();
     let lake = Lake::local(dir.path()).unwrap();
     let databases = store.ensure_standard_databases("demo", None).await.unwrap();
     let db = |kind| databases.iter().find(|d| d.kind == kind).unwrap().clone();
@@ -47,7 +49,13 @@ async fn fixture() -> Fixture {
         (db(DatabaseKind::Insights), "summary", vec![1, 901]),
     ] {
         let created = store
-            .create_table(&database.id, table, &lake::schema_to_json(&file_schema), &partitions, 1)
+            .create_table(
+                &database.id,
+                table,
+                &lake::schema_to_json(&file_schema),
+                &partitions,
+                1,
+            )
             .await
             .unwrap();
         let mut files = Vec::new();
@@ -56,13 +64,20 @@ async fn fixture() -> Fixture {
             let batch = RecordBatch::try_new(
                 file_schema.clone(),
                 vec![
-                    Arc::new(Int64Array::from_iter_values((0..rows).map(|i| client * 100 + i))),
-                    Arc::new(Float64Array::from_iter_values((0..rows).map(|i| 1.5 * i as f64))),
+                    Arc::new(Int64Array::from_iter_values(
+                        (0..rows).map(|i| client * 100 + i),
+                    )),
+                    Arc::new(Float64Array::from_iter_values(
+                        (0..rows).map(|i| 1.5 * i as f64),
+                    )),
                 ],
             )
             .unwrap();
             let path = lake::data_file_path(&database.name, table, client, "load1", "part-0");
-            let size = lake.write_parquet(&path, file_schema.clone(), &[batch]).await.unwrap();
+            let size = lake
+                .write_parquet(&path, file_schema.clone(), &[batch])
+                .await
+                .unwrap();
             files.push(NewDataFile {
                 path,
                 service_client_id: Some(client),
@@ -77,7 +92,11 @@ async fn fixture() -> Fixture {
         }
         store.commit_files(&created.id, &files, 2).await.unwrap();
     }
-    Fixture { store, lake, _dir: dir }
+    Fixture {
+        store,
+        lake,
+        _dir: dir,
+    }
 }
 
 async fn session(f: &Fixture, role: &str, clients: &[u32]) -> SessionContext {
@@ -85,7 +104,12 @@ async fn session(f: &Fixture, role: &str, clients: &[u32]) -> SessionContext {
     session_for(
         &f.store,
         &f.lake,
-        &SessionScope { org: "demo", zone: None, access: &access, default_database: "demo_lake_v2" },
+        &SessionScope {
+            org: "demo",
+            zone: None,
+            access: &access,
+            default_database: "demo_lake_v2",
+        },
     )
     .await
     .unwrap()
@@ -93,17 +117,23 @@ async fn session(f: &Fixture, role: &str, clients: &[u32]) -> SessionContext {
 
 /// Runs SQL to the end; the first column of the first row as i64, or the refusal.
 async fn run(ctx: &SessionContext, sql: &str) -> Result<Vec<RecordBatch>, AccessDenied> {
-    let outcome = async { ctx.sql(sql).await?.collect().await }.await;
+    let outcome = async { checked_dataframe(ctx, sql).await?.collect().await }.await;
     match outcome {
         Ok(batches) => Ok(batches),
-        Err(e) => Err(AccessDenied::find(&e).cloned().unwrap_or_else(|| panic!("{sql}: unexpected error {e}"))),
+        Err(e) => Err(AccessDenied::find(&e)
+            .cloned()
+            .unwrap_or_else(|| panic!("{sql}: unexpected error {e}"))),
     }
 }
 
 async fn count(ctx: &SessionContext, sql: &str) -> i64 {
     let batches = run(ctx, sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
     let column = batches[0].column(0);
-    column.as_any().downcast_ref::<Int64Array>().unwrap().value(0)
+    column
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .unwrap()
+        .value(0)
 }
 
 fn is_service_client_refusal(result: Result<Vec<RecordBatch>, AccessDenied>, client: i64) -> bool {
@@ -126,11 +156,28 @@ async fn own_client_analyst_must_filter_to_own_clients() {
         "EXPLAIN SELECT count(*) FROM trips",
         "SELECT count(*) FROM (SELECT * FROM trips) WHERE trip_id > 0",
     ] {
-        assert!(is_service_client_refusal(run(&ctx, sql).await, 2), "{sql} must be refused");
+        assert!(
+            is_service_client_refusal(run(&ctx, sql).await, 2),
+            "{sql} must be refused"
+        );
     }
     // The same reads with the caller's filter (from security_metadata).
-    assert_eq!(count(&ctx, "SELECT count(*) FROM trips WHERE service_client_id IN (1, 901)").await, 4);
-    assert_eq!(count(&ctx, "SELECT count(*) FROM trips WHERE service_client_id = 1").await, 2);
+    assert_eq!(
+        count(
+            &ctx,
+            "SELECT count(*) FROM trips WHERE service_client_id IN (1, 901)"
+        )
+        .await,
+        4
+    );
+    assert_eq!(
+        count(
+            &ctx,
+            "SELECT count(*) FROM trips WHERE service_client_id = 1"
+        )
+        .await,
+        2
+    );
     assert_eq!(
         count(&ctx, "WITH t AS (SELECT * FROM trips WHERE service_client_id IN (1, 901)) SELECT count(*) FROM t").await,
         4
@@ -145,9 +192,12 @@ async fn own_client_analyst_must_filter_to_own_clients() {
         2
     );
     // Partition columns are visible, svc$load_id included.
-    let batches = run(&ctx, r#"SELECT DISTINCT "svc$load_id" FROM trips WHERE service_client_id = 1"#)
-        .await
-        .unwrap();
+    let batches = run(
+        &ctx,
+        r#"SELECT DISTINCT "svc$load_id" FROM trips WHERE service_client_id = 1"#,
+    )
+    .await
+    .unwrap();
     assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
 }
 
@@ -156,9 +206,16 @@ async fn all_client_analyst_reads_everything() {
     let f = fixture().await;
     let ctx = session(&f, "AllServiceClientAnalyst", &[5]).await;
     assert_eq!(count(&ctx, "SELECT count(*) FROM trips").await, 6);
-    assert_eq!(count(&ctx, "SELECT count(*) FROM demo_insights.summary").await, 2);
+    assert_eq!(
+        count(&ctx, "SELECT count(*) FROM demo_insights.summary").await,
+        2
+    );
     let ctx = session(&f, "OwnServiceClientAnalyst", &[0]).await;
-    assert_eq!(count(&ctx, "SELECT count(*) FROM trips").await, 6, "claim 0 reads all");
+    assert_eq!(
+        count(&ctx, "SELECT count(*) FROM trips").await,
+        6,
+        "claim 0 reads all"
+    );
 }
 
 #[tokio::test]
@@ -166,11 +223,28 @@ async fn public_consumer_reads_public_insights_only() {
     let f = fixture().await;
     let ctx = session(&f, "PublicConsumer", &[1]).await;
     assert!(matches!(
-        run(&ctx, "SELECT count(*) FROM trips WHERE service_client_id = 901").await,
+        run(
+            &ctx,
+            "SELECT count(*) FROM trips WHERE service_client_id = 901"
+        )
+        .await,
         Err(AccessDenied::Database { .. })
     ));
-    assert_eq!(count(&ctx, "SELECT count(*) FROM demo_insights.summary WHERE service_client_id = 901").await, 1);
-    assert!(is_service_client_refusal(run(&ctx, "SELECT count(*) FROM demo_insights.summary").await, 1));
+    assert_eq!(
+        count(
+            &ctx,
+            "SELECT count(*) FROM demo_insights.summary WHERE service_client_id = 901"
+        )
+        .await,
+        1
+    );
+    assert!(is_service_client_refusal(
+        run(&ctx, "SELECT count(*) FROM demo_insights.summary").await,
+        1
+    ));
     let consumer = session(&f, "OwnServiceClientConsumer", &[1]).await;
-    assert_eq!(count(&consumer, "SELECT count(*) FROM demo_insights.summary").await, 2);
+    assert_eq!(
+        count(&consumer, "SELECT count(*) FROM demo_insights.summary").await,
+        2
+    );
 }
