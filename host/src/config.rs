@@ -49,6 +49,8 @@ pub struct Config {
     pub orgs: Vec<OrgConfig>,
     #[serde(default)]
     pub idp: IdpConfig,
+    #[serde(default)]
+    pub query: QueryConfig,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -135,6 +137,42 @@ impl Default for AuthConfig {
         }
     }
 }
+
+/// The query engine's limits: how many queries run at once on this replica,
+/// and what one query may use.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct QueryConfig {
+    /// Queries run at once by this replica; more wait QUEUED (admission control).
+    pub workers: usize,
+    /// Memory one query may hold; sorts, joins and aggregations spill beyond it.
+    pub memory_limit_bytes: u64,
+    /// A query still running after this long fails.
+    pub time_limit_s: u64,
+    /// How long a worker's claim on a query lasts without renewal; a crashed
+    /// replica's queries are taken over after it.
+    pub lease_s: u64,
+    /// Runs of one query (the first plus restarts after a crash) before it fails.
+    pub max_attempts: u32,
+    /// Lifetime of the signed CSV links, at most 900 seconds (spec "Limits").
+    pub csv_link_lifetime_s: u64,
+}
+
+impl Default for QueryConfig {
+    fn default() -> Self {
+        Self {
+            workers: 4,
+            memory_limit_bytes: 1 << 30,
+            time_limit_s: 1800,
+            lease_s: 30,
+            max_attempts: 3,
+            csv_link_lifetime_s: 900,
+        }
+    }
+}
+
+/// Longest lifetime of a signed CSV link (spec "Limits": at most 15 minutes).
+pub const MAX_CSV_LINK_LIFETIME_S: u64 = 900;
 
 /// Longest clock skew the validator may tolerate (issue: "at most 30 s leeway").
 pub const MAX_LEEWAY_S: u64 = 30;
@@ -309,6 +347,7 @@ impl Default for Config {
             auth: AuthConfig::default(),
             orgs: default_orgs(),
             idp: IdpConfig::default(),
+            query: QueryConfig::default(),
         }
     }
 }
@@ -316,7 +355,7 @@ impl Default for Config {
 /// Environment variable naming the config file when `--config` is not given.
 pub const CONFIG_FILE_ENV: &str = "LAKEHOST_CONFIG";
 const ENV_PREFIX: &str = "LAKEHOST_";
-const SECTIONS: &[&str] = &["server", "storage", "auth", "idp"];
+const SECTIONS: &[&str] = &["server", "storage", "auth", "idp", "query"];
 
 impl Config {
     /// Loads the configuration: the embedded default, then `file` if given, then
@@ -378,6 +417,36 @@ impl Config {
         Ok(config)
     }
 
+    fn validate_query(&self) -> Result<(), ConfigError> {
+        let q = &self.query;
+        let at_least_one = [
+            ("query.workers", q.workers as u64),
+            ("query.memory_limit_bytes", q.memory_limit_bytes),
+            ("query.time_limit_s", q.time_limit_s),
+            ("query.lease_s", q.lease_s),
+            ("query.max_attempts", u64::from(q.max_attempts)),
+            ("query.csv_link_lifetime_s", q.csv_link_lifetime_s),
+        ];
+        for (key, value) in at_least_one {
+            if value == 0 {
+                return Err(ConfigError::new(key, "must be at least 1"));
+            }
+        }
+        if q.lease_s < 3 {
+            return Err(ConfigError::new(
+                "query.lease_s",
+                "must be at least 3 (leases are renewed every third of it)",
+            ));
+        }
+        if q.csv_link_lifetime_s > MAX_CSV_LINK_LIFETIME_S {
+            return Err(ConfigError::new(
+                "query.csv_link_lifetime_s",
+                format!("must be at most {MAX_CSV_LINK_LIFETIME_S} (15 minutes)"),
+            ));
+        }
+        Ok(())
+    }
+
     /// Checks every value that the type alone does not, naming the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let s = &self.server;
@@ -409,6 +478,7 @@ impl Config {
             }
             _ => {}
         }
+        self.validate_query()?;
         if !s.dailyrun_prefix.starts_with('/')
             || s.dailyrun_prefix.ends_with('/')
             || s.dailyrun_prefix.contains("//")

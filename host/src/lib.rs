@@ -8,6 +8,7 @@ pub mod auth;
 pub mod clock;
 pub mod config;
 pub mod idp;
+pub mod import;
 pub mod lake;
 pub mod query;
 pub mod startup;

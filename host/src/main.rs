@@ -3,7 +3,13 @@
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
-use lakehost::{Application, Config, config::CONFIG_FILE_ENV};
+use lakehost::{
+    Application, Config,
+    config::CONFIG_FILE_ENV,
+    import::{ImportRequest, ImportSummary, import_parquet},
+    lake::Lake,
+    startup::open_store,
+};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
@@ -21,11 +27,33 @@ enum Command {
         #[arg(long, env = CONFIG_FILE_ENV)]
         config: Option<PathBuf>,
     },
+    /// Import parquet files into a lake table (created on first import); rows
+    /// are split by their service_client_id column. Prints a JSON summary.
+    Import {
+        #[arg(long, env = CONFIG_FILE_ENV)]
+        config: Option<PathBuf>,
+        /// The org whose lake receives the rows.
+        #[arg(long)]
+        org: String,
+        /// A zone of the org (its own lake), instead of the org's.
+        #[arg(long)]
+        zone: Option<String>,
+        /// The database, e.g. demo_lake_v2.
+        #[arg(long)]
+        database: String,
+        #[arg(long)]
+        table: String,
+        /// Parquet files with a service_client_id column.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
 }
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
+    // Logs go to stderr: stdout carries what commands print for scripts.
     tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
         )
@@ -39,7 +67,51 @@ async fn main() -> std::process::ExitCode {
                 std::process::ExitCode::from(2)
             }
         },
+        Command::Import {
+            config,
+            org,
+            zone,
+            database,
+            table,
+            files,
+        } => {
+            let request = ImportRequest {
+                org,
+                zone,
+                database,
+                table,
+                files,
+            };
+            match import(config, request).await {
+                Ok(summary) => {
+                    println!(
+                        "{}",
+                        serde_json::to_string(&summary).expect("summary serialises")
+                    );
+                    std::process::ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("lakehost import: {e:#}");
+                    std::process::ExitCode::from(1)
+                }
+            }
+        }
     }
+}
+
+async fn import(
+    config_file: Option<PathBuf>,
+    request: ImportRequest,
+) -> anyhow::Result<ImportSummary> {
+    let config = Config::load(config_file.as_deref(), std::env::vars())?;
+    if config.org(&request.org).is_none() {
+        anyhow::bail!("org {} is not configured", request.org);
+    }
+    std::fs::create_dir_all(&config.storage.data_dir)?;
+    let store = open_store(&config).await?;
+    let lake = Lake::local(&config.storage.data_dir)?;
+    let now = chrono::Utc::now().timestamp_micros();
+    import_parquet(&store, &lake, &request, now).await
 }
 
 async fn serve(config_file: Option<PathBuf>) -> anyhow::Result<()> {

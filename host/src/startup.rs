@@ -21,6 +21,8 @@ use crate::{
     clock::{SharedClock, SystemClock},
     config::Config,
     idp::Idp,
+    lake::Lake,
+    query::QueryService,
     store::Store,
 };
 
@@ -31,6 +33,10 @@ pub struct Application {
     router: axum::Router,
     auth_url: Url,
     idp: Option<Arc<Idp>>,
+    store: Store,
+    lake: Lake,
+    /// Stops the query workers when the application is dropped.
+    _workers: tokio_util::sync::DropGuard,
 }
 
 impl Application {
@@ -62,20 +68,23 @@ impl Application {
             Some(url) => url.clone(),
             None => own_url(addr, tls.is_some()),
         };
-        let store = Store::open(
-            &config.storage.data_dir,
-            config.storage.database_url.as_deref(),
+        let store = open_store(&config).await?;
+        let lake = Lake::local(&config.storage.data_dir).with_context(|| {
+            format!(
+                "cannot create the lake under {} (storage.data_dir)",
+                config.storage.data_dir.display()
+            )
+        })?;
+        let queries = QueryService::new(
+            store.clone(),
+            lake.clone(),
+            clock.clone(),
+            config.query.clone(),
         )
         .await
-        .context("opening the metadata store (storage.data_dir / storage.database_url)")?;
-        for org in &config.orgs {
-            store.ensure_standard_databases(&org.name, None).await?;
-            for zone in &org.zones {
-                store
-                    .ensure_standard_databases(&org.name, Some(zone))
-                    .await?;
-            }
-        }
+        .context("starting the query service")?;
+        let workers = tokio_util::sync::CancellationToken::new();
+        queries.start_workers(workers.clone());
         let config = Arc::new(config);
         let idp = if config.idp.enabled {
             let idp = Idp::new(config.clone(), auth_url.clone(), clock.clone())
@@ -103,7 +112,8 @@ impl Application {
             config,
             validator,
             clock,
-            store,
+            store: store.clone(),
+            queries,
         };
         let router = api::app(state, idp.clone());
         Ok(Self {
@@ -113,6 +123,9 @@ impl Application {
             router,
             auth_url,
             idp,
+            store,
+            lake,
+            _workers: workers.drop_guard(),
         })
     }
 
@@ -127,6 +140,15 @@ impl Application {
 
     pub fn idp(&self) -> Option<Arc<Idp>> {
         self.idp.clone()
+    }
+
+    /// The metadata store the server uses (tests seed the catalog through it).
+    pub fn store(&self) -> Store {
+        self.store.clone()
+    }
+
+    pub fn lake(&self) -> Lake {
+        self.lake.clone()
     }
 
     /// Serves until the task is dropped. Each connection gets TCP_NODELAY: small
@@ -172,6 +194,26 @@ impl Application {
             });
         }
     }
+}
+
+/// Opens the configured metadata store and makes sure every configured org and
+/// zone has its standard databases.
+pub async fn open_store(config: &Config) -> anyhow::Result<Store> {
+    let store = Store::open(
+        &config.storage.data_dir,
+        config.storage.database_url.as_deref(),
+    )
+    .await
+    .context("opening the metadata store (storage.data_dir / storage.database_url)")?;
+    for org in &config.orgs {
+        store.ensure_standard_databases(&org.name, None).await?;
+        for zone in &org.zones {
+            store
+                .ensure_standard_databases(&org.name, Some(zone))
+                .await?;
+        }
+    }
+    Ok(store)
 }
 
 /// The server's own address, used as `auth_url` when none is configured (the

@@ -15,7 +15,31 @@ use axum::{
 };
 use serde_json::json;
 
-use crate::auth::{ClaimError, TokenError};
+use crate::{
+    auth::{ClaimError, TokenError},
+    query::{Denial, QueryError, service::LinkError},
+};
+
+/// The engine operation a query endpoint stands for, named in its 400 and
+/// 404 messages the way the spec's engine names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueryOperation {
+    Start,
+    Get,
+    Stop,
+    Results,
+}
+
+impl QueryOperation {
+    fn name(self) -> &'static str {
+        match self {
+            QueryOperation::Start => "StartQueryExecution",
+            QueryOperation::Get => "GetQueryExecution",
+            QueryOperation::Stop => "StopQueryExecution",
+            QueryOperation::Results => "GetQueryResults",
+        }
+    }
+}
 
 /// The generic 500 message of the spec, before the request code is added.
 pub const INTERNAL_MESSAGE: &str =
@@ -46,6 +70,67 @@ pub enum ApiError {
     /// Any other unexpected failure.
     #[error("internal error: {0}")]
     Internal(String),
+    /// 400 with a message of its own (body not JSON, parameter missing).
+    #[error("bad request: {0}")]
+    BadRequest(String),
+    /// 400: the engine refused the request (its message, in the engine's frame).
+    #[error("invalid request in {operation:?}: {message}")]
+    InvalidRequest {
+        operation: QueryOperation,
+        message: String,
+    },
+    /// 404 of the query endpoints.
+    #[error("query {id} not found")]
+    QueryNotFound {
+        operation: QueryOperation,
+        id: String,
+    },
+    /// 403 with the spec's friendly permission message.
+    #[error("permission denied: {}", .0.message())]
+    Denied(Denial),
+    /// 409 with the engine's message.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// Any failure of GET /query/{id}/csv: 500 {"message":"Internal Server Error"}.
+    #[error("csv link failed: {0}")]
+    CsvFailure(String),
+    /// A signed link that is refused (expired, bad signature, also a bearer token).
+    #[error("signed link refused: {message}")]
+    LinkRefused {
+        status: StatusCode,
+        message: &'static str,
+    },
+}
+
+impl ApiError {
+    /// A query service outcome as the endpoint of `operation` reports it.
+    pub fn query(error: QueryError, operation: QueryOperation) -> Self {
+        let invalid = |message: String| ApiError::InvalidRequest { operation, message };
+        match error {
+            QueryError::Invalid(message)
+            | QueryError::NoResult(message)
+            | QueryError::Failed(message) => invalid(message),
+            QueryError::BadPageToken => invalid(QueryError::BadPageToken.to_string()),
+            QueryError::Denied(denial) => ApiError::Denied(denial),
+            QueryError::Conflict(message) => ApiError::Conflict(message),
+            QueryError::NotFound(id) => ApiError::QueryNotFound { operation, id },
+            QueryError::Internal(why) => ApiError::Internal(why),
+        }
+    }
+}
+
+impl From<LinkError> for ApiError {
+    fn from(e: LinkError) -> Self {
+        let (status, message) = match e {
+            LinkError::Expired => (StatusCode::FORBIDDEN, "Request has expired"),
+            LinkError::BadSignature => (
+                StatusCode::FORBIDDEN,
+                "The request signature we calculated does not match the signature you provided.",
+            ),
+            LinkError::Gone => (StatusCode::NOT_FOUND, "The result no longer exists."),
+        };
+        ApiError::LinkRefused { status, message }
+    }
 }
 
 impl From<TokenError> for ApiError {
@@ -75,9 +160,14 @@ impl ApiError {
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Timeout => StatusCode::GATEWAY_TIMEOUT,
-            ApiError::IdentityInternal(_) | ApiError::Internal(_) => {
+            ApiError::IdentityInternal(_) | ApiError::Internal(_) | ApiError::CsvFailure(_) => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }
+            ApiError::BadRequest(_) | ApiError::InvalidRequest { .. } => StatusCode::BAD_REQUEST,
+            ApiError::QueryNotFound { .. } => StatusCode::NOT_FOUND,
+            ApiError::Denied(_) => StatusCode::FORBIDDEN,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::LinkRefused { status, .. } => *status,
         }
     }
 }
@@ -133,6 +223,31 @@ impl IntoResponse for ApiError {
                 )
                     .into_response()
             }
+            ApiError::BadRequest(text) | ApiError::Conflict(text) => message(status, &text),
+            ApiError::InvalidRequest {
+                operation,
+                message: text,
+            } => message(
+                status,
+                &format!(
+                    "An error occurred (InvalidRequestException) when calling the {} operation: {text}",
+                    operation.name()
+                ),
+            ),
+            ApiError::QueryNotFound { operation, id } => message(
+                status,
+                &format!(
+                    "An error occurred (InvalidRequestException) when calling the {} operation: \
+                     QueryExecution {id} was not found",
+                    operation.name()
+                ),
+            ),
+            ApiError::Denied(denial) => message(status, denial.message()),
+            ApiError::CsvFailure(source) => {
+                tracing::warn!(error = %source, "csv link refused");
+                message(status, "Internal Server Error")
+            }
+            ApiError::LinkRefused { message: text, .. } => message(status, text),
             ApiError::Internal(source) => {
                 let mut response = message(status, INTERNAL_MESSAGE);
                 response

@@ -7,6 +7,7 @@ pub mod gateway;
 pub mod identity;
 pub mod openapi;
 pub mod principal;
+pub mod query;
 pub mod routing;
 
 use std::{sync::Arc, time::Duration};
@@ -20,7 +21,10 @@ use axum::{
 use utoipa::OpenApi as _;
 use utoipa_axum::router::OpenApiRouter;
 
-use crate::{auth::TokenValidator, clock::SharedClock, config::Config, idp::Idp, store::Store};
+use crate::{
+    auth::TokenValidator, clock::SharedClock, config::Config, idp::Idp, query::QueryService,
+    store::Store,
+};
 use routing::HostRouters;
 
 /// Everything handlers share; cheap to clone.
@@ -31,16 +35,19 @@ pub struct AppState {
     pub clock: SharedClock,
     /// The catalog and durable jobs (used by the query and load APIs).
     pub store: Store,
+    pub queries: Arc<QueryService>,
 }
 
 /// The Org API's routes (paths under `/v2`).
 fn org_api() -> OpenApiRouter<AppState> {
-    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi()).merge(identity::router())
+    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .merge(identity::router())
+        .merge(query::router())
 }
 
 /// The Zone API's routes: the Org API's query and load paths, without identity.
 fn zone_api() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new()
+    OpenApiRouter::new().merge(query::router())
 }
 
 /// The DailyRun API's routes (paths under `/dailyRun`).

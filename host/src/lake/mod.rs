@@ -2,7 +2,10 @@
 //! parquet writer. Local disk under `data_dir/lake` by default. Which files a
 //! table has is the catalog's business (`store::catalog`), never a listing.
 //!
-//! Layout: `lake/<database>/<table>/service_client_id=<id>/svc$load_id=<load>/<file>.parquet`.
+//! Layout: `lake/<database>/<table>/service_client_id=<id>/svc$load_id=<load>/<file>.parquet`;
+//! query results under `lake/_results/` (a name no database can have).
+
+pub mod signing;
 
 use std::{path::Path, str::FromStr as _, sync::Arc};
 
@@ -58,6 +61,11 @@ impl Lake {
         &self.url
     }
 
+    /// Object size in bytes.
+    pub async fn size(&self, path: &str) -> Result<u64, Error> {
+        Ok(self.store.head(&ObjectPath::from(path)).await?.size)
+    }
+
     /// Writes record batches as one parquet file at `path`; returns its size.
     pub async fn write_parquet(
         &self,
@@ -79,6 +87,26 @@ impl Lake {
             .await?;
         Ok(size)
     }
+}
+
+/// Where a query's result lives: per org or zone, per user (a hash of `sub`),
+/// per roles-and-service-clients fingerprint, per run of the query. A change of
+/// the caller's access changes the place, so earlier results are out of reach.
+pub fn result_path(
+    org: &str,
+    zone: Option<&str>,
+    sub: &str,
+    fingerprint: &str,
+    query_id: &str,
+    attempt: i64,
+) -> String {
+    use sha2::Digest as _;
+    let user = hex::encode(sha2::Sha256::digest(sub.as_bytes()));
+    format!(
+        "_results/{org}/{}/{}/{fingerprint}/{query_id}-{attempt}.csv",
+        zone.unwrap_or("-"),
+        &user[..16]
+    )
 }
 
 /// Where a data file of a table lives.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use datafusion::{
     catalog::{CatalogProvider, MemoryCatalogProvider, MemorySchemaProvider, SchemaProvider},
-    execution::{SessionStateBuilder, runtime_env::RuntimeEnvBuilder},
+    execution::{SessionStateBuilder, memory_pool::FairSpillPool, runtime_env::RuntimeEnvBuilder},
     prelude::{SessionConfig, SessionContext},
 };
 
@@ -40,6 +40,9 @@ pub struct SessionScope<'a> {
     pub access: &'a Access,
     /// The database unqualified names resolve in.
     pub default_database: &'a str,
+    /// Memory the session's queries may hold before sorts, joins and
+    /// aggregations spill to disk (and then fail); `None` for no limit.
+    pub memory_limit: Option<usize>,
 }
 
 pub async fn session_for(
@@ -76,7 +79,11 @@ pub async fn session_for(
         .with_default_catalog_and_schema(CATALOG, scope.default_database)
         .with_create_default_catalog_and_schema(false)
         .with_information_schema(true);
-    let runtime = RuntimeEnvBuilder::new().build_arc()?;
+    let mut runtime = RuntimeEnvBuilder::new();
+    if let Some(limit) = scope.memory_limit {
+        runtime = runtime.with_memory_pool(Arc::new(FairSpillPool::new(limit)));
+    }
+    let runtime = runtime.build_arc()?;
     runtime.register_object_store(lake.object_store_url().as_ref(), lake.object_store());
     let state = SessionStateBuilder::new()
         .with_config(config)

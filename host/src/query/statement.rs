@@ -7,7 +7,10 @@
 use datafusion::sql::{
     parser::{DFParser, Statement as DfStatement},
     sqlparser::{
-        ast::{ObjectName, ObjectType, Statement, TableObject},
+        ast::{
+            AlterTableOperation, ObjectName, ObjectType, RenameTableNameKind, Statement,
+            TableObject,
+        },
         dialect::GenericDialect,
     },
 };
@@ -49,13 +52,27 @@ pub enum Action {
     CreateTable {
         table: TableName,
         as_select: bool,
+        if_not_exists: bool,
     },
     DropTables {
         tables: Vec<TableName>,
+        if_exists: bool,
     },
     AlterTable {
         table: TableName,
+        change: AlterChange,
     },
+}
+
+/// The ALTER TABLE forms lakehost runs; anything else is refused after the
+/// permission check (so a caller without the right learns that first).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AlterChange {
+    /// `RENAME TO <table>` within the same database.
+    RenameTo(TableName),
+    /// `ADD [COLUMN] <column definition>`, as SQL text.
+    AddColumn(String),
+    Unsupported(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -157,25 +174,41 @@ fn classify_sql(statement: &Statement) -> Result<Classified, StatementError> {
                 Action::CreateTable {
                     table: table_name(&create.name)?,
                     as_select: create.query.is_some(),
+                    if_not_exists: create.if_not_exists,
                 },
             )
         }
         Statement::Drop {
             object_type: ObjectType::Table,
             names,
+            if_exists,
             ..
         } => classified(
             StatementType::Ddl,
             Action::DropTables {
                 tables: names.iter().map(table_name).collect::<Result<_, _>>()?,
+                if_exists: *if_exists,
             },
         ),
-        Statement::AlterTable(alter) => classified(
-            StatementType::Ddl,
-            Action::AlterTable {
-                table: table_name(&alter.name)?,
-            },
-        ),
+        Statement::AlterTable(alter) => {
+            let change = match alter.operations.as_slice() {
+                [AlterTableOperation::RenameTable { table_name: kind }] => {
+                    let (RenameTableNameKind::To(name) | RenameTableNameKind::As(name)) = kind;
+                    AlterChange::RenameTo(table_name(name)?)
+                }
+                [AlterTableOperation::AddColumn { column_def, .. }] => {
+                    AlterChange::AddColumn(column_def.to_string())
+                }
+                _ => AlterChange::Unsupported(statement.to_string()),
+            };
+            classified(
+                StatementType::Ddl,
+                Action::AlterTable {
+                    table: table_name(&alter.name)?,
+                    change,
+                },
+            )
+        }
         other => {
             let text = other.to_string();
             let keyword: String = text
@@ -193,7 +226,13 @@ fn table_name(name: &ObjectName) -> Result<TableName, StatementError> {
     let parts: Option<Vec<String>> = name
         .0
         .iter()
-        .map(|part| part.as_ident().map(|ident| ident.value.clone()))
+        .map(|part| {
+            // Unquoted names are case-insensitive, as in DataFusion's planner.
+            part.as_ident().map(|ident| match ident.quote_style {
+                None => ident.value.to_lowercase(),
+                Some(_) => ident.value.clone(),
+            })
+        })
         .collect();
     let bad = || StatementError::BadTableName(name.to_string());
     match parts.ok_or_else(bad)?.as_slice() {
@@ -260,7 +299,8 @@ mod tests {
                 StatementType::Ddl,
                 Action::CreateTable {
                     table: name(Some("demo_sandbox"), "t"),
-                    as_select: true
+                    as_select: true,
+                    if_not_exists: false
                 }
             )
         );
@@ -270,7 +310,8 @@ mod tests {
                 StatementType::Ddl,
                 Action::CreateTable {
                     table: name(None, "t"),
-                    as_select: false
+                    as_select: false,
+                    if_not_exists: false
                 }
             )
         );
@@ -279,10 +320,28 @@ mod tests {
             (
                 StatementType::Ddl,
                 Action::DropTables {
-                    tables: vec![name(Some("demo_lake_v2"), "trips")]
+                    tables: vec![name(Some("demo_lake_v2"), "trips")],
+                    if_exists: false
                 }
             )
         );
+        assert_eq!(
+            kind("ALTER TABLE demo_sandbox.t RENAME TO u"),
+            (
+                StatementType::Ddl,
+                Action::AlterTable {
+                    table: name(Some("demo_sandbox"), "t"),
+                    change: AlterChange::RenameTo(name(None, "u"))
+                }
+            )
+        );
+        assert!(matches!(
+            kind("ALTER TABLE t ADD COLUMN note VARCHAR").1,
+            Action::AlterTable {
+                change: AlterChange::AddColumn(ref def),
+                ..
+            } if def == "note VARCHAR"
+        ));
     }
 
     #[test]

@@ -205,23 +205,8 @@ impl Store {
             partition_columns: partition_columns.to_vec(),
             created_at: now,
         };
-        let inserted = sqlx::query(
-            "INSERT INTO lake_tables (id, database_id, name, schema_json, partition_columns_json, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (database_id, name) DO NOTHING",
-        )
-        .bind(&table.id)
-        .bind(database_id)
-        .bind(name)
-        .bind(schema_json)
-        .bind(serde_json::to_string(partition_columns).expect("strings serialise"))
-        .bind(now)
-        .execute(self.pool())
-        .await?;
-        if inserted.rows_affected() == 0 {
-            return Err(Error::AlreadyExists {
-                what: format!("table {name}"),
-            });
-        }
+        let mut connection = self.pool().acquire().await?;
+        insert_table(&mut connection, &table).await?;
         Ok(table)
     }
 
@@ -252,32 +237,7 @@ impl Store {
     /// the files, which the caller deletes from the object store afterwards.
     pub async fn drop_table(&self, database_id: &str, name: &str) -> Result<Vec<String>> {
         let mut tx = self.pool().begin().await?;
-        let row = sqlx::query("SELECT id FROM lake_tables WHERE database_id = $1 AND name = $2")
-            .bind(database_id)
-            .bind(name)
-            .fetch_optional(&mut *tx)
-            .await?;
-        let Some(row) = row else {
-            return Err(Error::NotFound {
-                what: format!("table {name}"),
-            });
-        };
-        let table_id: String = row.try_get("id")?;
-        let paths: Vec<String> = sqlx::query("SELECT path FROM lake_files WHERE table_id = $1")
-            .bind(&table_id)
-            .fetch_all(&mut *tx)
-            .await?
-            .iter()
-            .map(|r| r.try_get("path"))
-            .collect::<std::result::Result<_, _>>()?;
-        sqlx::query("DELETE FROM lake_files WHERE table_id = $1")
-            .bind(&table_id)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query("DELETE FROM lake_tables WHERE id = $1")
-            .bind(&table_id)
-            .execute(&mut *tx)
-            .await?;
+        let paths = delete_table(&mut tx, database_id, name).await?;
         tx.commit().await?;
         Ok(paths)
     }
@@ -290,23 +250,7 @@ impl Store {
         now: i64,
     ) -> Result<()> {
         let mut tx = self.pool().begin().await?;
-        for file in files {
-            sqlx::query(
-                "INSERT INTO lake_files (id, table_id, path, service_client_id, partition_values_json, \
-                 row_count, size_bytes, load_id, committed_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-            )
-            .bind(new_id())
-            .bind(table_id)
-            .bind(&file.path)
-            .bind(file.service_client_id)
-            .bind(serde_json::to_string(&file.partition_values).expect("strings serialise"))
-            .bind(file.row_count)
-            .bind(file.size_bytes)
-            .bind(file.load_id.as_deref())
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-        }
+        insert_files(&mut tx, table_id, files, now).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -323,4 +267,116 @@ impl Store {
         .await?;
         rows.iter().map(file_from_row).collect()
     }
+}
+
+// Statements shared by the store's own methods and by transactions that change
+// the catalog together with a job's final state (see `queries::CatalogWrite`).
+
+pub(super) async fn insert_table(
+    connection: &mut sqlx::AnyConnection,
+    table: &LakeTable,
+) -> Result<()> {
+    let inserted = sqlx::query(
+        "INSERT INTO lake_tables (id, database_id, name, schema_json, partition_columns_json, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (database_id, name) DO NOTHING",
+    )
+    .bind(&table.id)
+    .bind(&table.database_id)
+    .bind(&table.name)
+    .bind(&table.schema_json)
+    .bind(serde_json::to_string(&table.partition_columns).expect("strings serialise"))
+    .bind(table.created_at)
+    .execute(&mut *connection)
+    .await?;
+    if inserted.rows_affected() == 0 {
+        return Err(Error::AlreadyExists {
+            what: format!("table {}", table.name),
+        });
+    }
+    Ok(())
+}
+
+pub(super) async fn insert_files(
+    connection: &mut sqlx::AnyConnection,
+    table_id: &str,
+    files: &[NewDataFile],
+    now: i64,
+) -> Result<()> {
+    for file in files {
+        sqlx::query(
+            "INSERT INTO lake_files (id, table_id, path, service_client_id, partition_values_json, \
+             row_count, size_bytes, load_id, committed_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        )
+        .bind(new_id())
+        .bind(table_id)
+        .bind(&file.path)
+        .bind(file.service_client_id)
+        .bind(serde_json::to_string(&file.partition_values).expect("strings serialise"))
+        .bind(file.row_count)
+        .bind(file.size_bytes)
+        .bind(file.load_id.as_deref())
+        .bind(now)
+        .execute(&mut *connection)
+        .await?;
+    }
+    Ok(())
+}
+
+/// Deletes a table and its file list; returns the files' paths.
+pub(super) async fn delete_table(
+    connection: &mut sqlx::AnyConnection,
+    database_id: &str,
+    name: &str,
+) -> Result<Vec<String>> {
+    let row = sqlx::query("SELECT id FROM lake_tables WHERE database_id = $1 AND name = $2")
+        .bind(database_id)
+        .bind(name)
+        .fetch_optional(&mut *connection)
+        .await?;
+    let Some(row) = row else {
+        return Err(Error::NotFound {
+            what: format!("table {name}"),
+        });
+    };
+    let table_id: String = row.try_get("id")?;
+    let paths: Vec<String> = sqlx::query("SELECT path FROM lake_files WHERE table_id = $1")
+        .bind(&table_id)
+        .fetch_all(&mut *connection)
+        .await?
+        .iter()
+        .map(|r| r.try_get("path"))
+        .collect::<std::result::Result<_, _>>()?;
+    sqlx::query("DELETE FROM lake_files WHERE table_id = $1")
+        .bind(&table_id)
+        .execute(&mut *connection)
+        .await?;
+    sqlx::query("DELETE FROM lake_tables WHERE id = $1")
+        .bind(&table_id)
+        .execute(&mut *connection)
+        .await?;
+    Ok(paths)
+}
+
+/// Renames a table and/or replaces its schema.
+pub(super) async fn alter_table(
+    connection: &mut sqlx::AnyConnection,
+    table_id: &str,
+    new_name: Option<&str>,
+    new_schema_json: Option<&str>,
+) -> Result<()> {
+    if let Some(name) = new_name {
+        sqlx::query("UPDATE lake_tables SET name = $1 WHERE id = $2")
+            .bind(name)
+            .bind(table_id)
+            .execute(&mut *connection)
+            .await?;
+    }
+    if let Some(schema) = new_schema_json {
+        sqlx::query("UPDATE lake_tables SET schema_json = $1 WHERE id = $2")
+            .bind(schema)
+            .bind(table_id)
+            .execute(&mut *connection)
+            .await?;
+    }
+    Ok(())
 }

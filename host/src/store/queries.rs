@@ -6,7 +6,10 @@
 
 use sqlx::Row as _;
 
-use super::{Backend, Error, Result, Store};
+use super::{
+    Backend, Error, Result, Store,
+    catalog::{self, LakeTable, NewDataFile},
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QueryState {
@@ -59,6 +62,9 @@ pub struct NewQuery {
     pub sql: String,
     pub database: String,
     pub statement_type: String,
+    /// The caller's roles and service clients, as JSON, so that any replica's
+    /// worker plans the query with the submitter's access.
+    pub access_json: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,19 +77,68 @@ pub struct QueryJob {
     pub completed_at: Option<i64>,
     pub result_path: Option<String>,
     pub result_rows: Option<i64>,
+    pub result_bytes: Option<i64>,
+    /// The result's columns (name, type, nullability) as JSON.
+    pub result_columns_json: Option<String>,
     pub attempts: i64,
 }
 
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum QueryOutcome {
-    Succeeded { result_path: String, rows: i64 },
-    Failed { reason: String },
+    Succeeded {
+        result_path: String,
+        rows: i64,
+        bytes: i64,
+        columns_json: String,
+    },
+    Failed {
+        reason: String,
+    },
+}
+
+/// A catalog change a statement makes, applied in the same transaction as the
+/// job's SUCCEEDED state: a crash leaves both or neither, so a query that is
+/// run again after a crash never writes its rows twice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CatalogWrite {
+    None,
+    CreateTable {
+        table: LakeTable,
+    },
+    /// CREATE TABLE AS: the new table and its files.
+    CreateTableWithFiles {
+        table: LakeTable,
+        files: Vec<NewDataFile>,
+    },
+    Append {
+        table_id: String,
+        files: Vec<NewDataFile>,
+    },
+    /// (database id, table name) pairs; missing tables are skipped.
+    DropTables {
+        tables: Vec<(String, String)>,
+    },
+    AlterTable {
+        table_id: String,
+        new_name: Option<String>,
+        new_schema_json: Option<String>,
+    },
+}
+
+/// How `finish_query` went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finished {
+    /// Recorded; for a drop, the paths of the files that are no longer listed.
+    Recorded { released_paths: Vec<String> },
+    /// The worker no longer holds the job (cancelled, or taken over).
+    Lost,
 }
 
 const COLUMNS: &str = "id, org, zone, owner_sub, access_fingerprint, sql_text, database_name, \
     statement_type, state, state_change_reason, submitted_at, started_at, completed_at, \
-    result_path, result_rows, CAST(attempts AS BIGINT) AS attempts";
+    result_path, result_rows, result_bytes, result_columns_json, access_json, \
+    CAST(attempts AS BIGINT) AS attempts";
 
 fn job_from_row(row: &sqlx::any::AnyRow) -> Result<QueryJob> {
     let zone: String = row.try_get("zone")?;
@@ -97,6 +152,7 @@ fn job_from_row(row: &sqlx::any::AnyRow) -> Result<QueryJob> {
             sql: row.try_get("sql_text")?,
             database: row.try_get("database_name")?,
             statement_type: row.try_get("statement_type")?,
+            access_json: row.try_get("access_json")?,
         },
         state: QueryState::parse(&row.try_get::<String, _>("state")?)?,
         state_change_reason: row.try_get("state_change_reason")?,
@@ -105,6 +161,8 @@ fn job_from_row(row: &sqlx::any::AnyRow) -> Result<QueryJob> {
         completed_at: row.try_get("completed_at")?,
         result_path: row.try_get("result_path")?,
         result_rows: row.try_get("result_rows")?,
+        result_bytes: row.try_get("result_bytes")?,
+        result_columns_json: row.try_get("result_columns_json")?,
         attempts: row.try_get("attempts")?,
     })
 }
@@ -113,8 +171,8 @@ impl Store {
     pub async fn insert_query(&self, query: &NewQuery, now: i64) -> Result<QueryJob> {
         sqlx::query(
             "INSERT INTO query_jobs (id, org, zone, owner_sub, access_fingerprint, sql_text, \
-             database_name, statement_type, state, submitted_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'QUEUED', $9)",
+             database_name, statement_type, access_json, state, submitted_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'QUEUED', $10)",
         )
         .bind(&query.id)
         .bind(&query.org)
@@ -124,6 +182,7 @@ impl Store {
         .bind(&query.sql)
         .bind(&query.database)
         .bind(&query.statement_type)
+        .bind(&query.access_json)
         .bind(now)
         .execute(self.pool())
         .await?;
@@ -190,36 +249,93 @@ impl Store {
         Ok(done.rows_affected() == 1)
     }
 
-    /// Records the end of a run; false when the worker no longer holds the job
-    /// (it was cancelled, or its lease expired and another worker took it).
+    /// Records the end of a run together with its catalog change, in one
+    /// transaction; `Lost` (and nothing written) when the worker no longer holds
+    /// the job (it was cancelled, or its lease expired and another worker took it).
     pub async fn finish_query(
         &self,
         id: &str,
         worker: &str,
         outcome: &QueryOutcome,
+        write: &CatalogWrite,
         now: i64,
-    ) -> Result<bool> {
-        let (state, reason, path, rows) = match outcome {
-            QueryOutcome::Succeeded { result_path, rows } => {
-                ("SUCCEEDED", None, Some(result_path.as_str()), Some(*rows))
+    ) -> Result<Finished> {
+        let (state, reason, path, rows, bytes, columns) = match outcome {
+            QueryOutcome::Succeeded {
+                result_path,
+                rows,
+                bytes,
+                columns_json,
+            } => (
+                "SUCCEEDED",
+                None,
+                Some(result_path.as_str()),
+                Some(*rows),
+                Some(*bytes),
+                Some(columns_json.as_str()),
+            ),
+            QueryOutcome::Failed { reason } => {
+                ("FAILED", Some(reason.as_str()), None, None, None, None)
             }
-            QueryOutcome::Failed { reason } => ("FAILED", Some(reason.as_str()), None, None),
         };
+        let mut tx = self.pool().begin().await?;
         let done = sqlx::query(
             "UPDATE query_jobs SET state = $1, state_change_reason = $2, result_path = $3, \
-             result_rows = $4, completed_at = $5, lease_owner = NULL, lease_expires_at = NULL \
-             WHERE id = $6 AND lease_owner = $7 AND state = 'RUNNING'",
+             result_rows = $4, result_bytes = $5, result_columns_json = $6, completed_at = $7, \
+             lease_owner = NULL, lease_expires_at = NULL \
+             WHERE id = $8 AND lease_owner = $9 AND state = 'RUNNING'",
         )
         .bind(state)
         .bind(reason)
         .bind(path)
         .bind(rows)
+        .bind(bytes)
+        .bind(columns)
         .bind(now)
         .bind(id)
         .bind(worker)
-        .execute(self.pool())
+        .execute(&mut *tx)
         .await?;
-        Ok(done.rows_affected() == 1)
+        if done.rows_affected() != 1 {
+            tx.rollback().await?;
+            return Ok(Finished::Lost);
+        }
+        let mut released_paths = Vec::new();
+        match write {
+            CatalogWrite::None => {}
+            CatalogWrite::CreateTable { table } => catalog::insert_table(&mut tx, table).await?,
+            CatalogWrite::CreateTableWithFiles { table, files } => {
+                catalog::insert_table(&mut tx, table).await?;
+                catalog::insert_files(&mut tx, &table.id, files, now).await?;
+            }
+            CatalogWrite::Append { table_id, files } => {
+                catalog::insert_files(&mut tx, table_id, files, now).await?;
+            }
+            CatalogWrite::DropTables { tables } => {
+                for (database_id, name) in tables {
+                    match catalog::delete_table(&mut tx, database_id, name).await {
+                        Ok(paths) => released_paths.extend(paths),
+                        Err(Error::NotFound { .. }) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+            CatalogWrite::AlterTable {
+                table_id,
+                new_name,
+                new_schema_json,
+            } => {
+                catalog::alter_table(
+                    &mut tx,
+                    table_id,
+                    new_name.as_deref(),
+                    new_schema_json.as_deref(),
+                )
+                .await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(Finished::Recorded { released_paths })
     }
 
     /// Cancels a job that is not final yet; false when it already was.
@@ -233,5 +349,52 @@ impl Store {
         .execute(self.pool())
         .await?;
         Ok(done.rows_affected() == 1)
+    }
+}
+
+impl Store {
+    /// The caller's queries of one org or zone, newest first (at most `limit`).
+    pub async fn queries_of(
+        &self,
+        owner_sub: &str,
+        org: &str,
+        zone: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<QueryJob>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM query_jobs WHERE owner_sub = $1 AND org = $2 AND zone = $3 \
+             ORDER BY submitted_at DESC LIMIT $4"
+        ))
+        .bind(owner_sub)
+        .bind(org)
+        .bind(zone.unwrap_or(""))
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter().map(job_from_row).collect()
+    }
+
+    /// A secret shared by every replica: created by the first caller with
+    /// `generate`, read by all later ones.
+    pub async fn shared_secret(
+        &self,
+        name: &str,
+        generate: impl FnOnce() -> String,
+        now: i64,
+    ) -> Result<String> {
+        sqlx::query(
+            "INSERT INTO server_secrets (name, value, created_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(name)
+        .bind(generate())
+        .bind(now)
+        .execute(self.pool())
+        .await?;
+        let row = sqlx::query("SELECT value FROM server_secrets WHERE name = $1")
+            .bind(name)
+            .fetch_one(self.pool())
+            .await?;
+        Ok(row.try_get("value")?)
     }
 }

@@ -109,6 +109,7 @@ async fn session(f: &Fixture, role: &str, clients: &[u32]) -> SessionContext {
             zone: None,
             access: &access,
             default_database: "demo_lake_v2",
+            memory_limit: None,
         },
     )
     .await

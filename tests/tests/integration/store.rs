@@ -9,7 +9,7 @@ use lakehost::{
     store::{
         Error, Store,
         catalog::NewDataFile,
-        queries::{NewQuery, QueryOutcome, QueryState},
+        queries::{CatalogWrite, Finished, NewQuery, QueryOutcome, QueryState},
     },
 };
 
@@ -55,6 +55,7 @@ fn query(id: &str, submitted_order: u32) -> NewQuery {
         sql: "SELECT 1".into(),
         database: "demo_lake_v2".into(),
         statement_type: "DML".into(),
+        access_json: "{}".into(),
     }
 }
 
@@ -201,19 +202,23 @@ async fn query_jobs_move_through_their_states() {
         let outcome = QueryOutcome::Succeeded {
             result_path: "results/x".into(),
             rows: 3,
+            bytes: 10,
+            columns_json: "[]".into(),
         };
         assert!(
-            !store
-                .finish_query(&job.query.id, "w2", &outcome, 120)
+            store
+                .finish_query(&job.query.id, "w2", &outcome, &CatalogWrite::None, 120)
                 .await
-                .unwrap(),
+                .unwrap()
+                == Finished::Lost,
             "not w2's job"
         );
         assert!(
             store
-                .finish_query(&job.query.id, "w1", &outcome, 120)
+                .finish_query(&job.query.id, "w1", &outcome, &CatalogWrite::None, 120)
                 .await
                 .unwrap()
+                != Finished::Lost
         );
         let done = store.query_job(&job.query.id).await.unwrap().unwrap();
         assert_eq!(
@@ -252,10 +257,11 @@ async fn query_jobs_move_through_their_states() {
             reason: "late".into(),
         };
         assert!(
-            !store
-                .finish_query(&running.query.id, "w1", &failed, 153)
+            store
+                .finish_query(&running.query.id, "w1", &failed, &CatalogWrite::None, 153)
                 .await
-                .unwrap(),
+                .unwrap()
+                == Finished::Lost,
             "{backend}"
         );
         assert!(store.query_job("missing").await.unwrap().is_none());
@@ -295,16 +301,24 @@ async fn an_expired_lease_is_taken_over() {
         );
         let outcome = QueryOutcome::Failed { reason: "x".into() };
         assert!(
-            !store
-                .finish_query(&job.query.id, "dead-worker", &outcome, 130)
+            store
+                .finish_query(
+                    &job.query.id,
+                    "dead-worker",
+                    &outcome,
+                    &CatalogWrite::None,
+                    130
+                )
                 .await
                 .unwrap()
+                == Finished::Lost
         );
         assert!(
             store
-                .finish_query(&job.query.id, "w2", &outcome, 130)
+                .finish_query(&job.query.id, "w2", &outcome, &CatalogWrite::None, 130)
                 .await
                 .unwrap()
+                != Finished::Lost
         );
     }
 }

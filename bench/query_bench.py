@@ -1,0 +1,630 @@
+#!/usr/bin/env python3
+"""Query latency benchmark: lakehost's HTTP query API against in-process peers.
+
+The benchmark generates TPC-H data, adds a ``service_client_id`` column,
+imports every table into a fresh lakehost lake with ``lakehost import``,
+starts ``lakehost serve`` and runs a fixed set of queries three ways:
+
+* lakehost, through the HTTP API: submit, poll until SUCCEEDED, fetch the
+  first result page (one timed cycle);
+* DataFusion-python, on the same lake files, ``ctx.sql(q).collect()``;
+* DuckDB, on the same lake files, the whole result fetched as Arrow.
+
+It prints the median latency per query and engine, the ratios, their
+geometric means, and the p50/p99 latency of ``SELECT 1`` through the API.
+
+``--peers-only DIR`` skips lakehost and runs the two peers on an existing lake
+database directory (one holding ``<table>/service_client_id=<id>/...``).
+
+Run it through ``bench/run``, which sets up the virtualenv. See README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import datafusion
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import requests
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+
+TABLES = ("nation", "region", "part", "partsupp", "supplier", "customer", "orders", "lineitem")
+# service_client_id = <key column> % 8 for these tables; SHARED_CLIENT_ID for the others.
+CLIENT_ID_KEYS = {"lineitem": "l_suppkey", "orders": "o_custkey", "customer": "c_custkey"}
+CLIENT_COUNT = 8
+SHARED_CLIENT_ID = 901
+# The hive partition columns of the lake layout, outermost first.
+PARTITION_COLS = [("service_client_id", pa.int64()), ("svc$load_id", pa.string())]
+
+ORG = "demo"
+DATABASE = "demo_lake_v2"
+API_HOST = f"{ORG}.api.localhost"
+CLIENT_ID = "demo-admin"
+CLIENT_SECRET = "demo-admin-secret"
+TOKEN_MAX_AGE_S = 240  # tokens last 5 minutes
+POLL_INTERVAL_S = 0.0005
+HTTP_TIMEOUT_S = 60  # one HTTP request
+QUERY_TIMEOUT_S = 600  # one query, submit to final state
+SERVER_START_TIMEOUT_S = 60
+SELECT1_WARMUPS = 20
+FINAL_STATES = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+# TPC-H text in DataFusion's SQL dialect (DuckDB accepts it as well).
+QUERIES: dict[str, str] = {
+    "Q1": """
+        SELECT l_returnflag, l_linestatus,
+               sum(l_quantity) AS sum_qty,
+               sum(l_extendedprice) AS sum_base_price,
+               sum(l_extendedprice * (1 - l_discount)) AS sum_disc_price,
+               sum(l_extendedprice * (1 - l_discount) * (1 + l_tax)) AS sum_charge,
+               avg(l_quantity) AS avg_qty,
+               avg(l_extendedprice) AS avg_price,
+               avg(l_discount) AS avg_disc,
+               count(*) AS count_order
+        FROM lineitem
+        WHERE l_shipdate <= DATE '1998-12-01' - INTERVAL '90' DAY
+        GROUP BY l_returnflag, l_linestatus
+        ORDER BY l_returnflag, l_linestatus""",
+    "Q3": """
+        SELECT l_orderkey,
+               sum(l_extendedprice * (1 - l_discount)) AS revenue,
+               o_orderdate, o_shippriority
+        FROM customer, orders, lineitem
+        WHERE c_mktsegment = 'BUILDING'
+          AND c_custkey = o_custkey
+          AND l_orderkey = o_orderkey
+          AND o_orderdate < DATE '1995-03-15'
+          AND l_shipdate > DATE '1995-03-15'
+        GROUP BY l_orderkey, o_orderdate, o_shippriority
+        ORDER BY revenue DESC, o_orderdate
+        LIMIT 10""",
+    "Q6": """
+        SELECT sum(l_extendedprice * l_discount) AS revenue
+        FROM lineitem
+        WHERE l_shipdate >= DATE '1994-01-01'
+          AND l_shipdate < DATE '1994-01-01' + INTERVAL '1' YEAR
+          AND l_discount BETWEEN 0.06 - 0.01 AND 0.06 + 0.01
+          AND l_quantity < 24""",
+    "Q12": """
+        SELECT l_shipmode,
+               sum(CASE WHEN o_orderpriority = '1-URGENT' OR o_orderpriority = '2-HIGH'
+                        THEN 1 ELSE 0 END) AS high_line_count,
+               sum(CASE WHEN o_orderpriority <> '1-URGENT' AND o_orderpriority <> '2-HIGH'
+                        THEN 1 ELSE 0 END) AS low_line_count
+        FROM orders, lineitem
+        WHERE o_orderkey = l_orderkey
+          AND l_shipmode IN ('MAIL', 'SHIP')
+          AND l_commitdate < l_receiptdate
+          AND l_shipdate < l_commitdate
+          AND l_receiptdate >= DATE '1994-01-01'
+          AND l_receiptdate < DATE '1994-01-01' + INTERVAL '1' YEAR
+        GROUP BY l_shipmode
+        ORDER BY l_shipmode""",
+    "Q6 one client": """
+        SELECT sum(l_extendedprice * l_discount) AS revenue
+        FROM lineitem
+        WHERE l_shipdate >= DATE '1994-01-01'
+          AND l_shipdate < DATE '1994-01-01' + INTERVAL '1' YEAR
+          AND l_discount BETWEEN 0.06 - 0.01 AND 0.06 + 0.01
+          AND l_quantity < 24
+          AND service_client_id = 3""",
+    # TPC-H order keys are sparse (k % 32 < 8); 4196 exists at every scale.
+    "point lookup": "SELECT * FROM orders WHERE o_orderkey = 4196",
+    "top 1000": "SELECT * FROM lineitem ORDER BY l_extendedprice DESC LIMIT 1000",
+}
+
+
+@dataclass
+class Outcome:
+    """One timed query run: rows returned, whether that is the whole result, seconds."""
+
+    rows: int
+    complete: bool
+    seconds: float
+
+
+class QueryFailed(RuntimeError):
+    """A lakehost query ended FAILED or CANCELLED, or the API answered unexpectedly."""
+
+
+# --------------------------------------------------------------------------- data
+
+
+def tpchgen_cli() -> str:
+    """The tpchgen-cli installed beside this Python (the venv's bin/), else the one on PATH."""
+    beside = Path(sys.executable).parent / "tpchgen-cli"
+    return str(beside) if beside.is_file() else "tpchgen-cli"
+
+
+def generate_tpch(work: Path, scale: float) -> Path:
+    """Generate TPC-H parquet files with tpchgen-cli into <work>/tpch-sf<scale>/.
+
+    Skipped when the directory already exists; generation goes to a temporary
+    directory first so an interrupted run never leaves a half-written one.
+    """
+    target = work / f"tpch-sf{scale:g}"
+    if target.is_dir():
+        print(f"TPC-H data: reusing {target}")
+        return target
+    tmp = work / f"tpch-sf{scale:g}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    print(f"TPC-H data: generating scale factor {scale:g} into {target}")
+    subprocess.run(
+        [tpchgen_cli(), "parquet", "--scale-factor", f"{scale:g}", "--output-dir", str(tmp),
+         "--no-progress", "--quiet"],
+        check=True,
+    )
+    tmp.rename(target)
+    return target
+
+
+def service_client_ids(table_name: str, batch: pa.Table) -> pa.Array | pa.ChunkedArray:
+    """The service_client_id values for one batch of rows of a TPC-H table."""
+    key = CLIENT_ID_KEYS.get(table_name)
+    if key is None:
+        return pa.array([SHARED_CLIENT_ID] * batch.num_rows, pa.int64())
+    return pc.modulo(batch[key], CLIENT_COUNT)
+
+
+def write_import_file(table_name: str, source: Path, target: Path) -> None:
+    """Copy a TPC-H parquet file to `target` with a service_client_id (int64) column added.
+
+    All original columns and types are kept. Works one row group at a time so
+    the large tables never sit in memory whole. Skipped when `target` already
+    has the column and the same number of rows as `source`.
+    """
+    src = pq.ParquetFile(source)
+    if target.exists():
+        existing = pq.ParquetFile(target)
+        if (existing.metadata.num_rows == src.metadata.num_rows
+                and "service_client_id" in existing.schema_arrow.names):
+            return
+    field = pa.field("service_client_id", pa.int64(), nullable=False)
+    schema = src.schema_arrow.append(field)
+    tmp = target.with_suffix(".parquet.tmp")
+    with pq.ParquetWriter(tmp, schema) as writer:
+        for i in range(src.num_row_groups):
+            batch = src.read_row_group(i)
+            writer.write_table(batch.append_column(field, service_client_ids(table_name, batch)))
+    tmp.rename(target)
+
+
+def prepare_import_files(tpch_dir: Path, import_dir: Path) -> dict[str, int]:
+    """Write <import_dir>/<table>.parquet for every table; return the row count of each."""
+    import_dir.mkdir(parents=True, exist_ok=True)
+    counts = {}
+    for name in TABLES:
+        source = tpch_dir / f"{name}.parquet"
+        write_import_file(name, source, import_dir / f"{name}.parquet")
+        counts[name] = pq.ParquetFile(source).metadata.num_rows
+    return counts
+
+
+def lake_row_counts(lake_dir: Path) -> dict[str, int]:
+    """Rows per table in a lake database directory, summed from the parquet footers."""
+    return {
+        name: sum(pq.ParquetFile(f).metadata.num_rows for f in (lake_dir / name).rglob("*.parquet"))
+        for name in TABLES
+    }
+
+
+# ----------------------------------------------------------------------- lakehost
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_config(work: Path, port: int) -> tuple[Path, Path]:
+    """Write <work>/lakehost.toml for an empty data dir; return (config path, data dir)."""
+    data_dir = work / "lakehost-data"
+    shutil.rmtree(data_dir, ignore_errors=True)
+    config = work / "lakehost.toml"
+    config.write_text(
+        "[server]\n"
+        f"listen = {json.dumps(f'127.0.0.1:{port}')}\n"
+        "[storage]\n"
+        f"data_dir = {json.dumps(str(data_dir))}\n"
+    )
+    return config, data_dir
+
+
+def import_tables(lakehost: Path, config: Path, import_dir: Path) -> None:
+    """Import every table into the lake with `lakehost import`, printing its summaries."""
+    for name in TABLES:
+        result = subprocess.run(
+            [str(lakehost), "import", "--config", str(config), "--org", ORG,
+             "--database", DATABASE, "--table", name, str(import_dir / f"{name}.parquet")],
+            capture_output=True, text=True,
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"lakehost import of {name} failed (exit {result.returncode}):\n"
+                               f"{result.stdout}{result.stderr}")
+        # Log lines may share stdout with the one-line JSON summary.
+        summaries = [line for line in result.stdout.splitlines() if line.startswith("{")]
+        print(f"  imported {name}: {summaries[-1] if summaries else '(no summary printed)'}")
+
+
+class LakehostServer:
+    """`lakehost serve` as a subprocess for the duration of a `with` block."""
+
+    def __init__(self, lakehost: Path, config: Path, port: int, log: Path):
+        self.cmd = [str(lakehost), "serve", "--config", str(config)]
+        self.base_url = f"http://127.0.0.1:{port}"
+        self.log = log
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> LakehostServer:
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL)
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _wait_ready(self) -> None:
+        """Poll the OpenID discovery document until it answers 200."""
+        url = f"{self.base_url}/realms/{ORG}/.well-known/openid-configuration"
+        deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"lakehost exited with {self.proc.returncode} at startup; "
+                                   f"see {self.log}:\n{self.log.read_text()[-2000:]}")
+            try:
+                if requests.get(url, timeout=1).status_code == 200:
+                    return
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"lakehost not ready after {SERVER_START_TIMEOUT_S}s; see {self.log}")
+
+    def stop(self) -> None:
+        """Terminate the server (SIGTERM, then SIGKILL after 10 s)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class LakehostEngine:
+    """Runs queries through lakehost's HTTP query API over one keep-alive session."""
+
+    name = "lakehost"
+
+    def __init__(self, base_url: str):
+        self.base_url = base_url
+        self.session = requests.Session()
+        self.session.headers["Host"] = API_HOST
+        self.token_fetched_at = -math.inf
+
+    def _ensure_token(self) -> None:
+        """Fetch a client-credentials token when the current one is older than 4 minutes."""
+        if time.monotonic() - self.token_fetched_at < TOKEN_MAX_AGE_S:
+            return
+        resp = requests.post(
+            f"{self.base_url}/realms/{ORG}/protocol/openid-connect/token",
+            data={"grant_type": "client_credentials", "client_id": CLIENT_ID,
+                  "client_secret": CLIENT_SECRET},
+            timeout=10,
+        )
+        self._expect(resp, 200)
+        self.session.headers["Authorization"] = f"Bearer {resp.json()['access_token']}"
+        self.token_fetched_at = time.monotonic()
+
+    @staticmethod
+    def _expect(resp: requests.Response, status: int) -> dict:
+        """The response's JSON body, or QueryFailed when the status is not `status`."""
+        if resp.status_code != status:
+            raise QueryFailed(f"{resp.request.method} {resp.request.path_url}: "
+                              f"HTTP {resp.status_code}: {resp.text[:500]}")
+        return resp.json()
+
+    def run(self, sql: str) -> Outcome:
+        """Submit `sql`, poll until it is final, fetch the first result page; time all of it."""
+        self._ensure_token()
+        api = f"{self.base_url}/v2/query"
+        start = time.perf_counter()
+        query_id = self._expect(
+            self.session.post(api, json={"query": sql}, timeout=HTTP_TIMEOUT_S), 202)["queryId"]
+        shown = f"query {query_id} ({' '.join(sql.split())[:80]})"
+        while True:
+            status = self._expect(
+                self.session.get(f"{api}/{query_id}", timeout=HTTP_TIMEOUT_S), 200)["status"]
+            if status["state"] in FINAL_STATES:
+                break
+            if time.perf_counter() - start > QUERY_TIMEOUT_S:
+                raise QueryFailed(f"{shown} still {status['state']} after {QUERY_TIMEOUT_S}s")
+            time.sleep(POLL_INTERVAL_S)
+        if status["state"] != "SUCCEEDED":
+            raise QueryFailed(f"{shown} {status['state']}: "
+                              f"{status.get('stateChangeReason', '(no reason given)')}")
+        page = self._expect(
+            self.session.get(f"{api}/{query_id}/result", timeout=HTTP_TIMEOUT_S), 200)
+        seconds = time.perf_counter() - start
+        # The first row of the first page is the header.
+        rows = len(page["resultSet"]["Rows"]) - 1
+        return Outcome(rows, "nextToken" not in page, seconds)
+
+
+def lakehost_version(lakehost: Path) -> str:
+    """What `lakehost --version` prints."""
+    return subprocess.run([str(lakehost), "--version"], capture_output=True,
+                          text=True).stdout.strip() or "unknown"
+
+
+# -------------------------------------------------------------------------- peers
+
+
+class DataFusionEngine:
+    """DataFusion-python on the lake files: one SessionContext, a listing table per table."""
+
+    name = "datafusion-python"
+
+    def __init__(self, lake_dir: Path):
+        self.ctx = datafusion.SessionContext()
+        for table in TABLES:
+            # The trailing slash makes it a directory listing; the hive
+            # partition directories are parsed into PARTITION_COLS.
+            self.ctx.register_parquet(table, f"{lake_dir / table}/",
+                                      table_partition_cols=PARTITION_COLS)
+
+    def run(self, sql: str) -> Outcome:
+        """Plan and execute `sql`, collecting the whole result as Arrow batches."""
+        start = time.perf_counter()
+        batches = self.ctx.sql(sql).collect()
+        seconds = time.perf_counter() - start
+        return Outcome(sum(b.num_rows for b in batches), True, seconds)
+
+    @staticmethod
+    def version() -> str:
+        """The datafusion-python package version."""
+        return datafusion.__version__
+
+
+class DuckDBEngine:
+    """DuckDB on the lake files: one in-memory connection, a read_parquet view per table."""
+
+    name = "duckdb"
+
+    def __init__(self, lake_dir: Path):
+        self.con = duckdb.connect()
+        hive_types = ", ".join(f"'{col}': {'BIGINT' if typ == pa.int64() else 'VARCHAR'}"
+                               for col, typ in PARTITION_COLS)
+        for table in TABLES:
+            pattern = str(lake_dir / table / "**" / "*.parquet").replace("'", "''")
+            self.con.execute(
+                f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{pattern}', "
+                f"hive_partitioning = true, hive_types = {{{hive_types}}})"
+            )
+
+    def run(self, sql: str) -> Outcome:
+        """Execute `sql` and fetch the whole result as an Arrow table."""
+        start = time.perf_counter()
+        result = self.con.sql(sql).to_arrow_table()
+        seconds = time.perf_counter() - start
+        return Outcome(result.num_rows, True, seconds)
+
+    @staticmethod
+    def version() -> str:
+        """The duckdb package version."""
+        return duckdb.__version__
+
+
+# -------------------------------------------------------------------- measurement
+
+
+def counts_agree(outcomes: dict[str, Outcome]) -> bool:
+    """Whether the engines returned the same number of rows.
+
+    A result that is only a first page (complete=False) agrees with any
+    complete count at least as large.
+    """
+    complete = {o.rows for o in outcomes.values() if o.complete}
+    if len(complete) > 1:
+        return False
+    if not complete:
+        return True
+    full = complete.pop()
+    return all(o.rows <= full for o in outcomes.values() if not o.complete)
+
+
+def measure(engines: list, runs: int) -> dict[str, dict[str, list[float]]]:
+    """Warm up, check row counts, then time `runs` interleaved rounds.
+
+    Each round runs every query on every engine in turn, so drift (thermal,
+    page cache, other load) hits all engines alike. Returns milliseconds per
+    query per engine.
+    """
+    print("\nWarm-up and row-count check:")
+    for label, sql in QUERIES.items():
+        outcomes = {e.name: e.run(sql) for e in engines}
+        shown = ", ".join(f"{n}={o.rows}{'' if o.complete else '+'}" for n, o in outcomes.items())
+        flag = "" if counts_agree(outcomes) else "   WARNING: row counts differ"
+        print(f"  {label:<14} {shown}{flag}")
+    times: dict[str, dict[str, list[float]]] = {q: {e.name: [] for e in engines} for q in QUERIES}
+    for round_no in range(1, runs + 1):
+        if sys.stdout.isatty():
+            print(f"  round {round_no}/{runs}", end="\r", flush=True)
+        for label, sql in QUERIES.items():
+            for engine in engines:
+                times[label][engine.name].append(engine.run(sql).seconds * 1000)
+    return times
+
+
+def geomean(values: list[float]) -> float:
+    """Geometric mean of positive numbers."""
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def print_results(times: dict[str, dict[str, list[float]]], engine_names: list[str]) -> None:
+    """The median table, and when lakehost ran, its ratios to each peer and their geomeans."""
+    peers = [n for n in engine_names if n != "lakehost"]
+    with_lakehost = "lakehost" in engine_names
+    headers = ["query"] + [f"{n} ms" for n in engine_names]
+    if with_lakehost:
+        headers += [f"lakehost/{n}" for n in peers]
+    rows = []
+    ratios: dict[str, list[float]] = {n: [] for n in peers}
+    for label, per_engine in times.items():
+        medians = {n: statistics.median(per_engine[n]) for n in engine_names}
+        row = [label] + [f"{medians[n]:.1f}" for n in engine_names]
+        if with_lakehost:
+            for n in peers:
+                ratio = medians["lakehost"] / medians[n]
+                ratios[n].append(ratio)
+                row.append(f"{ratio:.2f}")
+        rows.append(row)
+    widths = [max(len(r[i]) for r in [headers] + rows) for i in range(len(headers))]
+    print("\nMedian latency per query:")
+    for r in [headers] + rows:
+        print("  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                               for i, (c, w) in enumerate(zip(r, widths))))
+    if with_lakehost:
+        for n in peers:
+            print(f"  geometric mean lakehost/{n}: {geomean(ratios[n]):.2f}")
+
+
+def measure_select1(engine: LakehostEngine, count: int) -> None:
+    """Time `SELECT 1` through the HTTP API `count` times after warm-ups; print p50/p99."""
+    for _ in range(SELECT1_WARMUPS):
+        engine.run("SELECT 1")
+    samples = [engine.run("SELECT 1").seconds * 1000 for _ in range(count)]
+    p99 = statistics.quantiles(samples, n=100, method="inclusive")[98] if count > 1 else samples[0]
+    print(f"\nSELECT 1 through the HTTP API ({count} runs after {SELECT1_WARMUPS} warm-ups, "
+          f"submit to first page): p50 {statistics.median(samples):.2f} ms, p99 {p99:.2f} ms")
+
+
+def print_environment(versions: dict[str, str], scale: float | None,
+                      row_counts: dict[str, int]) -> None:
+    """Engine versions, scale factor, rows per table, CPU count."""
+    print("Environment:")
+    for name, version in versions.items():
+        print(f"  {name}: {version}")
+    print(f"  python {platform.python_version()}, pyarrow {pa.__version__}, "
+          f"{os.cpu_count()} CPUs")
+    print(f"  scale factor: {'unknown (--peers-only)' if scale is None else f'{scale:g}'}")
+    print("  rows: " + ", ".join(f"{t} {n:,}" for t, n in row_counts.items()))
+
+
+# ---------------------------------------------------------------------------- main
+
+
+def run_peers_only(lake_dir: Path, runs: int) -> None:
+    """Benchmark the two peers on an existing lake database directory."""
+    lake_dir = lake_dir.resolve()
+    engines = [DataFusionEngine(lake_dir), DuckDBEngine(lake_dir)]
+    print_environment({e.name: e.version() for e in engines}, None, lake_row_counts(lake_dir))
+    times = measure(engines, runs)
+    print_results(times, [e.name for e in engines])
+
+
+def run_full(args: argparse.Namespace) -> None:
+    """Generate data, build a lake with lakehost, serve it and benchmark all three engines."""
+    work = args.work.resolve()
+    lakehost = args.lakehost.resolve()
+    if not lakehost.is_file():
+        sys.exit(f"lakehost binary not found: {lakehost} (cargo build --release, or --lakehost)")
+    work.mkdir(parents=True, exist_ok=True)
+    tpch_dir = generate_tpch(work, args.scale)
+    import_dir = work / "import"
+    print(f"Import files: {import_dir}")
+    source_counts = prepare_import_files(tpch_dir, import_dir)
+
+    port = free_port()
+    config, data_dir = write_config(work, port)
+    print(f"Importing into {data_dir}")
+    import_tables(lakehost, config, import_dir)
+    lake_dir = data_dir / "lake" / DATABASE
+    lake_counts = lake_row_counts(lake_dir)
+    for table, n in source_counts.items():
+        if lake_counts[table] != n:
+            print(f"WARNING: {table} has {n} rows in TPC-H but {lake_counts[table]} in the lake")
+
+    with LakehostServer(lakehost, config, port, work / "server.log") as server:
+        print(f"lakehost serving on {server.base_url} (log: {server.log})\n")
+        engines = [LakehostEngine(server.base_url), DataFusionEngine(lake_dir),
+                   DuckDBEngine(lake_dir)]
+        versions = {"lakehost": lakehost_version(lakehost),
+                    **{e.name: e.version() for e in engines[1:]}}
+        print_environment(versions, args.scale, source_counts)
+        times = measure(engines, args.runs)
+        print_results(times, [e.name for e in engines])
+        if args.select1 > 0:
+            measure_select1(engines[0], args.select1)
+    print("\nNote: the peers collect the whole result, lakehost returns its first page "
+          "(at most 1,000 rows); every query here returns at most 1,000 rows.")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line options."""
+    parser = argparse.ArgumentParser(
+        description="Benchmark lakehost's HTTP query API against DataFusion-python and DuckDB "
+                    "on TPC-H data.")
+    parser.add_argument("--scale", type=float, default=1,
+                        help="TPC-H scale factor (default: 1)")
+    parser.add_argument("--runs", type=int, default=5,
+                        help="timed rounds after the warm-up (default: 5)")
+    parser.add_argument("--lakehost", type=Path, default=REPO_ROOT / "target/release/lakehost",
+                        help="the lakehost binary (default: target/release/lakehost)")
+    parser.add_argument("--work", type=Path, default=BENCH_DIR / ".work",
+                        help="working directory for data, config, lake and log "
+                             "(default: bench/.work)")
+    parser.add_argument("--select1", type=int, default=200,
+                        help="timed SELECT 1 runs through the API; 0 skips them (default: 200)")
+    parser.add_argument("--peers-only", type=Path, metavar="DIR",
+                        help="skip lakehost; run the peers on an existing lake database "
+                             "directory DIR holding <table>/service_client_id=<id>/...")
+    args = parser.parse_args(argv)
+    if args.runs < 1 or args.select1 < 0 or args.scale <= 0:
+        parser.error("--runs must be >= 1, --select1 >= 0, --scale > 0")
+    return args
+
+
+def main() -> None:
+    """Entry point; SIGTERM unwinds like Ctrl-C so the server is always stopped."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    args = parse_args()
+    try:
+        if args.peers_only:
+            run_peers_only(args.peers_only, args.runs)
+        else:
+            run_full(args)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except (RuntimeError, subprocess.CalledProcessError, requests.RequestException) as e:
+        sys.exit(f"query_bench: {e}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,404 @@
+//! The query endpoints (spec "POST /query", "GET /query/{query_id}",
+//! "DELETE /query/{query_id}", "GET /query/{query_id}/result",
+//! "GET /query/{query_id}/csv") on the Org and Zone APIs, and the signed CSV
+//! link they hand out. Thin: extract, call `QueryService`, shape the body.
+
+use axum::{
+    Json,
+    body::{Body, Bytes},
+    extract::{Path, Query, State},
+    http::{HeaderMap, HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+    routing::get,
+};
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use super::{
+    AppState,
+    error::{ApiError, QueryOperation},
+    principal::{Caller, QueryRead, QueryWrite, RequiredScope},
+    routing::ApiKind,
+};
+use crate::{
+    auth::ClaimError,
+    query::{AccessGrant, QueryCaller, service::ResultPage},
+    store::queries::{QueryJob, QueryState},
+};
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(submit_query))
+        .routes(routes!(get_query, cancel_query))
+        .routes(routes!(get_result))
+        .routes(routes!(get_csv))
+        // The signed link carries its own authorisation (no bearer token).
+        .route("/v2/query/{query_id}/result.csv", get(download_csv))
+}
+
+/// The caller as the query service needs it. Claims a query endpoint cannot
+/// do without (service clients, resource access) missing or malformed → 500,
+/// as the spec says; no roles on this API's client → no recognised role.
+fn query_caller<S: RequiredScope>(caller: &Caller<S>) -> Result<QueryCaller, ApiError> {
+    let claim_error = |e: ClaimError| ApiError::Internal(format!("token claims: {e}"));
+    let sub = caller.claims.sub().map_err(claim_error)?.to_string();
+    let service_clients = caller.claims.service_clients().map_err(claim_error)?;
+    let roles = match caller.claims.roles_for(&caller.api_client) {
+        Ok(roles) => roles,
+        Err(ClaimError::MissingClientRoles { .. }) => Vec::new(),
+        Err(other) => return Err(claim_error(other)),
+    };
+    Ok(QueryCaller {
+        sub,
+        org: caller.target.org.clone(),
+        zone: match &caller.target.kind {
+            ApiKind::Zone(zone) => Some(zone.clone()),
+            ApiKind::Org | ApiKind::DailyRun => None,
+        },
+        grant: AccessGrant {
+            roles,
+            service_clients,
+        },
+    })
+}
+
+/// The spec's date format: `MM-DD-YYYY HH:MM:SS`, UTC.
+fn spec_time(micros: i64) -> String {
+    DateTime::<Utc>::from_timestamp_micros(micros)
+        .unwrap_or_default()
+        .format("%m-%d-%Y %H:%M:%S")
+        .to_string()
+}
+
+/// The Query resource (spec "Resources: Query").
+fn query_resource(job: &QueryJob) -> Value {
+    let mut status = Map::new();
+    status.insert("state".into(), json!(job.state.as_str()));
+    status.insert(
+        "submissionDateTime".into(),
+        json!(spec_time(job.submitted_at)),
+    );
+    if let Some(completed) = job.completed_at.filter(|_| job.state.is_final()) {
+        status.insert("completionDateTime".into(), json!(spec_time(completed)));
+    }
+    if job.state == QueryState::Failed
+        && let Some(reason) = &job.state_change_reason
+    {
+        status.insert("stateChangeReason".into(), json!(reason));
+    }
+    json!({
+        "query": job.query.sql,
+        "queryId": job.query.id,
+        "statementType": job.query.statement_type,
+        "status": status,
+    })
+}
+
+/// POST /query: body `{"query": "...", "database": "..."}` (database optional).
+#[utoipa::path(
+    post,
+    path = "/v2/query",
+    tag = "query",
+    security(("bearer" = [])),
+    request_body(content = Value, description = "query (string, required); database (string, optional)"),
+    responses(
+        (status = 202, description = "Accepted: {queryId}"),
+        (status = 400, description = "JSON not well formed, parameter missing, or SQL rejected"),
+        (status = 401, description = "Missing or invalid token"),
+        (status = 403, description = "Missing scope or a permissions problem"),
+        (status = 409, description = "CREATE TABLE AS target already holds data"),
+        (status = 500, description = "Unexpected error"),
+    )
+)]
+async fn submit_query(
+    State(state): State<AppState>,
+    caller: Caller<QueryWrite>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let caller = query_caller(&caller)?;
+    let not_json = || ApiError::BadRequest("JSON not well formed.".into());
+    let body: Value = serde_json::from_slice(&body).map_err(|_| not_json())?;
+    let body = body.as_object().ok_or_else(not_json)?;
+    let sql = match body.get("query") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(text)) if text.trim().is_empty() => None,
+        Some(Value::String(text)) => Some(text.as_str()),
+        Some(_) => {
+            return Err(ApiError::BadRequest(
+                "InvalidParameterError: \"query\" must be a string.".into(),
+            ));
+        }
+    }
+    .ok_or_else(|| {
+        ApiError::BadRequest(
+            "MissingParameterError: \"query\" parameter missing from request.".into(),
+        )
+    })?;
+    let database = match body.get("database") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(name)) => Some(name.as_str()),
+        Some(_) => {
+            return Err(ApiError::BadRequest(
+                "InvalidParameterError: \"database\" must be a string.".into(),
+            ));
+        }
+    };
+    let id = state
+        .queries
+        .submit(&caller, sql, database)
+        .await
+        .map_err(|e| ApiError::query(e, QueryOperation::Start))?;
+    Ok((StatusCode::ACCEPTED, Json(json!({ "queryId": id }))).into_response())
+}
+
+/// GET /query/{query_id}: the Query resource.
+#[utoipa::path(
+    get,
+    path = "/v2/query/{query_id}",
+    tag = "query",
+    security(("bearer" = [])),
+    params(("query_id" = String, Path, description = "The queryId of POST /query")),
+    responses(
+        (status = 200, description = "The Query resource"),
+        (status = 401, description = "Missing or invalid token"),
+        (status = 403, description = "Missing scope"),
+        (status = 404, description = "Unknown query"),
+        (status = 500, description = "Unexpected error"),
+    )
+)]
+async fn get_query(
+    State(state): State<AppState>,
+    caller: Caller<QueryRead>,
+    Path(query_id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let caller = query_caller(&caller)?;
+    let job = state
+        .queries
+        .get(&caller, &query_id)
+        .await
+        .map_err(|e| ApiError::query(e, QueryOperation::Get))?;
+    Ok(Json(query_resource(&job)))
+}
+
+/// DELETE /query/{query_id}: cancels a query that has not finished; a
+/// finished one is left as it is (still 200).
+#[utoipa::path(
+    delete,
+    path = "/v2/query/{query_id}",
+    tag = "query",
+    security(("bearer" = [])),
+    params(("query_id" = String, Path, description = "The queryId of POST /query")),
+    responses(
+        (status = 200, description = "Cancelled (empty body)"),
+        (status = 401, description = "Missing or invalid token"),
+        (status = 403, description = "Missing scope"),
+        (status = 404, description = "Unknown query"),
+        (status = 500, description = "Unexpected error"),
+    )
+)]
+async fn cancel_query(
+    State(state): State<AppState>,
+    caller: Caller<QueryWrite>,
+    Path(query_id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let caller = query_caller(&caller)?;
+    state
+        .queries
+        .cancel(&caller, &query_id)
+        .await
+        .map_err(|e| ApiError::query(e, QueryOperation::Stop))?;
+    Ok(StatusCode::OK)
+}
+
+#[derive(Debug, Deserialize)]
+struct PageParams {
+    #[serde(alias = "nextToken")]
+    next_token: Option<String>,
+}
+
+/// The result page shape (spec "Query result page").
+fn result_body(page: &ResultPage) -> Value {
+    let cell = |value: &Option<String>| match value {
+        Some(text) => json!({ "VarCharValue": text }),
+        None => json!({}),
+    };
+    let mut rows: Vec<Value> = Vec::with_capacity(page.rows.len() + 1);
+    if page.first && !page.columns.is_empty() {
+        rows.push(json!({
+            "Data": page.columns.iter().map(|c| json!({ "VarCharValue": c.name })).collect::<Vec<_>>()
+        }));
+    }
+    rows.extend(
+        page.rows
+            .iter()
+            .map(|row| json!({ "Data": row.iter().map(cell).collect::<Vec<_>>() })),
+    );
+    let columns: Vec<Value> = page
+        .columns
+        .iter()
+        .map(|c| {
+            json!({
+                "CatalogName": "hive",
+                "SchemaName": "",
+                "TableName": "",
+                "Name": c.name,
+                "Label": c.name,
+                "Type": c.sql_type,
+                "Precision": c.precision,
+                "Scale": c.scale,
+                "Nullable": if c.nullable { "NULLABLE" } else { "NOT_NULL" },
+                "CaseSensitive": c.case_sensitive(),
+            })
+        })
+        .collect();
+    let mut body = json!({
+        "resultSet": {
+            "Rows": rows,
+            "ResultSetMetadata": { "ColumnInfo": columns },
+        }
+    });
+    if let Some(token) = &page.next_token {
+        body["nextToken"] = json!(token);
+    }
+    body
+}
+
+/// GET /query/{query_id}/result: the first 1,000 rows; `next_token` (the
+/// previous page's `nextToken`) selects a later page.
+#[utoipa::path(
+    get,
+    path = "/v2/query/{query_id}/result",
+    tag = "query",
+    security(("bearer" = [])),
+    params(
+        ("query_id" = String, Path, description = "The queryId of POST /query"),
+        ("next_token" = Option<String>, Query, description = "nextToken of the previous page"),
+    ),
+    responses(
+        (status = 200, description = "A result page"),
+        (status = 400, description = "Query not SUCCEEDED, or a next_token not issued for it"),
+        (status = 401, description = "Missing or invalid token"),
+        (status = 403, description = "Missing scope, or the caller's access changed since submission"),
+        (status = 404, description = "Unknown query"),
+        (status = 500, description = "Unexpected error"),
+    )
+)]
+async fn get_result(
+    State(state): State<AppState>,
+    caller: Caller<QueryRead>,
+    Path(query_id): Path<String>,
+    Query(params): Query<PageParams>,
+) -> Result<Json<Value>, ApiError> {
+    let caller = query_caller(&caller)?;
+    let page = state
+        .queries
+        .page(&caller, &query_id, params.next_token.as_deref())
+        .await
+        .map_err(|e| ApiError::query(e, QueryOperation::Results))?;
+    Ok(Json(result_body(&page)))
+}
+
+/// The address the caller used, for absolute links: the Host header and the
+/// server's scheme.
+fn origin(state: &AppState, headers: &HeaderMap) -> Option<String> {
+    let host = headers.get(header::HOST)?.to_str().ok()?;
+    let scheme = if state.config.server.tls_cert.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    Some(format!("{scheme}://{host}"))
+}
+
+/// GET /query/{query_id}/csv: 302 to a signed link to the whole result.
+/// Every failure is 500 {"message": "Internal Server Error"}.
+#[utoipa::path(
+    get,
+    path = "/v2/query/{query_id}/csv",
+    tag = "query",
+    security(("bearer" = [])),
+    params(("query_id" = String, Path, description = "The queryId of POST /query")),
+    responses(
+        (status = 302, description = "Location (and body.location): a signed link, valid 15 minutes"),
+        (status = 401, description = "Missing or invalid token"),
+        (status = 403, description = "Missing scope"),
+        (status = 500, description = "Any other problem"),
+    )
+)]
+async fn get_csv(
+    State(state): State<AppState>,
+    caller: Result<Caller<QueryRead>, ApiError>,
+    Path(query_id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let caller = caller.map_err(|e| match e {
+        ApiError::Internal(why) => ApiError::CsvFailure(why),
+        other => other,
+    })?;
+    let caller = query_caller(&caller).map_err(|e| ApiError::CsvFailure(e.to_string()))?;
+    let link = state
+        .queries
+        .csv_link(&caller, &query_id)
+        .await
+        .map_err(|e| ApiError::CsvFailure(e.to_string()))?;
+    let origin = origin(&state, &headers)
+        .ok_or_else(|| ApiError::CsvFailure("request without a usable Host header".into()))?;
+    let location = format!("{origin}{link}");
+    let header_value =
+        HeaderValue::from_str(&location).map_err(|e| ApiError::CsvFailure(format!("link: {e}")))?;
+    let mut response = (StatusCode::FOUND, Json(json!({ "location": location }))).into_response();
+    response
+        .headers_mut()
+        .insert(header::LOCATION, header_value);
+    Ok(response)
+}
+
+#[derive(Debug, Deserialize)]
+struct LinkParams {
+    expires: Option<String>,
+    signature: Option<String>,
+}
+
+/// The signed link itself: like a storage service's presigned GET, it refuses
+/// a request that also carries an Authorization header, and answers with the
+/// CSV's exact length.
+async fn download_csv(
+    State(state): State<AppState>,
+    Path(query_id): Path<String>,
+    Query(params): Query<LinkParams>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    if headers.contains_key(header::AUTHORIZATION) {
+        return Err(ApiError::LinkRefused {
+            status: StatusCode::BAD_REQUEST,
+            message: "Only one auth mechanism allowed; only the signed link's query parameters \
+                      or the Authorization header should be specified",
+        });
+    }
+    let (Some(expires), Some(signature)) = (params.expires, params.signature) else {
+        return Err(ApiError::LinkRefused {
+            status: StatusCode::FORBIDDEN,
+            message: "The link is not signed.",
+        });
+    };
+    let download = state
+        .queries
+        .download(&query_id, &expires, &signature)
+        .await
+        .map_err(ApiError::from)?;
+    let mut response = Response::new(Body::from_stream(download.body));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/csv; charset=utf-8"),
+    );
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(download.length));
+    headers.insert(
+        header::CONTENT_DISPOSITION,
+        HeaderValue::from_str(&format!("attachment; filename=\"{query_id}.csv\""))
+            .unwrap_or(HeaderValue::from_static("attachment")),
+    );
+    Ok(response)
+}

@@ -1,0 +1,649 @@
+//! `QueryService`: the query lifecycle behind the five query endpoints.
+//!
+//! Submission classifies and plans the statement with the caller's access (so
+//! SQL and permission errors answer the POST), then stores a QUEUED job. A
+//! bounded pool of workers (`query.workers` per replica: admission control)
+//! claims jobs with a lease, plans them again with the access stored in the
+//! job, and runs the plan on a dedicated runtime so a heavy query cannot
+//! starve the HTTP server. Each query has its own memory pool (spilling past
+//! `query.memory_limit_bytes`) and a time limit.
+//!
+//! Restarts: a job RUNNING on a replica that died keeps its lease until it
+//! expires; then any replica claims it again and runs it from the start (at
+//! most `query.max_attempts` runs in all). Results are written per attempt and
+//! catalog changes are committed in the same transaction as SUCCEEDED, so a
+//! rerun never duplicates rows and no query is lost.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use bytes::Bytes;
+use futures::{Stream, StreamExt as _};
+use object_store::ObjectStoreExt as _;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    AccessGrant, Denial, QueryCaller, QueryError,
+    execute::{Execution, Target, execute, prepare},
+    result::{PAGE_ROWS, PageCursor, ResultColumn, read_page},
+    session::{SessionError, SessionScope, session_for},
+    statement::classify,
+    table_writer::delete_paths,
+};
+use crate::{
+    clock::SharedClock,
+    config::QueryConfig,
+    lake::{self, Lake, signing::LinkSigner},
+    store::{
+        Store,
+        catalog::standard_databases,
+        queries::{Finished, NewQuery, QueryJob, QueryOutcome, QueryState},
+    },
+};
+
+/// How often idle workers look for jobs submitted to other replicas and for
+/// expired leases (jobs submitted here wake a worker at once).
+const POLL_INTERVAL: Duration = Duration::from_millis(250);
+
+const LINK_KEY: &str = "link-signing-key";
+
+/// The runtime queries execute on, apart from the one serving HTTP.
+struct EngineRuntime(Option<tokio::runtime::Runtime>);
+
+impl EngineRuntime {
+    fn new() -> std::io::Result<Self> {
+        let threads = std::thread::available_parallelism().map_or(2, usize::from);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .thread_name("lakehost-query")
+            .enable_all()
+            .build()?;
+        Ok(Self(Some(runtime)))
+    }
+
+    fn handle(&self) -> &tokio::runtime::Handle {
+        self.0.as_ref().expect("runtime lives until drop").handle()
+    }
+}
+
+impl Drop for EngineRuntime {
+    fn drop(&mut self) {
+        // Dropping a runtime blocks, which is not allowed inside another
+        // runtime (tests drop the service from async code).
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// A signed CSV link's failure modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum LinkError {
+    #[error("the link has expired")]
+    Expired,
+    #[error("the link's signature does not match")]
+    BadSignature,
+    #[error("the result no longer exists")]
+    Gone,
+}
+
+/// The body of a signed CSV link.
+pub struct Download {
+    pub length: u64,
+    pub body: std::pin::Pin<Box<dyn Stream<Item = std::io::Result<Bytes>> + Send>>,
+}
+
+/// One page of a SUCCEEDED query's result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResultPage {
+    pub columns: Vec<ResultColumn>,
+    /// True on the first page: the spec's header row comes first.
+    pub first: bool,
+    pub rows: Vec<Vec<Option<String>>>,
+    pub next_token: Option<String>,
+}
+
+pub struct QueryService {
+    store: Store,
+    lake: Lake,
+    clock: SharedClock,
+    limits: QueryConfig,
+    engine: EngineRuntime,
+    wake: Notify,
+    running: Mutex<HashMap<String, CancellationToken>>,
+    signer: LinkSigner,
+    worker_id: String,
+}
+
+impl std::fmt::Debug for QueryService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueryService")
+            .field("worker_id", &self.worker_id)
+            .finish()
+    }
+}
+
+fn micros(clock: &SharedClock) -> i64 {
+    clock.now().timestamp_micros()
+}
+
+impl QueryService {
+    pub async fn new(
+        store: Store,
+        lake: Lake,
+        clock: SharedClock,
+        limits: QueryConfig,
+    ) -> anyhow::Result<Arc<Self>> {
+        let key = store
+            .shared_secret(LINK_KEY, LinkSigner::generate_key, micros(&clock))
+            .await?;
+        Ok(Arc::new(Self {
+            store,
+            lake,
+            clock,
+            limits,
+            engine: EngineRuntime::new()?,
+            wake: Notify::new(),
+            running: Mutex::new(HashMap::new()),
+            signer: LinkSigner::new(key.as_bytes()),
+            worker_id: uuid::Uuid::new_v4().simple().to_string(),
+        }))
+    }
+
+    /// Starts the worker pool; the workers stop when `stop` is cancelled.
+    pub fn start_workers(self: &Arc<Self>, stop: CancellationToken) {
+        for _ in 0..self.limits.workers {
+            let service = self.clone();
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = stop.cancelled() => {}
+                    _ = service.work() => {}
+                }
+            });
+        }
+    }
+
+    fn now(&self) -> i64 {
+        micros(&self.clock)
+    }
+
+    fn default_database(caller: &QueryCaller) -> String {
+        standard_databases(&caller.org, caller.zone.as_deref())
+            .into_iter()
+            .next()
+            .map(|(name, _)| name)
+            .expect("every org and zone has a lake database")
+    }
+
+    async fn session(
+        &self,
+        org: &str,
+        zone: Option<&str>,
+        access: &crate::auth::Access,
+        default_database: &str,
+        memory_limit: Option<usize>,
+    ) -> Result<datafusion::prelude::SessionContext, QueryError> {
+        session_for(
+            &self.store,
+            &self.lake,
+            &SessionScope {
+                org,
+                zone,
+                access,
+                default_database,
+                memory_limit,
+            },
+        )
+        .await
+        .map_err(|e| match e {
+            SessionError::UnknownDatabase(name) => {
+                QueryError::Invalid(format!("Database '{name}' does not exist"))
+            }
+            other => QueryError::Internal(other.to_string()),
+        })
+    }
+
+    /// POST /query: checks and plans `sql`, then queues it. Returns the id.
+    pub async fn submit(
+        &self,
+        caller: &QueryCaller,
+        sql: &str,
+        database: Option<&str>,
+    ) -> Result<String, QueryError> {
+        let classified = classify(sql).map_err(|e| QueryError::Invalid(e.to_string()))?;
+        let database = database
+            .map(str::to_string)
+            .unwrap_or_else(|| Self::default_database(caller));
+        let access = caller.grant.access();
+        let context = self
+            .session(
+                &caller.org,
+                caller.zone.as_deref(),
+                &access,
+                &database,
+                None,
+            )
+            .await?;
+        let target = Target {
+            store: &self.store,
+            org: &caller.org,
+            zone: caller.zone.as_deref(),
+            default_database: &database,
+            access: &access,
+        };
+        prepare(&context, &target, sql, &classified, self.now()).await?;
+        let id = uuid::Uuid::new_v4().to_string();
+        let query = NewQuery {
+            id: id.clone(),
+            org: caller.org.clone(),
+            zone: caller.zone.clone(),
+            owner_sub: caller.sub.clone(),
+            access_fingerprint: caller.grant.fingerprint(),
+            sql: sql.to_string(),
+            database,
+            statement_type: classified.statement_type.as_str().to_string(),
+            access_json: serde_json::to_string(&caller.grant).expect("grant serialises"),
+        };
+        self.store.insert_query(&query, self.now()).await?;
+        self.wake.notify_one();
+        Ok(id)
+    }
+
+    /// The caller's own query on this API, or NotFound (also for another
+    /// user's query: its existence is not revealed).
+    pub async fn get(&self, caller: &QueryCaller, id: &str) -> Result<QueryJob, QueryError> {
+        let not_found = || QueryError::NotFound(id.to_string());
+        let job = self.store.query_job(id).await?.ok_or_else(not_found)?;
+        let q = &job.query;
+        if q.owner_sub != caller.sub || q.org != caller.org || q.zone != caller.zone {
+            return Err(not_found());
+        }
+        Ok(job)
+    }
+
+    /// DELETE /query: cancels a QUEUED or RUNNING query and stops its work; a
+    /// final query stays as it is.
+    pub async fn cancel(&self, caller: &QueryCaller, id: &str) -> Result<(), QueryError> {
+        let job = self.get(caller, id).await?;
+        if job.state.is_final() {
+            return Ok(());
+        }
+        if self.store.cancel_query(id, self.now()).await? {
+            let token = self
+                .running
+                .lock()
+                .expect("running map lock")
+                .get(id)
+                .cloned();
+            if let Some(token) = token {
+                token.cancel();
+            }
+        }
+        Ok(())
+    }
+
+    /// A SUCCEEDED query the caller may still read (same roles and service
+    /// clients as at submission).
+    async fn readable(&self, caller: &QueryCaller, id: &str) -> Result<QueryJob, QueryError> {
+        let job = self.get(caller, id).await?;
+        match job.state {
+            QueryState::Succeeded => {}
+            QueryState::Queued | QueryState::Running => {
+                return Err(QueryError::NoResult(format!(
+                    "Query has not yet finished. Current state: {}",
+                    job.state.as_str()
+                )));
+            }
+            QueryState::Failed | QueryState::Cancelled => {
+                return Err(QueryError::NoResult(format!(
+                    "Query did not succeed. Current state: {}",
+                    job.state.as_str()
+                )));
+            }
+        }
+        if job.query.access_fingerprint != caller.grant.fingerprint() {
+            return Err(QueryError::Denied(Denial::Data));
+        }
+        Ok(job)
+    }
+
+    fn page_token(&self, id: &str, cursor: PageCursor) -> String {
+        let (row, offset) = (cursor.row.to_string(), cursor.offset.to_string());
+        let signature = self.signer.sign("page", &[id, &row, &offset]);
+        format!("{row}.{offset}.{}", &signature[..32])
+    }
+
+    fn parse_page_token(&self, id: &str, token: &str) -> Result<PageCursor, QueryError> {
+        let mut parts = token.splitn(3, '.');
+        let (Some(row), Some(offset), Some(signature)) = (parts.next(), parts.next(), parts.next())
+        else {
+            return Err(QueryError::BadPageToken);
+        };
+        let full = self.signer.sign("page", &[id, row, offset]);
+        let matches = signature.len() == 32
+            && bool::from(subtle::ConstantTimeEq::ct_eq(
+                full[..32].as_bytes(),
+                signature.as_bytes(),
+            ));
+        if !matches {
+            return Err(QueryError::BadPageToken);
+        }
+        Ok(PageCursor {
+            row: row.parse().map_err(|_| QueryError::BadPageToken)?,
+            offset: offset.parse().map_err(|_| QueryError::BadPageToken)?,
+        })
+    }
+
+    /// GET /query/{id}/result: the first page, or the one `next_token` names.
+    pub async fn page(
+        &self,
+        caller: &QueryCaller,
+        id: &str,
+        next_token: Option<&str>,
+    ) -> Result<ResultPage, QueryError> {
+        let job = self.readable(caller, id).await?;
+        let (Some(path), Some(bytes), Some(columns)) = (
+            job.result_path.as_deref(),
+            job.result_bytes,
+            job.result_columns_json.as_deref(),
+        ) else {
+            return Err(QueryError::Internal(format!("query {id} has no result")));
+        };
+        let columns: Vec<ResultColumn> = serde_json::from_str(columns)
+            .map_err(|e| QueryError::Internal(format!("result columns: {e}")))?;
+        let cursor = match next_token {
+            Some(token) => self.parse_page_token(id, token)?,
+            None => PageCursor { row: 0, offset: 0 },
+        };
+        let page = read_page(
+            self.lake.object_store().as_ref(),
+            path,
+            bytes as u64,
+            cursor,
+            PAGE_ROWS,
+        )
+        .await
+        .map_err(|e| QueryError::Internal(format!("result page: {e}")))?;
+        Ok(ResultPage {
+            columns,
+            first: cursor.offset == 0,
+            rows: page.rows,
+            next_token: page.next.map(|next| self.page_token(id, next)),
+        })
+    }
+
+    /// GET /query/{id}/csv: the path and query of a signed link to the whole
+    /// result, valid for `query.csv_link_lifetime_s`.
+    pub async fn csv_link(&self, caller: &QueryCaller, id: &str) -> Result<String, QueryError> {
+        let job = self.readable(caller, id).await?;
+        let path = job
+            .result_path
+            .ok_or_else(|| QueryError::Internal(format!("query {id} has no result")))?;
+        let expires =
+            (self.clock.unix_seconds() + self.limits.csv_link_lifetime_s as i64).to_string();
+        let signature = self.signer.sign("csv", &[id, &path, &expires]);
+        Ok(format!(
+            "/v2/query/{id}/result.csv?expires={expires}&signature={signature}"
+        ))
+    }
+
+    /// Serves a signed link: checks signature and expiry, then streams the CSV.
+    pub async fn download(
+        &self,
+        id: &str,
+        expires: &str,
+        signature: &str,
+    ) -> Result<Download, LinkError> {
+        let job = self
+            .store
+            .query_job(id)
+            .await
+            .map_err(|_| LinkError::Gone)?
+            .ok_or(LinkError::BadSignature)?;
+        let (Some(path), Some(length)) = (job.result_path, job.result_bytes) else {
+            return Err(LinkError::BadSignature);
+        };
+        if !self.signer.verify("csv", &[id, &path, expires], signature) {
+            return Err(LinkError::BadSignature);
+        }
+        let expires: i64 = expires.parse().map_err(|_| LinkError::BadSignature)?;
+        if self.clock.unix_seconds() > expires {
+            return Err(LinkError::Expired);
+        }
+        let object = self
+            .lake
+            .object_store()
+            .get(&object_store::path::Path::from(path.as_str()))
+            .await
+            .map_err(|_| LinkError::Gone)?;
+        let body = object
+            .into_stream()
+            .map(|chunk| chunk.map_err(std::io::Error::other));
+        Ok(Download {
+            length: length as u64,
+            body: Box::pin(body),
+        })
+    }
+
+    /// One worker: claim, run, repeat; sleep when there is nothing to do.
+    async fn work(self: Arc<Self>) {
+        loop {
+            let now = self.now();
+            let lease_until = now + self.lease().as_micros() as i64;
+            match self
+                .store
+                .claim_query(&self.worker_id, now, lease_until)
+                .await
+            {
+                Ok(Some(job)) => self.run(job).await,
+                Ok(None) => {
+                    tokio::select! {
+                        _ = self.wake.notified() => {}
+                        _ = tokio::time::sleep(POLL_INTERVAL) => {}
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "claiming a query failed");
+                    tokio::time::sleep(POLL_INTERVAL).await;
+                }
+            }
+        }
+    }
+
+    fn lease(&self) -> Duration {
+        Duration::from_secs(self.limits.lease_s)
+    }
+
+    /// Renews the lease every third of its length; returns when it is lost
+    /// (the query was cancelled elsewhere, or another worker took it over).
+    async fn hold_lease(&self, id: &str) {
+        let mut tick = tokio::time::interval(self.lease() / 3);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            let until = self.now() + self.lease().as_micros() as i64;
+            match self
+                .store
+                .renew_query_lease(id, &self.worker_id, until)
+                .await
+            {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(e) => tracing::warn!(query = id, error = %e, "lease renewal failed"),
+            }
+        }
+    }
+
+    async fn run(self: &Arc<Self>, job: QueryJob) {
+        let id = job.query.id.clone();
+        let span = tracing::info_span!("query", query = %id, attempt = job.attempts);
+        let _guard = span.enter();
+        if job.attempts > i64::from(self.limits.max_attempts) {
+            let reason = format!(
+                "The query was interrupted {} times (server restarts) and was not run again.",
+                job.attempts - 1
+            );
+            self.record(&id, Err(QueryError::Failed(reason)), None)
+                .await;
+            return;
+        }
+        let token = CancellationToken::new();
+        self.running
+            .lock()
+            .expect("running map lock")
+            .insert(id.clone(), token.clone());
+        let result_path = lake::result_path(
+            &job.query.org,
+            job.query.zone.as_deref(),
+            &job.query.owner_sub,
+            &job.query.access_fingerprint,
+            &id,
+            job.attempts,
+        );
+        let time_limit = Duration::from_secs(self.limits.time_limit_s);
+        let outcome = tokio::select! {
+            outcome = self.run_job(&job, &result_path) => Some(outcome),
+            _ = token.cancelled() => None,
+            _ = self.hold_lease(&id) => None,
+            _ = tokio::time::sleep(time_limit) => Some(Err(QueryError::Failed(format!(
+                "Query exhausted its time limit of {} seconds.",
+                self.limits.time_limit_s
+            )))),
+        };
+        self.running.lock().expect("running map lock").remove(&id);
+        match outcome {
+            Some(outcome) => self.record(&id, outcome, Some(&result_path)).await,
+            None => {
+                tracing::info!("query stopped: cancelled or taken over");
+                delete_paths(self.lake.object_store().as_ref(), &[result_path]).await;
+            }
+        }
+    }
+
+    /// Plans the job with the submitter's access (store work, on this runtime),
+    /// then executes it on the engine runtime. Dropping this future (cancel,
+    /// time limit) aborts the execution.
+    async fn run_job(&self, job: &QueryJob, result_path: &str) -> Result<Execution, QueryError> {
+        let q = &job.query;
+        let grant: AccessGrant = serde_json::from_str(&q.access_json)
+            .map_err(|e| QueryError::Internal(format!("stored access: {e}")))?;
+        let access = grant.access();
+        let classified = classify(&q.sql).map_err(|e| QueryError::Invalid(e.to_string()))?;
+        let context = self
+            .session(
+                &q.org,
+                q.zone.as_deref(),
+                &access,
+                &q.database,
+                Some(self.limits.memory_limit_bytes as usize),
+            )
+            .await?;
+        let target = Target {
+            store: &self.store,
+            org: &q.org,
+            zone: q.zone.as_deref(),
+            default_database: &q.database,
+            access: &access,
+        };
+        let prepared = prepare(&context, &target, &q.sql, &classified, self.now())
+            .await
+            .map_err(|e| match e {
+                QueryError::Invalid(message) => QueryError::Failed(message),
+                other => other,
+            })?;
+        let lake = self.lake.clone();
+        let id = q.id.clone();
+        let path = result_path.to_string();
+        let task = self
+            .engine
+            .handle()
+            .spawn(async move { execute(&context, prepared, &lake, &access, &id, &path).await });
+        let abort = task.abort_handle();
+        // Abort the engine task if this future is dropped.
+        let _abort_on_drop = AbortOnDrop(abort);
+        match task.await {
+            Ok(outcome) => outcome,
+            Err(e) => Err(QueryError::Internal(format!("query task: {e}"))),
+        }
+    }
+
+    /// Records a run's end; deletes files that did not become part of the lake.
+    async fn record(
+        &self,
+        id: &str,
+        outcome: Result<Execution, QueryError>,
+        result_path: Option<&str>,
+    ) {
+        let store = self.lake.object_store();
+        let (job_outcome, write, staged) = match outcome {
+            Ok(execution) => (
+                QueryOutcome::Succeeded {
+                    result_path: result_path.unwrap_or_default().to_string(),
+                    rows: execution.rows as i64,
+                    bytes: execution.bytes as i64,
+                    columns_json: serde_json::to_string(&execution.columns)
+                        .expect("columns serialise"),
+                },
+                execution.write,
+                execution.staged,
+            ),
+            Err(error) => {
+                if let QueryError::Internal(why) = &error {
+                    tracing::error!(error = %why, "query failed unexpectedly");
+                }
+                (
+                    QueryOutcome::Failed {
+                        reason: error.reason(),
+                    },
+                    crate::store::queries::CatalogWrite::None,
+                    Vec::new(),
+                )
+            }
+        };
+        let succeeded = matches!(job_outcome, QueryOutcome::Succeeded { .. });
+        match self
+            .store
+            .finish_query(id, &self.worker_id, &job_outcome, &write, self.now())
+            .await
+        {
+            Ok(Finished::Recorded { released_paths }) => {
+                delete_paths(store.as_ref(), &released_paths).await;
+                if !succeeded && let Some(path) = result_path {
+                    delete_paths(store.as_ref(), &[path.to_string()]).await;
+                }
+            }
+            Ok(Finished::Lost) => {
+                delete_paths(store.as_ref(), &staged).await;
+                if let Some(path) = result_path {
+                    delete_paths(store.as_ref(), &[path.to_string()]).await;
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "recording the end of a query failed");
+                delete_paths(store.as_ref(), &staged).await;
+                // A catalog conflict (say, a table created meanwhile) fails the query.
+                let failed = QueryOutcome::Failed {
+                    reason: format!("The query's changes could not be committed: {e}"),
+                };
+                let none = crate::store::queries::CatalogWrite::None;
+                let _ = self
+                    .store
+                    .finish_query(id, &self.worker_id, &failed, &none, self.now())
+                    .await;
+            }
+        }
+    }
+}
+
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
