@@ -12,12 +12,16 @@ use std::{
     sync::{Arc, OnceLock},
 };
 
+use datafusion::{arrow::array::RecordBatch, parquet::arrow::ArrowWriter};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use lakehost::{
     Application, Config,
     clock::{Clock as _, ManualClock},
     config::{IdpPrincipal, OrgConfig},
     idp::{Idp, StoredKey, generate_key, key_file_path, write_key_file},
+    import::{ImportRequest, ImportSummary, import_parquet},
+    lake::Lake,
+    store::Store,
 };
 use serde_json::{Value, json};
 
@@ -50,6 +54,9 @@ pub struct TestApp {
     pub clock: ManualClock,
     pub idp: Option<Arc<Idp>>,
     pub data_dir: PathBuf,
+    /// The server's metadata store and lake (tests seed the catalog directly).
+    pub store: Store,
+    pub lake: Lake,
     _dir: Option<tempfile::TempDir>,
     server: tokio::task::JoinHandle<()>,
 }
@@ -121,6 +128,7 @@ pub async fn start(config: Config, clock: ManualClock) -> TestApp {
         .expect("server starts");
     let addr = app.local_addr();
     let idp = app.idp();
+    let (store, lake) = (app.store(), app.lake());
     let scheme = app.auth_url().scheme().to_string();
     let server = tokio::spawn(async move {
         let _ = app.run_until_stopped().await;
@@ -135,6 +143,8 @@ pub async fn start(config: Config, clock: ManualClock) -> TestApp {
         clock,
         idp,
         data_dir,
+        store,
+        lake,
         _dir: None,
         server,
     }
@@ -289,4 +299,246 @@ pub async fn read(response: reqwest::Response) -> (StatusCode, Value) {
 /// The body every 401 has.
 pub fn unauthorized() -> Value {
     json!({ "message": "Unauthorized" })
+}
+
+/// The query endpoints' paths.
+pub const QUERY: &str = "/v2/query";
+
+/// A query's final states.
+pub const FINAL_STATES: [&str; 3] = ["SUCCEEDED", "FAILED", "CANCELLED"];
+
+impl TestApp {
+    /// Writes `batches` (which carry a `service_client_id` column) as a parquet
+    /// file and imports it into `database.table` of the demo org, or of `zone`.
+    pub async fn import(
+        &self,
+        zone: Option<&str>,
+        database: &str,
+        table: &str,
+        batches: &[RecordBatch],
+    ) -> ImportSummary {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(format!("{table}.parquet"));
+        {
+            let file = std::fs::File::create(&path).unwrap();
+            let mut writer = ArrowWriter::try_new(file, batches[0].schema(), None).unwrap();
+            for batch in batches {
+                writer.write(batch).unwrap();
+            }
+            writer.close().unwrap();
+        }
+        let request = ImportRequest {
+            org: "demo".into(),
+            zone: zone.map(String::from),
+            database: database.into(),
+            table: table.into(),
+            files: vec![path],
+        };
+        import_parquet(&self.store, &self.lake, &request, 1)
+            .await
+            .expect("import")
+    }
+
+    /// A token for the Zone API of `zone` in the demo org: audience
+    /// `svc_api_<zone>`, the zone's query scopes, these roles on the zone's client.
+    pub fn zone_token_for(&self, zone: &str, roles: &[&str], service_client_claim: &str) -> String {
+        let mut claims = self.valid_claims("demo");
+        let client = format!("svc_api_{zone}");
+        claims["aud"] = json!(client);
+        claims["scope"] = json!(format!(
+            "{zone}:query:read {zone}:query:write {zone}:load:read {zone}:load:write"
+        ));
+        claims["resource_access"] = json!({ client: { "roles": roles } });
+        claims["service_client_id"] = json!(service_client_claim);
+        self.sign("demo", &claims)
+    }
+
+    /// A demo Org API token of another user (`sub`).
+    pub fn token_of(&self, sub: &str, roles: &[&str], service_client_claim: &str) -> String {
+        let mut claims = self.valid_claims("demo");
+        claims["sub"] = json!(sub);
+        claims["resource_access"] = json!({ "svc_api": { "roles": roles } });
+        claims["service_client_id"] = json!(service_client_claim);
+        self.sign("demo", &claims)
+    }
+
+    /// POST /query with a JSON body; status and body.
+    pub async fn submit(&self, host: &str, token: &str, body: &Value) -> (StatusCode, Value) {
+        let response = self
+            .request(reqwest::Method::POST, host, QUERY)
+            .bearer_auth(token)
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        read(response).await
+    }
+
+    /// POST /query of `sql`; panics unless 202; returns the queryId.
+    pub async fn submit_sql(&self, host: &str, token: &str, sql: &str) -> String {
+        let (status, body) = self.submit(host, token, &json!({ "query": sql })).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{sql}: {body}");
+        body["queryId"].as_str().unwrap().to_string()
+    }
+
+    /// GET /query/{id}.
+    pub async fn query_status(&self, host: &str, token: &str, id: &str) -> (StatusCode, Value) {
+        self.get(host, &format!("{QUERY}/{id}"), Some(token)).await
+    }
+
+    /// Polls GET /query/{id} until `state` (or any final state when `None`);
+    /// gives up after 60 s. Returns the Query resource.
+    pub async fn wait_for(&self, host: &str, token: &str, id: &str, state: Option<&str>) -> Value {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let (status, body) = self.query_status(host, token, id).await;
+            assert_eq!(status, StatusCode::OK, "{body}");
+            let current = body["status"]["state"].as_str().unwrap().to_string();
+            let reached = match state {
+                Some(wanted) => current == wanted,
+                None => FINAL_STATES.contains(&current.as_str()),
+            };
+            if reached {
+                return body;
+            }
+            if state.is_some() && FINAL_STATES.contains(&current.as_str()) {
+                panic!("query {id} ended {current} while waiting for {state:?}: {body}");
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "query {id} still {current}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Submits `sql` and waits for its final state; returns (queryId, resource).
+    pub async fn run_sql(&self, host: &str, token: &str, sql: &str) -> (String, Value) {
+        let id = self.submit_sql(host, token, sql).await;
+        let resource = self.wait_for(host, token, &id, None).await;
+        (id, resource)
+    }
+
+    /// GET /query/{id}/result, optionally with `next_token`.
+    pub async fn result_page(
+        &self,
+        host: &str,
+        token: &str,
+        id: &str,
+        next_token: Option<&str>,
+    ) -> (StatusCode, Value) {
+        let mut request = self
+            .request(reqwest::Method::GET, host, &format!("{QUERY}/{id}/result"))
+            .bearer_auth(token);
+        if let Some(next) = next_token {
+            request = request.query(&[("next_token", next)]);
+        }
+        read(request.send().await.unwrap()).await
+    }
+
+    /// Runs `sql` to SUCCEEDED and returns the first page's data rows (header
+    /// row dropped), NULL as `None`.
+    pub async fn rows_of(&self, host: &str, token: &str, sql: &str) -> Vec<Vec<Option<String>>> {
+        let (id, resource) = self.run_sql(host, token, sql).await;
+        assert_eq!(
+            resource["status"]["state"], "SUCCEEDED",
+            "{sql}: {resource}"
+        );
+        let (status, page) = self.result_page(host, token, &id, None).await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        page_rows(&page).into_iter().skip(1).collect()
+    }
+}
+
+/// The cells of a result page, row by row (`VarCharValue` or `None`).
+pub fn page_rows(page: &Value) -> Vec<Vec<Option<String>>> {
+    page["resultSet"]["Rows"]
+        .as_array()
+        .expect("Rows")
+        .iter()
+        .map(|row| {
+            row["Data"]
+                .as_array()
+                .expect("Data")
+                .iter()
+                .map(|cell| {
+                    cell.get("VarCharValue")
+                        .map(|v| v.as_str().unwrap().to_string())
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The spec's friendly permission messages.
+pub const DATA_DENIED: &str = "You seem to have a permissions problem. You are trying to access data you do not have permissions for.";
+pub const EXECUTE_DENIED: &str = "You seem to have a permissions problem. You may be trying to perform a query you do not have permission to execute.";
+pub const CREATE_DENIED: &str = "You don't have the right permissions to create tables there.";
+pub const STATEMENT_DENIED: &str = "You don't have the right permissions to execute that query.";
+
+/// A batch of `(trip_id, fare, city, service_client_id)` rows: `per_client`
+/// rows for each service client, trip ids `client * 100 + i`, fare `1.5 * i`,
+/// city NULL for every third row.
+pub fn trips_batch(clients: &[i64], per_client: i64) -> RecordBatch {
+    use datafusion::arrow::{
+        array::{Float64Array, Int64Array, StringArray},
+        datatypes::{DataType, Field, Schema},
+    };
+    let mut ids = Vec::new();
+    let mut fares = Vec::new();
+    let mut cities = Vec::new();
+    let mut owners = Vec::new();
+    for &client in clients {
+        for i in 0..per_client {
+            ids.push(client * 100 + i);
+            fares.push(1.5 * i as f64);
+            cities.push((i % 3 != 2).then(|| format!("city-{i}")));
+            owners.push(client);
+        }
+    }
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("trip_id", DataType::Int64, false),
+        Field::new("fare", DataType::Float64, true),
+        Field::new("city", DataType::Utf8, true),
+        Field::new("service_client_id", DataType::Int64, false),
+    ]));
+    RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(Int64Array::from(ids)),
+            Arc::new(Float64Array::from(fares)),
+            Arc::new(StringArray::from(cities)),
+            Arc::new(Int64Array::from(owners)),
+        ],
+    )
+    .unwrap()
+}
+
+/// Seeds the demo lakes the query tests read:
+/// - `demo_lake_v2.trips`: 2 rows each of service clients 1, 2 and 901;
+/// - `demo_insights.summary`: 1 row each of 1, 2 and 901;
+/// - `demo_data_input.raw`: 1 row each of 1 and 2;
+/// - `demo_sandbox.scratch`: 1 row each of 1 and 2;
+/// - `lab_lake.trips` (zone lab): 2 rows each of 1 and 3.
+pub async fn seed_demo_lake(app: &TestApp) {
+    app.import(
+        None,
+        "demo_lake_v2",
+        "trips",
+        &[trips_batch(&[1, 2, 901], 2)],
+    )
+    .await;
+    app.import(
+        None,
+        "demo_insights",
+        "summary",
+        &[trips_batch(&[1, 2, 901], 1)],
+    )
+    .await;
+    app.import(None, "demo_data_input", "raw", &[trips_batch(&[1, 2], 1)])
+        .await;
+    app.import(None, "demo_sandbox", "scratch", &[trips_batch(&[1, 2], 1)])
+        .await;
+    app.import(Some("lab"), "lab_lake", "trips", &[trips_batch(&[1, 3], 2)])
+        .await;
 }

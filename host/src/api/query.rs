@@ -101,7 +101,7 @@ fn query_resource(job: &QueryJob) -> Value {
     post,
     path = "/v2/query",
     tag = "query",
-    security(("bearer" = [])),
+    security(("bearer" = ["query:write"])),
     request_body(content = Value, description = "query (string, required); database (string, optional)"),
     responses(
         (status = 202, description = "Accepted: {queryId}"),
@@ -158,7 +158,7 @@ async fn submit_query(
     get,
     path = "/v2/query/{query_id}",
     tag = "query",
-    security(("bearer" = [])),
+    security(("bearer" = ["query:read"])),
     params(("query_id" = String, Path, description = "The queryId of POST /query")),
     responses(
         (status = 200, description = "The Query resource"),
@@ -188,7 +188,7 @@ async fn get_query(
     delete,
     path = "/v2/query/{query_id}",
     tag = "query",
-    security(("bearer" = [])),
+    security(("bearer" = ["query:write"])),
     params(("query_id" = String, Path, description = "The queryId of POST /query")),
     responses(
         (status = 200, description = "Cancelled (empty body)"),
@@ -271,7 +271,7 @@ fn result_body(page: &ResultPage) -> Value {
     get,
     path = "/v2/query/{query_id}/result",
     tag = "query",
-    security(("bearer" = [])),
+    security(("bearer" = ["query:read"])),
     params(
         ("query_id" = String, Path, description = "The queryId of POST /query"),
         ("next_token" = Option<String>, Query, description = "nextToken of the previous page"),
@@ -318,7 +318,7 @@ fn origin(state: &AppState, headers: &HeaderMap) -> Option<String> {
     get,
     path = "/v2/query/{query_id}/csv",
     tag = "query",
-    security(("bearer" = [])),
+    security(("bearer" = ["query:read"])),
     params(("query_id" = String, Path, description = "The queryId of POST /query")),
     responses(
         (status = 302, description = "Location (and body.location): a signed link, valid 15 minutes"),

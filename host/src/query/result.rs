@@ -369,7 +369,7 @@ mod tests {
         },
         datatypes::{Field, TimeUnit},
     };
-    use object_store::memory::InMemory;
+    use object_store::{ObjectStoreExt as _, memory::InMemory};
 
     fn batch() -> RecordBatch {
         let schema = Arc::new(Schema::new(vec![

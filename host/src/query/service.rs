@@ -55,8 +55,12 @@ const LINK_KEY: &str = "link-signing-key";
 struct EngineRuntime(Option<tokio::runtime::Runtime>);
 
 impl EngineRuntime {
-    fn new() -> std::io::Result<Self> {
-        let threads = std::thread::available_parallelism().map_or(2, usize::from);
+    /// One thread per core for each worker: a query uses up to one thread per
+    /// core (its partitions), and one query that never yields must not hold
+    /// the threads another worker's query needs; the OS shares the cores.
+    fn new(workers: usize) -> std::io::Result<Self> {
+        let cores = std::thread::available_parallelism().map_or(2, usize::from);
+        let threads = (cores * workers).clamp(cores, 64);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads)
             .thread_name("lakehost-query")
@@ -141,12 +145,13 @@ impl QueryService {
         let key = store
             .shared_secret(LINK_KEY, LinkSigner::generate_key, micros(&clock))
             .await?;
+        let engine = EngineRuntime::new(limits.workers)?;
         Ok(Arc::new(Self {
             store,
             lake,
             clock,
             limits,
-            engine: EngineRuntime::new()?,
+            engine,
             wake: Notify::new(),
             running: Mutex::new(HashMap::new()),
             signer: LinkSigner::new(key.as_bytes()),

@@ -75,10 +75,17 @@ pub async fn session_for(
         }
         catalog.register_schema(&database.name, Arc::new(schema))?;
     }
-    let config = SessionConfig::new()
+    let mut config = SessionConfig::new()
         .with_default_catalog_and_schema(CATALOG, scope.default_database)
         .with_create_default_catalog_and_schema(false)
         .with_information_schema(true);
+    if let Some(limit) = scope.memory_limit {
+        // A sort keeps this much back for merging its spill files; it must fit
+        // well inside a small limit (DataFusion's default is 10 MB).
+        let options = config.options_mut();
+        options.execution.sort_spill_reservation_bytes =
+            options.execution.sort_spill_reservation_bytes.min(limit / 8);
+    }
     let mut runtime = RuntimeEnvBuilder::new();
     if let Some(limit) = scope.memory_limit {
         runtime = runtime.with_memory_pool(Arc::new(FairSpillPool::new(limit)));

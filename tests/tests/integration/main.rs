@@ -4,6 +4,8 @@
 mod gateway;
 mod idp;
 mod query_access;
+mod query_api;
+mod query_permissions;
 mod routing;
 mod security_metadata;
 mod store;
