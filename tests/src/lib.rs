@@ -542,3 +542,29 @@ pub async fn seed_demo_lake(app: &TestApp) {
     app.import(Some("lab"), "lab_lake", "trips", &[trips_batch(&[1, 3], 2)])
         .await;
 }
+
+/// The URL of a fresh, empty Postgres database on the server named by
+/// `LAKEHOST_TEST_DATABASE_URL` (`.ci/run` starts one), or `None` outside CI
+/// when it is not set. In CI a missing server is an error, never a skip.
+pub async fn fresh_postgres_url() -> Option<String> {
+    match std::env::var("LAKEHOST_TEST_DATABASE_URL") {
+        Ok(admin_url) => {
+            use sqlx::Connection as _;
+            let name = format!("lakehost_test_{}", lakehost::store::new_id());
+            let mut admin = sqlx::PgConnection::connect(&admin_url).await.unwrap();
+            sqlx::query(&format!("CREATE DATABASE {name}"))
+                .execute(&mut admin)
+                .await
+                .unwrap();
+            let base = admin_url.rsplit_once('/').unwrap().0;
+            Some(format!("{base}/{name}"))
+        }
+        Err(_) if std::env::var_os("CI").is_some() => {
+            panic!("LAKEHOST_TEST_DATABASE_URL must name a Postgres server in CI")
+        }
+        Err(_) => {
+            eprintln!("NOTE: Postgres tests not run: set LAKEHOST_TEST_DATABASE_URL (see .ci/run)");
+            None
+        }
+    }
+}

@@ -83,8 +83,10 @@ pub async fn session_for(
         // A sort keeps this much back for merging its spill files; it must fit
         // well inside a small limit (DataFusion's default is 10 MB).
         let options = config.options_mut();
-        options.execution.sort_spill_reservation_bytes =
-            options.execution.sort_spill_reservation_bytes.min(limit / 8);
+        options.execution.sort_spill_reservation_bytes = options
+            .execution
+            .sort_spill_reservation_bytes
+            .min(limit / 8);
     }
     let mut runtime = RuntimeEnvBuilder::new();
     if let Some(limit) = scope.memory_limit {

@@ -823,3 +823,62 @@ async fn a_query_running_when_its_server_died_is_run_again_once() {
     let (_, page) = third.result_page(ORG_HOST, &token, &queued.id, None).await;
     assert_eq!(page_rows(&page)[1], vec![Some("2500".to_string())]);
 }
+
+#[tokio::test]
+async fn the_query_api_runs_on_a_postgres_store() {
+    let Some(url) = fresh_postgres_url().await else {
+        return;
+    };
+    let app = spawn_app_with(|c| c.storage.database_url = Some(url)).await;
+    seed_demo_lake(&app).await;
+    let analyst = app.token_for(&["OwnServiceClientAnalyst"], "[1]");
+    assert_eq!(
+        app.submit(
+            ORG_HOST,
+            &analyst,
+            &json!({ "query": "SELECT count(*) FROM trips" })
+        )
+        .await,
+        (StatusCode::FORBIDDEN, json!({ "message": DATA_DENIED }))
+    );
+    let rows = app
+        .rows_of(
+            ORG_HOST,
+            &analyst,
+            "SELECT count(*) FROM trips WHERE service_client_id IN (1, 901)",
+        )
+        .await;
+    assert_eq!(rows, vec![vec![Some("4".to_string())]]);
+    let rows = app
+        .rows_of(
+            ORG_HOST,
+            &analyst,
+            "CREATE TABLE demo_sandbox.mine AS SELECT trip_id, service_client_id FROM trips \
+             WHERE service_client_id = 1",
+        )
+        .await;
+    assert_eq!(rows, vec![vec![Some("2".to_string())]]);
+    let rows = app
+        .rows_of(
+            ORG_HOST,
+            &analyst,
+            "INSERT INTO demo_sandbox.mine VALUES (7, 1)",
+        )
+        .await;
+    assert_eq!(rows, vec![vec![Some("1".to_string())]]);
+    let rows = app
+        .rows_of(
+            ORG_HOST,
+            &analyst,
+            "SELECT trip_id FROM demo_sandbox.mine WHERE service_client_id IN (1, 901) ORDER BY trip_id",
+        )
+        .await;
+    assert_eq!(
+        rows,
+        vec![
+            vec![Some("7".to_string())],
+            vec![Some("100".to_string())],
+            vec![Some("101".to_string())]
+        ]
+    );
+}

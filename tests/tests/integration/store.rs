@@ -4,11 +4,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use lakehost_tests::fresh_postgres_url;
+
 use lakehost::{
     auth::DatabaseKind,
     store::{
         Error, Store,
-        catalog::NewDataFile,
+        catalog::{LakeTable, NewDataFile},
         queries::{CatalogWrite, Finished, NewQuery, QueryOutcome, QueryState},
     },
 };
@@ -20,27 +22,9 @@ async fn backends() -> Vec<(&'static str, Store, Option<tempfile::TempDir>)> {
         .await
         .unwrap();
     let mut stores = vec![("sqlite", sqlite, Some(dir))];
-    match std::env::var("LAKEHOST_TEST_DATABASE_URL") {
-        Ok(admin_url) => {
-            use sqlx::Connection as _;
-            let name = format!("lakehost_test_{}", lakehost::store::new_id());
-            let mut admin = sqlx::PgConnection::connect(&admin_url).await.unwrap();
-            sqlx::query(&format!("CREATE DATABASE {name}"))
-                .execute(&mut admin)
-                .await
-                .unwrap();
-            let base = admin_url.rsplit_once('/').unwrap().0;
-            let store = Store::open_postgres(&format!("{base}/{name}"))
-                .await
-                .unwrap();
-            stores.push(("postgres", store, None));
-        }
-        Err(_) if std::env::var_os("CI").is_some() => {
-            panic!("LAKEHOST_TEST_DATABASE_URL must name a Postgres server in CI")
-        }
-        Err(_) => eprintln!(
-            "NOTE: Postgres store tests not run: set LAKEHOST_TEST_DATABASE_URL (see .ci/run)"
-        ),
+    if let Some(url) = fresh_postgres_url().await {
+        let store = Store::open_postgres(&url).await.unwrap();
+        stores.push(("postgres", store, None));
     }
     stores
 }
@@ -356,6 +340,137 @@ async fn concurrent_workers_claim_each_job_once() {
             (all.len(), unique.len()),
             (30, 30),
             "{backend}: every job exactly once"
+        );
+    }
+}
+
+#[tokio::test]
+async fn catalog_changes_commit_with_the_final_state_or_not_at_all() {
+    for (backend, store, _dir) in backends().await {
+        let databases = store.ensure_standard_databases("demo", None).await.unwrap();
+        let sandbox = databases
+            .iter()
+            .find(|d| d.kind == DatabaseKind::Sandbox)
+            .unwrap();
+        let table = LakeTable {
+            id: lakehost::store::new_id(),
+            database_id: sandbox.id.clone(),
+            name: "made_by_sql".into(),
+            schema_json: r#"{"fields":[]}"#.into(),
+            partition_columns: vec!["service_client_id".into()],
+            created_at: 1,
+        };
+        let file = NewDataFile {
+            path: "demo_sandbox/made_by_sql/service_client_id=1/q-0.parquet".into(),
+            service_client_id: Some(1),
+            partition_values: BTreeMap::from([("service_client_id".into(), "1".into())]),
+            row_count: 5,
+            size_bytes: 100,
+            load_id: Some("q".into()),
+        };
+        let write = CatalogWrite::CreateTableWithFiles {
+            table: table.clone(),
+            files: vec![file.clone()],
+        };
+        let outcome = QueryOutcome::Succeeded {
+            result_path: "r".into(),
+            rows: 1,
+            bytes: 1,
+            columns_json: "[]".into(),
+        };
+
+        // A worker that lost its job (cancelled meanwhile) writes nothing.
+        let lost = store
+            .insert_query(&query("ctas-lost", 1), 10)
+            .await
+            .unwrap();
+        store.claim_query("w1", 11, 100).await.unwrap().unwrap();
+        store.cancel_query(&lost.query.id, 12).await.unwrap();
+        assert_eq!(
+            store
+                .finish_query(&lost.query.id, "w1", &outcome, &write, 13)
+                .await
+                .unwrap(),
+            Finished::Lost,
+            "{backend}"
+        );
+        assert!(
+            store
+                .table(&sandbox.id, "made_by_sql")
+                .await
+                .unwrap()
+                .is_none()
+        );
+
+        // The holder's finish creates the table and lists its file, at once.
+        let won = store.insert_query(&query("ctas-won", 2), 20).await.unwrap();
+        store.claim_query("w1", 21, 100).await.unwrap().unwrap();
+        assert_eq!(
+            store
+                .finish_query(&won.query.id, "w1", &outcome, &write, 22)
+                .await
+                .unwrap(),
+            Finished::Recorded {
+                released_paths: vec![]
+            }
+        );
+        let created = store
+            .table(&sandbox.id, "made_by_sql")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(store.files(&created.id).await.unwrap().len(), 1);
+
+        // The same table again fails the transaction: the job stays RUNNING
+        // (the worker then records FAILED), nothing half-written.
+        let again = store
+            .insert_query(&query("ctas-again", 3), 30)
+            .await
+            .unwrap();
+        store.claim_query("w1", 31, 100).await.unwrap().unwrap();
+        assert!(
+            store
+                .finish_query(&again.query.id, "w1", &outcome, &write, 32)
+                .await
+                .is_err(),
+            "{backend}"
+        );
+        let job = store.query_job(&again.query.id).await.unwrap().unwrap();
+        assert_eq!(job.state, QueryState::Running);
+        assert_eq!(store.files(&created.id).await.unwrap().len(), 1);
+
+        // A drop releases the file paths for deletion.
+        let drop = store.insert_query(&query("drop", 4), 40).await.unwrap();
+        let claimed = store.claim_query("w2", 41, 100).await.unwrap().unwrap();
+        assert_eq!(
+            claimed.query.id, drop.query.id,
+            "`again` still holds its lease"
+        );
+        let finished = store
+            .finish_query(
+                &drop.query.id,
+                "w2",
+                &outcome,
+                &CatalogWrite::DropTables {
+                    tables: vec![(sandbox.id.clone(), "made_by_sql".into())],
+                },
+                42,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            finished,
+            Finished::Recorded {
+                released_paths: vec![file.path.clone()]
+            },
+            "{backend}"
+        );
+        assert!(
+            store
+                .table(&sandbox.id, "made_by_sql")
+                .await
+                .unwrap()
+                .is_none()
         );
     }
 }
