@@ -332,7 +332,7 @@ impl QueryService {
         let full = self.signer.sign("page", &[id, row, offset]);
         let matches = signature.len() == 32
             && bool::from(subtle::ConstantTimeEq::ct_eq(
-                full[..32].as_bytes(),
+                &full.as_bytes()[..32],
                 signature.as_bytes(),
             ));
         if !matches {

@@ -88,7 +88,11 @@ impl Store {
             .after_connect(|conn, _| {
                 Box::pin(async move {
                     use sqlx::Executor as _;
-                    conn.execute("PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 5000;")
+                    // WAL with synchronous=NORMAL: a commit survives a crash of
+                    // the process; only a power loss can undo the last ones.
+                    conn.execute(
+                        "PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 5000; PRAGMA synchronous = NORMAL;",
+                    )
                         .await?;
                     Ok(())
                 })
