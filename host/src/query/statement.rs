@@ -211,11 +211,10 @@ fn classify_sql(statement: &Statement) -> Result<Classified, StatementError> {
         }
         other => {
             let text = other.to_string();
-            let keyword: String = text
+            let keyword = text
                 .split_whitespace()
-                .take(2)
-                .collect::<Vec<_>>()
-                .join(" ")
+                .next()
+                .unwrap_or_default()
                 .to_uppercase();
             Err(StatementError::Refused(keyword))
         }

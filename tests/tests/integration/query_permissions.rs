@@ -74,20 +74,31 @@ async fn invalid(app: &TestApp, host: &str, token: &str, sql: &str) -> String {
     assert_eq!(status, StatusCode::BAD_REQUEST, "{sql}: {body}");
     let message = body["message"].as_str().expect("message");
     assert_eq!(body, json!({ "message": message }), "{sql}");
-    eprintln!("DEBUG400 {sql} => {message}");
     message
         .strip_prefix(START_ERROR)
         .unwrap_or_else(|| panic!("{sql}: {message}"))
         .to_string()
 }
 
-/// A table that does not exist (any more): SELECT from it is a 400 naming it.
+/// What reading a table that does not exist (any more) gives: the engine's 400.
+fn missing(table: &str) -> Outcome {
+    let (database, name) = table.split_once('.').expect("db.table");
+    Err((
+        StatusCode::BAD_REQUEST,
+        json!({
+            "message": format!(
+                "{START_ERROR}Error during planning: table 'lakehost.{database}.{name}' not found"
+            )
+        }),
+    ))
+}
+
 async fn assert_missing(app: &TestApp, token: &str, table: &str) {
-    let message = invalid(app, ORG_HOST, token, &format!("SELECT * FROM {table}")).await;
-    let name = table.rsplit('.').next().unwrap();
-    assert!(
-        message.contains("not found") && message.contains(name),
-        "{table}: {message}"
+    let sql = format!("SELECT * FROM {table}");
+    assert_eq!(
+        outcome(app, ORG_HOST, token, &sql).await,
+        missing(table),
+        "{sql}"
     );
 }
 
@@ -165,8 +176,11 @@ fn expected_count(scope: &Scope, per_client: &[(i64, i64)], filter: Option<&[i64
     }
 }
 
-/// The seeded demo tables: kind and rows per service client.
-const TABLES: [(&str, Kind, &[(i64, i64)]); 4] = [
+/// A seeded table: name, kind, rows per service client.
+type Seeded = (&'static str, Kind, &'static [(i64, i64)]);
+
+/// The seeded demo tables.
+const TABLES: [Seeded; 4] = [
     (
         "demo_lake_v2.trips",
         Kind::Lake,
@@ -220,6 +234,53 @@ async fn each_role_reads_what_the_capability_table_allows() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+
+    // Capabilities of several roles add up; a claim may list several clients.
+    for (roles, claim, sql, expected) in [
+        (
+            &[OWN_ANALYST][..],
+            "[1 2]",
+            "SELECT count(*) FROM demo_lake_v2.trips",
+            count(6),
+        ),
+        (
+            &[OWN_ANALYST][..],
+            "[2]",
+            "SELECT count(*) FROM demo_lake_v2.trips WHERE service_client_id IN (1, 901)",
+            forbidden(DATA_DENIED),
+        ),
+        (
+            &[PUBLIC, OWN_CONSUMER][..],
+            "[2]",
+            "SELECT count(*) FROM demo_insights.summary WHERE service_client_id IN (2, 901)",
+            count(2),
+        ),
+        (
+            &[PUBLIC, OWN_CONSUMER][..],
+            "[2]",
+            "SELECT count(*) FROM demo_lake_v2.trips WHERE service_client_id = 901",
+            forbidden(EXECUTE_DENIED),
+        ),
+        (
+            &[PUBLIC, ALL_ANALYST][..],
+            "[2]",
+            "SELECT count(*) FROM demo_data_input.raw",
+            count(2),
+        ),
+        (
+            &[NOBODY, OWN_ANALYST][..],
+            "[1]",
+            "SELECT count(*) FROM demo_sandbox.scratch WHERE service_client_id = 1",
+            count(1),
+        ),
+    ] {
+        let token = app.token_for(roles, claim);
+        assert_eq!(
+            outcome(&app, ORG_HOST, &token, sql).await,
+            expected,
+            "{roles:?} {claim} `{sql}`"
+        );
+    }
 
     // No recognised role: a query without a table still runs.
     let nobody = app.token_for(&[NOBODY], "[1]");
@@ -586,58 +647,59 @@ async fn drop_and_alter_follow_the_role_and_the_database() {
         }
     }
     let mut failures = Vec::new();
-    let mut check = |what: String, actual: Outcome, expected: Outcome| {
+    let mut check = |what: &str, actual: &Outcome, expected: &Outcome| {
         if actual != expected {
             failures.push(format!("{what}: expected {expected:?}, got {actual:?}"));
         }
     };
+    let read = |columns: &str, table: &str| format!("SELECT {columns} FROM {table}");
     for (n, role) in ROLES.into_iter().enumerate() {
         let token = app.token_for(&[role], "[1]");
         for database in databases {
             let allowed = may_drop_or_alter(role, kind_of(database));
-            let expected = |ok: Outcome| {
-                if allowed {
-                    ok
-                } else {
-                    forbidden(STATEMENT_DENIED)
-                }
+            let expected = if allowed {
+                Ok(vec![])
+            } else {
+                forbidden(STATEMENT_DENIED)
             };
-            let table = format!("{database}.m_{n}");
-            let read = |columns: &str, table: &str| format!("SELECT {columns} FROM {table}");
+            // Follow-up checks track what did happen, so one wrong answer
+            // does not hide the others.
+            let mut table = format!("{database}.m_{n}");
 
             let sql = format!("ALTER TABLE {table} ADD COLUMN note VARCHAR");
-            let actual = outcome(&app, ORG_HOST, &token, &sql).await;
-            check(format!("{role} `{sql}`"), actual, expected(Ok(vec![])));
-            if allowed {
+            let added = outcome(&app, ORG_HOST, &token, &sql).await;
+            check(&format!("{role} `{sql}`"), &added, &expected);
+            if added.is_ok() {
                 // Rows written before the change read the new column as NULL.
                 let sql = read("trip_id, note", &table);
                 let actual = outcome(&app, ORG_HOST, &admin, &sql).await;
-                check(sql, actual, Ok(vec![vec![Some("100".into()), None]]));
+                check(&sql, &actual, &Ok(vec![vec![Some("100".into()), None]]));
             }
 
             let sql = format!("ALTER TABLE {table} RENAME TO m_{n}_moved");
-            let actual = outcome(&app, ORG_HOST, &token, &sql).await;
-            check(format!("{role} `{sql}`"), actual, expected(Ok(vec![])));
-            let table = if allowed {
-                assert_missing(&app, &admin, &table).await;
-                format!("{database}.m_{n}_moved")
-            } else {
-                table
-            };
+            let renamed = outcome(&app, ORG_HOST, &token, &sql).await;
+            check(&format!("{role} `{sql}`"), &renamed, &expected);
+            if renamed.is_ok() {
+                let old = read("trip_id", &table);
+                let actual = outcome(&app, ORG_HOST, &admin, &old).await;
+                check(&old, &actual, &missing(&table));
+                table = format!("{database}.m_{n}_moved");
+            }
             let sql = read("trip_id", &table);
             let actual = outcome(&app, ORG_HOST, &admin, &sql).await;
-            check(sql, actual, Ok(rows(&[&["100"]])));
+            check(&sql, &actual, &Ok(rows(&[&["100"]])));
 
             let sql = format!("DROP TABLE {table}");
-            let actual = outcome(&app, ORG_HOST, &token, &sql).await;
-            check(format!("{role} `{sql}`"), actual, expected(Ok(vec![])));
-            if allowed {
-                assert_missing(&app, &admin, &table).await;
+            let dropped = outcome(&app, ORG_HOST, &token, &sql).await;
+            check(&format!("{role} `{sql}`"), &dropped, &expected);
+            let sql = read("trip_id", &table);
+            let actual = outcome(&app, ORG_HOST, &admin, &sql).await;
+            let after = if dropped.is_ok() {
+                missing(&table)
             } else {
-                let sql = read("trip_id", &table);
-                let actual = outcome(&app, ORG_HOST, &admin, &sql).await;
-                check(sql, actual, Ok(rows(&[&["100"]])));
-            }
+                Ok(rows(&[&["100"]]))
+            };
+            check(&sql, &actual, &after);
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -846,4 +908,124 @@ async fn the_zone_api_has_its_own_lake_roles_and_queries() {
             })
         )
     );
+}
+
+#[tokio::test]
+async fn writes_are_checked_against_the_database_they_land_in() {
+    let app = spawn_app().await;
+    seed_demo_lake(&app).await;
+    let analyst = app.token_for(&[OWN_ANALYST], "[1]");
+    let admin = admin(&app);
+    let mine = "SELECT 1 AS x, 1 AS service_client_id";
+
+    // An unqualified name lands in the request's database (default: the lake).
+    assert_eq!(
+        outcome(
+            &app,
+            ORG_HOST,
+            &analyst,
+            &format!("CREATE TABLE plain AS {mine}")
+        )
+        .await,
+        forbidden(CREATE_DENIED)
+    );
+    let (status, body) = app
+        .submit(
+            ORG_HOST,
+            &analyst,
+            &json!({ "query": format!("CREATE TABLE plain AS {mine}"), "database": "demo_sandbox" }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let id = body["queryId"].as_str().unwrap();
+    let done = app.wait_for(ORG_HOST, &analyst, id, None).await;
+    assert_eq!(done["status"]["state"], "SUCCEEDED", "{done}");
+    assert_eq!(
+        outcome(
+            &app,
+            ORG_HOST,
+            &admin,
+            "SELECT x, service_client_id FROM demo_sandbox.plain"
+        )
+        .await,
+        Ok(rows(&[&["1", "1"]]))
+    );
+    assert_missing(&app, &admin, "demo_lake_v2.plain").await;
+
+    // The catalog-qualified name is the same database.
+    assert_eq!(
+        outcome(
+            &app,
+            ORG_HOST,
+            &analyst,
+            &format!("CREATE TABLE lakehost.demo_lake_v2.qualified AS {mine}")
+        )
+        .await,
+        forbidden(CREATE_DENIED)
+    );
+    assert_eq!(
+        outcome(
+            &app,
+            ORG_HOST,
+            &analyst,
+            &format!("CREATE TABLE lakehost.demo_sandbox.qualified AS {mine}")
+        )
+        .await,
+        count(1)
+    );
+
+    // INSERT ... SELECT of rows the analyst may not read: refused at submission.
+    assert_eq!(
+        outcome(
+            &app,
+            ORG_HOST,
+            &analyst,
+            "INSERT INTO demo_sandbox.plain SELECT trip_id, service_client_id \
+             FROM demo_lake_v2.trips WHERE service_client_id = 2"
+        )
+        .await,
+        forbidden(DATA_DENIED)
+    );
+
+    // DROP of several tables: one the caller may not drop refuses them all.
+    assert_eq!(
+        outcome(
+            &app,
+            ORG_HOST,
+            &analyst,
+            "DROP TABLE demo_sandbox.plain, demo_lake_v2.trips"
+        )
+        .await,
+        forbidden(STATEMENT_DENIED)
+    );
+    assert_eq!(
+        outcome(
+            &app,
+            ORG_HOST,
+            &admin,
+            "SELECT count(*) FROM demo_sandbox.plain"
+        )
+        .await,
+        count(1)
+    );
+    assert_eq!(
+        outcome(
+            &app,
+            ORG_HOST,
+            &admin,
+            "SELECT count(*) FROM demo_lake_v2.trips"
+        )
+        .await,
+        count(6)
+    );
+
+    // A rename cannot move a table out of the sandbox into the lake.
+    invalid(
+        &app,
+        ORG_HOST,
+        &analyst,
+        "ALTER TABLE demo_sandbox.plain RENAME TO demo_lake_v2.plain",
+    )
+    .await;
+    assert_missing(&app, &admin, "demo_lake_v2.plain").await;
 }
