@@ -2,20 +2,27 @@
 //! `lakehost` whose schemas are the org's (or zone's) databases and whose tables
 //! are `LakeTableProvider`s carrying the caller's read scope for that database.
 //! Nothing else is reachable: no URL tables, no file system, no other org.
+//!
+//! Table names are read when the session starts (two store queries); a table's
+//! file list only when a statement names the table, so `SELECT 1` and queries
+//! on one table do not pay for the whole catalog.
 
-use std::sync::Arc;
+use std::{collections::BTreeMap, sync::Arc};
 
+use async_trait::async_trait;
 use datafusion::{
-    catalog::{CatalogProvider, MemoryCatalogProvider, MemorySchemaProvider, SchemaProvider},
+    catalog::{CatalogProvider, MemoryCatalogProvider, SchemaProvider, TableProvider},
+    common::DataFusionError,
+    execution::object_store::ObjectStoreUrl,
     execution::{SessionStateBuilder, memory_pool::FairSpillPool, runtime_env::RuntimeEnvBuilder},
     prelude::{SessionConfig, SessionContext},
 };
 
 use super::provider::LakeTableProvider;
 use crate::{
-    auth::Access,
+    auth::{Access, ServiceClientScope},
     lake::{self, Lake},
-    store::{self, Store},
+    store::{self, Store, catalog::LakeTable},
 };
 
 pub const CATALOG: &str = "lakehost";
@@ -56,23 +63,22 @@ pub async fn session_for(
             scope.default_database.to_string(),
         ));
     }
+    let mut tables_by_database: BTreeMap<String, BTreeMap<String, LakeTable>> = BTreeMap::new();
+    for table in store.tables_of(scope.org, scope.zone).await? {
+        tables_by_database
+            .entry(table.database_id.clone())
+            .or_default()
+            .insert(table.name.clone(), table);
+    }
     let catalog = MemoryCatalogProvider::new();
     for database in &databases {
-        let schema = MemorySchemaProvider::new();
-        let read_scope = scope.access.read_scope(database.kind);
-        for table in store.tables(&database.id).await? {
-            let file_schema = lake::schema_from_json(&table.schema_json)?;
-            let files = store.files(&table.id).await?;
-            let provider = LakeTableProvider::new(
-                &database.name,
-                table.clone(),
-                file_schema,
-                files,
-                read_scope.clone(),
-                lake.object_store_url().clone(),
-            );
-            schema.register_table(table.name.clone(), Arc::new(provider))?;
-        }
+        let schema = LakeSchemaProvider {
+            store: store.clone(),
+            object_store_url: lake.object_store_url().clone(),
+            database: database.name.clone(),
+            read_scope: scope.access.read_scope(database.kind),
+            tables: tables_by_database.remove(&database.id).unwrap_or_default(),
+        };
         catalog.register_schema(&database.name, Arc::new(schema))?;
     }
     let mut config = SessionConfig::new()
@@ -102,6 +108,57 @@ pub async fn session_for(
     let context = SessionContext::new_with_state(state);
     context.register_catalog(CATALOG, Arc::new(catalog));
     Ok(context)
+}
+
+/// One database of the session: table names known, providers built on demand.
+struct LakeSchemaProvider {
+    store: Store,
+    object_store_url: ObjectStoreUrl,
+    database: String,
+    read_scope: ServiceClientScope,
+    tables: BTreeMap<String, LakeTable>,
+}
+
+impl std::fmt::Debug for LakeSchemaProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LakeSchemaProvider")
+            .field("database", &self.database)
+            .field("tables", &self.tables.len())
+            .finish()
+    }
+}
+
+#[async_trait]
+impl SchemaProvider for LakeSchemaProvider {
+    fn table_names(&self) -> Vec<String> {
+        self.tables.keys().cloned().collect()
+    }
+
+    async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>, DataFusionError> {
+        let Some(table) = self.tables.get(name) else {
+            return Ok(None);
+        };
+        let external = |e: Box<dyn std::error::Error + Send + Sync>| DataFusionError::External(e);
+        let file_schema =
+            lake::schema_from_json(&table.schema_json).map_err(|e| external(Box::new(e)))?;
+        let files = self
+            .store
+            .files(&table.id)
+            .await
+            .map_err(|e| external(Box::new(e)))?;
+        Ok(Some(Arc::new(LakeTableProvider::new(
+            &self.database,
+            table.clone(),
+            file_schema,
+            files,
+            self.read_scope.clone(),
+            self.object_store_url.clone(),
+        ))))
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.tables.contains_key(name)
+    }
 }
 
 /// Plans `sql` in the session so that every table's access check has run.

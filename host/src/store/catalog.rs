@@ -233,6 +233,20 @@ impl Store {
         rows.iter().map(table_from_row).collect()
     }
 
+    /// Every table of the org's (or zone's) databases, in one query.
+    pub async fn tables_of(&self, org: &str, zone: Option<&str>) -> Result<Vec<LakeTable>> {
+        let rows = sqlx::query(
+            "SELECT t.id, t.database_id, t.name, t.schema_json, t.partition_columns_json, \
+             t.created_at FROM lake_tables t JOIN lake_databases d ON d.id = t.database_id \
+             WHERE d.org = $1 AND d.zone = $2 ORDER BY t.name",
+        )
+        .bind(org)
+        .bind(zone.unwrap_or(""))
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter().map(table_from_row).collect()
+    }
+
     /// Drops a table and its file list in one transaction; returns the paths of
     /// the files, which the caller deletes from the object store afterwards.
     pub async fn drop_table(&self, database_id: &str, name: &str) -> Result<Vec<String>> {
