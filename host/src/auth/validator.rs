@@ -8,11 +8,15 @@
 //! against the injected clock with a bounded leeway. The `typ` claim, when present,
 //! must be `Bearer` so refresh and ID tokens are not accepted as access tokens.
 
-use std::collections::HashSet;
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Mutex,
+};
 
 use base64::{Engine as _, engine::general_purpose::URL_SAFE_NO_PAD};
 use jsonwebtoken::{Algorithm, Validation};
 use serde_json::{Map, Value};
+use sha2::{Digest as _, Sha256};
 use url::Url;
 
 use super::{
@@ -74,7 +78,21 @@ pub struct TokenValidator {
     clock: SharedClock,
     allowed: Vec<Algorithm>,
     leeway_s: i64,
+    /// Tokens whose signature and claims were verified, by SHA-256 of the
+    /// token text and what they were verified for. A hit skips the RSA
+    /// signature check (the text is byte-for-byte the verified one); expiry
+    /// and `nbf` are checked again on every use.
+    verified: Mutex<HashMap<[u8; 32], VerifiedToken>>,
 }
+
+struct VerifiedToken {
+    org: String,
+    audience: String,
+    claims: Map<String, Value>,
+}
+
+/// Verified tokens kept at most; the cache starts over when full.
+const VERIFIED_CACHE_LIMIT: usize = 10_000;
 
 impl TokenValidator {
     /// `auth_url` is the effective identity-provider address (the configured one,
@@ -103,6 +121,7 @@ impl TokenValidator {
             clock,
             allowed,
             leeway_s: config.leeway_s as i64,
+            verified: Mutex::new(HashMap::new()),
         })
     }
 
@@ -115,6 +134,40 @@ impl TokenValidator {
         token: &str,
         expected: Expected<'_>,
     ) -> Result<AccessClaims, TokenError> {
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let cached = self
+            .verified
+            .lock()
+            .expect("verified-token cache lock")
+            .get(&digest)
+            .filter(|v| v.org == expected.org && v.audience == expected.audience)
+            .map(|v| v.claims.clone());
+        if let Some(claims) = cached {
+            self.check_times(&claims)?;
+            return Ok(AccessClaims::new(claims));
+        }
+        let claims = self.verify(token, expected).await?;
+        let mut verified = self.verified.lock().expect("verified-token cache lock");
+        if verified.len() >= VERIFIED_CACHE_LIMIT {
+            verified.clear();
+        }
+        verified.insert(
+            digest,
+            VerifiedToken {
+                org: expected.org.to_string(),
+                audience: expected.audience.to_string(),
+                claims: claims.clone(),
+            },
+        );
+        Ok(AccessClaims::new(claims))
+    }
+
+    /// The full check of a token not seen before.
+    async fn verify(
+        &self,
+        token: &str,
+        expected: Expected<'_>,
+    ) -> Result<Map<String, Value>, TokenError> {
         let unverified_payload = split_compact(token)?;
 
         let header =
@@ -177,7 +230,7 @@ impl TokenValidator {
                 return Err(TokenError::WrongType(typ.to_string()));
             }
         }
-        Ok(AccessClaims::new(claims))
+        Ok(claims)
     }
 
     fn check_times(&self, claims: &Map<String, Value>) -> Result<(), TokenError> {

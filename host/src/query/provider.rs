@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use datafusion::{
     arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef},
     catalog::{Session, TableProvider},
-    common::{DFSchema, DataFusionError, ScalarValue},
+    common::{DFSchema, DataFusionError, ScalarValue, Statistics, stats::Precision},
     datasource::{
         listing::{PartitionedFile, helpers::expr_applicable_for_cols},
         physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource},
@@ -198,7 +198,7 @@ impl TableProvider for LakeTableProvider {
 
     async fn scan(
         &self,
-        _state: &dyn Session,
+        state: &dyn Session,
         projection: Option<&Vec<usize>>,
         filters: &[Expr],
         limit: Option<usize>,
@@ -235,9 +235,26 @@ impl TableProvider for LakeTableProvider {
                 .with_table_partition_cols(self.partition_fields.clone())
                 .build();
         let source = Arc::new(ParquetSource::new(table_schema));
-        let group = FileGroup::new(files.into_iter().map(|(f, _)| f).collect());
+        // The catalog knows each file's row count: exact statistics let the
+        // planner order joins; files spread over the session's partitions.
+        let rows: i64 = files.iter().map(|(_, f)| f.file.row_count).sum();
+        let statistics = Statistics::new_unknown(&self.table_schema)
+            .with_num_rows(Precision::Exact(usize::try_from(rows).unwrap_or(0)));
+        let files: Vec<PartitionedFile> = files
+            .into_iter()
+            .map(|(partitioned, file)| {
+                let file_rows = usize::try_from(file.file.row_count).unwrap_or(0);
+                partitioned.with_statistics(Arc::new(
+                    Statistics::new_unknown(&self.table_schema)
+                        .with_num_rows(Precision::Exact(file_rows)),
+                ))
+            })
+            .collect();
+        let partitions = state.config_options().execution.target_partitions.max(1);
+        let groups = FileGroup::new(files).split_files(partitions);
         let config = FileScanConfigBuilder::new(self.object_store_url.clone(), source)
-            .with_file_group(group)
+            .with_file_groups(groups)
+            .with_statistics(statistics)
             .with_limit(limit)
             .with_projection_indices(projection.cloned())?
             .build();

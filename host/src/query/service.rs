@@ -121,6 +121,7 @@ pub struct QueryService {
     running: Mutex<HashMap<String, CancellationToken>>,
     signer: LinkSigner,
     worker_id: String,
+    metadata_cache: Arc<datafusion::execution::cache::cache_manager::FileMetadataCache>,
 }
 
 impl std::fmt::Debug for QueryService {
@@ -146,6 +147,9 @@ impl QueryService {
             .shared_secret(LINK_KEY, LinkSigner::generate_key, micros(&clock))
             .await?;
         let engine = EngineRuntime::new(limits.workers)?;
+        let metadata_cache = datafusion::execution::runtime_env::RuntimeEnv::default()
+            .cache_manager
+            .get_file_metadata_cache();
         Ok(Arc::new(Self {
             store,
             lake,
@@ -156,6 +160,7 @@ impl QueryService {
             running: Mutex::new(HashMap::new()),
             signer: LinkSigner::new(key.as_bytes()),
             worker_id: uuid::Uuid::new_v4().simple().to_string(),
+            metadata_cache,
         }))
     }
 
@@ -202,6 +207,7 @@ impl QueryService {
                 access,
                 default_database,
                 memory_limit,
+                metadata_cache: Some(self.metadata_cache.clone()),
             },
         )
         .await

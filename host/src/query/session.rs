@@ -14,7 +14,12 @@ use datafusion::{
     catalog::{CatalogProvider, MemoryCatalogProvider, SchemaProvider, TableProvider},
     common::DataFusionError,
     execution::object_store::ObjectStoreUrl,
-    execution::{SessionStateBuilder, memory_pool::FairSpillPool, runtime_env::RuntimeEnvBuilder},
+    execution::{
+        SessionStateBuilder,
+        cache::cache_manager::{CacheManagerConfig, FileMetadataCache},
+        memory_pool::FairSpillPool,
+        runtime_env::RuntimeEnvBuilder,
+    },
     prelude::{SessionConfig, SessionContext},
 };
 
@@ -50,6 +55,9 @@ pub struct SessionScope<'a> {
     /// Memory the session's queries may hold before sorts, joins and
     /// aggregations spill to disk (and then fail); `None` for no limit.
     pub memory_limit: Option<usize>,
+    /// Parquet footers and page indexes already read, shared across sessions
+    /// (data files never change in place: a new load is a new path).
+    pub metadata_cache: Option<Arc<FileMetadataCache>>,
 }
 
 pub async fn session_for(
@@ -95,6 +103,11 @@ pub async fn session_for(
             .min(limit / 8);
     }
     let mut runtime = RuntimeEnvBuilder::new();
+    if let Some(cache) = &scope.metadata_cache {
+        runtime = runtime.with_cache_manager(
+            CacheManagerConfig::default().with_file_metadata_cache(Some(cache.clone())),
+        );
+    }
     if let Some(limit) = scope.memory_limit {
         runtime = runtime.with_memory_pool(Arc::new(FairSpillPool::new(limit)));
     }

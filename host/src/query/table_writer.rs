@@ -116,9 +116,9 @@ impl TableWriter {
                         return Err(TableWriteError::MissingServiceClient);
                     }
                     let id = ids.value(i);
-                    // 0 means "all service clients" in tokens; no row belongs to it.
-                    let allowed =
-                        id != 0 && u32::try_from(id).is_ok_and(|id| self.write_scope.allows(id));
+                    // Rows of 0 are readable only by callers who read every
+                    // service client (0 is never in an "own" list).
+                    let allowed = u32::try_from(id).is_ok_and(|id| self.write_scope.allows(id));
                     if !allowed {
                         return Err(TableWriteError::Denied(id));
                     }

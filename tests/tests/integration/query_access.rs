@@ -110,6 +110,7 @@ async fn session(f: &Fixture, role: &str, clients: &[u32]) -> SessionContext {
             access: &access,
             default_database: "demo_lake_v2",
             memory_limit: None,
+            metadata_cache: None,
         },
     )
     .await
