@@ -109,7 +109,7 @@ async fn import(
     }
     std::fs::create_dir_all(&config.storage.data_dir)?;
     let store = open_store(&config).await?;
-    let lake = Lake::local(&config.storage.data_dir)?;
+    let lake = Lake::from_config(&config.storage)?;
     let now = chrono::Utc::now().timestamp_micros();
     import_parquet(&store, &lake, &request, now).await
 }

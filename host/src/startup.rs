@@ -69,12 +69,8 @@ impl Application {
             None => own_url(addr, tls.is_some()),
         };
         let store = open_store(&config).await?;
-        let lake = Lake::local(&config.storage.data_dir).with_context(|| {
-            format!(
-                "cannot create the lake under {} (storage.data_dir)",
-                config.storage.data_dir.display()
-            )
-        })?;
+        let lake = Lake::from_config(&config.storage)
+            .context("opening the lake (storage.data_dir / storage.lake_url)")?;
         let queries = QueryService::new(
             store.clone(),
             lake.clone(),

@@ -24,7 +24,10 @@ use super::{
 };
 use crate::{
     auth::ClaimError,
-    query::{AccessGrant, QueryCaller, service::ResultPage},
+    query::{
+        AccessGrant, QueryCaller,
+        service::{CsvLink, ResultPage},
+    },
     store::queries::{QueryJob, QueryState},
 };
 
@@ -343,9 +346,15 @@ async fn get_csv(
         .csv_link(&caller, &query_id)
         .await
         .map_err(|e| ApiError::CsvFailure(e.to_string()))?;
-    let origin = origin(&state, &headers)
-        .ok_or_else(|| ApiError::CsvFailure("request without a usable Host header".into()))?;
-    let location = format!("{origin}{link}");
+    let location = match link {
+        CsvLink::Presigned(url) => url,
+        CsvLink::OnThisServer(path) => {
+            let origin = origin(&state, &headers).ok_or_else(|| {
+                ApiError::CsvFailure("request without a usable Host header".into())
+            })?;
+            format!("{origin}{path}")
+        }
+    };
     let header_value =
         HeaderValue::from_str(&location).map_err(|e| ApiError::CsvFailure(format!("link: {e}")))?;
     let mut response = (StatusCode::FOUND, Json(json!({ "location": location }))).into_response();

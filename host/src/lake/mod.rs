@@ -1,6 +1,10 @@
 //! The lake's object store: where data files live, how they are named, and the
-//! parquet writer. Local disk under `data_dir/lake` by default. Which files a
-//! table has is the catalog's business (`store::catalog`), never a listing.
+//! parquet writer. Local disk under `data_dir/lake` by default; `lake_url`
+//! `s3://bucket/prefix` puts it on S3 (or any S3-compatible store, configured by
+//! the standard `AWS_*` variables: `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
+//! `AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`), or `file:///path` on
+//! another directory. Which files a table has is the catalog's business
+//! (`store::catalog`), never a listing.
 //!
 //! Layout: `lake/<database>/<table>/service_client_id=<id>/svc$load_id=<load>/<file>.parquet`;
 //! query results under `lake/_results/` (a name no database can have).
@@ -18,7 +22,8 @@ use datafusion::{
     parquet::arrow::AsyncArrowWriter,
 };
 use object_store::{
-    ObjectStore, ObjectStoreExt as _, local::LocalFileSystem, path::Path as ObjectPath,
+    ObjectStore, ObjectStoreExt as _, aws::AmazonS3Builder, local::LocalFileSystem,
+    path::Path as ObjectPath, prefix::PrefixStore, signer::Signer,
 };
 use serde::{Deserialize, Serialize};
 
@@ -32,6 +37,8 @@ pub enum Error {
     Schema(String),
     #[error("lake directory: {0}")]
     Io(#[from] std::io::Error),
+    #[error("storage.lake_url: {0}")]
+    Url(String),
 }
 
 /// The lake's object store and the URL DataFusion knows it by.
@@ -39,18 +46,88 @@ pub enum Error {
 pub struct Lake {
     store: Arc<dyn ObjectStore>,
     url: ObjectStoreUrl,
+    /// On S3: the bucket's signer and the lake's key prefix, for presigned GETs.
+    presigner: Option<(Arc<dyn Signer>, ObjectPath)>,
 }
 
 impl Lake {
+    /// The lake `storage` configures: `lake_url`, else `data_dir/lake`.
+    pub fn from_config(storage: &crate::config::StorageConfig) -> Result<Self, Error> {
+        match storage.lake_url.as_deref() {
+            None => Self::local(&storage.data_dir),
+            Some(url) => Self::from_url(url),
+        }
+    }
+
     /// The local-disk lake under `data_dir/lake`.
     pub fn local(data_dir: &Path) -> Result<Self, Error> {
-        let root = data_dir.join("lake");
-        std::fs::create_dir_all(&root)?;
+        Self::directory(&data_dir.join("lake"))
+    }
+
+    fn directory(root: &Path) -> Result<Self, Error> {
+        std::fs::create_dir_all(root)?;
         let store = LocalFileSystem::new_with_prefix(root)?;
         Ok(Self {
             store: Arc::new(store),
             url: ObjectStoreUrl::parse("lakehost://lake/").expect("static URL"),
+            presigner: None,
         })
+    }
+
+    /// `s3://bucket[/prefix]` (credentials and endpoint from `AWS_*`) or `file:///dir`.
+    pub fn from_url(lake_url: &str) -> Result<Self, Error> {
+        let parsed = url::Url::parse(lake_url).map_err(|e| Error::Url(e.to_string()))?;
+        match parsed.scheme() {
+            "file" => {
+                let path = parsed
+                    .to_file_path()
+                    .map_err(|_| Error::Url(format!("{lake_url} is not a local path")))?;
+                Self::directory(&path)
+            }
+            "s3" => {
+                let bucket = parsed
+                    .host_str()
+                    .filter(|b| !b.is_empty())
+                    .ok_or_else(|| Error::Url(format!("{lake_url} names no bucket")))?;
+                let s3 = Arc::new(
+                    AmazonS3Builder::from_env()
+                        .with_bucket_name(bucket)
+                        .build()?,
+                );
+                let prefix = ObjectPath::from(parsed.path().trim_matches('/'));
+                let store: Arc<dyn ObjectStore> = if prefix.as_ref().is_empty() {
+                    s3.clone()
+                } else {
+                    Arc::new(PrefixStore::new(s3.clone(), prefix.clone()))
+                };
+                Ok(Self {
+                    store,
+                    url: ObjectStoreUrl::parse("lakehost://lake/").expect("static URL"),
+                    presigner: Some((s3, prefix)),
+                })
+            }
+            other => Err(Error::Url(format!("scheme {other}: use s3:// or file://"))),
+        }
+    }
+
+    /// A presigned GET of `path` valid for `expires_in`, when the lake is on S3
+    /// (`None` on local disk, where the server signs its own links).
+    pub async fn presigned_get(
+        &self,
+        path: &str,
+        expires_in: std::time::Duration,
+    ) -> Result<Option<url::Url>, Error> {
+        let Some((signer, prefix)) = &self.presigner else {
+            return Ok(None);
+        };
+        let full: ObjectPath = prefix
+            .parts()
+            .chain(ObjectPath::from(path).parts())
+            .collect();
+        let url = signer
+            .signed_url(reqwest::Method::GET, &full, expires_in)
+            .await?;
+        Ok(Some(url))
     }
 
     pub fn object_store(&self) -> Arc<dyn ObjectStore> {

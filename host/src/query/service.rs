@@ -101,6 +101,15 @@ pub struct Download {
     pub body: std::pin::Pin<Box<dyn Stream<Item = std::io::Result<Bytes>> + Send>>,
 }
 
+/// Where the whole result of a query can be downloaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CsvLink {
+    /// A presigned GET of the object store (lake on S3).
+    Presigned(String),
+    /// A path and query on this server, signed by it (lake on disk).
+    OnThisServer(String),
+}
+
 /// One page of a SUCCEEDED query's result.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResultPage {
@@ -388,19 +397,29 @@ impl QueryService {
         })
     }
 
-    /// GET /query/{id}/csv: the path and query of a signed link to the whole
-    /// result, valid for `query.csv_link_lifetime_s`.
-    pub async fn csv_link(&self, caller: &QueryCaller, id: &str) -> Result<String, QueryError> {
+    /// GET /query/{id}/csv: a signed link to the whole result, valid for
+    /// `query.csv_link_lifetime_s`: S3's own presigned GET when the lake is on
+    /// S3, else a link to this server signed with the shared key.
+    pub async fn csv_link(&self, caller: &QueryCaller, id: &str) -> Result<CsvLink, QueryError> {
         let job = self.readable(caller, id).await?;
         let path = job
             .result_path
             .ok_or_else(|| QueryError::Internal(format!("query {id} has no result")))?;
+        let lifetime = Duration::from_secs(self.limits.csv_link_lifetime_s);
+        if let Some(url) = self
+            .lake
+            .presigned_get(&path, lifetime)
+            .await
+            .map_err(|e| QueryError::Internal(format!("presigning the result: {e}")))?
+        {
+            return Ok(CsvLink::Presigned(url.to_string()));
+        }
         let expires =
             (self.clock.unix_seconds() + self.limits.csv_link_lifetime_s as i64).to_string();
         let signature = self.signer.sign("csv", &[id, &path, &expires]);
-        Ok(format!(
+        Ok(CsvLink::OnThisServer(format!(
             "/v2/query/{id}/result.csv?expires={expires}&signature={signature}"
-        ))
+        )))
     }
 
     /// Serves a signed link: checks signature and expiry, then streams the CSV.

@@ -7,6 +7,7 @@ mod query_access;
 mod query_api;
 mod query_permissions;
 mod routing;
+mod s3_lake;
 mod security_metadata;
 mod store;
 mod token_attacks;

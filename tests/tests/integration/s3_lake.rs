@@ -57,8 +57,12 @@ async fn queries_read_and_write_a_lake_on_s3_and_csv_links_are_presigned() {
 
     let analyst = app.token_for(&["OwnServiceClientAnalyst"], "[1]");
     assert_eq!(
-        app.submit(ORG_HOST, &analyst, &json!({ "query": "SELECT * FROM trips" }))
-            .await,
+        app.submit(
+            ORG_HOST,
+            &analyst,
+            &json!({ "query": "SELECT * FROM trips" })
+        )
+        .await,
         (StatusCode::FORBIDDEN, json!({ "message": DATA_DENIED }))
     );
     let rows = app
