@@ -51,6 +51,8 @@ pub struct Config {
     pub idp: IdpConfig,
     #[serde(default)]
     pub query: QueryConfig,
+    #[serde(default)]
+    pub uploads: UploadsConfig,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -167,6 +169,35 @@ impl Default for QueryConfig {
             lease_s: 30,
             max_attempts: 3,
             csv_link_lifetime_s: 900,
+        }
+    }
+}
+
+/// The upload side of loads: the bucket the embedded S3-compatible endpoint
+/// (`storage.s3_listen`) serves, how callers reach it, and how long staged
+/// files of loads that never commit are kept.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UploadsConfig {
+    /// The bucket name in upload descriptors.
+    pub bucket: String,
+    /// The address callers use for the upload endpoint, when it is not
+    /// `http://<s3_listen>` (behind a proxy or TLS terminator).
+    pub public_url: Option<Url>,
+    /// The largest file one upload may carry (S3's own single-PUT limit: 5 GiB).
+    pub max_file_bytes: u64,
+    /// Staged files of a load that stays OPEN this long without a new
+    /// descriptor or upload are removed.
+    pub staging_ttl_s: u64,
+}
+
+impl Default for UploadsConfig {
+    fn default() -> Self {
+        Self {
+            bucket: "lakehost-uploads".into(),
+            public_url: None,
+            max_file_bytes: 5 * 1024 * 1024 * 1024,
+            staging_ttl_s: 24 * 3600,
         }
     }
 }
@@ -348,6 +379,7 @@ impl Default for Config {
             orgs: default_orgs(),
             idp: IdpConfig::default(),
             query: QueryConfig::default(),
+            uploads: UploadsConfig::default(),
         }
     }
 }
@@ -355,7 +387,7 @@ impl Default for Config {
 /// Environment variable naming the config file when `--config` is not given.
 pub const CONFIG_FILE_ENV: &str = "LAKEHOST_CONFIG";
 const ENV_PREFIX: &str = "LAKEHOST_";
-const SECTIONS: &[&str] = &["server", "storage", "auth", "idp", "query"];
+const SECTIONS: &[&str] = &["server", "storage", "auth", "idp", "query", "uploads"];
 
 impl Config {
     /// Loads the configuration: the embedded default, then `file` if given, then
@@ -415,6 +447,39 @@ impl Config {
             }
         }
         Ok(config)
+    }
+
+    fn validate_uploads(&self) -> Result<(), ConfigError> {
+        let u = &self.uploads;
+        let valid_bucket = (3..=63).contains(&u.bucket.len())
+            && u.bucket
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+            && !u.bucket.starts_with(['-', '.'])
+            && !u.bucket.ends_with(['-', '.']);
+        if !valid_bucket {
+            return Err(ConfigError::new(
+                "uploads.bucket",
+                "must be an S3 bucket name: 3 to 63 lowercase letters, digits, `-` or `.`",
+            ));
+        }
+        if let Some(url) = &u.public_url
+            && (!matches!(url.scheme(), "http" | "https") || url.host().is_none())
+        {
+            return Err(ConfigError::new(
+                "uploads.public_url",
+                "must be an http(s) URL with a host",
+            ));
+        }
+        for (key, value) in [
+            ("uploads.max_file_bytes", u.max_file_bytes),
+            ("uploads.staging_ttl_s", u.staging_ttl_s),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::new(key, "must be at least 1"));
+            }
+        }
+        Ok(())
     }
 
     fn validate_query(&self) -> Result<(), ConfigError> {
@@ -479,6 +544,7 @@ impl Config {
             _ => {}
         }
         self.validate_query()?;
+        self.validate_uploads()?;
         if !s.dailyrun_prefix.starts_with('/')
             || s.dailyrun_prefix.ends_with('/')
             || s.dailyrun_prefix.contains("//")

@@ -10,7 +10,9 @@ pub mod config;
 pub mod idp;
 pub mod import;
 pub mod lake;
+pub mod load;
 pub mod query;
+pub mod s3;
 pub mod startup;
 pub mod store;
 

@@ -135,6 +135,7 @@ async fn serve(config_file: Option<PathBuf>) -> anyhow::Result<()> {
     );
     println!("  DailyRun API: {scheme}://api.{default_org}.{region_domain}:{port}/dailyRun");
     println!("  OpenAPI:      {scheme}://localhost:{port}/v2/openapi.json");
+    println!("  Uploads (S3): {scheme}://{}", app.upload_addr());
     let token_url = format!(
         "{}/realms/{default_org}/protocol/openid-connect/token",
         auth_url.as_str().trim_end_matches('/')

@@ -1,6 +1,7 @@
-//! `Application`: binds the listener, builds state and serves HTTP (or HTTPS with
-//! rustls, TLS 1.2 and 1.3 only). Tests build it on port 0 in-process and read
-//! the bound address.
+//! `Application`: binds the listeners (the APIs on `server.listen`, the upload
+//! endpoint on `storage.s3_listen`), builds state and serves HTTP (or HTTPS
+//! with rustls, TLS 1.2 and 1.3 only, on both). Tests build it on port 0
+//! in-process and read the bound addresses.
 
 use std::{net::SocketAddr, path::Path, sync::Arc};
 
@@ -22,6 +23,7 @@ use crate::{
     config::Config,
     idp::Idp,
     lake::Lake,
+    load::LoadService,
     query::QueryService,
     store::Store,
 };
@@ -31,11 +33,15 @@ pub struct Application {
     addr: SocketAddr,
     tls: Option<TlsAcceptor>,
     router: axum::Router,
+    upload_listener: TcpListener,
+    upload_addr: SocketAddr,
+    upload_router: axum::Router,
+    loads: Arc<LoadService>,
     auth_url: Url,
     idp: Option<Arc<Idp>>,
     store: Store,
     lake: Lake,
-    /// Stops the query workers when the application is dropped.
+    /// Stops the query workers and the staging sweeper when dropped.
     _workers: tokio_util::sync::DropGuard,
 }
 
@@ -54,6 +60,15 @@ impl Application {
                 format!("cannot listen on {} (server.listen)", config.server.listen)
             })?;
         let addr = listener.local_addr()?;
+        let upload_listener = TcpListener::bind(config.storage.s3_listen)
+            .await
+            .with_context(|| {
+                format!(
+                    "cannot listen on {} (storage.s3_listen)",
+                    config.storage.s3_listen
+                )
+            })?;
+        let upload_addr = upload_listener.local_addr()?;
         let tls = match (&config.server.tls_cert, &config.server.tls_key) {
             (Some(cert), Some(key)) => Some(tls_acceptor(cert, key)?),
             _ => None,
@@ -79,8 +94,23 @@ impl Application {
         )
         .await
         .context("starting the query service")?;
+        let upload_endpoint = match &config.uploads.public_url {
+            Some(url) => url.clone(),
+            None => own_url(upload_addr, tls.is_some()),
+        };
+        let loads = LoadService::new(
+            store.clone(),
+            lake.clone(),
+            clock.clone(),
+            config.uploads.clone(),
+            upload_endpoint,
+        )
+        .await
+        .context("starting the load service")?;
         let workers = tokio_util::sync::CancellationToken::new();
         queries.start_workers(workers.clone());
+        loads.start_sweeper(workers.clone());
+        let upload_router = crate::s3::router(loads.clone(), lake.object_store());
         let config = Arc::new(config);
         let idp = if config.idp.enabled {
             let idp = Idp::new(config.clone(), auth_url.clone(), clock.clone())
@@ -110,6 +140,7 @@ impl Application {
             clock,
             store: store.clone(),
             queries,
+            loads: loads.clone(),
         };
         let router = api::app(state, idp.clone());
         Ok(Self {
@@ -117,6 +148,10 @@ impl Application {
             addr,
             tls,
             router,
+            upload_listener,
+            upload_addr,
+            upload_router,
+            loads,
             auth_url,
             idp,
             store,
@@ -127,6 +162,16 @@ impl Application {
 
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Where the upload endpoint listens.
+    pub fn upload_addr(&self) -> SocketAddr {
+        self.upload_addr
+    }
+
+    /// The load service (tests run its staging sweep directly).
+    pub fn loads(&self) -> Arc<LoadService> {
+        self.loads.clone()
     }
 
     /// The identity provider's base address the validator uses.
@@ -147,48 +192,58 @@ impl Application {
         self.lake.clone()
     }
 
-    /// Serves until the task is dropped. Each connection gets TCP_NODELAY: small
-    /// JSON responses must not wait on delayed ACKs.
+    /// Serves the APIs and the upload endpoint until the task is dropped.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
-        let service = TowerToHyperService::new(self.router);
-        loop {
-            let (stream, peer) = match self.listener.accept().await {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    // Out of file descriptors and the like: wait, don't spin.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
-                }
-            };
-            let _ = stream.set_nodelay(true);
-            let service = service.clone();
-            let tls = self.tls.clone();
-            tokio::spawn(async move {
-                let builder = ConnectionBuilder::new(TokioExecutor::new());
-                let served = match tls {
-                    Some(acceptor) => match acceptor.accept(stream).await {
-                        Ok(stream) => {
-                            builder
-                                .serve_connection_with_upgrades(TokioIo::new(stream), service)
-                                .await
-                        }
-                        Err(e) => {
-                            tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                            return;
-                        }
-                    },
-                    None => {
+        tokio::join!(
+            serve(self.listener, self.tls.clone(), self.router),
+            serve(self.upload_listener, self.tls, self.upload_router),
+        );
+        Ok(())
+    }
+}
+
+/// Accepts connections on `listener` forever and serves `router` on each
+/// (HTTP/1.1 and HTTP/2, through TLS when `tls` is set). Each connection gets
+/// TCP_NODELAY: small JSON responses must not wait on delayed ACKs.
+async fn serve(listener: TcpListener, tls: Option<TlsAcceptor>, router: axum::Router) {
+    let service = TowerToHyperService::new(router);
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                // Out of file descriptors and the like: wait, don't spin.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let service = service.clone();
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            let builder = ConnectionBuilder::new(TokioExecutor::new());
+            let served = match tls {
+                Some(acceptor) => match acceptor.accept(stream).await {
+                    Ok(stream) => {
                         builder
                             .serve_connection_with_upgrades(TokioIo::new(stream), service)
                             .await
                     }
-                };
-                if let Err(e) = served {
-                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                    Err(e) => {
+                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                        return;
+                    }
+                },
+                None => {
+                    builder
+                        .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                        .await
                 }
-            });
-        }
+            };
+            if let Err(e) = served {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+        });
     }
 }
 

@@ -56,6 +56,7 @@ fn serve_starts_with_the_embedded_default_and_prints_how_to_get_a_token() {
         .arg("serve")
         .current_dir(dir.path())
         .env("LAKEHOST_SERVER_LISTEN", "127.0.0.1:0")
+        .env("LAKEHOST_STORAGE_S3_LISTEN", "127.0.0.1:0")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -66,7 +67,7 @@ fn serve_starts_with_the_embedded_default_and_prints_how_to_get_a_token() {
         .strip_prefix("lakehost listening on http://")
         .unwrap_or_else(|| panic!("unexpected first line: {first}"))
         .to_string();
-    let rest: Vec<String> = lines.by_ref().take(4).map(|l| l.unwrap()).collect();
+    let rest: Vec<String> = lines.by_ref().take(5).map(|l| l.unwrap()).collect();
     assert!(
         rest.iter()
             .any(|l| l.contains("grant_type=client_credentials")),

@@ -21,6 +21,7 @@ use lakehost::{
     idp::{Idp, StoredKey, generate_key, key_file_path, write_key_file},
     import::{ImportRequest, ImportSummary, import_parquet},
     lake::Lake,
+    load::LoadService,
     store::Store,
 };
 use serde_json::{Value, json};
@@ -57,6 +58,9 @@ pub struct TestApp {
     /// The server's metadata store and lake (tests seed the catalog directly).
     pub store: Store,
     pub lake: Lake,
+    /// The upload endpoint (embedded S3) and the load service behind it.
+    pub upload_addr: SocketAddr,
+    pub loads: Arc<LoadService>,
     _dir: Option<tempfile::TempDir>,
     server: tokio::task::JoinHandle<()>,
 }
@@ -71,6 +75,7 @@ impl Drop for TestApp {
 pub fn test_config(data_dir: &std::path::Path) -> Config {
     let mut config = Config::default();
     config.server.listen = "127.0.0.1:0".parse().unwrap();
+    config.storage.s3_listen = "127.0.0.1:0".parse().unwrap();
     config.storage.data_dir = data_dir.to_path_buf();
     config.orgs[0].zones = vec!["lab".into(), "ops".into()];
     config.orgs.push(OrgConfig {
@@ -129,6 +134,7 @@ pub async fn start(config: Config, clock: ManualClock) -> TestApp {
     let addr = app.local_addr();
     let idp = app.idp();
     let (store, lake) = (app.store(), app.lake());
+    let (upload_addr, loads) = (app.upload_addr(), app.loads());
     let scheme = app.auth_url().scheme().to_string();
     let server = tokio::spawn(async move {
         let _ = app.run_until_stopped().await;
@@ -145,6 +151,8 @@ pub async fn start(config: Config, clock: ManualClock) -> TestApp {
         data_dir,
         store,
         lake,
+        upload_addr,
+        loads,
         _dir: None,
         server,
     }
@@ -565,6 +573,112 @@ pub async fn fresh_postgres_url() -> Option<String> {
         Err(_) => {
             eprintln!("NOTE: Postgres tests not run: set LAKEHOST_TEST_DATABASE_URL (see .ci/run)");
             None
+        }
+    }
+}
+
+/// The Python interpreter with the real upload clients (boto3, requests,
+/// pyarrow) that `.ci/python` prepares, or `None` outside CI when
+/// `LAKEHOST_TEST_PYTHON` is not set. In CI a missing interpreter is an error.
+pub fn test_python() -> Option<PathBuf> {
+    match std::env::var("LAKEHOST_TEST_PYTHON") {
+        Ok(path) => Some(PathBuf::from(path)),
+        Err(_) if std::env::var_os("CI").is_some() => {
+            panic!("LAKEHOST_TEST_PYTHON must name a Python with boto3 in CI (see .ci/run)")
+        }
+        Err(_) => {
+            eprintln!("NOTE: upload client tests not run: eval \"$(.ci/python)\" first");
+            None
+        }
+    }
+}
+
+/// Runs one command of `tests/python/upload_client.py` (a real boto3,
+/// requests or pyarrow call) and returns the JSON it prints.
+pub async fn upload_client(python: &std::path::Path, command: &str, args: &Value) -> Value {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python/upload_client.py");
+    let output = tokio::process::Command::new(python)
+        .arg(script)
+        .arg(command)
+        .arg(args.to_string())
+        .output()
+        .await
+        .expect("python runs");
+    assert!(
+        output.status.success(),
+        "upload_client.py {command} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "upload_client.py {command} printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    })
+}
+
+pub const LOAD: &str = "/v2/load";
+
+impl TestApp {
+    /// The upload endpoint's address, as the descriptors name it.
+    pub fn upload_endpoint(&self) -> String {
+        format!("http://localhost:{}", self.upload_addr.port())
+    }
+
+    /// POST `path` with a raw body on `host`; status and JSON body.
+    pub async fn post_raw(
+        &self,
+        host: &str,
+        path: &str,
+        token: &str,
+        body: &str,
+    ) -> (StatusCode, Value) {
+        let response = self
+            .request(reqwest::Method::POST, host, path)
+            .bearer_auth(token)
+            .header("Content-Type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .expect("request sent");
+        read(response).await
+    }
+
+    /// POST /load on the demo Org API; panics unless 202; returns the loadId.
+    pub async fn create_load(&self, token: &str, body: &Value) -> String {
+        let (status, reply) = self
+            .post_raw(ORG_HOST, LOAD, token, &body.to_string())
+            .await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+        reply["loadId"].as_str().expect("loadId").to_string()
+    }
+
+    /// POST /load/{id}/file on the demo Org API; panics unless 200.
+    pub async fn file_descriptor(
+        &self,
+        token: &str,
+        load_id: &str,
+        file_key: Option<&str>,
+    ) -> Value {
+        let body = match file_key {
+            Some(key) => json!({ "file_key": key }).to_string(),
+            None => String::new(),
+        };
+        let (status, reply) = self
+            .post_raw(ORG_HOST, &format!("{LOAD}/{load_id}/file"), token, &body)
+            .await;
+        assert_eq!(status, StatusCode::OK, "{reply}");
+        reply
+    }
+
+    /// The staged bytes of a descriptor's object, if any.
+    pub async fn staged_object(&self, descriptor: &Value) -> Option<Vec<u8>> {
+        use object_store::ObjectStoreExt as _;
+        let path = lakehost::load::staging_path(descriptor["path"].as_str().unwrap());
+        match self.lake.object_store().get(&path).await {
+            Ok(result) => Some(result.bytes().await.unwrap().to_vec()),
+            Err(object_store::Error::NotFound { .. }) => None,
+            Err(e) => panic!("reading staging: {e}"),
         }
     }
 }

@@ -17,6 +17,7 @@ use serde_json::json;
 
 use crate::{
     auth::{ClaimError, TokenError},
+    load::LoadError,
     query::{Denial, QueryError, service::LinkError},
 };
 
@@ -88,6 +89,9 @@ pub enum ApiError {
     /// 403 with the spec's friendly permission message.
     #[error("permission denied: {}", .0.message())]
     Denied(Denial),
+    /// 404 of the load endpoints: unknown load, or another user's.
+    #[error("load not found")]
+    LoadNotFound,
     /// 409 with the engine's message.
     #[error("conflict: {0}")]
     Conflict(String),
@@ -115,6 +119,19 @@ impl ApiError {
             QueryError::Conflict(message) => ApiError::Conflict(message),
             QueryError::NotFound(id) => ApiError::QueryNotFound { operation, id },
             QueryError::Internal(why) => ApiError::Internal(why),
+        }
+    }
+}
+
+impl From<LoadError> for ApiError {
+    fn from(e: LoadError) -> Self {
+        match e {
+            LoadError::Invalid(message) => ApiError::BadRequest(message),
+            LoadError::NotFound => ApiError::LoadNotFound,
+            LoadError::AlreadyCommitted => {
+                ApiError::BadRequest("InvalidParameter: Load Already Committed.".into())
+            }
+            LoadError::Internal(why) => ApiError::Internal(why),
         }
     }
 }
@@ -164,7 +181,7 @@ impl ApiError {
                 StatusCode::INTERNAL_SERVER_ERROR
             }
             ApiError::BadRequest(_) | ApiError::InvalidRequest { .. } => StatusCode::BAD_REQUEST,
-            ApiError::QueryNotFound { .. } => StatusCode::NOT_FOUND,
+            ApiError::QueryNotFound { .. } | ApiError::LoadNotFound => StatusCode::NOT_FOUND,
             ApiError::Denied(_) => StatusCode::FORBIDDEN,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::LinkRefused { status, .. } => *status,
@@ -242,6 +259,9 @@ impl IntoResponse for ApiError {
                     operation.name()
                 ),
             ),
+            ApiError::LoadNotFound => {
+                message(status, "NotFound: load_id does not exist for this user.")
+            }
             ApiError::Denied(denial) => message(status, denial.message()),
             ApiError::CsvFailure(source) => {
                 tracing::warn!(error = %source, "csv link refused");

@@ -5,6 +5,7 @@
 pub mod error;
 pub mod gateway;
 pub mod identity;
+pub mod load;
 pub mod openapi;
 pub mod principal;
 pub mod query;
@@ -22,8 +23,8 @@ use utoipa::OpenApi as _;
 use utoipa_axum::router::OpenApiRouter;
 
 use crate::{
-    auth::TokenValidator, clock::SharedClock, config::Config, idp::Idp, query::QueryService,
-    store::Store,
+    auth::TokenValidator, clock::SharedClock, config::Config, idp::Idp, load::LoadService,
+    query::QueryService, store::Store,
 };
 use routing::HostRouters;
 
@@ -36,6 +37,7 @@ pub struct AppState {
     /// The catalog and durable jobs (used by the query and load APIs).
     pub store: Store,
     pub queries: Arc<QueryService>,
+    pub loads: Arc<LoadService>,
 }
 
 /// The Org API's routes (paths under `/v2`).
@@ -43,11 +45,14 @@ fn org_api() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .merge(identity::router())
         .merge(query::router())
+        .merge(load::router())
 }
 
 /// The Zone API's routes: the Org API's query and load paths, without identity.
 fn zone_api() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().merge(query::router())
+    OpenApiRouter::new()
+        .merge(query::router())
+        .merge(load::router())
 }
 
 /// The DailyRun API's routes (paths under `/dailyRun`).

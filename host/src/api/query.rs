@@ -41,10 +41,10 @@ pub fn router() -> OpenApiRouter<AppState> {
         .route("/v2/query/{query_id}/result.csv", get(download_csv))
 }
 
-/// The caller as the query service needs it. Claims a query endpoint cannot
+/// The caller as the query and load services need it. Claims a query endpoint cannot
 /// do without (service clients, resource access) missing or malformed → 500,
 /// as the spec says; no roles on this API's client → no recognised role.
-fn query_caller<S: RequiredScope>(caller: &Caller<S>) -> Result<QueryCaller, ApiError> {
+pub(super) fn query_caller<S: RequiredScope>(caller: &Caller<S>) -> Result<QueryCaller, ApiError> {
     let claim_error = |e: ClaimError| ApiError::Internal(format!("token claims: {e}"));
     let sub = caller.claims.sub().map_err(claim_error)?.to_string();
     let service_clients = caller.claims.service_clients().map_err(claim_error)?;

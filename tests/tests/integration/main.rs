@@ -3,6 +3,7 @@
 
 mod gateway;
 mod idp;
+mod loads;
 mod query_access;
 mod query_api;
 mod query_permissions;
@@ -11,3 +12,4 @@ mod s3_lake;
 mod security_metadata;
 mod store;
 mod token_attacks;
+mod uploads;

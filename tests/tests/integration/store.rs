@@ -474,3 +474,69 @@ async fn catalog_changes_commit_with_the_final_state_or_not_at_all() {
         );
     }
 }
+
+fn new_load(id: &str) -> lakehost::store::loads::NewLoad {
+    lakehost::store::loads::NewLoad {
+        id: id.into(),
+        org: "demo".into(),
+        zone: Some("lab".into()),
+        owner_sub: "user-1".into(),
+        load_type: "APPEND_ONLY".into(),
+        table_name: "trips".into(),
+        load_as_service_client_id: Some("12".into()),
+        partitions: vec!["day".into(), "city".into()],
+    }
+}
+
+#[tokio::test]
+async fn loads_keep_their_files_and_stale_staging_expires() {
+    use lakehost::store::loads::{LoadFile, LoadState};
+    for (backend, store, _dir) in backends().await {
+        let record = store.insert_load(&new_load("l1"), 100).await.unwrap();
+        assert_eq!(record.state, LoadState::Open, "{backend}");
+        assert_eq!(record.load, new_load("l1"), "{backend}: round trip");
+        let file = |key: &str, at: i64| LoadFile {
+            load_id: "l1".into(),
+            file_key: key.into(),
+            object_key: format!("demo/lab/l1/{key}.parquet"),
+            requested_at: at,
+            uploaded_at: None,
+            size_bytes: None,
+        };
+        store.request_load_file(&file("a", 110)).await.unwrap();
+        store.request_load_file(&file("b", 120)).await.unwrap();
+        assert!(store.record_upload("l1", "a", 42, 130).await.unwrap());
+        assert!(
+            !store.record_upload("l1", "zzz", 1, 130).await.unwrap(),
+            "{backend}: a file never requested"
+        );
+        // The same file_key again keeps one row and its upload.
+        store.request_load_file(&file("a", 140)).await.unwrap();
+        let files = store.load_files("l1").await.unwrap();
+        assert_eq!(files.len(), 2, "{backend}");
+        assert_eq!(files[0].size_bytes, Some(42), "{backend}");
+        assert_eq!(files[0].requested_at, 140, "{backend}");
+        store.touch_load("l1", 150).await.unwrap();
+
+        // Staging of loads untouched since before 200 expires once.
+        let stale = store.stale_open_loads(200, 10).await.unwrap();
+        assert_eq!(stale.len(), 1, "{backend}");
+        assert!(store.expire_staging("l1", 200, 300).await.unwrap());
+        assert!(
+            !store.expire_staging("l1", 200, 300).await.unwrap(),
+            "{backend}: once"
+        );
+        assert!(store.stale_open_loads(200, 10).await.unwrap().is_empty());
+        let files = store.load_files("l1").await.unwrap();
+        assert!(files.iter().all(|f| f.uploaded_at.is_none()), "{backend}");
+        let record = store.load("l1").await.unwrap().unwrap();
+        assert_eq!(record.staging_removed_at, Some(300), "{backend}");
+        // A new upload brings it back into the sweep's reach later.
+        store.touch_load("l1", 400).await.unwrap();
+        assert_eq!(
+            store.load("l1").await.unwrap().unwrap().staging_removed_at,
+            None
+        );
+        assert!(store.load("nope").await.unwrap().is_none());
+    }
+}

@@ -1,0 +1,190 @@
+//! The load endpoints of the Org and Zone APIs (spec "POST /load",
+//! "POST /load/{load_id}/file", "GET /load/{load_id}", "Load request
+//! errors"). Thin: extract, call `LoadService`, shape the body.
+
+use axum::{
+    Json,
+    body::Bytes,
+    extract::{Path, State},
+    http::StatusCode,
+    response::{IntoResponse, Response},
+};
+use serde_json::{Map, Value, json};
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use super::{
+    AppState,
+    error::ApiError,
+    principal::{Caller, LoadRead, LoadWrite},
+    query::query_caller,
+};
+use crate::{
+    load::{LoadError, LoadRequest, UploadDescriptor},
+    store::loads::{LoadRecord, LoadState},
+};
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(create_load))
+        .routes(routes!(get_load))
+        .routes(routes!(add_file))
+}
+
+fn not_json() -> ApiError {
+    ApiError::BadRequest("JSON not well formed.".into())
+}
+
+/// The Load resource (spec "Resources: Load"): LoadStatus, and on FAIL the
+/// ErrorType and ErrorMessages; with the request's own fields for reference.
+fn load_resource(record: &LoadRecord) -> Result<Value, ApiError> {
+    let load = &record.load;
+    let mut body = Map::new();
+    body.insert("loadId".into(), json!(load.id));
+    body.insert("LoadStatus".into(), json!(record.state.as_str()));
+    body.insert("load_type".into(), json!(load.load_type));
+    body.insert("table_name".into(), json!(load.table_name));
+    if let Some(client) = &load.load_as_service_client_id {
+        body.insert("load_as_service_client_id".into(), json!(client));
+    }
+    body.insert("partitions".into(), json!(load.partitions));
+    if record.state == LoadState::Fail {
+        body.insert("ErrorType".into(), json!(record.error_type));
+        let messages: Value = match &record.error_messages_json {
+            Some(text) => serde_json::from_str(text)
+                .map_err(|e| ApiError::Internal(format!("stored error messages: {e}")))?,
+            None => json!([]),
+        };
+        body.insert("ErrorMessages".into(), messages);
+    }
+    Ok(Value::Object(body))
+}
+
+/// POST /load: a new OPEN load; 202 {loadId}.
+#[utoipa::path(
+    post,
+    path = "/v2/load",
+    tag = "load",
+    security(("bearer" = ["load:write"])),
+    request_body(content = Value, description = "load_type (APPEND_ONLY), table_name, load_as_service_client_id (string, optional), partitions (string[], optional)"),
+    responses(
+        (status = 202, description = "Accepted: {loadId}"),
+        (status = 400, description = "A parameter missing or invalid"),
+        (status = 401, description = "Missing or invalid token"),
+        (status = 403, description = "Missing scope"),
+        (status = 500, description = "Unexpected error"),
+    )
+)]
+async fn create_load(
+    State(state): State<AppState>,
+    caller: Caller<LoadWrite>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let caller = query_caller(&caller)?;
+    let body: Value = serde_json::from_slice(&body).map_err(|_| not_json())?;
+    let request = LoadRequest::from_json(&body)?;
+    let record = state.loads.create(&caller, request).await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({ "loadId": record.load.id })),
+    )
+        .into_response())
+}
+
+/// GET /load/{load_id}: the load's status.
+#[utoipa::path(
+    get,
+    path = "/v2/load/{load_id}",
+    tag = "load",
+    security(("bearer" = ["load:read"])),
+    params(("load_id" = String, Path, description = "The loadId of POST /load")),
+    responses(
+        (status = 200, description = "LoadStatus; ErrorType and ErrorMessages on FAIL"),
+        (status = 401, description = "Missing or invalid token"),
+        (status = 403, description = "Missing scope"),
+        (status = 404, description = "Unknown load, or another user's"),
+        (status = 500, description = "Unexpected error"),
+    )
+)]
+async fn get_load(
+    State(state): State<AppState>,
+    caller: Caller<LoadRead>,
+    Path(load_id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let caller = query_caller(&caller)?;
+    let record = state.loads.get(&caller, &load_id).await?;
+    Ok(Json(load_resource(&record)?))
+}
+
+/// The upload descriptor (spec "Upload descriptor").
+fn descriptor_body(descriptor: &UploadDescriptor) -> Value {
+    let credentials = &descriptor.credentials;
+    let expiration = chrono::DateTime::<chrono::Utc>::from_timestamp(credentials.expires_at, 0)
+        .unwrap_or_default()
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    json!({
+        "presigned_url": {
+            "url": descriptor.post_url,
+            "fields": {
+                "key": descriptor.object_key,
+                "AWSAccessKeyId": credentials.access_key_id,
+                "x-amz-security-token": credentials.session_token,
+                "Policy": descriptor.policy,
+                "Signature": descriptor.signature,
+            },
+        },
+        "sts_credentials": {
+            "AccessKeyId": credentials.access_key_id,
+            "SecretAccessKey": credentials.secret_access_key,
+            "SessionToken": credentials.session_token,
+            "Expiration": expiration,
+        },
+        "path": descriptor.object_key,
+        "bucket": descriptor.bucket,
+    })
+}
+
+/// POST /load/{load_id}/file: an upload descriptor for one file. The body is
+/// optional: {"file_key": "..."} names the file (the same name again
+/// overwrites it).
+#[utoipa::path(
+    post,
+    path = "/v2/load/{load_id}/file",
+    tag = "load",
+    security(("bearer" = ["load:write"])),
+    params(("load_id" = String, Path, description = "The loadId of POST /load")),
+    request_body(content = Option<Value>, description = "file_key (optional): lowercase letters, digits, underscores"),
+    responses(
+        (status = 200, description = "The upload descriptor"),
+        (status = 400, description = "A bad file_key, or the load no longer takes files"),
+        (status = 401, description = "Missing or invalid token"),
+        (status = 403, description = "Missing scope"),
+        (status = 404, description = "Unknown load, or another user's"),
+        (status = 500, description = "Unexpected error"),
+    )
+)]
+async fn add_file(
+    State(state): State<AppState>,
+    caller: Caller<LoadWrite>,
+    Path(load_id): Path<String>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let caller = query_caller(&caller)?;
+    let file_key = if body.iter().all(u8::is_ascii_whitespace) {
+        None
+    } else {
+        let body: Value = serde_json::from_slice(&body).map_err(|_| not_json())?;
+        let body = body.as_object().ok_or_else(not_json)?;
+        match body.get("file_key") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(key)) => Some(key.clone()),
+            Some(_) => {
+                return Err(LoadError::bad_file_key().into());
+            }
+        }
+    };
+    let descriptor = state
+        .loads
+        .add_file(&caller, &load_id, file_key.as_deref())
+        .await?;
+    Ok(Json(descriptor_body(&descriptor)))
+}

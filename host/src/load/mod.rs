@@ -1,0 +1,539 @@
+//! Loads (spec "Load", "POST /load", "POST /load/{load_id}/file", "GET
+//! /load/{load_id}"): the load lifecycle up to its commit, and upload
+//! descriptors for the files. Knows no HTTP; parquet is never opened here
+//! (checking files is the pipeline's business).
+//!
+//! Uploaded files land in the lake's object store under `_staging/` (a name no
+//! database can have), at the object key of their descriptor; nothing there is
+//! visible to queries, which read only catalogued files. Staged files of loads
+//! left OPEN longer than `uploads.staging_ttl_s` are removed by
+//! [`LoadService::sweep_stale_staging`].
+
+pub mod grant;
+
+use std::sync::Arc;
+
+use futures::StreamExt as _;
+use object_store::{ObjectStoreExt as _, path::Path as ObjectPath};
+use serde_json::Value;
+use url::Url;
+
+use crate::{
+    clock::SharedClock,
+    config::UploadsConfig,
+    lake::{Lake, signing::LinkSigner},
+    query::QueryCaller,
+    store::{
+        self, Store,
+        loads::{LoadFile, LoadRecord, LoadState, NewLoad},
+    },
+};
+use grant::{GrantSigner, TemporaryCredentials, UPLOAD_GRANT_LIFETIME_S, UploadGrant};
+
+/// The only load type (spec "POST /load").
+pub const APPEND_ONLY: &str = "APPEND_ONLY";
+
+/// Where staged uploads live in the lake's object store.
+pub const STAGING_PREFIX: &str = "_staging";
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// 400 with the spec's message, ready to show.
+    #[error("{0}")]
+    Invalid(String),
+    /// Unknown load, or another user's.
+    #[error("load not found")]
+    NotFound,
+    /// The load is no longer OPEN.
+    #[error("load already committed")]
+    AlreadyCommitted,
+    #[error("internal: {0}")]
+    Internal(String),
+}
+
+impl From<store::Error> for LoadError {
+    fn from(e: store::Error) -> Self {
+        LoadError::Internal(e.to_string())
+    }
+}
+
+/// A POST /load body, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadRequest {
+    pub table_name: String,
+    pub load_as_service_client_id: Option<String>,
+    pub partitions: Vec<String>,
+}
+
+fn missing(name: &str) -> LoadError {
+    LoadError::Invalid(format!(
+        "MissingParameterError: \"{name}\" parameter missing from request."
+    ))
+}
+
+/// Lowercase letters, digits and underscores (the spec's rule for column
+/// names and file keys).
+fn is_snake_name(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 128
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+/// The spec's table_name rule: lowercase letters, digits and underscores, not
+/// starting or ending with an underscore.
+pub fn is_table_name(text: &str) -> bool {
+    is_snake_name(text) && !text.starts_with('_') && !text.ends_with('_')
+}
+
+impl LoadRequest {
+    /// Checks a POST /load body in the spec's order: missing fields, then
+    /// load_type, then table_name, then the optional fields.
+    pub fn from_json(body: &Value) -> Result<Self, LoadError> {
+        let body = body
+            .as_object()
+            .ok_or_else(|| LoadError::Invalid("JSON not well formed.".into()))?;
+        let text = |name: &str| match body.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.as_str())),
+            Some(_) => Err(LoadError::Invalid(format!(
+                "InvalidParameterError: {name} - Value should be a string."
+            ))),
+        };
+        let load_type = text("load_type")?;
+        let table_name = text("table_name")?;
+        let load_type = load_type.ok_or_else(|| missing("load_type"))?;
+        let table_name = table_name.ok_or_else(|| missing("table_name"))?;
+        if load_type != APPEND_ONLY {
+            return Err(LoadError::Invalid(
+                "InvalidParameterError: invalid load_type parameter".into(),
+            ));
+        }
+        if !is_table_name(table_name) {
+            return Err(LoadError::Invalid(
+                "InvalidParameterError: table_name - Value should be in lowercase and contain \
+                 only lowercase letters and underscores."
+                    .into(),
+            ));
+        }
+        let load_as_service_client_id = text("load_as_service_client_id")?
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(String::from);
+        let partitions = match body.get("partitions") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(items)) => partition_columns(items)?,
+            Some(_) => {
+                return Err(LoadError::Invalid(
+                    "InvalidParameterError: partitions - Value should be a list of column names."
+                        .into(),
+                ));
+            }
+        };
+        Ok(Self {
+            table_name: table_name.to_string(),
+            load_as_service_client_id,
+            partitions,
+        })
+    }
+}
+
+/// The extra partition columns: column names, each once, not the two every
+/// lake table is partitioned by anyway.
+fn partition_columns(items: &[Value]) -> Result<Vec<String>, LoadError> {
+    let invalid =
+        |why: String| LoadError::Invalid(format!("InvalidParameterError: partitions - {why}"));
+    let mut columns: Vec<String> = Vec::with_capacity(items.len());
+    for item in items {
+        let Some(name) = item.as_str() else {
+            return Err(invalid("Value should be a list of column names.".into()));
+        };
+        if !is_snake_name(name) {
+            return Err(invalid(format!(
+                "\"{name}\" should contain only lowercase letters, digits and underscores."
+            )));
+        }
+        if name == "service_client_id" {
+            return Err(invalid(
+                "service_client_id is always a partition; do not list it.".into(),
+            ));
+        }
+        if columns.iter().any(|c| c == name) {
+            return Err(invalid(format!("\"{name}\" is listed twice.")));
+        }
+        columns.push(name.to_string());
+    }
+    Ok(columns)
+}
+
+impl LoadError {
+    /// 400 for a file_key that breaks the rule of POST /load/{id}/file.
+    pub fn bad_file_key() -> Self {
+        LoadError::Invalid(
+            "InvalidParameterError: file_key - Value should contain only lowercase letters, \
+             digits and underscores (at most 128)."
+                .into(),
+        )
+    }
+}
+
+/// The file_key rule of POST /load/{id}/file.
+pub fn check_file_key(file_key: &str) -> Result<(), LoadError> {
+    if is_snake_name(file_key) {
+        Ok(())
+    } else {
+        Err(LoadError::bad_file_key())
+    }
+}
+
+/// An upload descriptor (spec "Upload descriptor").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadDescriptor {
+    /// Where the form POST goes: `<endpoint>/<bucket>`.
+    pub post_url: String,
+    pub object_key: String,
+    pub bucket: String,
+    pub policy: String,
+    pub signature: String,
+    pub credentials: TemporaryCredentials,
+}
+
+/// The load lifecycle up to the commit.
+pub struct LoadService {
+    store: Store,
+    lake: Lake,
+    clock: SharedClock,
+    config: UploadsConfig,
+    grants: GrantSigner,
+    /// How callers reach the upload endpoint.
+    endpoint: Url,
+}
+
+impl std::fmt::Debug for LoadService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadService")
+            .field("endpoint", &self.endpoint.as_str())
+            .finish_non_exhaustive()
+    }
+}
+
+fn micros(clock: &SharedClock) -> i64 {
+    clock.now().timestamp_micros()
+}
+
+impl LoadService {
+    /// `endpoint` is the upload endpoint's address as callers reach it.
+    pub async fn new(
+        store: Store,
+        lake: Lake,
+        clock: SharedClock,
+        config: UploadsConfig,
+        endpoint: Url,
+    ) -> Result<Arc<Self>, LoadError> {
+        let key = store
+            .shared_secret("upload-grant-key", LinkSigner::generate_key, micros(&clock))
+            .await?;
+        let grants = GrantSigner::new(LinkSigner::new(key.as_bytes()));
+        Ok(Arc::new(Self {
+            store,
+            lake,
+            clock,
+            config,
+            grants,
+            endpoint,
+        }))
+    }
+
+    pub fn grants(&self) -> &GrantSigner {
+        &self.grants
+    }
+
+    pub fn config(&self) -> &UploadsConfig {
+        &self.config
+    }
+
+    pub fn now_seconds(&self) -> i64 {
+        self.clock.unix_seconds()
+    }
+
+    /// POST /load: a new OPEN load owned by the caller.
+    pub async fn create(
+        &self,
+        caller: &QueryCaller,
+        request: LoadRequest,
+    ) -> Result<LoadRecord, LoadError> {
+        let load = NewLoad {
+            id: store::new_id(),
+            org: caller.org.clone(),
+            zone: caller.zone.clone(),
+            owner_sub: caller.sub.clone(),
+            load_type: APPEND_ONLY.into(),
+            table_name: request.table_name,
+            load_as_service_client_id: request.load_as_service_client_id,
+            partitions: request.partitions,
+        };
+        Ok(self.store.insert_load(&load, micros(&self.clock)).await?)
+    }
+
+    /// A load of the caller: theirs, on this org or zone; anything else is
+    /// NotFound, so nobody learns that another user's load exists.
+    pub async fn get(&self, caller: &QueryCaller, load_id: &str) -> Result<LoadRecord, LoadError> {
+        let record = self.store.load(load_id).await?.ok_or(LoadError::NotFound)?;
+        let load = &record.load;
+        if load.owner_sub != caller.sub || load.org != caller.org || load.zone != caller.zone {
+            return Err(LoadError::NotFound);
+        }
+        Ok(record)
+    }
+
+    /// POST /load/{id}/file: a descriptor for one file of an OPEN load. Without
+    /// a file_key the file gets a fresh one; the same file_key again overwrites.
+    pub async fn add_file(
+        &self,
+        caller: &QueryCaller,
+        load_id: &str,
+        file_key: Option<&str>,
+    ) -> Result<UploadDescriptor, LoadError> {
+        if let Some(key) = file_key {
+            check_file_key(key)?;
+        }
+        let record = self.get(caller, load_id).await?;
+        if record.state != LoadState::Open {
+            return Err(LoadError::AlreadyCommitted);
+        }
+        let file_key = match file_key {
+            Some(key) => key.to_string(),
+            None => format!("file_{}", store::new_id()),
+        };
+        let object_key = object_key(&record.load, &file_key);
+        let now = micros(&self.clock);
+        self.store
+            .request_load_file(&LoadFile {
+                load_id: load_id.to_string(),
+                file_key: file_key.clone(),
+                object_key: object_key.clone(),
+                requested_at: now,
+                uploaded_at: None,
+                size_bytes: None,
+            })
+            .await?;
+        self.store.touch_load(load_id, now).await?;
+        let grant = UploadGrant {
+            access_key_id: GrantSigner::new_access_key_id(),
+            load_id: load_id.to_string(),
+            file_key,
+            bucket: self.config.bucket.clone(),
+            object_key: object_key.clone(),
+            expires_at: self.clock.unix_seconds() + UPLOAD_GRANT_LIFETIME_S,
+        };
+        let credentials = self.grants.credentials(&grant);
+        let (policy, signature) =
+            self.grants
+                .post_policy(&grant, &credentials, self.config.max_file_bytes);
+        Ok(UploadDescriptor {
+            post_url: format!(
+                "{}/{}",
+                self.endpoint.as_str().trim_end_matches('/'),
+                self.config.bucket
+            ),
+            object_key,
+            bucket: self.config.bucket.clone(),
+            policy,
+            signature,
+            credentials,
+        })
+    }
+
+    /// Whether `grant` may still write: its load is OPEN and its file was
+    /// requested. Checked by the upload endpoint before it takes any bytes.
+    pub async fn accepts_upload(&self, grant: &UploadGrant) -> Result<bool, LoadError> {
+        let Some(record) = self.store.load(&grant.load_id).await? else {
+            return Ok(false);
+        };
+        if record.state != LoadState::Open {
+            return Ok(false);
+        }
+        let files = self.store.load_files(&grant.load_id).await?;
+        Ok(files
+            .iter()
+            .any(|f| f.file_key == grant.file_key && f.object_key == grant.object_key))
+    }
+
+    /// Records a finished upload; false when the load stopped taking files
+    /// while the bytes were arriving (the object is then removed).
+    pub async fn record_upload(&self, grant: &UploadGrant, size: u64) -> Result<bool, LoadError> {
+        let now = micros(&self.clock);
+        let recorded = self
+            .store
+            .record_upload(&grant.load_id, &grant.file_key, size as i64, now)
+            .await?;
+        if recorded {
+            self.store.touch_load(&grant.load_id, now).await?;
+        } else {
+            let _ = self
+                .lake
+                .object_store()
+                .delete(&staging_path(&grant.object_key))
+                .await;
+        }
+        Ok(recorded)
+    }
+
+    /// Removes the staged files of loads left OPEN longer than
+    /// `uploads.staging_ttl_s`; returns how many loads were cleaned.
+    pub async fn sweep_stale_staging(&self) -> Result<usize, LoadError> {
+        let now = micros(&self.clock);
+        let before = now - (self.config.staging_ttl_s as i64) * 1_000_000;
+        let mut cleaned = 0;
+        for record in self.store.stale_open_loads(before, 100).await? {
+            if !self
+                .store
+                .expire_staging(&record.load.id, before, now)
+                .await?
+            {
+                continue;
+            }
+            for prefix in [
+                staging_path(&load_prefix(&record.load)),
+                parts_prefix(&record.load.id),
+            ] {
+                self.delete_prefix(&prefix).await?;
+            }
+            cleaned += 1;
+        }
+        Ok(cleaned)
+    }
+
+    async fn delete_prefix(&self, prefix: &ObjectPath) -> Result<(), LoadError> {
+        let store = self.lake.object_store();
+        let mut listing = store.list(Some(prefix));
+        while let Some(meta) = listing.next().await {
+            let meta = meta.map_err(|e| LoadError::Internal(format!("listing staging: {e}")))?;
+            match store.delete(&meta.location).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(LoadError::Internal(format!("removing staging: {e}"))),
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the staging sweep every few minutes until `stop` is cancelled.
+    pub fn start_sweeper(self: &Arc<Self>, stop: tokio_util::sync::CancellationToken) {
+        let service = self.clone();
+        let period = std::time::Duration::from_secs((self.config.staging_ttl_s / 10).clamp(1, 300));
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(period);
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = ticks.tick() => {}
+                }
+                if let Err(e) = service.sweep_stale_staging().await {
+                    tracing::warn!(error = %e, "staging sweep failed");
+                }
+            }
+        });
+    }
+}
+
+/// The folder of a load's files in the upload bucket: `<org>/<zone or ->/<load>`.
+fn load_prefix(load: &NewLoad) -> String {
+    format!(
+        "{}/{}/{}",
+        load.org,
+        load.zone.as_deref().unwrap_or("-"),
+        load.id
+    )
+}
+
+/// The object key of a load's file in the upload bucket.
+pub fn object_key(load: &NewLoad, file_key: &str) -> String {
+    format!("{}/{file_key}.parquet", load_prefix(load))
+}
+
+/// Where an uploaded object lives in the lake's object store.
+pub fn staging_path(object_key: &str) -> ObjectPath {
+    ObjectPath::from(format!("{STAGING_PREFIX}/{object_key}"))
+}
+
+/// Where the parts of a load's multipart uploads wait for completion.
+pub fn parts_prefix(load_id: &str) -> ObjectPath {
+    ObjectPath::from(format!("{STAGING_PREFIX}/_parts/{load_id}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn message(result: Result<LoadRequest, LoadError>) -> String {
+        match result {
+            Err(LoadError::Invalid(m)) => m,
+            other => panic!("expected a 400, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn requests_are_checked_in_the_specs_order() {
+        let ok = LoadRequest::from_json(&json!({
+            "load_type": "APPEND_ONLY", "table_name": "trips_2024",
+            "load_as_service_client_id": "12", "partitions": ["day"]
+        }))
+        .unwrap();
+        assert_eq!(ok.load_as_service_client_id.as_deref(), Some("12"));
+        assert_eq!(ok.partitions, ["day"]);
+        assert_eq!(
+            message(LoadRequest::from_json(&json!({"table_name": "t"}))),
+            "MissingParameterError: \"load_type\" parameter missing from request."
+        );
+        assert_eq!(
+            message(LoadRequest::from_json(&json!({"load_type": "APPEND"}))),
+            "MissingParameterError: \"table_name\" parameter missing from request."
+        );
+        assert_eq!(
+            message(LoadRequest::from_json(
+                &json!({"load_type": "OVERWRITE", "table_name": "t"})
+            )),
+            "InvalidParameterError: invalid load_type parameter"
+        );
+        for bad in ["Trips", "_trips", "trips_", "tr-ips", "", "trips.x"] {
+            assert!(
+                message(LoadRequest::from_json(
+                    &json!({"load_type": "APPEND_ONLY", "table_name": bad})
+                ))
+                .starts_with("InvalidParameterError: table_name - "),
+                "{bad}"
+            );
+        }
+        for partitions in [
+            json!("day"),
+            json!([1]),
+            json!(["Day"]),
+            json!(["day", "day"]),
+            json!(["service_client_id"]),
+        ] {
+            assert!(
+                message(LoadRequest::from_json(&json!({
+                    "load_type": "APPEND_ONLY", "table_name": "t", "partitions": partitions
+                })))
+                .starts_with("InvalidParameterError: partitions - ")
+            );
+        }
+        assert!(
+            message(LoadRequest::from_json(&json!({
+                "load_type": "APPEND_ONLY", "table_name": "t", "load_as_service_client_id": 12
+            })))
+            .starts_with("InvalidParameterError: load_as_service_client_id - ")
+        );
+    }
+
+    #[test]
+    fn file_keys_are_snake_names() {
+        assert!(check_file_key("part_01").is_ok());
+        for bad in ["", "Part", "a-b", "a/b", "../x", "a.parquet"] {
+            assert!(check_file_key(bad).is_err(), "{bad}");
+        }
+        assert!(check_file_key(&"a".repeat(129)).is_err());
+    }
+}

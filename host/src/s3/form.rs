@@ -1,0 +1,506 @@
+//! The browser-style upload of a descriptor's `presigned_url`: an HTTP POST of
+//! a multipart form to `<endpoint>/<bucket>` carrying the descriptor's fields
+//! and then the file (S3's "POST Object" with a signature-version-2 policy).
+//!
+//! Checked before a byte of the file is stored, in this order: the form's
+//! shape, the policy's signature (with the secret of its access key), the
+//! policy's expiry (on the injected clock), every policy condition, that
+//! every form field is covered by a condition, and the session token's grant
+//! (this bucket and key, unexpired, a load that takes files). The file then
+//! streams into the staging area, bounded by the policy's content-length-range
+//! and `uploads.max_file_bytes`. Errors are S3's XML with S3's status codes.
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use axum::{
+    body::Body,
+    extract::{Multipart, Path, State, multipart::Field},
+    http::{HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use base64::{Engine as _, engine::general_purpose::STANDARD};
+use chrono::{DateTime, Utc};
+use object_store::{ObjectStore, ObjectStoreExt as _};
+use serde_json::Value;
+
+use super::staging::{StreamError, stream_to_object};
+use crate::load::{
+    LoadService,
+    grant::{GrantError, form_signature_matches},
+    staging_path,
+};
+
+/// What the form handler needs.
+#[derive(Clone)]
+pub struct FormState {
+    pub loads: Arc<LoadService>,
+    pub store: Arc<dyn ObjectStore>,
+}
+
+/// The largest value of a text field, and the most text fields, a form may have.
+const MAX_FIELD_BYTES: usize = 64 * 1024;
+const MAX_FIELDS: usize = 50;
+
+/// An S3 error: its code, status and message, rendered as S3's XML.
+#[derive(Debug)]
+pub struct S3FormError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+fn error(status: StatusCode, code: &'static str, message: impl Into<String>) -> S3FormError {
+    S3FormError {
+        status,
+        code,
+        message: message.into(),
+    }
+}
+
+fn denied(message: impl Into<String>) -> S3FormError {
+    error(StatusCode::FORBIDDEN, "AccessDenied", message)
+}
+
+fn xml_escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+impl IntoResponse for S3FormError {
+    fn into_response(self) -> Response {
+        let body = format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{}</Code><Message>{}</Message></Error>",
+            self.code,
+            xml_escape(&self.message)
+        );
+        let mut response = (self.status, body).into_response();
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/xml"),
+        );
+        response
+    }
+}
+
+/// Reads a text field, refusing one longer than `MAX_FIELD_BYTES`.
+async fn field_text(mut field: Field<'_>) -> Result<String, S3FormError> {
+    let mut bytes = Vec::new();
+    while let Some(chunk) = field.chunk().await.map_err(|e| {
+        error(
+            StatusCode::BAD_REQUEST,
+            "MalformedPOSTRequest",
+            e.to_string(),
+        )
+    })? {
+        bytes.extend_from_slice(&chunk);
+        if bytes.len() > MAX_FIELD_BYTES {
+            return Err(error(
+                StatusCode::BAD_REQUEST,
+                "MaxPostPreDataLengthExceeded",
+                "Your POST request fields preceding the upload file were too large.",
+            ));
+        }
+    }
+    String::from_utf8(bytes).map_err(|_| {
+        error(
+            StatusCode::BAD_REQUEST,
+            "MalformedPOSTRequest",
+            "A form field is not UTF-8.",
+        )
+    })
+}
+
+/// A policy condition (S3's POST policy language).
+#[derive(Debug, PartialEq, Eq)]
+enum Condition {
+    Equals(String, String),
+    StartsWith(String, String),
+    LengthRange(u64, u64),
+}
+
+struct Policy {
+    expiration: DateTime<Utc>,
+    conditions: Vec<Condition>,
+}
+
+fn invalid_policy(why: &str) -> S3FormError {
+    error(
+        StatusCode::BAD_REQUEST,
+        "InvalidPolicyDocument",
+        format!("Invalid Policy: {why}"),
+    )
+}
+
+fn parse_policy(encoded: &str) -> Result<Policy, S3FormError> {
+    let bytes = STANDARD
+        .decode(encoded.trim())
+        .map_err(|_| invalid_policy("not base64"))?;
+    let document: Value = serde_json::from_slice(&bytes).map_err(|_| invalid_policy("not JSON"))?;
+    let expiration = document
+        .get("expiration")
+        .and_then(Value::as_str)
+        .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+        .ok_or_else(|| invalid_policy("expiration missing or not ISO 8601"))?
+        .with_timezone(&Utc);
+    let field_name = |v: &Value| {
+        v.as_str()
+            .and_then(|n| n.strip_prefix('$'))
+            .map(str::to_ascii_lowercase)
+            .ok_or_else(|| invalid_policy("a condition names no $field"))
+    };
+    let number = |v: &Value| {
+        v.as_u64()
+            .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+            .ok_or_else(|| invalid_policy("content-length-range needs two numbers"))
+    };
+    let mut conditions = Vec::new();
+    for item in document
+        .get("conditions")
+        .and_then(Value::as_array)
+        .ok_or_else(|| invalid_policy("conditions missing"))?
+    {
+        match item {
+            Value::Object(map) if map.len() == 1 => {
+                let (name, value) = map.iter().next().expect("one entry");
+                let value = value
+                    .as_str()
+                    .ok_or_else(|| invalid_policy("a condition value is not a string"))?;
+                conditions.push(Condition::Equals(name.to_ascii_lowercase(), value.into()));
+            }
+            Value::Array(parts) if parts.len() == 3 => {
+                let op = parts[0].as_str().unwrap_or_default().to_ascii_lowercase();
+                match op.as_str() {
+                    "eq" | "starts-with" => {
+                        let name = field_name(&parts[1])?;
+                        let value = parts[2]
+                            .as_str()
+                            .ok_or_else(|| invalid_policy("a condition value is not a string"))?
+                            .to_string();
+                        conditions.push(if op == "eq" {
+                            Condition::Equals(name, value)
+                        } else {
+                            Condition::StartsWith(name, value)
+                        });
+                    }
+                    "content-length-range" => conditions.push(Condition::LengthRange(
+                        number(&parts[1])?,
+                        number(&parts[2])?,
+                    )),
+                    _ => return Err(invalid_policy("unknown condition")),
+                }
+            }
+            _ => {
+                return Err(invalid_policy(
+                    "a condition is neither an object nor a triple",
+                ));
+            }
+        }
+    }
+    Ok(Policy {
+        expiration,
+        conditions,
+    })
+}
+
+/// Fields every form may carry without a condition (S3's rule).
+fn exempt_from_conditions(name: &str) -> bool {
+    matches!(name, "awsaccesskeyid" | "signature" | "policy" | "file")
+        || name.starts_with("x-ignore-")
+}
+
+/// Checks the policy's conditions against the form (`bucket` from the URL).
+fn check_conditions(
+    policy: &Policy,
+    fields: &BTreeMap<String, String>,
+    bucket: &str,
+) -> Result<(u64, u64), S3FormError> {
+    let value_of = |name: &str| -> Option<&str> {
+        if name == "bucket" {
+            Some(bucket)
+        } else {
+            fields.get(name).map(String::as_str)
+        }
+    };
+    let mut range = (0, u64::MAX);
+    for condition in &policy.conditions {
+        let failed = |what: &str| {
+            denied(format!(
+                "Invalid according to Policy: Policy Condition failed: {what}"
+            ))
+        };
+        match condition {
+            Condition::Equals(name, expected) => {
+                if value_of(name) != Some(expected.as_str()) {
+                    return Err(failed(&format!("[\"eq\", \"${name}\", \"{expected}\"]")));
+                }
+            }
+            Condition::StartsWith(name, prefix) => {
+                if !value_of(name)
+                    .unwrap_or_default()
+                    .starts_with(prefix.as_str())
+                {
+                    return Err(failed(&format!(
+                        "[\"starts-with\", \"${name}\", \"{prefix}\"]"
+                    )));
+                }
+            }
+            Condition::LengthRange(min, max) => range = (*min, *max),
+        }
+    }
+    for name in fields.keys() {
+        let covered = policy.conditions.iter().any(|c| match c {
+            Condition::Equals(n, _) | Condition::StartsWith(n, _) => n == name,
+            Condition::LengthRange(..) => false,
+        });
+        if !covered && !exempt_from_conditions(name) {
+            return Err(denied(format!(
+                "Invalid according to Policy: Extra input fields: {name}"
+            )));
+        }
+    }
+    Ok(range)
+}
+
+fn required<'a>(fields: &'a BTreeMap<String, String>, name: &str) -> Result<&'a str, S3FormError> {
+    fields.get(name).map(String::as_str).ok_or_else(|| {
+        error(
+            StatusCode::BAD_REQUEST,
+            "InvalidArgument",
+            format!("Bucket POST must contain a field named '{name}'."),
+        )
+    })
+}
+
+/// POST `/<bucket>`: one file, as the descriptor's form allows.
+pub async fn post_object(
+    State(state): State<FormState>,
+    Path(bucket): Path<String>,
+    mut form: Multipart,
+) -> Result<Response, S3FormError> {
+    let malformed = |e: axum::extract::multipart::MultipartError| {
+        error(
+            StatusCode::BAD_REQUEST,
+            "MalformedPOSTRequest",
+            e.body_text(),
+        )
+    };
+    let mut fields = BTreeMap::new();
+    let file = loop {
+        let Some(field) = form.next_field().await.map_err(malformed)? else {
+            return Err(error(
+                StatusCode::BAD_REQUEST,
+                "InvalidArgument",
+                "POST requires exactly one file upload per request.",
+            ));
+        };
+        let name = field.name().unwrap_or_default().to_ascii_lowercase();
+        if name == "file" {
+            break field;
+        }
+        if fields.len() >= MAX_FIELDS {
+            return Err(error(
+                StatusCode::BAD_REQUEST,
+                "MalformedPOSTRequest",
+                "The form has too many fields.",
+            ));
+        }
+        let value = field_text(field).await?;
+        fields.insert(name, value);
+    };
+
+    if fields.contains_key("x-amz-signature") || fields.contains_key("x-amz-algorithm") {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            "InvalidArgument",
+            "This endpoint takes the descriptor's form (AWSAccessKeyId, Policy, Signature).",
+        ));
+    }
+    let access_key = required(&fields, "awsaccesskeyid")?;
+    let policy_text = required(&fields, "policy")?;
+    let signature = required(&fields, "signature")?;
+    let key = required(&fields, "key")?;
+    let secret = state.loads.grants().secret_for(access_key);
+    if !form_signature_matches(&secret, policy_text, signature) {
+        return Err(denied(
+            "The request signature we calculated does not match the signature you provided.",
+        )
+        .with_code("SignatureDoesNotMatch"));
+    }
+    let policy = parse_policy(policy_text)?;
+    let now = state.loads.now_seconds();
+    if policy.expiration.timestamp() <= now {
+        return Err(denied("Invalid according to Policy: Policy expired."));
+    }
+    let (min, max) = check_conditions(&policy, &fields, &bucket)?;
+
+    let token = fields.get("x-amz-security-token").ok_or_else(|| {
+        denied("These credentials need their session token (x-amz-security-token).")
+    })?;
+    let grant = state
+        .loads
+        .grants()
+        .verify(token, access_key, now)
+        .map_err(|e| match e {
+            GrantError::Expired => {
+                denied("The provided token has expired.").with_code("ExpiredToken")
+            }
+            other => denied(other.to_string()).with_code("InvalidToken"),
+        })?;
+    if grant.bucket != bucket || grant.object_key != key {
+        return Err(denied(
+            "Upload credentials do not allow access to this bucket or key.",
+        ));
+    }
+    let open = state.loads.accepts_upload(&grant).await.map_err(|e| {
+        error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            e.to_string(),
+        )
+    })?;
+    if !open {
+        return Err(denied(
+            "The load of these credentials no longer takes files.",
+        ));
+    }
+
+    let limit = max.min(state.loads.config().max_file_bytes);
+    let size = stream_to_object(&state.store, &staging_path(&grant.object_key), file, limit)
+        .await
+        .map_err(|e| match e {
+            StreamError::TooLarge => error(
+                StatusCode::BAD_REQUEST,
+                "EntityTooLarge",
+                "Your proposed upload exceeds the maximum allowed size.",
+            ),
+            StreamError::Body(why) => error(StatusCode::BAD_REQUEST, "IncompleteBody", why),
+            StreamError::Store(why) => {
+                error(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", why)
+            }
+        })?;
+    if size < min {
+        let _ = state.store.delete(&staging_path(&grant.object_key)).await;
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            "EntityTooSmall",
+            "Your proposed upload is smaller than the minimum allowed size.",
+        ));
+    }
+    let recorded = state.loads.record_upload(&grant, size).await.map_err(|e| {
+        error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            e.to_string(),
+        )
+    })?;
+    if !recorded {
+        return Err(denied(
+            "The load of these credentials no longer takes files.",
+        ));
+    }
+    Ok(success(&fields, &bucket, key))
+}
+
+impl S3FormError {
+    fn with_code(mut self, code: &'static str) -> Self {
+        self.code = code;
+        self
+    }
+}
+
+/// S3's answer to a POST: 204 by default, or `success_action_status` 200/201
+/// (201 with the PostResponse document).
+fn success(fields: &BTreeMap<String, String>, bucket: &str, key: &str) -> Response {
+    match fields.get("success_action_status").map(String::as_str) {
+        Some("200") => StatusCode::OK.into_response(),
+        Some("201") => {
+            let body = format!(
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<PostResponse><Bucket>{}</Bucket><Key>{}</Key></PostResponse>",
+                xml_escape(bucket),
+                xml_escape(key)
+            );
+            let mut response = (StatusCode::CREATED, Body::from(body)).into_response();
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/xml"),
+            );
+            response
+        }
+        _ => StatusCode::NO_CONTENT.into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn encode(policy: Value) -> String {
+        STANDARD.encode(policy.to_string())
+    }
+
+    fn fields(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn policies_parse_both_condition_forms() {
+        let policy = parse_policy(&encode(json!({
+            "expiration": "2030-01-01T00:00:00.000Z",
+            "conditions": [
+                {"bucket": "b"},
+                ["eq", "$Key", "k"],
+                ["starts-with", "$Content-Type", "application/"],
+                ["content-length-range", 1, "1000"],
+            ]
+        })))
+        .unwrap();
+        assert_eq!(
+            policy.conditions,
+            [
+                Condition::Equals("bucket".into(), "b".into()),
+                Condition::Equals("key".into(), "k".into()),
+                Condition::StartsWith("content-type".into(), "application/".into()),
+                Condition::LengthRange(1, 1000),
+            ]
+        );
+        for bad in [
+            json!({"conditions": []}),
+            json!({"expiration": "tomorrow", "conditions": []}),
+            json!({"expiration": "2030-01-01T00:00:00Z", "conditions": [["eq", "key", "k"]]}),
+            json!({"expiration": "2030-01-01T00:00:00Z", "conditions": [["between", "$key", "k"]]}),
+        ] {
+            assert!(parse_policy(&encode(bad)).is_err());
+        }
+        assert!(parse_policy("%%%").is_err());
+    }
+
+    #[test]
+    fn every_field_needs_a_condition_and_every_condition_must_hold() {
+        let policy = parse_policy(&encode(json!({
+            "expiration": "2030-01-01T00:00:00Z",
+            "conditions": [{"bucket": "b"}, {"key": "k"}, ["content-length-range", 1, 10]]
+        })))
+        .unwrap();
+        let ok = fields(&[
+            ("key", "k"),
+            ("policy", "p"),
+            ("signature", "s"),
+            ("awsaccesskeyid", "a"),
+        ]);
+        assert_eq!(check_conditions(&policy, &ok, "b").unwrap(), (1, 10));
+        assert!(check_conditions(&policy, &ok, "other").is_err(), "bucket");
+        let wrong_key = fields(&[("key", "k2")]);
+        assert!(check_conditions(&policy, &wrong_key, "b").is_err());
+        let extra = fields(&[("key", "k"), ("content-type", "text/plain")]);
+        let err = check_conditions(&policy, &extra, "b").unwrap_err();
+        assert!(err.message.contains("Extra input fields: content-type"));
+        let ignored = fields(&[("key", "k"), ("x-ignore-me", "1")]);
+        assert!(check_conditions(&policy, &ignored, "b").is_ok());
+    }
+}

@@ -1,0 +1,478 @@
+//! The S3 operations the temporary credentials of an upload descriptor allow,
+//! on top of s3s (which parses requests, verifies SigV4 signatures and
+//! renders S3's XML errors): PutObject and the multipart upload
+//! (CreateMultipartUpload, UploadPart, CompleteMultipartUpload,
+//! AbortMultipartUpload) of exactly the descriptor's key, for one hour.
+//! Everything else is AccessDenied before any byte of the body is read.
+//!
+//! Bodies stream into the lake's object store: a part or an object is never
+//! held in memory whole. Multipart parts wait under `_staging/_parts/<load>/`
+//! and are concatenated into the object when the upload completes.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::{Stream, StreamExt as _};
+use object_store::{ObjectStore, ObjectStoreExt as _, WriteMultipart, path::Path as ObjectPath};
+use s3s::{
+    S3, S3Request, S3Response, S3Result,
+    access::{S3Access, S3AccessContext},
+    auth::{S3Auth, SecretKey},
+    dto::{
+        AbortMultipartUploadInput, AbortMultipartUploadOutput, CompleteMultipartUploadInput,
+        CompleteMultipartUploadOutput, CreateMultipartUploadInput, CreateMultipartUploadOutput,
+        ETag, PutObjectInput, PutObjectOutput, UploadPartInput, UploadPartOutput,
+    },
+    path::S3Path,
+    s3_error,
+};
+
+use crate::load::{LoadService, grant::UploadGrant, parts_prefix, staging_path};
+
+/// The operations upload credentials allow.
+const ALLOWED_OPERATIONS: &[&str] = &[
+    "PutObject",
+    "CreateMultipartUpload",
+    "UploadPart",
+    "CompleteMultipartUpload",
+    "AbortMultipartUpload",
+];
+
+/// S3's limit on part numbers.
+const MAX_PART_NUMBER: i32 = 10_000;
+
+/// Looks up the secret of an access key: derived from it, never stored.
+pub struct GrantAuth {
+    pub loads: Arc<LoadService>,
+}
+
+#[async_trait::async_trait]
+impl S3Auth for GrantAuth {
+    async fn get_secret_key(&self, access_key: &str) -> S3Result<SecretKey> {
+        let shaped = access_key.len() == 20
+            && access_key.starts_with("ASIA")
+            && access_key.bytes().all(|b| b.is_ascii_alphanumeric());
+        if !shaped {
+            return Err(s3_error!(
+                InvalidAccessKeyId,
+                "The AWS Access Key Id you provided does not exist in our records."
+            ));
+        }
+        Ok(SecretKey::from(self.loads.grants().secret_for(access_key)))
+    }
+}
+
+/// Decides every request before its body is read: signed credentials, a valid
+/// unexpired session token of those credentials, an allowed operation, and
+/// the token's own bucket and key, on a load that still takes files.
+pub struct GrantAccess {
+    pub loads: Arc<LoadService>,
+}
+
+#[async_trait::async_trait]
+impl S3Access for GrantAccess {
+    async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
+        let Some(credentials) = cx.credentials() else {
+            return Err(s3_error!(AccessDenied, "Anonymous access is not allowed."));
+        };
+        let token = cx
+            .headers()
+            .get("x-amz-security-token")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+            .or_else(|| query_parameter(cx.uri(), "X-Amz-Security-Token"))
+            .ok_or_else(|| {
+                s3_error!(
+                    AccessDenied,
+                    "These credentials need their session token (x-amz-security-token)."
+                )
+            })?;
+        let grant = self
+            .loads
+            .grants()
+            .verify(&token, &credentials.access_key, self.loads.now_seconds())
+            .map_err(|e| match e {
+                crate::load::grant::GrantError::Expired => {
+                    s3_error!(ExpiredToken, "The provided token has expired.")
+                }
+                other => s3_error!(InvalidToken, "{other}"),
+            })?;
+        let operation = cx.s3_op().name();
+        if !ALLOWED_OPERATIONS.contains(&operation) {
+            return Err(s3_error!(
+                AccessDenied,
+                "Upload credentials do not allow {operation}."
+            ));
+        }
+        let S3Path::Object { bucket, key } = cx.s3_path() else {
+            return Err(s3_error!(
+                AccessDenied,
+                "Upload credentials allow one key only."
+            ));
+        };
+        if **bucket != *grant.bucket || **key != *grant.object_key {
+            return Err(s3_error!(
+                AccessDenied,
+                "Upload credentials do not allow access to this bucket or key."
+            ));
+        }
+        let open = self
+            .loads
+            .accepts_upload(&grant)
+            .await
+            .map_err(|e| s3_error!(InternalError, "{e}"))?;
+        if !open {
+            return Err(s3_error!(
+                AccessDenied,
+                "The load of these credentials no longer takes files."
+            ));
+        }
+        cx.extensions_mut().insert(grant);
+        Ok(())
+    }
+}
+
+fn query_parameter(uri: &http::Uri, name: &str) -> Option<String> {
+    url::form_urlencoded::parse(uri.query()?.as_bytes())
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.into_owned())
+}
+
+/// The staging area as an S3 bucket.
+pub struct StagingBucket {
+    pub loads: Arc<LoadService>,
+    pub store: Arc<dyn ObjectStore>,
+}
+
+fn grant_of<T>(req: &S3Request<T>) -> S3Result<UploadGrant> {
+    req.extensions
+        .get::<UploadGrant>()
+        .cloned()
+        .ok_or_else(|| s3_error!(AccessDenied, "Request was not authorised."))
+}
+
+fn new_etag() -> ETag {
+    ETag::Strong(crate::store::new_id())
+}
+
+/// Upload ids are ours (hex); anything else cannot name a part folder.
+fn checked_upload_id(upload_id: &str) -> S3Result<&str> {
+    if upload_id.len() == 32 && upload_id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        Ok(upload_id)
+    } else {
+        Err(s3_error!(
+            NoSuchUpload,
+            "The specified multipart upload does not exist."
+        ))
+    }
+}
+
+fn part_folder(grant: &UploadGrant, upload_id: &str) -> ObjectPath {
+    parts_prefix(&grant.load_id)
+        .join(grant.file_key.as_str())
+        .join(upload_id)
+}
+
+fn part_path(grant: &UploadGrant, upload_id: &str, part_number: i32) -> ObjectPath {
+    part_folder(grant, upload_id).join(format!("{part_number:05}").as_str())
+}
+
+/// An object being written to the store: it appears only when `finish`
+/// succeeds (a failed or aborted one leaves nothing, or the old object).
+pub struct StagedObject {
+    writer: WriteMultipart,
+    size: u64,
+    max_bytes: u64,
+}
+
+impl StagedObject {
+    pub async fn create(
+        store: &Arc<dyn ObjectStore>,
+        path: &ObjectPath,
+        max_bytes: u64,
+    ) -> Result<Self, StreamError> {
+        let upload = store
+            .put_multipart(path)
+            .await
+            .map_err(|e| StreamError::Store(e.to_string()))?;
+        Ok(Self {
+            writer: WriteMultipart::new_with_chunk_size(upload, 8 * 1024 * 1024),
+            size: 0,
+            max_bytes,
+        })
+    }
+
+    /// Appends a chunk; at most four chunks are in flight to the store.
+    pub async fn write(&mut self, chunk: Bytes) -> Result<(), StreamError> {
+        self.size += chunk.len() as u64;
+        if self.size > self.max_bytes {
+            return Err(StreamError::TooLarge);
+        }
+        self.writer
+            .wait_for_capacity(4)
+            .await
+            .map_err(|e| StreamError::Store(e.to_string()))?;
+        self.writer.put(chunk);
+        Ok(())
+    }
+
+    pub async fn abort(self) {
+        let _ = self.writer.abort().await;
+    }
+
+    /// Completes the object; returns its size.
+    pub async fn finish(self) -> Result<u64, StreamError> {
+        self.writer
+            .finish()
+            .await
+            .map_err(|e| StreamError::Store(e.to_string()))?;
+        Ok(self.size)
+    }
+}
+
+/// Streams `body` into a new object at `path` (see [`StagedObject`]).
+pub async fn stream_to_object<S, E>(
+    store: &Arc<dyn ObjectStore>,
+    path: &ObjectPath,
+    mut body: S,
+    max_bytes: u64,
+) -> Result<u64, StreamError>
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    let mut object = StagedObject::create(store, path, max_bytes).await?;
+    while let Some(chunk) = body.next().await {
+        let written = match chunk {
+            Ok(chunk) => object.write(chunk).await,
+            Err(e) => Err(StreamError::Body(e.to_string())),
+        };
+        if let Err(e) = written {
+            object.abort().await;
+            return Err(e);
+        }
+    }
+    object.finish().await
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StreamError {
+    #[error("the body could not be read: {0}")]
+    Body(String),
+    #[error("the object is larger than allowed")]
+    TooLarge,
+    #[error("storage: {0}")]
+    Store(String),
+}
+
+fn s3_stream_error(e: StreamError) -> s3s::S3Error {
+    match e {
+        StreamError::TooLarge => s3_error!(
+            EntityTooLarge,
+            "Your proposed upload exceeds the maximum allowed object size."
+        ),
+        StreamError::Body(why) => s3_error!(IncompleteBody, "{why}"),
+        StreamError::Store(why) => s3_error!(InternalError, "{why}"),
+    }
+}
+
+impl StagingBucket {
+    fn max_bytes(&self) -> u64 {
+        self.loads.config().max_file_bytes
+    }
+
+    async fn finish_object(&self, grant: &UploadGrant, size: u64) -> S3Result<()> {
+        let recorded = self
+            .loads
+            .record_upload(grant, size)
+            .await
+            .map_err(|e| s3_error!(InternalError, "{e}"))?;
+        if recorded {
+            Ok(())
+        } else {
+            Err(s3_error!(
+                AccessDenied,
+                "The load of these credentials no longer takes files."
+            ))
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl S3 for StagingBucket {
+    async fn put_object(
+        &self,
+        req: S3Request<PutObjectInput>,
+    ) -> S3Result<S3Response<PutObjectOutput>> {
+        let grant = grant_of(&req)?;
+        let body = req
+            .input
+            .body
+            .ok_or_else(|| s3_error!(IncompleteBody, "The request has no body."))?;
+        let size = stream_to_object(
+            &self.store,
+            &staging_path(&grant.object_key),
+            body,
+            self.max_bytes(),
+        )
+        .await
+        .map_err(s3_stream_error)?;
+        self.finish_object(&grant, size).await?;
+        Ok(S3Response::new(PutObjectOutput {
+            e_tag: Some(new_etag()),
+            size: Some(size as i64),
+            ..Default::default()
+        }))
+    }
+
+    async fn create_multipart_upload(
+        &self,
+        req: S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        grant_of(&req)?;
+        Ok(S3Response::new(CreateMultipartUploadOutput {
+            bucket: Some(req.input.bucket),
+            key: Some(req.input.key),
+            upload_id: Some(crate::store::new_id()),
+            ..Default::default()
+        }))
+    }
+
+    async fn upload_part(
+        &self,
+        req: S3Request<UploadPartInput>,
+    ) -> S3Result<S3Response<UploadPartOutput>> {
+        let grant = grant_of(&req)?;
+        let input = req.input;
+        let upload_id = checked_upload_id(&input.upload_id)?;
+        if !(1..=MAX_PART_NUMBER).contains(&input.part_number) {
+            return Err(s3_error!(
+                InvalidArgument,
+                "Part number must be an integer between 1 and 10000, inclusive."
+            ));
+        }
+        let body = input
+            .body
+            .ok_or_else(|| s3_error!(IncompleteBody, "The request has no body."))?;
+        stream_to_object(
+            &self.store,
+            &part_path(&grant, upload_id, input.part_number),
+            body,
+            self.max_bytes(),
+        )
+        .await
+        .map_err(s3_stream_error)?;
+        Ok(S3Response::new(UploadPartOutput {
+            e_tag: Some(new_etag()),
+            ..Default::default()
+        }))
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        let grant = grant_of(&req)?;
+        let input = req.input;
+        let upload_id = checked_upload_id(&input.upload_id)?.to_string();
+        let numbers: Vec<i32> = input
+            .multipart_upload
+            .and_then(|u| u.parts)
+            .unwrap_or_default()
+            .iter()
+            .map(|p| p.part_number.unwrap_or(0))
+            .collect();
+        if numbers.is_empty() {
+            return Err(s3_error!(
+                MalformedXML,
+                "You must specify at least one part."
+            ));
+        }
+        if numbers.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(s3_error!(
+                InvalidPartOrder,
+                "The list of parts was not in ascending order."
+            ));
+        }
+        // Every part must be there before the object is touched.
+        for &number in &numbers {
+            if self
+                .store
+                .head(&part_path(&grant, &upload_id, number))
+                .await
+                .is_err()
+            {
+                return Err(s3_error!(
+                    InvalidPart,
+                    "One or more of the specified parts could not be found."
+                ));
+            }
+        }
+        let size = self.concatenate(&grant, &upload_id, &numbers).await?;
+        self.delete_parts(&grant, &upload_id).await;
+        self.finish_object(&grant, size).await?;
+        Ok(S3Response::new(CompleteMultipartUploadOutput {
+            bucket: Some(input.bucket),
+            key: Some(input.key),
+            e_tag: Some(new_etag()),
+            ..Default::default()
+        }))
+    }
+
+    async fn abort_multipart_upload(
+        &self,
+        req: S3Request<AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        let grant = grant_of(&req)?;
+        let upload_id = checked_upload_id(&req.input.upload_id)?.to_string();
+        self.delete_parts(&grant, &upload_id).await;
+        Ok(S3Response::new(AbortMultipartUploadOutput::default()))
+    }
+}
+
+impl StagingBucket {
+    /// Writes the parts, in order, into the descriptor's object.
+    async fn concatenate(
+        &self,
+        grant: &UploadGrant,
+        upload_id: &str,
+        numbers: &[i32],
+    ) -> S3Result<u64> {
+        let mut object = StagedObject::create(
+            &self.store,
+            &staging_path(&grant.object_key),
+            self.max_bytes(),
+        )
+        .await
+        .map_err(s3_stream_error)?;
+        for &number in numbers {
+            let part = self.store.get(&part_path(grant, upload_id, number)).await;
+            let mut chunks = match part {
+                Ok(part) => part.into_stream(),
+                Err(e) => {
+                    object.abort().await;
+                    return Err(s3_error!(InternalError, "reading part {number}: {e}"));
+                }
+            };
+            while let Some(chunk) = chunks.next().await {
+                let written = match chunk {
+                    Ok(chunk) => object.write(chunk).await,
+                    Err(e) => Err(StreamError::Store(e.to_string())),
+                };
+                if let Err(e) = written {
+                    object.abort().await;
+                    return Err(s3_stream_error(e));
+                }
+            }
+        }
+        object.finish().await.map_err(s3_stream_error)
+    }
+
+    async fn delete_parts(&self, grant: &UploadGrant, upload_id: &str) {
+        let folder = part_folder(grant, upload_id);
+        let mut listing = self.store.list(Some(&folder));
+        while let Some(Ok(meta)) = listing.next().await {
+            let _ = self.store.delete(&meta.location).await;
+        }
+    }
+}
