@@ -246,6 +246,7 @@ def write_config(work: Path, port: int) -> tuple[Path, Path]:
         f"listen = {json.dumps(f'127.0.0.1:{port}')}\n"
         "[storage]\n"
         f"data_dir = {json.dumps(str(data_dir))}\n"
+        f"s3_listen = {json.dumps(f'127.0.0.1:{free_port()}')}\n"
     )
     return config, data_dir
 

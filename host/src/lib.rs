@@ -11,6 +11,7 @@ pub mod idp;
 pub mod import;
 pub mod lake;
 pub mod load;
+pub mod pipeline;
 pub mod query;
 pub mod s3;
 pub mod startup;

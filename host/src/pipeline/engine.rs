@@ -1,0 +1,653 @@
+//! The wasmtime side of the pipeline: the one place that runs `bindgen!` for
+//! the `step` world of `wit/`, and the knobs that keep a step in its box.
+//!
+//! - **Compiled once.** A component is compiled the first time a manifest
+//!   names it (built-ins at startup) and kept as an `InstancePre`, so a run
+//!   only instantiates. A `.wasm` file is compiled again when its size or
+//!   modification time changes, so an operator can swap it without a restart.
+//! - **A fresh `Store` per step run**: no state leaks from one load (or step)
+//!   to the next.
+//! - **Time limit by epoch interruption**: a thread ticks the engine's epoch
+//!   every `TICK`; a store's deadline is its step's `time_limit_ms` in ticks,
+//!   after which the guest traps with `Trap::Interrupt` wherever it is.
+//! - **Memory limit by a `ResourceLimiter`** (like wasmtime's `StoreLimits`,
+//!   but it remembers that it refused a growth, so the failure can say why).
+//! - **Capabilities**: every WIT import is linked, but each one first checks
+//!   the step's grants and answers `not-granted` instead of data.
+//! - **WASI** is linked with an empty context: no files, no environment, no
+//!   network, no inherited stdio; only clocks and randomness work.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    path::PathBuf,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use wasmtime::{
+    Config, Engine, ResourceLimiter, Store, Trap,
+    component::{Component, HasSelf, Linker, ResourceTable},
+};
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use super::{
+    ColumnInfo, ErrorItem, LoadData, PipelineOutcome, StepContext, StepError, builtin,
+    manifest::{Capability, ComponentSource, Manifest, Step},
+};
+
+mod bindings {
+    wasmtime::component::bindgen!({ path: "../wit", world: "step" });
+}
+
+use bindings::lakehost::pipeline::{
+    lake_append, lake_schema, log, staged_files, staged_sql,
+    types::{self, CapabilityError},
+};
+
+/// How often the epoch advances: the granularity of time limits.
+const TICK: Duration = Duration::from_millis(10);
+
+/// What one step run's store holds.
+struct StepState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limits: StepLimits,
+    grants: BTreeSet<Capability>,
+    data: Arc<dyn LoadData>,
+    step: String,
+    load_id: String,
+}
+
+impl WasiView for StepState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// Refuses memory growth past the step's limit, and remembers that it did.
+struct StepLimits {
+    memory_bytes: usize,
+    refused: bool,
+}
+
+impl ResourceLimiter for StepLimits {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.memory_bytes {
+            self.refused = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 100_000)
+    }
+
+    fn instances(&self) -> usize {
+        100
+    }
+
+    fn memories(&self) -> usize {
+        10
+    }
+
+    fn tables(&self) -> usize {
+        100
+    }
+}
+
+impl StepState {
+    fn grant(&self, capability: Capability) -> Result<(), CapabilityError> {
+        if self.grants.contains(&capability) {
+            Ok(())
+        } else {
+            Err(CapabilityError::NotGranted(format!(
+                "step {} was not granted {} in its manifest",
+                self.step,
+                capability.name()
+            )))
+        }
+    }
+}
+
+fn wit_column(column: ColumnInfo) -> types::Column {
+    types::Column {
+        name: column.name,
+        sql_type: column.sql_type,
+        nullable: column.nullable,
+    }
+}
+
+impl types::Host for StepState {}
+
+impl staged_files::Host for StepState {
+    fn list_files(&mut self) -> Result<Vec<types::StagedFile>, CapabilityError> {
+        self.grant(Capability::StagedFiles)?;
+        let files = self.data.list_files().map_err(CapabilityError::Failed)?;
+        Ok(files
+            .into_iter()
+            .map(|f| types::StagedFile {
+                file_key: f.file_key,
+                size_bytes: f.size_bytes,
+                uploaded: f.uploaded,
+            })
+            .collect())
+    }
+
+    fn parquet_columns(&mut self, file_key: String) -> Result<Vec<types::Column>, CapabilityError> {
+        self.grant(Capability::StagedFiles)?;
+        let columns = self
+            .data
+            .parquet_columns(&file_key)
+            .map_err(CapabilityError::Failed)?;
+        Ok(columns.into_iter().map(wit_column).collect())
+    }
+}
+
+impl staged_sql::Host for StepState {
+    fn query(
+        &mut self,
+        sql: String,
+        max_rows: u32,
+    ) -> Result<Vec<Vec<Option<String>>>, CapabilityError> {
+        self.grant(Capability::StagedSql)?;
+        self.data
+            .query(&sql, max_rows)
+            .map_err(CapabilityError::Failed)
+    }
+}
+
+impl lake_schema::Host for StepState {
+    fn table_columns(&mut self) -> Result<Option<Vec<types::Column>>, CapabilityError> {
+        self.grant(Capability::LakeSchema)?;
+        let columns = self.data.table_columns().map_err(CapabilityError::Failed)?;
+        Ok(columns.map(|cs| cs.into_iter().map(wit_column).collect()))
+    }
+}
+
+impl lake_append::Host for StepState {
+    fn append_staged(&mut self) -> Result<u64, CapabilityError> {
+        self.grant(Capability::LakeAppend)?;
+        self.data.append_staged().map_err(CapabilityError::Failed)
+    }
+}
+
+impl log::Host for StepState {
+    fn write(&mut self, level: log::Level, message: String) {
+        if !self.grants.contains(&Capability::Log) {
+            return;
+        }
+        let (step, load) = (&self.step, &self.load_id);
+        match level {
+            log::Level::Debug => tracing::debug!(%step, %load, "{message}"),
+            log::Level::Info => tracing::info!(%step, %load, "{message}"),
+            log::Level::Warn => tracing::warn!(%step, %load, "{message}"),
+            log::Level::Error => tracing::error!(%step, %load, "{message}"),
+        }
+    }
+}
+
+/// What identifies a compiled component: a built-in name, or a file with its
+/// size and modification time.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum ComponentKey {
+    Builtin(String),
+    File(PathBuf, u64, Option<std::time::SystemTime>),
+}
+
+/// Compiles and runs steps. One per server; cheap to share.
+pub struct PipelineEngine {
+    engine: Engine,
+    linker: Linker<StepState>,
+    compiled: Mutex<HashMap<ComponentKey, bindings::StepPre<StepState>>>,
+    ticking: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for PipelineEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PipelineEngine")
+    }
+}
+
+impl Drop for PipelineEngine {
+    fn drop(&mut self) {
+        self.ticking.store(false, Ordering::Relaxed);
+    }
+}
+
+impl PipelineEngine {
+    pub fn new() -> wasmtime::Result<Self> {
+        let mut config = Config::new();
+        config.wasm_component_model(true);
+        // Time limits: the guest checks the epoch at loop heads and calls.
+        config.epoch_interruption(true);
+        let engine = Engine::new(&config)?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        bindings::Step::add_to_linker::<StepState, HasSelf<StepState>>(&mut linker, |state| state)?;
+        let ticking = Arc::new(AtomicBool::new(true));
+        {
+            let engine = engine.clone();
+            let ticking = ticking.clone();
+            std::thread::Builder::new()
+                .name("pipeline-epoch".into())
+                .spawn(move || {
+                    while ticking.load(Ordering::Relaxed) {
+                        std::thread::sleep(TICK);
+                        engine.increment_epoch();
+                    }
+                })
+                .map_err(|e| wasmtime::Error::msg(format!("epoch thread: {e}")))?;
+        }
+        Ok(Self {
+            engine,
+            linker,
+            compiled: Mutex::new(HashMap::new()),
+            ticking,
+        })
+    }
+
+    /// Compiles every built-in component now, so no load waits for it.
+    pub fn precompile_builtins(&self) -> Result<(), String> {
+        for name in builtin::NAMES {
+            self.prepared(&ComponentSource::Builtin((*name).to_string()))?;
+        }
+        Ok(())
+    }
+
+    fn prepared(&self, source: &ComponentSource) -> Result<bindings::StepPre<StepState>, String> {
+        let key = match source {
+            ComponentSource::Builtin(name) => ComponentKey::Builtin(name.clone()),
+            ComponentSource::File(path) => {
+                let meta =
+                    std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+                ComponentKey::File(path.clone(), meta.len(), meta.modified().ok())
+            }
+        };
+        if let Some(pre) = self.compiled.lock().expect("cache lock").get(&key) {
+            return Ok(pre.clone());
+        }
+        let component = match source {
+            ComponentSource::Builtin(name) => {
+                let bytes = builtin::component(name)
+                    .ok_or_else(|| format!("no built-in component {name}"))?;
+                Component::new(&self.engine, bytes)
+            }
+            ComponentSource::File(path) => Component::from_file(&self.engine, path),
+        }
+        .map_err(|e| format!("not a usable component: {e:#}"))?;
+        let instance_pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| format!("imports do not match the step world: {e:#}"))?;
+        let pre = bindings::StepPre::new(instance_pre)
+            .map_err(|e| format!("exports do not match the step world: {e:#}"))?;
+        self.compiled
+            .lock()
+            .expect("cache lock")
+            .insert(key, pre.clone());
+        Ok(pre)
+    }
+
+    /// Runs one step in a fresh store. Blocks: call it from a blocking thread.
+    pub fn run_step(
+        &self,
+        step: &Step,
+        context: &StepContext,
+        data: Arc<dyn LoadData>,
+    ) -> Result<Option<(String, Vec<ErrorItem>)>, StepError> {
+        let pre = self
+            .prepared(&step.component)
+            .map_err(|message| StepError::Component {
+                step: step.name.clone(),
+                message,
+            })?;
+        let state = StepState {
+            wasi: WasiCtxBuilder::new().build(),
+            table: ResourceTable::new(),
+            limits: StepLimits {
+                memory_bytes: usize::try_from(step.memory_limit_bytes).unwrap_or(usize::MAX),
+                refused: false,
+            },
+            grants: step.grants.clone(),
+            data,
+            step: step.name.clone(),
+            load_id: context.load_id.clone(),
+        };
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|state| &mut state.limits);
+        let ticks = step.time_limit_ms.div_ceil(TICK.as_millis() as u64).max(1);
+        store.set_epoch_deadline(ticks);
+        store.epoch_deadline_trap();
+
+        let context = types::LoadContext {
+            load_id: context.load_id.clone(),
+            org: context.org.clone(),
+            zone: context.zone.clone(),
+            table_name: context.table_name.clone(),
+            load_as_service_client_id: context.load_as_service_client_id.clone(),
+            partitions: context.partitions.clone(),
+            check_sum: context.check_sum.clone(),
+            allowed_service_clients: context.allowed_service_clients.clone(),
+            any_service_client: context.any_service_client,
+        };
+        let called = pre
+            .instantiate(&mut store)
+            .and_then(|instance| instance.call_run(&mut store, &context, &step.config_json));
+        match called {
+            Ok(Ok(types::Outcome::Pass)) => Ok(None),
+            Ok(Ok(types::Outcome::Fail(failure))) => Ok(Some((
+                failure.error_type,
+                failure
+                    .items
+                    .into_iter()
+                    .map(|i| ErrorItem {
+                        error_type: i.error_type,
+                        error_message: i.error_message,
+                        check_result: i.check_result,
+                    })
+                    .collect(),
+            ))),
+            Ok(Err(message)) => Err(StepError::Reported {
+                step: step.name.clone(),
+                message,
+            }),
+            Err(error) => {
+                if error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
+                    Err(StepError::TimeLimit {
+                        step: step.name.clone(),
+                        limit_ms: step.time_limit_ms,
+                    })
+                } else if store.data().limits.refused {
+                    Err(StepError::MemoryLimit {
+                        step: step.name.clone(),
+                        limit_bytes: step.memory_limit_bytes,
+                    })
+                } else {
+                    Err(StepError::Trapped {
+                        step: step.name.clone(),
+                        message: format!("{error:#}"),
+                    })
+                }
+            }
+        }
+    }
+
+    /// Runs the manifest's steps in order until one fails the load.
+    pub fn run_pipeline(
+        &self,
+        manifest: &Manifest,
+        context: &StepContext,
+        data: Arc<dyn LoadData>,
+    ) -> Result<PipelineOutcome, StepError> {
+        for step in &manifest.steps {
+            if let Some((error_type, items)) = self.run_step(step, context, data.clone())? {
+                return Ok(PipelineOutcome::Failed {
+                    step: step.name.clone(),
+                    error_type,
+                    items,
+                });
+            }
+        }
+        Ok(PipelineOutcome::Passed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The engine against the real built-in components, with a fixed
+    //! `LoadData` standing in for a load (the data side has its own tests).
+
+    use super::*;
+    use crate::pipeline::{StagedFileInfo, manifest::Manifest};
+
+    /// A load of two uploaded files whose columns and SQL answers are given.
+    struct FixedLoad {
+        files: Vec<StagedFileInfo>,
+        columns: Result<Vec<ColumnInfo>, String>,
+        answer: Vec<Vec<Option<String>>>,
+        appended: Mutex<u32>,
+    }
+
+    impl FixedLoad {
+        fn new() -> Self {
+            Self {
+                files: vec![StagedFileInfo {
+                    file_key: "part_1".into(),
+                    size_bytes: 10,
+                    uploaded: true,
+                }],
+                columns: Ok(vec![
+                    column("trip_id", "bigint"),
+                    column("service_client_id", "bigint"),
+                ]),
+                answer: vec![vec![Some("100".into())]],
+                appended: Mutex::new(0),
+            }
+        }
+    }
+
+    fn column(name: &str, sql_type: &str) -> ColumnInfo {
+        ColumnInfo {
+            name: name.into(),
+            sql_type: sql_type.into(),
+            nullable: true,
+        }
+    }
+
+    impl LoadData for FixedLoad {
+        fn list_files(&self) -> Result<Vec<StagedFileInfo>, String> {
+            Ok(self.files.clone())
+        }
+        fn parquet_columns(&self, _file_key: &str) -> Result<Vec<ColumnInfo>, String> {
+            self.columns.clone()
+        }
+        fn query(&self, _sql: &str, _max_rows: u32) -> Result<Vec<Vec<Option<String>>>, String> {
+            Ok(self.answer.clone())
+        }
+        fn table_columns(&self) -> Result<Option<Vec<ColumnInfo>>, String> {
+            Ok(None)
+        }
+        fn append_staged(&self) -> Result<u64, String> {
+            *self.appended.lock().unwrap() += 1;
+            Ok(100)
+        }
+    }
+
+    fn step(component: &str, grants: &[&str], extra: &str) -> Step {
+        let grants = grants
+            .iter()
+            .map(|g| format!("\"{g}\""))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let text = format!(
+            "version = 1\n[[steps]]\nname = \"s\"\ncomponent = \"builtin:{component}\"\ngrants = [{grants}]\n{extra}"
+        );
+        Manifest::parse(&text, "test.toml", std::path::Path::new("."))
+            .unwrap()
+            .steps
+            .remove(0)
+    }
+
+    fn engine() -> &'static PipelineEngine {
+        static ENGINE: std::sync::OnceLock<PipelineEngine> = std::sync::OnceLock::new();
+        ENGINE.get_or_init(|| PipelineEngine::new().expect("engine"))
+    }
+
+    fn context() -> StepContext {
+        StepContext {
+            load_id: "l1".into(),
+            table_name: "trips".into(),
+            check_sum: vec![("count(*)".into(), "100".into())],
+            any_service_client: true,
+            ..StepContext::default()
+        }
+    }
+
+    #[test]
+    fn a_step_that_loops_forever_is_stopped_by_its_time_limit() {
+        let result = engine().run_step(
+            &step("loop_forever", &[], "time_limit_ms = 200\n"),
+            &context(),
+            Arc::new(FixedLoad::new()),
+        );
+        assert_eq!(
+            result,
+            Err(StepError::TimeLimit {
+                step: "s".into(),
+                limit_ms: 200
+            })
+        );
+    }
+
+    #[test]
+    fn a_step_that_grows_without_bound_is_stopped_by_its_memory_limit() {
+        let result = engine().run_step(
+            &step("grow_memory", &[], "memory_limit_bytes = 33554432\n"),
+            &context(),
+            Arc::new(FixedLoad::new()),
+        );
+        assert_eq!(
+            result,
+            Err(StepError::MemoryLimit {
+                step: "s".into(),
+                limit_bytes: 32 << 20
+            })
+        );
+    }
+
+    #[test]
+    fn an_ungranted_import_answers_an_error_and_no_data() {
+        let load = Arc::new(FixedLoad::new());
+        let (_, items) = engine()
+            .run_step(&step("ungranted_import", &[], ""), &context(), load.clone())
+            .unwrap()
+            .expect("the test step always reports");
+        for item in &items {
+            assert!(
+                item.error_message.contains("not granted"),
+                "{}",
+                item.error_message
+            );
+        }
+        assert_eq!(*load.appended.lock().unwrap(), 0, "append never ran");
+
+        // Granted, the same calls reach the data.
+        let (_, items) = engine()
+            .run_step(
+                &step(
+                    "ungranted_import",
+                    &["staged-files", "staged-sql", "lake-schema", "lake-append"],
+                    "",
+                ),
+                &context(),
+                load.clone(),
+            )
+            .unwrap()
+            .unwrap();
+        assert!(
+            items.iter().all(|i| i.error_message.contains(": data ")),
+            "{items:?}"
+        );
+        assert_eq!(*load.appended.lock().unwrap(), 1);
+    }
+
+    #[test]
+    fn validate_parquet_reports_missing_files_and_bad_columns() {
+        let mut load = FixedLoad::new();
+        load.files[0].uploaded = false;
+        let (error_type, items) = engine()
+            .run_step(
+                &step("validate_parquet", &["staged-files"], ""),
+                &context(),
+                Arc::new(load),
+            )
+            .unwrap()
+            .unwrap();
+        assert_eq!(error_type, "NoFilesUploaded");
+        assert!(items.iter().all(|i| i.error_type == "MISSING_FILE"));
+
+        let mut load = FixedLoad::new();
+        load.columns = Ok(vec![column("Trip-Id", "bigint")]);
+        let (error_type, items) = engine()
+            .run_step(
+                &step("validate_parquet", &["staged-files"], ""),
+                &context(),
+                Arc::new(load),
+            )
+            .unwrap()
+            .unwrap();
+        assert_eq!(error_type, "ParquetValidation");
+        assert_eq!(items[0].error_type, "INVALID_PARQUET");
+
+        let mut load = FixedLoad::new();
+        load.columns = Err("not a parquet file".into());
+        let (error_type, _) = engine()
+            .run_step(
+                &step("validate_parquet", &["staged-files"], ""),
+                &context(),
+                Arc::new(load),
+            )
+            .unwrap()
+            .unwrap();
+        assert_eq!(error_type, "ParquetValidation");
+
+        let passed = engine().run_step(
+            &step("validate_parquet", &["staged-files"], ""),
+            &context(),
+            Arc::new(FixedLoad::new()),
+        );
+        assert_eq!(passed, Ok(None));
+    }
+
+    #[test]
+    fn verify_checksums_names_the_aggregate_and_both_values() {
+        let mut context = context();
+        context.check_sum = vec![("count(*)".into(), "99".into())];
+        let (error_type, items) = engine()
+            .run_step(
+                &step("verify_checksums", &["staged-sql"], ""),
+                &context,
+                Arc::new(FixedLoad::new()),
+            )
+            .unwrap()
+            .unwrap();
+        assert_eq!(error_type, "CheckSumError");
+        assert_eq!(
+            items,
+            [ErrorItem {
+                error_type: "CHECKSUM_MISMATCH".into(),
+                error_message: "Checksum mismatch for count(*): expected 99, actual 100".into(),
+                check_result: Some("FAIL".into()),
+            }]
+        );
+    }
+
+    #[test]
+    fn the_default_pipeline_passes_a_good_load_and_appends_once() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../pipelines");
+        let manifest = Manifest::load(&dir.join("load.toml")).unwrap();
+        let load = Arc::new(FixedLoad::new());
+        let outcome = engine()
+            .run_pipeline(&manifest, &context(), load.clone())
+            .unwrap();
+        assert_eq!(outcome, PipelineOutcome::Passed);
+        assert_eq!(*load.appended.lock().unwrap(), 1);
+    }
+}

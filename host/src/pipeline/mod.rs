@@ -1,0 +1,107 @@
+//! The load pipeline (DESIGN.md "Load pipeline as WebAssembly components"):
+//! manifests name steps in order; each step is a WASI component run by
+//! `engine.rs` in a fresh sandbox with a time limit, a memory limit and only
+//! the capabilities its manifest entry grants. Knows no HTTP.
+//!
+//! Steps carry the policy and the host does the data work: what a capability
+//! answers comes from a [`LoadData`] of the load being committed.
+
+pub mod builtin;
+mod engine;
+pub mod manifest;
+
+pub use engine::PipelineEngine;
+
+/// A column as steps see it: name, SQL type name, nullability.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColumnInfo {
+    pub name: String,
+    pub sql_type: String,
+    pub nullable: bool,
+}
+
+/// One staged file of the load.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StagedFileInfo {
+    pub file_key: String,
+    pub size_bytes: u64,
+    pub uploaded: bool,
+}
+
+/// The data work behind the capabilities, for one load. Called from the
+/// step's thread (never from an async task), so implementations may block.
+/// An `Err` is a `failed` answer to the step, with the message.
+pub trait LoadData: Send + Sync {
+    fn list_files(&self) -> Result<Vec<StagedFileInfo>, String>;
+    fn parquet_columns(&self, file_key: &str) -> Result<Vec<ColumnInfo>, String>;
+    /// Read-only SQL over the staged rows (table `staged`), at most `max_rows`.
+    fn query(&self, sql: &str, max_rows: u32) -> Result<Vec<Vec<Option<String>>>, String>;
+    fn table_columns(&self) -> Result<Option<Vec<ColumnInfo>>, String>;
+    /// Stages the rows for the lake table; returns the row count.
+    fn append_staged(&self) -> Result<u64, String>;
+}
+
+/// What a step knows about its load (the WIT `load-context`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StepContext {
+    pub load_id: String,
+    pub org: String,
+    pub zone: Option<String>,
+    pub table_name: String,
+    pub load_as_service_client_id: Option<String>,
+    pub partitions: Vec<String>,
+    /// check_sum entries: expression and expected value as JSON text.
+    pub check_sum: Vec<(String, String)>,
+    pub allowed_service_clients: Vec<i64>,
+    pub any_service_client: bool,
+}
+
+/// One item of a FAIL report.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ErrorItem {
+    #[serde(rename = "ErrorType")]
+    pub error_type: String,
+    #[serde(rename = "ErrorMessage")]
+    pub error_message: String,
+    #[serde(rename = "CheckResult", skip_serializing_if = "Option::is_none")]
+    pub check_result: Option<String>,
+}
+
+/// How a pipeline run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PipelineOutcome {
+    /// Every step passed.
+    Passed,
+    /// A step failed the load: the spec's ErrorType and the items.
+    Failed {
+        step: String,
+        error_type: String,
+        items: Vec<ErrorItem>,
+    },
+}
+
+/// A step that could not give a verdict: the load fails with InternalError.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StepError {
+    #[error("step {step} ran past its time limit of {limit_ms} ms")]
+    TimeLimit { step: String, limit_ms: u64 },
+    #[error("step {step} needed more than its memory limit of {limit_bytes} bytes")]
+    MemoryLimit { step: String, limit_bytes: u64 },
+    #[error("step {step} trapped: {message}")]
+    Trapped { step: String, message: String },
+    #[error("step {step} reported an internal error: {message}")]
+    Reported { step: String, message: String },
+    #[error("step {step} could not be loaded: {message}")]
+    Component { step: String, message: String },
+}
+
+impl StepError {
+    /// The single ErrorMessages item of an InternalError.
+    pub fn item(&self) -> ErrorItem {
+        ErrorItem {
+            error_type: "INTERNAL_ERROR".into(),
+            error_message: self.to_string(),
+            check_result: None,
+        }
+    }
+}
