@@ -10,6 +10,7 @@
 //! [`LoadService::sweep_stale_staging`].
 
 pub mod grant;
+pub mod staged;
 
 use std::sync::Arc;
 

@@ -4,6 +4,7 @@
 mod gateway;
 mod idp;
 mod loads;
+mod pipeline_data;
 mod query_access;
 mod query_api;
 mod query_permissions;

@@ -1,0 +1,510 @@
+//! The data side of a load's pipeline run ([`LoadData`]): the staged files of
+//! one load, read with DataFusion as the table `staged`, and the load's target
+//! table in the catalog.
+//!
+//! `append_staged` writes the rows (with `svc$load_id`, and service_client_id
+//! from load_as_service_client_id) as lake files through `TableWriter`, and
+//! keeps them as a [`PendingAppend`]: they become visible only when the commit
+//! records them in the catalog, in one transaction with the load's SUCCESS.
+//!
+//! `query` is the staged-sql capability. It runs only one plain SELECT whose
+//! only table is `staged`: no WITH, no joins, no subqueries, no WHERE, no set
+//! operations, no table functions; and a SELECT without GROUP BY must be
+//! aggregates only (a check_sum key is "an aggregate over all uploaded rows",
+//! never a filter or a row dump). Everything else is refused before it runs.
+
+use std::sync::{Arc, Mutex};
+
+use datafusion::{
+    arrow::{
+        array::RecordBatch,
+        datatypes::Schema,
+        util::display::{ArrayFormatter, FormatOptions},
+    },
+    common::tree_node::{TreeNode, TreeNodeRecursion},
+    datasource::{
+        file_format::{FileFormat as _, parquet::ParquetFormat},
+        listing::{ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl},
+    },
+    logical_expr::LogicalPlan,
+    prelude::{SessionContext, lit},
+    sql::sqlparser::{
+        ast::{self, GroupByExpr, SetExpr, Statement, TableFactor, Visit, Visitor},
+        dialect::GenericDialect,
+        parser::Parser,
+    },
+};
+use futures::StreamExt as _;
+use object_store::ObjectStoreExt as _;
+use tokio::runtime::Handle;
+
+use super::staging_path;
+use crate::{
+    auth::ServiceClientScope,
+    lake::{self, Lake},
+    pipeline::{ColumnInfo, LoadData, StagedFileInfo},
+    query::{
+        provider::SERVICE_CLIENT_COLUMN,
+        result::columns_of,
+        table_writer::{LOAD_ID_COLUMN, TableWriter},
+    },
+    store::{
+        self, Store,
+        catalog::{LakeTable, NewDataFile},
+        loads::{LoadFile, LoadRecord},
+    },
+};
+
+/// The table name of the staged rows in staged-sql.
+pub const STAGED_TABLE: &str = "staged";
+
+/// The load a pipeline run is for: its record, its files at commit time and
+/// the database of its table.
+pub struct StagedTarget {
+    pub record: LoadRecord,
+    pub files: Vec<LoadFile>,
+    pub database: String,
+}
+
+/// One load's staged files, as the pipeline's capabilities see them.
+pub struct StagedLoad {
+    store: Store,
+    lake: Lake,
+    record: LoadRecord,
+    files: Vec<LoadFile>,
+    /// The database the load's table lives in.
+    database: String,
+    /// The service clients the caller may load (checked again per row).
+    write_scope: ServiceClientScope,
+    now_micros: i64,
+    runtime: Handle,
+    pending: Mutex<Option<PendingAppend>>,
+}
+
+impl StagedLoad {
+    /// `files` is the load's file list at commit time; `runtime` runs the
+    /// async work for the step's (blocking) thread.
+    pub fn new(
+        store: Store,
+        lake: Lake,
+        target: StagedTarget,
+        write_scope: ServiceClientScope,
+        now_micros: i64,
+        runtime: Handle,
+    ) -> Self {
+        Self {
+            store,
+            lake,
+            record: target.record,
+            files: target.files,
+            database: target.database,
+            write_scope,
+            now_micros,
+            runtime,
+            pending: Mutex::new(None),
+        }
+    }
+
+    fn file(&self, file_key: &str) -> Result<&LoadFile, String> {
+        self.files
+            .iter()
+            .find(|f| f.file_key == file_key && f.uploaded_at.is_some())
+            .ok_or_else(|| format!("no uploaded file {file_key}"))
+    }
+
+    /// A session whose table `staged` is every uploaded file of the load.
+    async fn session(&self) -> Result<SessionContext, String> {
+        let context = SessionContext::new();
+        let lake_url = self.lake.object_store_url().as_ref();
+        context.register_object_store(lake_url, self.lake.object_store());
+        let urls = self
+            .files
+            .iter()
+            .filter(|f| f.uploaded_at.is_some())
+            .map(|f| {
+                ListingTableUrl::parse(format!(
+                    "{}{}",
+                    self.lake.object_store_url().as_str(),
+                    staging_path(&f.object_key)
+                ))
+                .map_err(|e| e.to_string())
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if urls.is_empty() {
+            return Err("no files were uploaded".into());
+        }
+        let options =
+            ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
+        let config = ListingTableConfig::new_with_multi_paths(urls)
+            .with_listing_options(options)
+            .infer_schema(&context.state())
+            .await
+            .map_err(|e| e.to_string())?;
+        let table = ListingTable::try_new(config).map_err(|e| e.to_string())?;
+        context
+            .register_table(STAGED_TABLE, Arc::new(table))
+            .map_err(|e| e.to_string())?;
+        Ok(context)
+    }
+
+    async fn run_query(
+        &self,
+        sql: &str,
+        max_rows: u32,
+    ) -> Result<Vec<Vec<Option<String>>>, String> {
+        check_staged_sql(sql)?;
+        let context = self.session().await?;
+        let plan = context
+            .state()
+            .create_logical_plan(sql)
+            .await
+            .map_err(|e| e.to_string())?;
+        if !has_group_by(sql) && !has_aggregate(&plan) {
+            return Err("only aggregate expressions over the staged rows are accepted here".into());
+        }
+        let frame = context
+            .execute_logical_plan(plan)
+            .await
+            .map_err(|e| e.to_string())?
+            .limit(0, Some(max_rows as usize))
+            .map_err(|e| e.to_string())?;
+        let batches = frame.collect().await.map_err(|e| e.to_string())?;
+        batches_as_text(&batches)
+    }
+}
+
+fn batches_as_text(batches: &[RecordBatch]) -> Result<Vec<Vec<Option<String>>>, String> {
+    let options = FormatOptions::default();
+    let mut rows = Vec::new();
+    for batch in batches {
+        let formatters = batch
+            .columns()
+            .iter()
+            .map(|c| ArrayFormatter::try_new(c.as_ref(), &options).map(|f| (c, f)))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.to_string())?;
+        for row in 0..batch.num_rows() {
+            rows.push(
+                formatters
+                    .iter()
+                    .map(|(column, f)| (!column.is_null(row)).then(|| f.value(row).to_string()))
+                    .collect(),
+            );
+        }
+    }
+    Ok(rows)
+}
+
+fn has_aggregate(plan: &LogicalPlan) -> bool {
+    let mut found = false;
+    let _ = plan.apply(|node| {
+        if matches!(node, LogicalPlan::Aggregate(_)) {
+            found = true;
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    found
+}
+
+fn has_group_by(sql: &str) -> bool {
+    match Parser::parse_sql(&GenericDialect {}, sql).ok().as_deref() {
+        Some([Statement::Query(query)]) => match query.body.as_ref() {
+            SetExpr::Select(select) => match &select.group_by {
+                GroupByExpr::Expressions(exprs, _) => !exprs.is_empty(),
+                GroupByExpr::All(_) => true,
+            },
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// Finds subqueries anywhere in a statement.
+struct SubqueryFinder;
+
+impl Visitor for SubqueryFinder {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, _query: &ast::Query) -> std::ops::ControlFlow<()> {
+        std::ops::ControlFlow::Continue(())
+    }
+
+    fn pre_visit_expr(&mut self, expr: &ast::Expr) -> std::ops::ControlFlow<()> {
+        match expr {
+            ast::Expr::Subquery(_) | ast::Expr::Exists { .. } | ast::Expr::InSubquery { .. } => {
+                std::ops::ControlFlow::Break(())
+            }
+            _ => std::ops::ControlFlow::Continue(()),
+        }
+    }
+}
+
+/// The shape staged-sql accepts: one SELECT over `staged` alone.
+pub fn check_staged_sql(sql: &str) -> Result<(), String> {
+    let refuse = |why: &str| Err(format!("refused: {why}"));
+    let statements = Parser::parse_sql(&GenericDialect {}, sql).map_err(|e| e.to_string())?;
+    let [Statement::Query(query)] = statements.as_slice() else {
+        return refuse("exactly one SELECT statement is accepted");
+    };
+    if query.with.is_some() {
+        return refuse("WITH is not accepted");
+    }
+    let SetExpr::Select(select) = query.body.as_ref() else {
+        return refuse("only a plain SELECT is accepted");
+    };
+    if select.selection.is_some() || select.having.is_some() {
+        return refuse("WHERE and HAVING are not accepted: aggregates cover all uploaded rows");
+    }
+    if select.into.is_some() {
+        return refuse("SELECT INTO is not accepted");
+    }
+    let [from] = select.from.as_slice() else {
+        return refuse("the only table is staged");
+    };
+    if !from.joins.is_empty() {
+        return refuse("joins are not accepted");
+    }
+    match &from.relation {
+        TableFactor::Table {
+            name, args: None, ..
+        } if name.to_string().eq_ignore_ascii_case(STAGED_TABLE) => {}
+        _ => return refuse("the only table is staged"),
+    }
+    if statements[0].visit(&mut SubqueryFinder).is_break() {
+        return refuse("subqueries are not accepted");
+    }
+    Ok(())
+}
+
+impl LoadData for StagedLoad {
+    fn list_files(&self) -> Result<Vec<StagedFileInfo>, String> {
+        Ok(self
+            .files
+            .iter()
+            .map(|f| StagedFileInfo {
+                file_key: f.file_key.clone(),
+                size_bytes: f.size_bytes.unwrap_or(0).max(0) as u64,
+                uploaded: f.uploaded_at.is_some(),
+            })
+            .collect())
+    }
+
+    fn parquet_columns(&self, file_key: &str) -> Result<Vec<ColumnInfo>, String> {
+        let file = self.file(file_key)?;
+        let path = staging_path(&file.object_key);
+        let store = self.lake.object_store();
+        self.runtime.block_on(async move {
+            let meta = store.head(&path).await.map_err(|e| e.to_string())?;
+            let state = SessionContext::new().state();
+            let schema = ParquetFormat::default()
+                .infer_schema(&state, &store, &[meta])
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(columns_of(&schema)
+                .into_iter()
+                .map(|c| ColumnInfo {
+                    name: c.name,
+                    sql_type: c.sql_type,
+                    nullable: c.nullable,
+                })
+                .collect())
+        })
+    }
+
+    fn query(&self, sql: &str, max_rows: u32) -> Result<Vec<Vec<Option<String>>>, String> {
+        self.runtime.block_on(self.run_query(sql, max_rows))
+    }
+
+    fn table_columns(&self) -> Result<Option<Vec<ColumnInfo>>, String> {
+        self.runtime.block_on(async {
+            let load = &self.record.load;
+            let database = self
+                .store
+                .database(&load.org, load.zone.as_deref(), &self.database)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| format!("database {} does not exist", self.database))?;
+            let Some(table) = self
+                .store
+                .table(&database.id, &load.table_name)
+                .await
+                .map_err(|e| e.to_string())?
+            else {
+                return Ok(None);
+            };
+            let schema = lake::schema_from_json(&table.schema_json).map_err(|e| e.to_string())?;
+            let mut columns: Vec<ColumnInfo> = columns_of(&schema)
+                .into_iter()
+                .map(|c| ColumnInfo {
+                    name: c.name,
+                    sql_type: c.sql_type,
+                    nullable: c.nullable,
+                })
+                .collect();
+            for partition in &table.partition_columns {
+                if !columns.iter().any(|c| &c.name == partition) {
+                    columns.push(ColumnInfo {
+                        name: partition.clone(),
+                        sql_type: if partition == "service_client_id" {
+                            "bigint".into()
+                        } else {
+                            "varchar".into()
+                        },
+                        nullable: false,
+                    });
+                }
+            }
+            Ok(Some(columns))
+        })
+    }
+
+    fn append_staged(&self) -> Result<u64, String> {
+        self.runtime.block_on(self.append())
+    }
+}
+
+/// What the insert step wrote: lake files that become visible only when the
+/// commit records them (with the new table, if any) in one transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingAppend {
+    /// The table to create with the files; `None` when it exists.
+    pub new_table: Option<LakeTable>,
+    pub table_id: String,
+    pub files: Vec<NewDataFile>,
+    pub rows: u64,
+}
+
+impl StagedLoad {
+    /// The insert step's result, for the commit to record.
+    pub fn take_pending(&self) -> Option<PendingAppend> {
+        self.pending.lock().expect("pending lock").take()
+    }
+
+    async fn append(&self) -> Result<u64, String> {
+        let load = &self.record.load;
+        let context = self.session().await?;
+        let mut frame = context
+            .table(STAGED_TABLE)
+            .await
+            .map_err(|e| e.to_string())?;
+        if let Some(text) = &load.load_as_service_client_id {
+            let id: i64 = text
+                .trim()
+                .parse()
+                .map_err(|_| format!("load_as_service_client_id {text} is not a number"))?;
+            frame = frame
+                .with_column(SERVICE_CLIENT_COLUMN, lit(id))
+                .map_err(|e| e.to_string())?;
+        }
+        let database = self
+            .store
+            .database(&load.org, load.zone.as_deref(), &self.database)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("database {} does not exist", self.database))?;
+        let existing = self
+            .store
+            .table(&database.id, &load.table_name)
+            .await
+            .map_err(|e| e.to_string())?;
+        let (file_schema, partitions, new_table, table_id) = match existing {
+            Some(table) => (
+                lake::schema_from_json(&table.schema_json).map_err(|e| e.to_string())?,
+                table.partition_columns.clone(),
+                None,
+                table.id,
+            ),
+            None => {
+                let mut partitions = vec![
+                    SERVICE_CLIENT_COLUMN.to_string(),
+                    LOAD_ID_COLUMN.to_string(),
+                ];
+                partitions.extend(load.partitions.iter().cloned());
+                let staged = frame.schema().as_arrow().clone();
+                let fields: Vec<_> = staged
+                    .fields()
+                    .iter()
+                    .filter(|f| !partitions.contains(f.name()))
+                    .map(|f| f.as_ref().clone())
+                    .collect();
+                let file_schema = Arc::new(Schema::new(fields));
+                let table = LakeTable {
+                    id: store::new_id(),
+                    database_id: database.id.clone(),
+                    name: load.table_name.clone(),
+                    schema_json: lake::schema_to_json(&file_schema),
+                    partition_columns: partitions.clone(),
+                    created_at: self.now_micros,
+                };
+                let id = table.id.clone();
+                (file_schema, partitions, Some(table), id)
+            }
+        };
+        let mut writer = TableWriter::new(
+            self.lake.object_store(),
+            &database.name,
+            &load.table_name,
+            file_schema,
+            partitions,
+            &load.id,
+            self.write_scope.clone(),
+        );
+        let mut stream = frame.execute_stream().await.map_err(|e| e.to_string())?;
+        let mut rows = 0u64;
+        while let Some(batch) = stream.next().await {
+            let written = match batch {
+                Ok(batch) => {
+                    rows += batch.num_rows() as u64;
+                    writer.write(&batch).await.map_err(|e| e.to_string())
+                }
+                Err(e) => Err(e.to_string()),
+            };
+            if let Err(e) = written {
+                writer.abort().await;
+                return Err(e);
+            }
+        }
+        let files = writer.finish().await.map_err(|e| e.to_string())?;
+        *self.pending.lock().expect("pending lock") = Some(PendingAppend {
+            new_table,
+            table_id,
+            files,
+            rows,
+        });
+        Ok(rows)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn staged_sql_accepts_plain_selects_over_staged_only() {
+        for ok in [
+            "SELECT count(*) FROM staged",
+            "SELECT sum(fare), count(DISTINCT city) FROM staged",
+            "SELECT service_client_id FROM staged GROUP BY service_client_id",
+            "select COUNT(*) from STAGED",
+        ] {
+            assert_eq!(check_staged_sql(ok), Ok(()), "{ok}");
+        }
+        for refused in [
+            "SELECT count(*) FROM staged; DROP TABLE x",
+            "WITH s AS (SELECT 1) SELECT count(*) FROM staged",
+            "SELECT count(*) FROM staged WHERE fare > 1",
+            "SELECT count(*) FROM staged, other",
+            "SELECT count(*) FROM staged JOIN other ON true",
+            "SELECT count(*) FROM other",
+            "SELECT count(*) FROM read_parquet('/etc/passwd')",
+            "SELECT (SELECT max(x) FROM other) FROM staged",
+            "SELECT count(*) FROM staged UNION SELECT 1",
+            "SELECT count(*) FROM staged GROUP BY city HAVING count(*) > 1",
+            "COPY staged TO '/tmp/x'",
+            "SELECT 1",
+        ] {
+            assert!(check_staged_sql(refused).is_err(), "{refused}");
+        }
+    }
+}
