@@ -53,6 +53,8 @@ pub struct Config {
     pub query: QueryConfig,
     #[serde(default)]
     pub uploads: UploadsConfig,
+    #[serde(default)]
+    pub pipeline: PipelineConfig,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -198,6 +200,33 @@ impl Default for UploadsConfig {
             public_url: None,
             max_file_bytes: 5 * 1024 * 1024 * 1024,
             staging_ttl_s: 24 * 3600,
+        }
+    }
+}
+
+/// Load commits: where the pipeline manifests are and how commits run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PipelineConfig {
+    /// The folder with `load.toml` and `orgs/<org>/load.toml`; without a
+    /// `load.toml` there, the built-in default manifest is used.
+    pub dir: PathBuf,
+    /// Commits run at once by this replica; more wait PROCESSING.
+    pub commit_workers: usize,
+    /// How long a worker's claim on a commit lasts without renewal; a crashed
+    /// replica's commits are taken over after it.
+    pub lease_s: u64,
+    /// Runs of one commit (the first plus takeovers) before it fails.
+    pub max_attempts: u32,
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        Self {
+            dir: PathBuf::from("./pipelines"),
+            commit_workers: 2,
+            lease_s: 30,
+            max_attempts: 3,
         }
     }
 }
@@ -380,6 +409,7 @@ impl Default for Config {
             idp: IdpConfig::default(),
             query: QueryConfig::default(),
             uploads: UploadsConfig::default(),
+            pipeline: PipelineConfig::default(),
         }
     }
 }
@@ -387,7 +417,9 @@ impl Default for Config {
 /// Environment variable naming the config file when `--config` is not given.
 pub const CONFIG_FILE_ENV: &str = "LAKEHOST_CONFIG";
 const ENV_PREFIX: &str = "LAKEHOST_";
-const SECTIONS: &[&str] = &["server", "storage", "auth", "idp", "query", "uploads"];
+const SECTIONS: &[&str] = &[
+    "server", "storage", "auth", "idp", "query", "uploads", "pipeline",
+];
 
 impl Config {
     /// Loads the configuration: the embedded default, then `file` if given, then
@@ -545,6 +577,21 @@ impl Config {
         }
         self.validate_query()?;
         self.validate_uploads()?;
+        let p = &self.pipeline;
+        for (key, value) in [
+            ("pipeline.commit_workers", p.commit_workers as u64),
+            ("pipeline.max_attempts", u64::from(p.max_attempts)),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::new(key, "must be at least 1"));
+            }
+        }
+        if p.lease_s < 3 {
+            return Err(ConfigError::new(
+                "pipeline.lease_s",
+                "must be at least 3 (leases are renewed every third of it)",
+            ));
+        }
         if !s.dailyrun_prefix.starts_with('/')
             || s.dailyrun_prefix.ends_with('/')
             || s.dailyrun_prefix.contains("//")

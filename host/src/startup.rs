@@ -23,7 +23,8 @@ use crate::{
     config::Config,
     idp::Idp,
     lake::Lake,
-    load::LoadService,
+    load::{LoadService, commit::LoadCommitter},
+    pipeline::PipelineEngine,
     query::QueryService,
     store::Store,
 };
@@ -110,6 +111,27 @@ impl Application {
         let workers = tokio_util::sync::CancellationToken::new();
         queries.start_workers(workers.clone());
         loads.start_sweeper(workers.clone());
+        let engine = Arc::new(
+            PipelineEngine::new()
+                .map_err(|e| anyhow::anyhow!("starting the WebAssembly engine: {e:#}"))?,
+        );
+        {
+            // Compile the built-in steps off the request path, once.
+            let engine = engine.clone();
+            tokio::task::spawn_blocking(move || {
+                if let Err(e) = engine.precompile_builtins() {
+                    tracing::error!(error = %e, "a built-in pipeline step does not compile");
+                }
+            });
+        }
+        let commits = LoadCommitter::new(
+            store.clone(),
+            lake.clone(),
+            clock.clone(),
+            engine,
+            config.pipeline.clone(),
+        );
+        commits.start(workers.clone());
         let upload_router = crate::s3::router(loads.clone(), lake.object_store());
         let config = Arc::new(config);
         let idp = if config.idp.enabled {
@@ -141,6 +163,7 @@ impl Application {
             store: store.clone(),
             queries,
             loads: loads.clone(),
+            commits,
         };
         let router = api::app(state, idp.clone());
         Ok(Self {

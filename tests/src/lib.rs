@@ -682,3 +682,61 @@ impl TestApp {
         }
     }
 }
+
+impl TestApp {
+    /// Puts `batch` as parquet (the parquet crate's writer) into staging as
+    /// the file `file_key` of `load_id` and records the upload, as a finished
+    /// upload would (the upload routes have their own tests).
+    pub async fn stage_file(
+        &self,
+        token: &str,
+        load_id: &str,
+        file_key: &str,
+        batch: &RecordBatch,
+    ) {
+        use object_store::ObjectStoreExt as _;
+        let descriptor = self.file_descriptor(token, load_id, Some(file_key)).await;
+        let mut bytes = Vec::new();
+        let mut writer = ArrowWriter::try_new(&mut bytes, batch.schema(), None).unwrap();
+        writer.write(batch).unwrap();
+        writer.close().unwrap();
+        let size = bytes.len() as i64;
+        let path = lakehost::load::staging_path(descriptor["path"].as_str().unwrap());
+        self.lake
+            .object_store()
+            .put(&path, bytes.into())
+            .await
+            .unwrap();
+        assert!(
+            self.store
+                .record_upload(load_id, file_key, size, 1)
+                .await
+                .unwrap()
+        );
+    }
+
+    /// POST /load/{id}/commit with a raw body.
+    pub async fn commit(&self, token: &str, load_id: &str, body: &str) -> (StatusCode, Value) {
+        self.post_raw(ORG_HOST, &format!("{LOAD}/{load_id}/commit"), token, body)
+            .await
+    }
+
+    /// Polls GET /load/{id} until SUCCESS or FAIL (at most 60 s); the body.
+    pub async fn wait_for_load(&self, token: &str, load_id: &str) -> Value {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let (status, body) = self
+                .get(ORG_HOST, &format!("{LOAD}/{load_id}"), Some(token))
+                .await;
+            assert_eq!(status, StatusCode::OK, "{body}");
+            if matches!(body["LoadStatus"].as_str(), Some("SUCCESS" | "FAIL")) {
+                return body;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "load {load_id} still {body}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+}

@@ -19,7 +19,7 @@ use super::{
     query::query_caller,
 };
 use crate::{
-    load::{LoadError, LoadRequest, UploadDescriptor},
+    load::{LoadError, LoadRequest, UploadDescriptor, check_sums},
     store::loads::{LoadRecord, LoadState},
 };
 
@@ -28,6 +28,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(create_load))
         .routes(routes!(get_load))
         .routes(routes!(add_file))
+        .routes(routes!(commit_load))
 }
 
 fn not_json() -> ApiError {
@@ -187,4 +188,45 @@ async fn add_file(
         .add_file(&caller, &load_id, file_key.as_deref())
         .await?;
     Ok(Json(descriptor_body(&descriptor)))
+}
+
+/// POST /load/{load_id}/commit: `{"check_sum": {"<aggregate>": <expected>}}`;
+/// 202, and the load turns PROCESSING while its pipeline runs.
+#[utoipa::path(
+    post,
+    path = "/v2/load/{load_id}/commit",
+    tag = "load",
+    security(("bearer" = ["load:write"])),
+    params(("load_id" = String, Path, description = "The loadId of POST /load")),
+    request_body(content = Value, description = "check_sum: an object, at least one entry; keys are SQL aggregates over the uploaded rows, values the expected results (string, integer or float)"),
+    responses(
+        (status = 202, description = "Commit initiated: {message}"),
+        (status = 400, description = "check_sum missing, empty or malformed; load already committed"),
+        (status = 401, description = "Missing or invalid token"),
+        (status = 403, description = "Missing scope"),
+        (status = 404, description = "Unknown load, or another user's"),
+        (status = 500, description = "Unexpected error"),
+    )
+)]
+async fn commit_load(
+    State(state): State<AppState>,
+    caller: Caller<LoadWrite>,
+    Path(load_id): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let caller = query_caller(&caller)?;
+    state.loads.get(&caller, &load_id).await?;
+    let body: Value = if body.iter().all(u8::is_ascii_whitespace) {
+        json!({})
+    } else {
+        serde_json::from_slice(&body).map_err(|_| not_json())?
+    };
+    let check_sum = check_sums(&body)?;
+    state.loads.commit(&caller, &load_id, &check_sum).await?;
+    state.commits.wake();
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({ "message": "Load commit initiated." })),
+    )
+        .into_response())
 }

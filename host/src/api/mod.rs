@@ -23,8 +23,13 @@ use utoipa::OpenApi as _;
 use utoipa_axum::router::OpenApiRouter;
 
 use crate::{
-    auth::TokenValidator, clock::SharedClock, config::Config, idp::Idp, load::LoadService,
-    query::QueryService, store::Store,
+    auth::TokenValidator,
+    clock::SharedClock,
+    config::Config,
+    idp::Idp,
+    load::{LoadService, commit::LoadCommitter},
+    query::QueryService,
+    store::Store,
 };
 use routing::HostRouters;
 
@@ -38,6 +43,7 @@ pub struct AppState {
     pub store: Store,
     pub queries: Arc<QueryService>,
     pub loads: Arc<LoadService>,
+    pub commits: Arc<LoadCommitter>,
 }
 
 /// The Org API's routes (paths under `/v2`).

@@ -9,6 +9,7 @@
 //! left OPEN longer than `uploads.staging_ttl_s` are removed by
 //! [`LoadService::sweep_stale_staging`].
 
+pub mod commit;
 pub mod grant;
 pub mod staged;
 
@@ -188,6 +189,36 @@ pub fn check_file_key(file_key: &str) -> Result<(), LoadError> {
     }
 }
 
+/// The check_sum of POST /load/{id}/commit: an object with at least one
+/// entry whose values are strings, integers or floats. Returns the entries
+/// as (expression, expected value as JSON text), in the object's order.
+pub fn check_sums(body: &Value) -> Result<Vec<(String, String)>, LoadError> {
+    let missing = || {
+        LoadError::Invalid(
+            "MissingParameter: missing check_sum parameter. At least one check_sum is required"
+                .into(),
+        )
+    };
+    let invalid = || LoadError::Invalid("Invalid checksum data provided.".into());
+    let check_sum = match body.as_object().and_then(|b| b.get("check_sum")) {
+        None | Some(Value::Null) => return Err(missing()),
+        Some(Value::Object(entries)) => entries,
+        Some(_) => return Err(invalid()),
+    };
+    if check_sum.is_empty() {
+        return Err(missing());
+    }
+    check_sum
+        .iter()
+        .map(|(expression, expected)| match expected {
+            Value::String(_) | Value::Number(_) if !expression.trim().is_empty() => {
+                Ok((expression.clone(), expected.to_string()))
+            }
+            _ => Err(invalid()),
+        })
+        .collect()
+}
+
 /// An upload descriptor (spec "Upload descriptor").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UploadDescriptor {
@@ -346,6 +377,31 @@ impl LoadService {
         })
     }
 
+    /// POST /load/{id}/commit: OPEN → PROCESSING with the check_sum and the
+    /// caller's access, for a commit worker to run the pipeline.
+    pub async fn commit(
+        &self,
+        caller: &QueryCaller,
+        load_id: &str,
+        check_sum: &[(String, String)],
+    ) -> Result<(), LoadError> {
+        let record = self.get(caller, load_id).await?;
+        if record.state != LoadState::Open {
+            return Err(LoadError::AlreadyCommitted);
+        }
+        let check_sum_json = serde_json::to_string(check_sum).expect("pairs serialise");
+        let access_json = serde_json::to_string(&caller.grant).expect("grant serialises");
+        let committed = self
+            .store
+            .commit_load(load_id, &check_sum_json, &access_json, micros(&self.clock))
+            .await?;
+        if committed {
+            Ok(())
+        } else {
+            Err(LoadError::AlreadyCommitted)
+        }
+    }
+
     /// Whether `grant` may still write: its load is OPEN and its file was
     /// requested. Checked by the upload endpoint before it takes any bytes.
     pub async fn accepts_upload(&self, grant: &UploadGrant) -> Result<bool, LoadError> {
@@ -407,16 +463,7 @@ impl LoadService {
     }
 
     async fn delete_prefix(&self, prefix: &ObjectPath) -> Result<(), LoadError> {
-        let store = self.lake.object_store();
-        let mut listing = store.list(Some(prefix));
-        while let Some(meta) = listing.next().await {
-            let meta = meta.map_err(|e| LoadError::Internal(format!("listing staging: {e}")))?;
-            match store.delete(&meta.location).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => return Err(LoadError::Internal(format!("removing staging: {e}"))),
-            }
-        }
-        Ok(())
+        delete_prefix(&self.lake, prefix).await
     }
 
     /// Runs the staging sweep every few minutes until `stop` is cancelled.
@@ -439,13 +486,27 @@ impl LoadService {
 }
 
 /// The folder of a load's files in the upload bucket: `<org>/<zone or ->/<load>`.
-fn load_prefix(load: &NewLoad) -> String {
+pub fn load_prefix(load: &NewLoad) -> String {
     format!(
         "{}/{}/{}",
         load.org,
         load.zone.as_deref().unwrap_or("-"),
         load.id
     )
+}
+
+/// Deletes every object under `prefix` (staging of a load).
+pub async fn delete_prefix(lake: &Lake, prefix: &ObjectPath) -> Result<(), LoadError> {
+    let store = lake.object_store();
+    let mut listing = store.list(Some(prefix));
+    while let Some(meta) = listing.next().await {
+        let meta = meta.map_err(|e| LoadError::Internal(format!("listing staging: {e}")))?;
+        match store.delete(&meta.location).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(LoadError::Internal(format!("removing staging: {e}"))),
+        }
+    }
+    Ok(())
 }
 
 /// The object key of a load's file in the upload bucket.

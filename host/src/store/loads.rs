@@ -6,7 +6,10 @@
 
 use sqlx::Row as _;
 
-use super::{Error, Result, Store};
+use super::{
+    Backend, Error, Result, Store,
+    catalog::{self, LakeTable, NewDataFile},
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LoadState {
@@ -61,6 +64,27 @@ pub struct LoadRecord {
     pub updated_at: i64,
     /// When the staged files of a load that never committed were removed.
     pub staging_removed_at: Option<i64>,
+    /// What the commit asked for: the check_sum object and the caller's access.
+    pub check_sum_json: Option<String>,
+    pub access_json: Option<String>,
+    /// Runs of the commit so far (the first plus takeovers after a crash).
+    pub attempts: i64,
+}
+
+/// How a commit ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LoadEnd {
+    /// The rows: the table to create (if new) and the files, recorded in the
+    /// same transaction as SUCCESS.
+    Success {
+        new_table: Option<LakeTable>,
+        table_id: String,
+        files: Vec<NewDataFile>,
+    },
+    Fail {
+        error_type: String,
+        error_messages_json: String,
+    },
 }
 
 /// A file asked for with POST /load/{id}/file.
@@ -77,7 +101,8 @@ pub struct LoadFile {
 
 const LOAD_COLUMNS: &str = "id, org, zone, owner_sub, load_type, table_name, \
     load_as_service_client_id, partitions_json, state, error_type, error_messages_json, \
-    created_at, updated_at, staging_removed_at";
+    created_at, updated_at, staging_removed_at, check_sum_json, access_json, \
+    CAST(attempts AS BIGINT) AS attempts";
 
 fn load_from_row(row: &sqlx::any::AnyRow) -> Result<LoadRecord> {
     let zone: String = row.try_get("zone")?;
@@ -101,6 +126,9 @@ fn load_from_row(row: &sqlx::any::AnyRow) -> Result<LoadRecord> {
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
         staging_removed_at: row.try_get("staging_removed_at")?,
+        check_sum_json: row.try_get("check_sum_json")?,
+        access_json: row.try_get("access_json")?,
+        attempts: row.try_get("attempts")?,
     })
 }
 
@@ -259,5 +287,125 @@ impl Store {
         .execute(self.pool())
         .await?;
         Ok(())
+    }
+}
+
+impl Store {
+    /// OPEN → PROCESSING with what the commit asked for; false when the load
+    /// was not OPEN (committed already).
+    pub async fn commit_load(
+        &self,
+        id: &str,
+        check_sum_json: &str,
+        access_json: &str,
+        now: i64,
+    ) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE loads SET state = 'PROCESSING', check_sum_json = $1, access_json = $2, \
+             committed_at = $3, updated_at = $3 WHERE id = $4 AND state = 'OPEN'",
+        )
+        .bind(check_sum_json)
+        .bind(access_json)
+        .bind(now)
+        .bind(id)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Claims the oldest PROCESSING load nobody holds (or whose holder's lease
+    /// ran out) for `worker` until `lease_until`. At most one worker gets it.
+    pub async fn claim_load_commit(
+        &self,
+        worker: &str,
+        now: i64,
+        lease_until: i64,
+    ) -> Result<Option<LoadRecord>> {
+        let lock = match self.backend() {
+            Backend::Postgres => "FOR UPDATE SKIP LOCKED",
+            Backend::Sqlite => "",
+        };
+        let sql = format!(
+            "UPDATE loads SET lease_owner = $1, lease_expires_at = $2, attempts = attempts + 1 \
+             WHERE id = (SELECT id FROM loads WHERE state = 'PROCESSING' \
+                 AND (lease_owner IS NULL OR lease_expires_at < $3) \
+                 ORDER BY committed_at, id LIMIT 1 {lock}) \
+             RETURNING {LOAD_COLUMNS}"
+        );
+        let row = sqlx::query(&sql)
+            .bind(worker)
+            .bind(lease_until)
+            .bind(now)
+            .fetch_optional(self.pool())
+            .await?;
+        row.as_ref().map(load_from_row).transpose()
+    }
+
+    /// Extends a commit lease the worker still holds; false when it lost it.
+    pub async fn renew_load_lease(&self, id: &str, worker: &str, lease_until: i64) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE loads SET lease_expires_at = $1 \
+             WHERE id = $2 AND lease_owner = $3 AND state = 'PROCESSING'",
+        )
+        .bind(lease_until)
+        .bind(id)
+        .bind(worker)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Ends a commit the worker holds, with its rows (SUCCESS) or its report
+    /// (FAIL), in one transaction; false (nothing written) when the worker no
+    /// longer holds it.
+    pub async fn finish_load(
+        &self,
+        id: &str,
+        worker: &str,
+        end: &LoadEnd,
+        now: i64,
+    ) -> Result<bool> {
+        let (state, error_type, messages) = match end {
+            LoadEnd::Success { .. } => ("SUCCESS", None, None),
+            LoadEnd::Fail {
+                error_type,
+                error_messages_json,
+            } => (
+                "FAIL",
+                Some(error_type.as_str()),
+                Some(error_messages_json.as_str()),
+            ),
+        };
+        let mut tx = self.pool().begin().await?;
+        let done = sqlx::query(
+            "UPDATE loads SET state = $1, error_type = $2, error_messages_json = $3, \
+             updated_at = $4, lease_owner = NULL, lease_expires_at = NULL \
+             WHERE id = $5 AND lease_owner = $6 AND state = 'PROCESSING'",
+        )
+        .bind(state)
+        .bind(error_type)
+        .bind(messages)
+        .bind(now)
+        .bind(id)
+        .bind(worker)
+        .execute(&mut *tx)
+        .await?;
+        if done.rows_affected() != 1 {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        if let LoadEnd::Success {
+            new_table,
+            table_id,
+            files,
+        } = end
+        {
+            if let Some(table) = new_table {
+                catalog::insert_table(&mut tx, table).await?;
+            }
+            catalog::insert_files(&mut tx, table_id, files, now).await?;
+        }
+        tx.commit().await?;
+        Ok(true)
     }
 }

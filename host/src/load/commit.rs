@@ -1,0 +1,327 @@
+//! Load commits as durable jobs (spec "Load states": PROCESSING → SUCCESS or
+//! FAIL). POST /load/{id}/commit only moves the load to PROCESSING; a worker
+//! of any replica claims it with a lease, runs the org's pipeline manifest
+//! over the staged files, and ends it in one transaction: SUCCESS together
+//! with the new table and files in the catalog, or FAIL with the report.
+//!
+//! A crash at any moment leaves the load PROCESSING with no rows visible (the
+//! files the insert step wrote are not in the catalog); when the lease runs
+//! out another worker runs the commit again from the start (the same file
+//! paths are simply written again) and ends it exactly once, since the end is
+//! conditional on holding the lease. After `pipeline.max_attempts` runs it
+//! fails with InternalError. Staged files are removed once the load ended.
+
+use std::{path::Path, sync::Arc, time::Duration};
+
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    delete_prefix, load_prefix, parts_prefix,
+    staged::{PendingAppend, StagedLoad, StagedTarget},
+    staging_path,
+};
+use crate::{
+    auth::ServiceClientScope,
+    clock::SharedClock,
+    config::PipelineConfig,
+    lake::Lake,
+    pipeline::{
+        ErrorItem, PipelineEngine, PipelineOutcome, StepContext,
+        manifest::{Manifest, load_manifest_path},
+    },
+    query::{AccessGrant, table_writer::delete_paths},
+    store::{
+        Store,
+        catalog::standard_databases,
+        loads::{LoadEnd, LoadRecord},
+    },
+};
+
+/// The default load manifest, for a server started away from `pipelines/`.
+const BUILTIN_LOAD_MANIFEST: &str = include_str!("../../../pipelines/load.toml");
+
+/// How often an idle worker looks for commits (a commit on this replica wakes
+/// it at once).
+const POLL_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Runs load commits.
+pub struct LoadCommitter {
+    store: Store,
+    lake: Lake,
+    clock: SharedClock,
+    engine: Arc<PipelineEngine>,
+    config: PipelineConfig,
+    worker: String,
+    wake: Notify,
+}
+
+impl std::fmt::Debug for LoadCommitter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadCommitter")
+            .field("worker", &self.worker)
+            .finish_non_exhaustive()
+    }
+}
+
+fn internal(message: String) -> LoadEnd {
+    fail(
+        "InternalError",
+        &[ErrorItem {
+            error_type: "INTERNAL_ERROR".into(),
+            error_message: message,
+            check_result: None,
+        }],
+    )
+}
+
+fn fail(error_type: &str, items: &[ErrorItem]) -> LoadEnd {
+    LoadEnd::Fail {
+        error_type: error_type.to_string(),
+        error_messages_json: serde_json::to_string(items).expect("items serialise"),
+    }
+}
+
+impl LoadCommitter {
+    pub fn new(
+        store: Store,
+        lake: Lake,
+        clock: SharedClock,
+        engine: Arc<PipelineEngine>,
+        config: PipelineConfig,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            store,
+            lake,
+            clock,
+            engine,
+            config,
+            worker: format!("commit-{}", crate::store::new_id()),
+            wake: Notify::new(),
+        })
+    }
+
+    /// Tells an idle worker that a commit is waiting.
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    fn now(&self) -> i64 {
+        self.clock.now().timestamp_micros()
+    }
+
+    fn lease(&self) -> Duration {
+        Duration::from_secs(self.config.lease_s)
+    }
+
+    fn lease_until(&self) -> i64 {
+        self.now() + self.lease().as_micros() as i64
+    }
+
+    /// Starts `pipeline.commit_workers` workers until `stop` is cancelled.
+    pub fn start(self: &Arc<Self>, stop: CancellationToken) {
+        for _ in 0..self.config.commit_workers {
+            let committer = self.clone();
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                loop {
+                    let claimed = tokio::select! {
+                        _ = stop.cancelled() => return,
+                        claimed = committer.run_one() => claimed,
+                    };
+                    match claimed {
+                        Ok(true) => continue,
+                        Ok(false) => {}
+                        Err(e) => tracing::warn!(error = %e, "claiming a load commit failed"),
+                    }
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = committer.wake.notified() => {}
+                        _ = tokio::time::sleep(POLL_INTERVAL) => {}
+                    }
+                }
+            });
+        }
+    }
+
+    /// Claims and runs one waiting commit; false when there was none.
+    pub async fn run_one(&self) -> Result<bool, crate::store::Error> {
+        let Some(record) = self
+            .store
+            .claim_load_commit(&self.worker, self.now(), self.lease_until())
+            .await?
+        else {
+            return Ok(false);
+        };
+        self.run(record).await;
+        Ok(true)
+    }
+
+    async fn run(&self, record: LoadRecord) {
+        let id = record.load.id.clone();
+        let (end, pending) = if record.attempts > i64::from(self.config.max_attempts) {
+            let message = format!(
+                "the commit was interrupted {} times and is not tried again",
+                record.attempts - 1
+            );
+            (internal(message), None)
+        } else {
+            self.pipeline_with_lease(&record).await
+        };
+        let written: Vec<String> = pending
+            .as_ref()
+            .map(|p| p.files.iter().map(|f| f.path.clone()).collect())
+            .unwrap_or_default();
+        match self
+            .store
+            .finish_load(&id, &self.worker, &end, self.now())
+            .await
+        {
+            Ok(true) => {
+                if matches!(end, LoadEnd::Fail { .. }) {
+                    delete_paths(self.lake.object_store().as_ref(), &written).await;
+                }
+                for prefix in [staging_path(&load_prefix(&record.load)), parts_prefix(&id)] {
+                    if let Err(e) = delete_prefix(&self.lake, &prefix).await {
+                        tracing::warn!(load = %id, error = %e, "staged files not removed");
+                    }
+                }
+            }
+            Ok(false) => {
+                tracing::warn!(load = %id, "commit lost its lease; another worker runs it");
+                delete_paths(self.lake.object_store().as_ref(), &written).await;
+            }
+            Err(e) => {
+                // Left PROCESSING: the lease runs out and the commit is run again.
+                tracing::error!(load = %id, error = %e, "recording the end of a commit failed");
+                delete_paths(self.lake.object_store().as_ref(), &written).await;
+            }
+        }
+    }
+
+    /// Runs the pipeline while renewing the lease.
+    async fn pipeline_with_lease(&self, record: &LoadRecord) -> (LoadEnd, Option<PendingAppend>) {
+        let run = self.pipeline(record);
+        tokio::pin!(run);
+        let mut renew = tokio::time::interval(self.lease() / 3);
+        renew.tick().await;
+        loop {
+            tokio::select! {
+                ended = &mut run => return ended,
+                _ = renew.tick() => {
+                    let kept = self
+                        .store
+                        .renew_load_lease(&record.load.id, &self.worker, self.lease_until())
+                        .await;
+                    if !matches!(kept, Ok(true)) {
+                        tracing::warn!(load = %record.load.id, "commit lease not renewed");
+                    }
+                }
+            }
+        }
+    }
+
+    fn manifest(&self, org: &str) -> Result<Manifest, String> {
+        let path = load_manifest_path(&self.config.dir, org);
+        if path.exists() {
+            Manifest::load(&path).map_err(|e| e.to_string())
+        } else {
+            Manifest::parse(
+                BUILTIN_LOAD_MANIFEST,
+                "built-in pipelines/load.toml",
+                Path::new("."),
+            )
+            .map_err(|e| e.to_string())
+        }
+    }
+
+    async fn pipeline(&self, record: &LoadRecord) -> (LoadEnd, Option<PendingAppend>) {
+        let load = &record.load;
+        let grant: AccessGrant = match record
+            .access_json
+            .as_deref()
+            .map(serde_json::from_str)
+            .transpose()
+        {
+            Ok(Some(grant)) => grant,
+            Ok(None) => return (internal("the commit has no caller access".into()), None),
+            Err(e) => return (internal(format!("stored access: {e}")), None),
+        };
+        let check_sum: Vec<(String, String)> = match record
+            .check_sum_json
+            .as_deref()
+            .map(serde_json::from_str)
+            .transpose()
+        {
+            Ok(Some(pairs)) => pairs,
+            Ok(None) => Vec::new(),
+            Err(e) => return (internal(format!("stored check_sum: {e}")), None),
+        };
+        let manifest = match self.manifest(&load.org) {
+            Ok(manifest) => manifest,
+            Err(e) => return (internal(format!("pipeline manifest: {e}")), None),
+        };
+        let files = match self.store.load_files(&load.id).await {
+            Ok(files) => files,
+            Err(e) => return (internal(format!("load files: {e}")), None),
+        };
+        let scope = grant.access().load_scope();
+        let (allowed, any) = match &scope {
+            ServiceClientScope::All => (Vec::new(), true),
+            ServiceClientScope::Only(ids) => (ids.iter().map(|&id| i64::from(id)).collect(), false),
+            ServiceClientScope::Nothing => (Vec::new(), false),
+        };
+        let context = StepContext {
+            load_id: load.id.clone(),
+            org: load.org.clone(),
+            zone: load.zone.clone(),
+            table_name: load.table_name.clone(),
+            load_as_service_client_id: load.load_as_service_client_id.clone(),
+            partitions: load.partitions.clone(),
+            check_sum,
+            allowed_service_clients: allowed,
+            any_service_client: any,
+        };
+        let database = standard_databases(&load.org, load.zone.as_deref())
+            .into_iter()
+            .next()
+            .map(|(name, _)| name)
+            .expect("every org and zone has a lake database");
+        let data = Arc::new(StagedLoad::new(
+            self.store.clone(),
+            self.lake.clone(),
+            StagedTarget {
+                record: record.clone(),
+                files,
+                database,
+            },
+            scope,
+            self.now(),
+            tokio::runtime::Handle::current(),
+        ));
+        let engine = self.engine.clone();
+        let runner = data.clone();
+        let outcome =
+            tokio::task::spawn_blocking(move || engine.run_pipeline(&manifest, &context, runner))
+                .await;
+        let pending = data.take_pending();
+        let end = match outcome {
+            Err(e) => internal(format!("the pipeline thread failed: {e}")),
+            Ok(Err(step_error)) => fail("InternalError", &[step_error.item()]),
+            Ok(Ok(PipelineOutcome::Failed {
+                error_type, items, ..
+            })) => fail(&error_type, &items),
+            Ok(Ok(PipelineOutcome::Passed)) => match &pending {
+                Some(pending) => LoadEnd::Success {
+                    new_table: pending.new_table.clone(),
+                    table_id: pending.table_id.clone(),
+                    files: pending.files.clone(),
+                },
+                None => internal(
+                    "the pipeline passed without a step that appends the rows (lake-append)".into(),
+                ),
+            },
+        };
+        (end, pending)
+    }
+}

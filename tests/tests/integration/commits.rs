@@ -1,0 +1,476 @@
+//! Load commits over HTTP (spec "POST /load/{load_id}/commit", "Load
+//! states", "Load failures"): the request errors, the pipeline's verdicts
+//! with their ErrorType and ErrorMessages, the rows in queries after SUCCESS,
+//! nothing after FAIL, and the limits of misbehaving steps.
+
+use std::sync::Arc;
+
+use datafusion::arrow::{
+    array::{Int64Array, RecordBatch, StringArray},
+    datatypes::{DataType, Field, Schema},
+};
+use lakehost_tests::*;
+use serde_json::{Value, json};
+
+fn message(text: &str) -> Value {
+    json!({ "message": text })
+}
+
+async fn new_load(app: &TestApp, token: &str, body: Value) -> String {
+    let mut request = json!({"load_type": "APPEND_ONLY", "table_name": "trips"});
+    request
+        .as_object_mut()
+        .unwrap()
+        .extend(body.as_object().unwrap().clone());
+    app.create_load(token, &request).await
+}
+
+/// Commits and waits for the end; returns the final Load resource.
+async fn commit_and_wait(app: &TestApp, token: &str, load_id: &str, check_sum: Value) -> Value {
+    let (status, body) = app
+        .commit(
+            token,
+            load_id,
+            &json!({ "check_sum": check_sum }).to_string(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(body, message("Load commit initiated."));
+    app.wait_for_load(token, load_id).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_committed_load_is_queryable_with_its_load_id_and_its_staging_is_gone() {
+    let app = spawn_app().await;
+    let admin = app.token_for(&["ZoneAdmin"], "[0]");
+    let id = new_load(&app, &admin, json!({})).await;
+    app.stage_file(&admin, &id, "part_1", &trips_batch(&[1, 2], 5))
+        .await;
+    app.stage_file(&admin, &id, "part_2", &trips_batch(&[5], 5))
+        .await;
+    let (status, body) = app
+        .get(ORG_HOST, &format!("{LOAD}/{id}"), Some(&admin))
+        .await;
+    assert_eq!(
+        (status, &body["LoadStatus"]),
+        (StatusCode::OK, &json!("OPEN"))
+    );
+
+    let done = commit_and_wait(
+        &app,
+        &admin,
+        &id,
+        json!({"count(*)": 15, "sum(fare)": 45.0, "min(city)": "city-0"}),
+    )
+    .await;
+    assert_eq!(done["LoadStatus"], "SUCCESS", "{done}");
+    assert!(done.get("ErrorType").is_none());
+    let rows = app
+        .rows_of(
+            ORG_HOST,
+            &admin,
+            "SELECT service_client_id, count(*), min(\"svc$load_id\") FROM trips \
+             GROUP BY service_client_id ORDER BY service_client_id",
+        )
+        .await;
+    let expected: Vec<Vec<Option<String>>> = [1, 2, 5]
+        .iter()
+        .map(|c| vec![Some(c.to_string()), Some("5".into()), Some(id.clone())])
+        .collect();
+    assert_eq!(rows, expected);
+    let staged = app
+        .staged_object(&json!({"path": format!("demo/-/{id}/part_1.parquet")}))
+        .await;
+    assert!(staged.is_none(), "staging of an ended load is removed");
+
+    // A second commit, or another file, is refused.
+    let (status, body) = app
+        .commit(&admin, &id, r#"{"check_sum": {"count(*)": 15}}"#)
+        .await;
+    assert_eq!(
+        (status, body),
+        (
+            StatusCode::BAD_REQUEST,
+            message("InvalidParameter: Load Already Committed.")
+        )
+    );
+    let (status, body) = app
+        .post_raw(ORG_HOST, &format!("{LOAD}/{id}/file"), &admin, "")
+        .await;
+    assert_eq!(
+        (status, body),
+        (
+            StatusCode::BAD_REQUEST,
+            message("InvalidParameter: Load Already Committed.")
+        )
+    );
+
+    // A second load appends to the same table.
+    let second = new_load(&app, &admin, json!({})).await;
+    app.stage_file(&admin, &second, "part_1", &trips_batch(&[3], 4))
+        .await;
+    let done = commit_and_wait(&app, &admin, &second, json!({"count(*)": 4})).await;
+    assert_eq!(done["LoadStatus"], "SUCCESS", "{done}");
+    let rows = app
+        .rows_of(
+            ORG_HOST,
+            &admin,
+            "SELECT count(*), count(DISTINCT \"svc$load_id\") FROM trips",
+        )
+        .await;
+    assert_eq!(rows, [[Some("19".to_string()), Some("2".into())]]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commit_request_errors_have_the_specs_messages() {
+    let app = spawn_app().await;
+    let admin = app.token_for(&["ZoneAdmin"], "[0]");
+    let id = new_load(&app, &admin, json!({})).await;
+    let missing =
+        "MissingParameter: missing check_sum parameter. At least one check_sum is required";
+    let invalid = "Invalid checksum data provided.";
+    for (body, expected) in [
+        (r#"{"check_sum": {}}"#, missing),
+        ("{}", missing),
+        ("", missing),
+        (r#"{"check_sum": null}"#, missing),
+        (r#"{"check_sum": []}"#, invalid),
+        (r#"{"check_sum": "count(*)"}"#, invalid),
+        (r#"{"check_sum": {"count(*)": true}}"#, invalid),
+        (r#"{"check_sum": {"count(*)": null}}"#, invalid),
+        (r#"{"check_sum": {"count(*)": {"a": 1}}}"#, invalid),
+        (r#"{"check_sum": {"count(*)": [1]}}"#, invalid),
+        ("{oops", "JSON not well formed."),
+    ] {
+        let (status, reply) = app.commit(&admin, &id, body).await;
+        assert_eq!(
+            (status, reply),
+            (StatusCode::BAD_REQUEST, message(expected)),
+            "{body}"
+        );
+    }
+    let (_, body) = app
+        .get(ORG_HOST, &format!("{LOAD}/{id}"), Some(&admin))
+        .await;
+    assert_eq!(body["LoadStatus"], "OPEN", "nothing changed");
+
+    let not_found = message("NotFound: load_id does not exist for this user.");
+    let (status, reply) = app
+        .commit(&admin, "no-such-load", r#"{"check_sum": {"count(*)": 1}}"#)
+        .await;
+    assert_eq!((status, reply), (StatusCode::NOT_FOUND, not_found.clone()));
+    let other = app.token_of("bob", &["ZoneAdmin"], "[0]");
+    let (status, reply) = app
+        .commit(&other, &id, r#"{"check_sum": {"count(*)": 1}}"#)
+        .await;
+    assert_eq!((status, reply), (StatusCode::NOT_FOUND, not_found));
+}
+
+/// Commits `batch` as one file of a new load and returns the ended resource.
+async fn commit_batch(
+    app: &TestApp,
+    token: &str,
+    load: Value,
+    batch: &RecordBatch,
+    check_sum: Value,
+) -> Value {
+    let id = new_load(app, token, load).await;
+    app.stage_file(token, &id, "part_1", batch).await;
+    commit_and_wait(app, token, &id, check_sum).await
+}
+
+fn assert_failed(resource: &Value, error_type: &str, item_type: &str) {
+    assert_eq!(resource["LoadStatus"], "FAIL", "{resource}");
+    assert_eq!(resource["ErrorType"], error_type, "{resource}");
+    let items = resource["ErrorMessages"].as_array().expect("ErrorMessages");
+    assert!(!items.is_empty(), "{resource}");
+    assert!(
+        items.iter().all(|i| i["ErrorType"] == item_type),
+        "{resource}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_failure_has_its_error_type_and_nothing_is_written() {
+    let app = spawn_app().await;
+    let admin = app.token_for(&["ZoneAdmin"], "[0]");
+
+    let failed = commit_batch(
+        &app,
+        &admin,
+        json!({}),
+        &trips_batch(&[1], 3),
+        json!({"count(*)": 4, "max(trip_id)": 102}),
+    )
+    .await;
+    assert_failed(&failed, "CheckSumError", "CHECKSUM_MISMATCH");
+    assert_eq!(
+        failed["ErrorMessages"],
+        json!([{
+            "ErrorType": "CHECKSUM_MISMATCH",
+            "ErrorMessage": "Checksum mismatch for count(*): expected 4, actual 3",
+            "CheckResult": "FAIL"
+        }])
+    );
+
+    // No files at all.
+    let id = new_load(&app, &admin, json!({})).await;
+    let failed = commit_and_wait(&app, &admin, &id, json!({"count(*)": 0})).await;
+    assert_failed(&failed, "NoFilesUploaded", "MISSING_FILE");
+
+    // Not parquet.
+    let id = new_load(&app, &admin, json!({})).await;
+    let descriptor = app.file_descriptor(&admin, &id, Some("junk")).await;
+    {
+        use object_store::ObjectStoreExt as _;
+        let path = lakehost::load::staging_path(descriptor["path"].as_str().unwrap());
+        app.lake
+            .object_store()
+            .put(&path, b"not parquet".to_vec().into())
+            .await
+            .unwrap();
+        app.store.record_upload(&id, "junk", 11, 1).await.unwrap();
+    }
+    let failed = commit_and_wait(&app, &admin, &id, json!({"count(*)": 1})).await;
+    assert_failed(&failed, "ParquetValidation", "INVALID_PARQUET");
+
+    // The files' service_client_id and load_as_service_client_id together.
+    let failed = commit_batch(
+        &app,
+        &admin,
+        json!({"load_as_service_client_id": "3"}),
+        &trips_batch(&[1], 2),
+        json!({"count(*)": 2}),
+    )
+    .await;
+    assert_failed(&failed, "ServiceClientError", "SERVICE_CLIENT_MISMATCH");
+
+    // An own-client analyst (clients 1 and 2) loading rows of client 5, and
+    // loading as client 7.
+    let own = app.token_for(&["OwnServiceClientAnalyst"], "[1 2]");
+    let failed = commit_batch(
+        &app,
+        &own,
+        json!({}),
+        &trips_batch(&[1, 5], 2),
+        json!({"count(*)": 4}),
+    )
+    .await;
+    assert_failed(&failed, "ServiceClientError", "SERVICE_CLIENT_MISMATCH");
+    assert!(
+        failed["ErrorMessages"][0]["ErrorMessage"]
+            .as_str()
+            .unwrap()
+            .contains('5')
+    );
+    let without_column = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![Field::new(
+            "trip_id",
+            DataType::Int64,
+            false,
+        )])),
+        vec![Arc::new(Int64Array::from(vec![1, 2]))],
+    )
+    .unwrap();
+    let failed = commit_batch(
+        &app,
+        &own,
+        json!({"load_as_service_client_id": "7"}),
+        &without_column,
+        json!({"count(*)": 2}),
+    )
+    .await;
+    assert_failed(&failed, "PermissionsError", "SERVICE_CLIENT_MISMATCH");
+    // ... and as one of theirs it goes through.
+    let done = commit_batch(
+        &app,
+        &own,
+        json!({"load_as_service_client_id": "2", "table_name": "own_trips"}),
+        &without_column,
+        json!({"count(*)": 2}),
+    )
+    .await;
+    assert_eq!(done["LoadStatus"], "SUCCESS", "{done}");
+
+    // More than 100 partition value combinations.
+    let failed = commit_batch(
+        &app,
+        &admin,
+        json!({"partitions": ["trip_id"]}),
+        &trips_batch(&[1, 2], 60),
+        json!({"count(*)": 120}),
+    )
+    .await;
+    assert_failed(&failed, "TooManyPartitions", "TooManyPartitions");
+
+    // None of these wrote a row: the table does not exist.
+    let (status, _) = app
+        .submit(
+            ORG_HOST,
+            &admin,
+            &json!({"query": "SELECT count(*) FROM trips"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extra_partitions_and_a_schema_mismatch_on_a_second_load() {
+    let app = spawn_app().await;
+    let admin = app.token_for(&["ZoneAdmin"], "[0]");
+    let with_day = |days: &[&str]| {
+        RecordBatch::try_new(
+            Arc::new(Schema::new(vec![
+                Field::new("trip_id", DataType::Int64, false),
+                Field::new("day", DataType::Utf8, false),
+                Field::new("service_client_id", DataType::Int64, false),
+            ])),
+            vec![
+                Arc::new(Int64Array::from((0..days.len() as i64).collect::<Vec<_>>())),
+                Arc::new(StringArray::from(days.to_vec())),
+                Arc::new(Int64Array::from(vec![1; days.len()])),
+            ],
+        )
+        .unwrap()
+    };
+    let done = commit_batch(
+        &app,
+        &admin,
+        json!({"partitions": ["day"]}),
+        &with_day(&["2026-11-01", "2026-11-02", "2026-11-02"]),
+        json!({"count(*)": 3}),
+    )
+    .await;
+    assert_eq!(done["LoadStatus"], "SUCCESS", "{done}");
+    let rows = app
+        .rows_of(
+            ORG_HOST,
+            &admin,
+            "SELECT day, count(*) FROM trips GROUP BY day ORDER BY day",
+        )
+        .await;
+    assert_eq!(
+        rows,
+        [
+            [Some("2026-11-01".to_string()), Some("1".into())],
+            [Some("2026-11-02".to_string()), Some("2".into())]
+        ]
+    );
+
+    // The same table from files with another shape.
+    let failed = commit_batch(
+        &app,
+        &admin,
+        json!({}),
+        &trips_batch(&[1], 2),
+        json!({"count(*)": 2}),
+    )
+    .await;
+    assert_eq!(failed["LoadStatus"], "FAIL", "{failed}");
+    assert_eq!(failed["ErrorType"], "ValidationError", "{failed}");
+    let kinds: Vec<&str> = failed["ErrorMessages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["ErrorType"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["MISSING_COLUMN", "UNEXPECTED_COLUMN", "UNEXPECTED_COLUMN"],
+        "{failed}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orgs_own_manifest_runs_its_steps_within_their_limits() {
+    let pipelines = tempfile::tempdir().unwrap();
+    let org_dir = pipelines.path().join("orgs/demo");
+    std::fs::create_dir_all(&org_dir).unwrap();
+    let manifest = |step: &str, limits: &str| {
+        format!(
+            "version = 1\n[[steps]]\nname = \"validate_parquet\"\ncomponent = \"builtin:validate_parquet\"\ngrants = [\"staged-files\"]\n\
+             [[steps]]\nname = \"extra\"\ncomponent = \"builtin:{step}\"\n{limits}\n\
+             [[steps]]\nname = \"insert\"\ncomponent = \"builtin:insert\"\ngrants = [\"staged-sql\", \"lake-append\"]\n"
+        )
+    };
+    let dir = pipelines.path().to_path_buf();
+    let app = spawn_app_with(|config| config.pipeline.dir = dir).await;
+    let admin = app.token_for(&["ZoneAdmin"], "[0]");
+
+    for (step, limits, expected) in [
+        (
+            "loop_forever",
+            "time_limit_ms = 300",
+            "ran past its time limit of 300 ms",
+        ),
+        (
+            "grow_memory",
+            "memory_limit_bytes = 16777216",
+            "needed more than its memory limit",
+        ),
+        ("ungranted_import", "grants = []", "not granted"),
+    ] {
+        // Changing the org's manifest needs no restart.
+        std::fs::write(org_dir.join("load.toml"), manifest(step, limits)).unwrap();
+        let failed = commit_batch(
+            &app,
+            &admin,
+            json!({}),
+            &trips_batch(&[1], 2),
+            json!({"count(*)": 2}),
+        )
+        .await;
+        assert_eq!(failed["LoadStatus"], "FAIL", "{failed}");
+        let text = failed["ErrorMessages"].to_string();
+        assert!(text.contains(expected), "{step}: {failed}");
+        // The server keeps answering.
+        let (status, _) = app.get(ORG_HOST, SECURITY_METADATA, Some(&admin)).await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    assert_eq!(
+        app.submit(
+            ORG_HOST,
+            &admin,
+            &json!({"query": "SELECT count(*) FROM trips"})
+        )
+        .await
+        .0,
+        StatusCode::BAD_REQUEST,
+        "no rows were written"
+    );
+
+    // A broken manifest fails the commit with a message naming file and key.
+    std::fs::write(
+        org_dir.join("load.toml"),
+        "version = 1\n[[steps]]\nname = \"x\"\ncomponent = \"builtin:insert\"\ntimeout = 3\n",
+    )
+    .unwrap();
+    let failed = commit_batch(
+        &app,
+        &admin,
+        json!({}),
+        &trips_batch(&[1], 2),
+        json!({"count(*)": 2}),
+    )
+    .await;
+    assert_eq!(failed["ErrorType"], "InternalError");
+    assert!(
+        failed["ErrorMessages"][0]["ErrorMessage"]
+            .as_str()
+            .unwrap()
+            .contains("steps[0].timeout"),
+        "{failed}"
+    );
+
+    // Without its own manifest the org gets the default one again.
+    std::fs::remove_file(org_dir.join("load.toml")).unwrap();
+    let done = commit_batch(
+        &app,
+        &admin,
+        json!({}),
+        &trips_batch(&[1], 2),
+        json!({"count(*)": 2}),
+    )
+    .await;
+    assert_eq!(done["LoadStatus"], "SUCCESS", "{done}");
+}
