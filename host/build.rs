@@ -4,18 +4,6 @@
 
 use std::{env, path::PathBuf, process::Command};
 
-/// The components the host embeds: (crate name, file name of the component).
-const PLUGINS: &[&str] = &[
-    "validate_parquet",
-    "enforce_service_clients",
-    "verify_checksums",
-    "match_schema",
-    "insert",
-    "loop_forever",
-    "grow_memory",
-    "ungranted_import",
-];
-
 fn main() {
     let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets it"));
     let plugins = manifest_dir.join("../plugins");
@@ -60,10 +48,15 @@ fn main() {
         status.success(),
         "building ../plugins for wasm32-wasip2 failed; `rustup target add wasm32-wasip2` if the target is missing"
     );
-    for name in PLUGINS {
-        let built = target_dir.join(format!("wasm32-wasip2/release/{name}.wasm"));
-        std::fs::copy(&built, out.join(format!("{name}.wasm")))
-            .unwrap_or_else(|e| panic!("{}: {e}", built.display()));
+    // Every component of the workspace; `pipeline::builtin` names the ones it embeds.
+    let built = target_dir.join("wasm32-wasip2/release");
+    for entry in std::fs::read_dir(&built).expect("the plugin build wrote its output") {
+        let path = entry.expect("a directory entry").path();
+        if path.extension().is_some_and(|e| e == "wasm") {
+            let name = path.file_name().expect("a file name");
+            std::fs::copy(&path, out.join(name))
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        }
     }
 }
 

@@ -8,6 +8,7 @@ use lakehost::{
     config::CONFIG_FILE_ENV,
     import::{ImportRequest, ImportSummary, import_parquet},
     lake::Lake,
+    load::dry_run::{DryRunRequest, StepReport, dry_run},
     startup::open_store,
 };
 use tracing_subscriber::EnvFilter;
@@ -44,6 +45,38 @@ enum Command {
         #[arg(long)]
         table: String,
         /// Parquet files with a service_client_id column.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Load pipelines.
+    Pipeline {
+        #[command(subcommand)]
+        command: PipelineCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum PipelineCommand {
+    /// Runs a manifest's steps over local parquet files as one load of a new
+    /// table, without a server, and prints each step's outcome. Exit code 0
+    /// when every step passed, 1 when one failed the load, 2 on an error.
+    DryRun {
+        /// The manifest to try.
+        #[arg(long, default_value = "pipelines/load.toml")]
+        manifest: PathBuf,
+        /// The load's table_name.
+        #[arg(long)]
+        table: String,
+        /// The commit's check_sum, as JSON: '{"count(*)": 100}'.
+        #[arg(long)]
+        check_sum: String,
+        /// The load's load_as_service_client_id.
+        #[arg(long)]
+        load_as_service_client_id: Option<String>,
+        /// An extra partition column (repeatable).
+        #[arg(long = "partition")]
+        partitions: Vec<String>,
+        /// The parquet files of the load.
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
@@ -96,6 +129,79 @@ async fn main() -> std::process::ExitCode {
                 }
             }
         }
+        Command::Pipeline {
+            command:
+                PipelineCommand::DryRun {
+                    manifest,
+                    table,
+                    check_sum,
+                    load_as_service_client_id,
+                    partitions,
+                    files,
+                },
+        } => {
+            let check_sum = match serde_json::from_str(&check_sum)
+                .map_err(|e| e.to_string())
+                .and_then(|body: serde_json::Value| {
+                    lakehost::load::check_sums(&serde_json::json!({ "check_sum": body }))
+                        .map_err(|e| e.to_string())
+                }) {
+                Ok(pairs) => pairs,
+                Err(e) => {
+                    eprintln!("lakehost pipeline dry-run: --check-sum: {e}");
+                    return std::process::ExitCode::from(2);
+                }
+            };
+            pipeline_dry_run(DryRunRequest {
+                manifest,
+                table,
+                check_sum,
+                load_as_service_client_id,
+                partitions,
+                files,
+            })
+            .await
+        }
+    }
+}
+
+/// Prints a dry run's reports; the exit code says how it went.
+async fn pipeline_dry_run(request: DryRunRequest) -> std::process::ExitCode {
+    let outcome = match dry_run(&request).await {
+        Ok(outcome) => outcome,
+        Err(e) => {
+            eprintln!("lakehost pipeline dry-run: {e:#}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    for report in &outcome.steps {
+        match report {
+            StepReport::Passed { step } => println!("step {step}: PASS"),
+            StepReport::Failed {
+                step,
+                error_type,
+                items,
+            } => {
+                println!("step {step}: FAIL {error_type}");
+                for item in items {
+                    let check = item
+                        .check_result
+                        .as_deref()
+                        .map(|c| format!(" [{c}]"))
+                        .unwrap_or_default();
+                    println!("  {}: {}{check}", item.error_type, item.error_message);
+                }
+            }
+            StepReport::Error(e) => println!("{e} (the load would FAIL with InternalError)"),
+        }
+    }
+    if let Some(rows) = outcome.rows_appended {
+        println!("rows appended: {rows} (into a scratch lake that is now deleted)");
+    }
+    if outcome.passed() {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::from(1)
     }
 }
 

@@ -93,3 +93,97 @@ fn serve_starts_with_the_embedded_default_and_prints_how_to_get_a_token() {
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     assert!(response.contains("\"openapi\":\"3.1.0\""));
 }
+
+/// A parquet file of `rows` trips for service clients 1 and 2 (the parquet
+/// crate's writer).
+fn trips_parquet(path: &std::path::Path, rows: i64) {
+    use datafusion::{
+        arrow::{
+            array::{Int64Array, RecordBatch},
+            datatypes::{DataType, Field, Schema},
+        },
+        parquet::arrow::ArrowWriter,
+    };
+    let batch = RecordBatch::try_new(
+        std::sync::Arc::new(Schema::new(vec![
+            Field::new("trip_id", DataType::Int64, false),
+            Field::new("service_client_id", DataType::Int64, false),
+        ])),
+        vec![
+            std::sync::Arc::new(Int64Array::from((0..rows).collect::<Vec<_>>())),
+            std::sync::Arc::new(Int64Array::from(
+                (0..rows).map(|i| 1 + i % 2).collect::<Vec<_>>(),
+            )),
+        ],
+    )
+    .unwrap();
+    let file = std::fs::File::create(path).unwrap();
+    let mut writer = ArrowWriter::try_new(file, batch.schema(), None).unwrap();
+    writer.write(&batch).unwrap();
+    writer.close().unwrap();
+}
+
+#[test]
+fn pipeline_dry_run_prints_each_steps_outcome() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("trips.parquet");
+    trips_parquet(&file, 3);
+    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../pipelines/load.toml");
+    let run = |check_sum: &str| {
+        lakehost()
+            .args([
+                "pipeline",
+                "dry-run",
+                "--table",
+                "trips",
+                "--check-sum",
+                check_sum,
+                "--manifest",
+            ])
+            .arg(&manifest)
+            .arg(&file)
+            .current_dir(dir.path())
+            .output()
+            .unwrap()
+    };
+
+    let passed = run(r#"{"count(*)": 3, "sum(trip_id)": 3}"#);
+    let stdout = String::from_utf8_lossy(&passed.stdout);
+    assert_eq!(
+        passed.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&passed.stderr)
+    );
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        [
+            "step validate_parquet: PASS",
+            "step enforce_service_clients: PASS",
+            "step verify_checksums: PASS",
+            "step match_schema: PASS",
+            "step insert: PASS",
+            "rows appended: 3 (into a scratch lake that is now deleted)",
+        ]
+    );
+
+    let failed = run(r#"{"count(*)": 4}"#);
+    let stdout = String::from_utf8_lossy(&failed.stdout);
+    assert_eq!(failed.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains(
+            "step verify_checksums: FAIL CheckSumError\n  CHECKSUM_MISMATCH: Checksum mismatch for count(*): expected 4, actual 3 [FAIL]"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        !stdout.contains("step insert"),
+        "stops at the failure: {stdout}"
+    );
+
+    let refused = run("{}");
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("At least one check_sum is required")
+    );
+}

@@ -10,6 +10,7 @@
 //! [`LoadService::sweep_stale_staging`].
 
 pub mod commit;
+pub mod dry_run;
 pub mod grant;
 pub mod staged;
 

@@ -2,54 +2,35 @@
 //! wasm32-wasip2 and this module embeds the results. Manifests name them as
 //! `builtin:<name>`.
 
-/// (name, component bytes) of every built-in component.
-const COMPONENTS: &[(&str, &[u8])] = &[
-    (
-        "validate_parquet",
-        include_bytes!(concat!(env!("OUT_DIR"), "/validate_parquet.wasm")),
-    ),
-    (
-        "enforce_service_clients",
-        include_bytes!(concat!(env!("OUT_DIR"), "/enforce_service_clients.wasm")),
-    ),
-    (
-        "verify_checksums",
-        include_bytes!(concat!(env!("OUT_DIR"), "/verify_checksums.wasm")),
-    ),
-    (
-        "match_schema",
-        include_bytes!(concat!(env!("OUT_DIR"), "/match_schema.wasm")),
-    ),
-    (
-        "insert",
-        include_bytes!(concat!(env!("OUT_DIR"), "/insert.wasm")),
-    ),
-    // Steps that misbehave on purpose, for tests and for trying the limits.
-    (
-        "loop_forever",
-        include_bytes!(concat!(env!("OUT_DIR"), "/loop_forever.wasm")),
-    ),
-    (
-        "grow_memory",
-        include_bytes!(concat!(env!("OUT_DIR"), "/grow_memory.wasm")),
-    ),
-    (
-        "ungranted_import",
-        include_bytes!(concat!(env!("OUT_DIR"), "/ungranted_import.wasm")),
-    ),
-];
+macro_rules! builtins {
+    ($($name:literal),* $(,)?) => {
+        /// (name, component bytes) of every built-in component.
+        const COMPONENTS: &[(&str, &[u8])] = &[
+            $(($name, include_bytes!(concat!(env!("OUT_DIR"), "/", $name, ".wasm")))),*
+        ];
+    };
+}
 
-/// The names manifests may use after `builtin:`.
-pub const NAMES: &[&str] = &[
+builtins![
+    // The default load pipeline's steps.
     "validate_parquet",
     "enforce_service_clients",
     "verify_checksums",
     "match_schema",
     "insert",
+    // An example for orgs' own manifests (and the template for new steps).
+    "reject_columns",
+    // Steps that misbehave or dawdle on purpose, for tests and for trying limits.
     "loop_forever",
     "grow_memory",
     "ungranted_import",
+    "pause",
 ];
+
+/// The names manifests may use after `builtin:`.
+pub fn names() -> impl Iterator<Item = &'static str> {
+    COMPONENTS.iter().map(|(name, _)| *name)
+}
 
 /// The bytes of a built-in component.
 pub fn component(name: &str) -> Option<&'static [u8]> {

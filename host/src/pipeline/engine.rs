@@ -265,8 +265,8 @@ impl PipelineEngine {
 
     /// Compiles every built-in component now, so no load waits for it.
     pub fn precompile_builtins(&self) -> Result<(), String> {
-        for name in builtin::NAMES {
-            self.prepared(&ComponentSource::Builtin((*name).to_string()))?;
+        for name in builtin::names() {
+            self.prepared(&ComponentSource::Builtin(name.to_string()))?;
         }
         Ok(())
     }

@@ -180,7 +180,7 @@ impl Manifest {
                         &at("component"),
                         format!(
                             "no built-in component `{name}`; built in are {}",
-                            super::builtin::NAMES.join(", ")
+                            super::builtin::names().collect::<Vec<_>>().join(", ")
                         ),
                     ));
                 }

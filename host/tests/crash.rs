@@ -1,0 +1,319 @@
+//! `kill -9` of the real server in the middle of a load's commit: before the
+//! insert step, and after it wrote its files but before the commit recorded
+//! them. After a restart on the same data, the load ends exactly once and a
+//! query sees all of its rows or none, never some and never twice.
+
+use std::{
+    io::{BufRead as _, BufReader},
+    path::Path,
+    process::{Child, Command, Stdio},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use datafusion::{
+    arrow::{
+        array::{Int64Array, RecordBatch},
+        datatypes::{DataType, Field, Schema},
+    },
+    parquet::arrow::ArrowWriter,
+};
+use serde_json::{Value, json};
+
+const ROWS: i64 = 1000;
+
+struct Server {
+    child: Child,
+    api: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    /// `kill -9`.
+    fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+fn start(dir: &Path) -> Server {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lakehost"))
+        .args(["serve", "--config"])
+        .arg(dir.join("lakehost.toml"))
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(dir.join("server.log"))
+                .unwrap(),
+        )
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines
+        .next()
+        .unwrap_or_else(|| panic!("no output; see {}", dir.join("server.log").display()))
+        .unwrap();
+    let api = first
+        .strip_prefix("lakehost listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line: {first}"))
+        .to_string();
+    // Keep reading: the server still prints its banner.
+    std::thread::spawn(move || lines.for_each(drop));
+    Server { child, api }
+}
+
+fn write_config(dir: &Path, manifest: &str) {
+    let data = dir.join("data");
+    let pipelines = dir.join("pipelines");
+    std::fs::create_dir_all(pipelines.join("orgs/demo")).unwrap();
+    std::fs::write(pipelines.join("orgs/demo/load.toml"), manifest).unwrap();
+    std::fs::write(
+        dir.join("lakehost.toml"),
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\n[storage]\ndata_dir = {:?}\ns3_listen = \"127.0.0.1:0\"\n\
+             [pipeline]\ndir = {:?}\nlease_s = 3\n",
+            data.display().to_string(),
+            pipelines.display().to_string()
+        ),
+    )
+    .unwrap();
+}
+
+/// The default steps with a two-second pause before or after the insert.
+fn manifest(pause_after_insert: bool) -> String {
+    let step = |name: &str, grants: &str, extra: &str| {
+        format!(
+            "[[steps]]\nname = \"{name}\"\ncomponent = \"builtin:{name}\"\ngrants = [{grants}]\n{extra}\n"
+        )
+    };
+    let pause = step("pause", "", "[steps.config]\nms = 2000");
+    let mut text = String::from("version = 1\n");
+    text += &step("validate_parquet", "\"staged-files\"", "");
+    text += &step("verify_checksums", "\"staged-sql\"", "");
+    if !pause_after_insert {
+        text += &pause;
+    }
+    text += &step("insert", "\"staged-sql\", \"lake-append\"", "");
+    if pause_after_insert {
+        text += &pause;
+    }
+    text
+}
+
+async fn token(http: &reqwest::Client, api: &str) -> String {
+    let reply: Value = http
+        .post(format!("{api}/realms/demo/protocol/openid-connect/token"))
+        .form(&[
+            ("grant_type", "client_credentials"),
+            ("client_id", "demo-admin"),
+            ("client_secret", "demo-admin-secret"),
+        ])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    reply["access_token"].as_str().unwrap().to_string()
+}
+
+fn parquet() -> Vec<u8> {
+    let batch = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![
+            Field::new("trip_id", DataType::Int64, false),
+            Field::new("service_client_id", DataType::Int64, false),
+        ])),
+        vec![
+            Arc::new(Int64Array::from((0..ROWS).collect::<Vec<_>>())),
+            Arc::new(Int64Array::from(
+                (0..ROWS).map(|i| 1 + i % 4).collect::<Vec<_>>(),
+            )),
+        ],
+    )
+    .unwrap();
+    let mut bytes = Vec::new();
+    let mut writer = ArrowWriter::try_new(&mut bytes, batch.schema(), None).unwrap();
+    writer.write(&batch).unwrap();
+    writer.close().unwrap();
+    bytes
+}
+
+/// Creates a load, uploads one file by the descriptor's form, commits it.
+async fn commit_a_load(http: &reqwest::Client, api: &str, token: &str) -> String {
+    let load: Value = http
+        .post(format!("{api}/v2/load"))
+        .bearer_auth(token)
+        .json(&json!({"load_type": "APPEND_ONLY", "table_name": "trips"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = load["loadId"].as_str().unwrap().to_string();
+    let descriptor: Value = http
+        .post(format!("{api}/v2/load/{id}/file"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mut form = reqwest::multipart::Form::new();
+    for (name, value) in descriptor["presigned_url"]["fields"].as_object().unwrap() {
+        form = form.text(name.clone(), value.as_str().unwrap().to_string());
+    }
+    form = form.part("file", reqwest::multipart::Part::bytes(parquet()));
+    let uploaded = http
+        .post(descriptor["presigned_url"]["url"].as_str().unwrap())
+        .multipart(form)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(uploaded.status(), 204);
+    let committed = http
+        .post(format!("{api}/v2/load/{id}/commit"))
+        .bearer_auth(token)
+        .json(&json!({"check_sum": {"count(*)": ROWS}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(committed.status(), 202);
+    id
+}
+
+async fn load_status(http: &reqwest::Client, api: &str, token: &str, id: &str) -> Value {
+    http.get(format!("{api}/v2/load/{id}"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// `SELECT count(*), count(DISTINCT svc$load_id) FROM trips`, or `None` while
+/// the table does not exist (no load has ended SUCCESS).
+async fn counts(http: &reqwest::Client, api: &str, token: &str) -> Option<(String, String)> {
+    let submitted = http
+        .post(format!("{api}/v2/query"))
+        .bearer_auth(token)
+        .json(&json!({"query": "SELECT count(*), count(DISTINCT \"svc$load_id\") FROM trips"}))
+        .send()
+        .await
+        .unwrap();
+    if submitted.status() == 400 {
+        return None;
+    }
+    let id = submitted.json::<Value>().await.unwrap()["queryId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    loop {
+        let status: Value = http
+            .get(format!("{api}/v2/query/{id}"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        match status["status"]["state"].as_str().unwrap() {
+            "SUCCEEDED" => break,
+            "QUEUED" | "RUNNING" => tokio::time::sleep(Duration::from_millis(20)).await,
+            other => panic!("query ended {other}: {status}"),
+        }
+    }
+    let page: Value = http
+        .get(format!("{api}/v2/query/{id}/result"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let cell = |i: usize| {
+        page["resultSet"]["Rows"][1]["Data"][i]["VarCharValue"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    Some((cell(0), cell(1)))
+}
+
+async fn kill_during_commit(pause_after_insert: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    write_config(dir, &manifest(pause_after_insert));
+    let http = reqwest::Client::new();
+
+    let server = start(dir);
+    let token_1 = token(&http, &server.api).await;
+    let id = commit_a_load(&http, &server.api, &token_1).await;
+    // Into the pause: before the insert, or after it wrote its files.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(
+        load_status(&http, &server.api, &token_1, &id).await["LoadStatus"],
+        "PROCESSING"
+    );
+    server.kill();
+
+    // A new client: the restarted server may get the old port, and a pooled
+    // connection to the killed one would be reset.
+    let http = reqwest::Client::new();
+    let server = start(dir);
+    let token = token(&http, &server.api).await;
+    assert_eq!(
+        counts(&http, &server.api, &token).await,
+        None,
+        "no rows before the load ends"
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let ended = loop {
+        let status = load_status(&http, &server.api, &token, &id).await;
+        if status["LoadStatus"] != "PROCESSING" {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "still PROCESSING: {status}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(ended["LoadStatus"], "SUCCESS", "{ended}");
+    assert_eq!(
+        counts(&http, &server.api, &token).await,
+        Some((ROWS.to_string(), "1".to_string())),
+        "all rows, once"
+    );
+    // It stays ended: no second run changes it.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        load_status(&http, &server.api, &token, &id).await["LoadStatus"],
+        "SUCCESS"
+    );
+    assert_eq!(
+        counts(&http, &server.api, &token).await,
+        Some((ROWS.to_string(), "1".to_string()))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_before_the_insert_step_then_the_load_ends_once_with_all_rows() {
+    kill_during_commit(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_after_the_insert_wrote_its_files_then_no_row_is_counted_twice() {
+    kill_during_commit(true).await;
+}
