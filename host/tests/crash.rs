@@ -46,6 +46,10 @@ fn start(dir: &Path) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_lakehost"))
         .args(["serve", "--config"])
         .arg(dir.join("lakehost.toml"))
+        // Only the config file: the test runner's LAKEHOST_TEST_* and AWS_*
+        // variables are not the server's.
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(

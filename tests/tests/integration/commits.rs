@@ -474,3 +474,71 @@ async fn an_orgs_own_manifest_runs_its_steps_within_their_limits() {
     .await;
     assert_eq!(done["LoadStatus"], "SUCCESS", "{done}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_org_adds_its_own_step_from_a_wasm_file() {
+    let pipelines = tempfile::tempdir().unwrap();
+    let org_dir = pipelines.path().join("orgs/demo");
+    std::fs::create_dir_all(org_dir.join("steps")).unwrap();
+    // The example step, as a plugin author's own .wasm file next to the
+    // manifest, after the default steps: a failure there still writes nothing.
+    std::fs::write(
+        org_dir.join("steps/reject_columns.wasm"),
+        lakehost::pipeline::builtin::component("reject_columns").unwrap(),
+    )
+    .unwrap();
+    let default = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../pipelines/load.toml"),
+    )
+    .unwrap();
+    std::fs::write(
+        org_dir.join("load.toml"),
+        format!(
+            "{default}\n[[steps]]\nname = \"reject_columns\"\ncomponent = \"steps/reject_columns.wasm\"\n\
+             grants = [\"staged-files\", \"log\"]\n[steps.config]\nforbidden = [\"city\"]\n"
+        )
+        ,
+    )
+    .unwrap();
+    let dir = pipelines.path().to_path_buf();
+    let app = spawn_app_with(|config| config.pipeline.dir = dir).await;
+    let admin = app.token_for(&["ZoneAdmin"], "[0]");
+
+    let failed = commit_batch(
+        &app,
+        &admin,
+        json!({}),
+        &trips_batch(&[1], 2),
+        json!({"count(*)": 2}),
+    )
+    .await;
+    assert_failed(&failed, "ValidationError", "UNEXPECTED_COLUMN");
+    assert!(
+        failed["ErrorMessages"][0]["ErrorMessage"]
+            .as_str()
+            .unwrap()
+            .contains("city"),
+        "{failed}"
+    );
+
+    let without_city = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![
+            Field::new("trip_id", DataType::Int64, false),
+            Field::new("service_client_id", DataType::Int64, false),
+        ])),
+        vec![
+            Arc::new(Int64Array::from(vec![1, 2])),
+            Arc::new(Int64Array::from(vec![1, 1])),
+        ],
+    )
+    .unwrap();
+    let done = commit_batch(
+        &app,
+        &admin,
+        json!({"table_name": "clean_trips"}),
+        &without_city,
+        json!({"count(*)": 2}),
+    )
+    .await;
+    assert_eq!(done["LoadStatus"], "SUCCESS", "{done}");
+}
