@@ -86,6 +86,15 @@ impl Guest for EnforceServiceClients {
             MAX_CLIENTS,
         )
         .map_err(capability)?;
+        if rows.len() as u32 >= MAX_CLIENTS {
+            return Ok(fail(
+                "ServiceClientError",
+                "SERVICE_CLIENT_MISMATCH",
+                format!(
+                    "The rows belong to {MAX_CLIENTS} or more service clients; load them in smaller loads."
+                ),
+            ));
+        }
         let mut refused: Vec<String> = Vec::new();
         for row in rows {
             match row.into_iter().next().flatten() {

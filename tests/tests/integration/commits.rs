@@ -542,3 +542,90 @@ async fn an_org_adds_its_own_step_from_a_wasm_file() {
     .await;
     assert_eq!(done["LoadStatus"], "SUCCESS", "{done}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zone_load_lands_in_the_zones_lake() {
+    use object_store::ObjectStoreExt as _;
+    let app = spawn_app().await;
+    let zone_host = "lab.demo.api.localhost";
+    let token = app.zone_token_for("lab", &["ZoneAdmin"], "[0]");
+    let (status, reply) = app
+        .post_raw(
+            zone_host,
+            LOAD,
+            &token,
+            r#"{"load_type": "APPEND_ONLY", "table_name": "zone_trips"}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+    let id = reply["loadId"].as_str().unwrap().to_string();
+    let (_, descriptor) = app
+        .post_raw(zone_host, &format!("{LOAD}/{id}/file"), &token, "")
+        .await;
+    let batch = trips_batch(&[1, 3], 2);
+    let mut bytes = Vec::new();
+    let mut writer =
+        datafusion::parquet::arrow::ArrowWriter::try_new(&mut bytes, batch.schema(), None).unwrap();
+    writer.write(&batch).unwrap();
+    writer.close().unwrap();
+    let file_key = descriptor["path"]
+        .as_str()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .trim_end_matches(".parquet")
+        .to_string();
+    let size = bytes.len() as i64;
+    let path = lakehost::load::staging_path(descriptor["path"].as_str().unwrap());
+    app.lake
+        .object_store()
+        .put(&path, bytes.into())
+        .await
+        .unwrap();
+    assert!(
+        app.store
+            .record_upload(&id, &file_key, size, 1)
+            .await
+            .unwrap()
+    );
+    let (status, _) = app
+        .post_raw(
+            zone_host,
+            &format!("{LOAD}/{id}/commit"),
+            &token,
+            r#"{"check_sum": {"count(*)": 4}}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let (_, body) = app
+            .get(zone_host, &format!("{LOAD}/{id}"), Some(&token))
+            .await;
+        if body["LoadStatus"] == "SUCCESS" {
+            break;
+        }
+        assert_ne!(body["LoadStatus"], "FAIL", "{body}");
+        assert!(std::time::Instant::now() < deadline);
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let rows = app
+        .rows_of(
+            zone_host,
+            &token,
+            "SELECT count(*) FROM lab_lake.zone_trips",
+        )
+        .await;
+    assert_eq!(rows, [[Some("4".to_string())]]);
+    // Not in the org's lake.
+    let admin = app.token_for(&["ZoneAdmin"], "[0]");
+    let (status, _) = app
+        .submit(
+            ORG_HOST,
+            &admin,
+            &json!({"query": "SELECT count(*) FROM zone_trips"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+}

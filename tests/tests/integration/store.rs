@@ -540,3 +540,116 @@ async fn loads_keep_their_files_and_stale_staging_expires() {
         assert!(store.load("nope").await.unwrap().is_none());
     }
 }
+
+#[tokio::test]
+async fn load_commits_are_claimed_once_and_end_once_with_their_files() {
+    use lakehost::store::loads::{LoadEnd, LoadState};
+    for (backend, store, _dir) in backends().await {
+        let database = store
+            .ensure_standard_databases("demo", None)
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|d| d.name == "demo_lake_v2")
+            .unwrap();
+        store.insert_load(&new_load("c1"), 100).await.unwrap();
+        assert!(store.commit_load("c1", "[]", "{}", 110).await.unwrap());
+        assert!(
+            !store.commit_load("c1", "[]", "{}", 111).await.unwrap(),
+            "{backend}: once"
+        );
+        let claimed = store
+            .claim_load_commit("w1", 120, 1_000)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (claimed.state, claimed.attempts),
+            (LoadState::Processing, 1),
+            "{backend}"
+        );
+        assert!(
+            store
+                .claim_load_commit("w2", 130, 1_000)
+                .await
+                .unwrap()
+                .is_none(),
+            "{backend}: held"
+        );
+        assert!(store.renew_load_lease("c1", "w1", 2_000).await.unwrap());
+        assert!(!store.renew_load_lease("c1", "w2", 2_000).await.unwrap());
+        // The lease runs out: another worker takes it over; the first cannot end it.
+        let taken = store
+            .claim_load_commit("w2", 2_001, 5_000)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(taken.attempts, 2, "{backend}");
+        let table = LakeTable {
+            id: "t1".into(),
+            database_id: database.id.clone(),
+            name: "trips".into(),
+            schema_json: "{\"fields\":[]}".into(),
+            partition_columns: vec!["service_client_id".into(), "svc$load_id".into()],
+            created_at: 1,
+        };
+        let success = LoadEnd::Success {
+            new_table: Some(table.clone()),
+            table_id: "t1".into(),
+            files: vec![NewDataFile {
+                path: "demo_lake_v2/trips/service_client_id=1/svc$load_id=c1/c1-0.parquet".into(),
+                service_client_id: Some(1),
+                partition_values: BTreeMap::from([("service_client_id".into(), "1".into())]),
+                row_count: 5,
+                size_bytes: 100,
+                load_id: Some("c1".into()),
+            }],
+        };
+        assert!(
+            !store
+                .finish_load("c1", "w1", &success, 3_000)
+                .await
+                .unwrap(),
+            "{backend}: lost"
+        );
+        assert!(store.table(&database.id, "trips").await.unwrap().is_none());
+        assert!(
+            store
+                .finish_load("c1", "w2", &success, 3_000)
+                .await
+                .unwrap()
+        );
+        assert!(
+            !store
+                .finish_load("c1", "w2", &success, 3_001)
+                .await
+                .unwrap(),
+            "{backend}: once"
+        );
+        let record = store.load("c1").await.unwrap().unwrap();
+        assert_eq!(record.state, LoadState::Success, "{backend}");
+        let created = store.table(&database.id, "trips").await.unwrap().unwrap();
+        assert_eq!(
+            store.files(&created.id).await.unwrap().len(),
+            1,
+            "{backend}"
+        );
+
+        // A failure records its report and no files.
+        store.insert_load(&new_load("c2"), 100).await.unwrap();
+        store.commit_load("c2", "[]", "{}", 110).await.unwrap();
+        store
+            .claim_load_commit("w1", 4_000, 9_000)
+            .await
+            .unwrap()
+            .unwrap();
+        let fail = LoadEnd::Fail {
+            error_type: "CheckSumError".into(),
+            error_messages_json: "[]".into(),
+        };
+        assert!(store.finish_load("c2", "w1", &fail, 4_100).await.unwrap());
+        let record = store.load("c2").await.unwrap().unwrap();
+        assert_eq!(record.state, LoadState::Fail, "{backend}");
+        assert_eq!(record.error_type.as_deref(), Some("CheckSumError"));
+    }
+}
