@@ -660,12 +660,24 @@ impl TestApp {
         load_id: &str,
         file_key: Option<&str>,
     ) -> Value {
+        self.file_descriptor_on(ORG_HOST, token, load_id, file_key)
+            .await
+    }
+
+    /// POST /load/{id}/file on `host`'s API; panics unless 200.
+    pub async fn file_descriptor_on(
+        &self,
+        host: &str,
+        token: &str,
+        load_id: &str,
+        file_key: Option<&str>,
+    ) -> Value {
         let body = match file_key {
             Some(key) => json!({ "file_key": key }).to_string(),
             None => String::new(),
         };
         let (status, reply) = self
-            .post_raw(ORG_HOST, &format!("{LOAD}/{load_id}/file"), token, &body)
+            .post_raw(host, &format!("{LOAD}/{load_id}/file"), token, &body)
             .await;
         assert_eq!(status, StatusCode::OK, "{reply}");
         reply
@@ -694,8 +706,23 @@ impl TestApp {
         file_key: &str,
         batch: &RecordBatch,
     ) {
+        self.stage_file_on(ORG_HOST, token, load_id, file_key, batch)
+            .await
+    }
+
+    /// `stage_file` for a load of `host`'s API (a Zone API, say).
+    pub async fn stage_file_on(
+        &self,
+        host: &str,
+        token: &str,
+        load_id: &str,
+        file_key: &str,
+        batch: &RecordBatch,
+    ) {
         use object_store::ObjectStoreExt as _;
-        let descriptor = self.file_descriptor(token, load_id, Some(file_key)).await;
+        let descriptor = self
+            .file_descriptor_on(host, token, load_id, Some(file_key))
+            .await;
         let mut bytes = Vec::new();
         let mut writer = ArrowWriter::try_new(&mut bytes, batch.schema(), None).unwrap();
         writer.write(batch).unwrap();

@@ -545,7 +545,6 @@ async fn an_org_adds_its_own_step_from_a_wasm_file() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zone_load_lands_in_the_zones_lake() {
-    use object_store::ObjectStoreExt as _;
     let app = spawn_app().await;
     let zone_host = "lab.demo.api.localhost";
     let token = app.zone_token_for("lab", &["ZoneAdmin"], "[0]");
@@ -559,36 +558,8 @@ async fn a_zone_load_lands_in_the_zones_lake() {
         .await;
     assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
     let id = reply["loadId"].as_str().unwrap().to_string();
-    let (_, descriptor) = app
-        .post_raw(zone_host, &format!("{LOAD}/{id}/file"), &token, "")
+    app.stage_file_on(zone_host, &token, &id, "part_1", &trips_batch(&[1, 3], 2))
         .await;
-    let batch = trips_batch(&[1, 3], 2);
-    let mut bytes = Vec::new();
-    let mut writer =
-        datafusion::parquet::arrow::ArrowWriter::try_new(&mut bytes, batch.schema(), None).unwrap();
-    writer.write(&batch).unwrap();
-    writer.close().unwrap();
-    let file_key = descriptor["path"]
-        .as_str()
-        .unwrap()
-        .rsplit('/')
-        .next()
-        .unwrap()
-        .trim_end_matches(".parquet")
-        .to_string();
-    let size = bytes.len() as i64;
-    let path = lakehost::load::staging_path(descriptor["path"].as_str().unwrap());
-    app.lake
-        .object_store()
-        .put(&path, bytes.into())
-        .await
-        .unwrap();
-    assert!(
-        app.store
-            .record_upload(&id, &file_key, size, 1)
-            .await
-            .unwrap()
-    );
     let (status, _) = app
         .post_raw(
             zone_host,

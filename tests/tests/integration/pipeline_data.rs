@@ -6,26 +6,16 @@
 
 use std::sync::Arc;
 
-use datafusion::{arrow::array::RecordBatch, parquet::arrow::ArrowWriter};
+use datafusion::arrow::array::RecordBatch;
 use lakehost::{
     auth::ServiceClientScope,
     load::staged::{StagedLoad, StagedTarget},
     pipeline::{PipelineEngine, PipelineOutcome, StepContext, manifest::Manifest},
 };
 use lakehost_tests::*;
-use object_store::ObjectStoreExt as _;
 use serde_json::json;
 
-fn parquet_bytes(batch: &RecordBatch) -> Vec<u8> {
-    let mut bytes = Vec::new();
-    let mut writer = ArrowWriter::try_new(&mut bytes, batch.schema(), None).unwrap();
-    writer.write(batch).unwrap();
-    writer.close().unwrap();
-    bytes
-}
-
-/// A load of `table` whose file `part_1` holds `batch` in staging (written
-/// straight to staging; the upload routes have their own tests).
+/// A load of `table` whose file `part_1` holds `batch` in staging.
 async fn staged_load(app: &TestApp, table: &str, batch: &RecordBatch) -> String {
     let token = app.token_for(&["ZoneAdmin"], "[0]");
     let load_id = app
@@ -34,21 +24,7 @@ async fn staged_load(app: &TestApp, table: &str, batch: &RecordBatch) -> String 
             &json!({"load_type": "APPEND_ONLY", "table_name": table}),
         )
         .await;
-    let descriptor = app.file_descriptor(&token, &load_id, Some("part_1")).await;
-    let bytes = parquet_bytes(batch);
-    let size = bytes.len() as i64;
-    let path = lakehost::load::staging_path(descriptor["path"].as_str().unwrap());
-    app.lake
-        .object_store()
-        .put(&path, bytes.into())
-        .await
-        .unwrap();
-    assert!(
-        app.store
-            .record_upload(&load_id, "part_1", size, 1)
-            .await
-            .unwrap()
-    );
+    app.stage_file(&token, &load_id, "part_1", batch).await;
     load_id
 }
 
