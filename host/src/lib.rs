@@ -7,6 +7,7 @@ pub mod api;
 pub mod auth;
 pub mod clock;
 pub mod config;
+pub mod dailyrun;
 pub mod idp;
 pub mod import;
 pub mod lake;

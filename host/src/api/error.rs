@@ -89,6 +89,15 @@ pub enum ApiError {
     /// 403 with the spec's friendly permission message.
     #[error("permission denied: {}", .0.message())]
     Denied(Denial),
+    /// 404 of GET /dailyRun/dailyRun_enabled: the org's flag was never set.
+    #[error("daily run flag not set")]
+    DailyRunNotFound,
+    /// 500 of the DailyRun API with the spec's message for the endpoint.
+    #[error("daily run store: {cause}")]
+    DailyRunStore {
+        message: &'static str,
+        cause: String,
+    },
     /// 404 of the load endpoints: unknown load, or another user's.
     #[error("load not found")]
     LoadNotFound,
@@ -181,7 +190,10 @@ impl ApiError {
                 StatusCode::INTERNAL_SERVER_ERROR
             }
             ApiError::BadRequest(_) | ApiError::InvalidRequest { .. } => StatusCode::BAD_REQUEST,
-            ApiError::QueryNotFound { .. } | ApiError::LoadNotFound => StatusCode::NOT_FOUND,
+            ApiError::QueryNotFound { .. }
+            | ApiError::LoadNotFound
+            | ApiError::DailyRunNotFound => StatusCode::NOT_FOUND,
+            ApiError::DailyRunStore { .. } => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Denied(_) => StatusCode::FORBIDDEN,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::LinkRefused { status, .. } => *status,
@@ -259,6 +271,14 @@ impl IntoResponse for ApiError {
                     operation.name()
                 ),
             ),
+            ApiError::DailyRunNotFound => message(status, "DailyRun not found"),
+            ApiError::DailyRunStore {
+                message: text,
+                cause,
+            } => {
+                tracing::error!(error = %cause, "daily run store failed");
+                message(status, text)
+            }
             ApiError::LoadNotFound => {
                 message(status, "NotFound: load_id does not exist for this user.")
             }

@@ -2,6 +2,7 @@
 //! the gateway behaviour around them. Handlers are thin: extract, call one
 //! domain function, return. Only this module (with `idp/`) knows HTTP.
 
+pub mod dailyrun;
 pub mod error;
 pub mod gateway;
 pub mod identity;
@@ -63,7 +64,7 @@ fn zone_api() -> OpenApiRouter<AppState> {
 
 /// The DailyRun API's routes (paths under `/dailyRun`).
 fn dailyrun_api() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new()
+    OpenApiRouter::new().merge(dailyrun::router())
 }
 
 /// Adds the fallbacks and the `/v2/openapi.json` route to one API's router.

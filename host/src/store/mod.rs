@@ -8,6 +8,7 @@
 //! the Unix epoch, passed in by callers (who read the injected clock).
 
 pub mod catalog;
+pub mod dailyrun;
 pub mod loads;
 pub mod queries;
 

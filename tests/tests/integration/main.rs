@@ -2,6 +2,7 @@
 //! client speaks it. Helpers live in `lakehost_tests` (tests/src/lib.rs).
 
 mod commits;
+mod dailyrun;
 mod gateway;
 mod idp;
 mod loads;

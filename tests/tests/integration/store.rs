@@ -653,3 +653,32 @@ async fn load_commits_are_claimed_once_and_end_once_with_their_files() {
         assert_eq!(record.error_type.as_deref(), Some("CheckSumError"));
     }
 }
+
+#[tokio::test]
+async fn daily_run_flags_per_org() {
+    for (backend, store, _dir) in backends().await {
+        assert_eq!(
+            store.daily_run_flag("demo").await.unwrap(),
+            None,
+            "{backend}"
+        );
+        store.set_daily_run_flag("demo", true, 1).await.unwrap();
+        store.set_daily_run_flag("other", false, 1).await.unwrap();
+        assert_eq!(
+            store.daily_run_flag("demo").await.unwrap(),
+            Some(true),
+            "{backend}"
+        );
+        store.set_daily_run_flag("demo", false, 2).await.unwrap();
+        assert_eq!(
+            store.daily_run_flag("demo").await.unwrap(),
+            Some(false),
+            "{backend}"
+        );
+        assert_eq!(
+            store.daily_run_flag("other").await.unwrap(),
+            Some(false),
+            "{backend}"
+        );
+    }
+}
