@@ -220,6 +220,15 @@ async fn import(
     import_parquet(&store, &lake, &request, now).await
 }
 
+/// Prints a banner line; a closed stdout (`lakehost serve | head -1`) must not
+/// stop the server, so write errors are ignored.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 async fn serve(config_file: Option<PathBuf>) -> anyhow::Result<()> {
     let config = Config::load(config_file.as_deref(), std::env::vars())?;
     let default_org = config.server.default_org.clone();
@@ -235,24 +244,24 @@ async fn serve(config_file: Option<PathBuf>) -> anyhow::Result<()> {
     let auth_url = app.auth_url().clone();
     let scheme = auth_url.scheme().to_string();
     let port = addr.port();
-    println!("lakehost listening on {scheme}://{addr}");
-    println!(
+    say!("lakehost listening on {scheme}://{addr}");
+    say!(
         "  Org API:      {scheme}://{default_org}.api.{region_domain}:{port}/v2  (or {scheme}://localhost:{port}/v2)"
     );
-    println!("  DailyRun API: {scheme}://api.{default_org}.{region_domain}:{port}/dailyRun");
-    println!("  OpenAPI:      {scheme}://localhost:{port}/v2/openapi.json");
-    println!("  Uploads (S3): {scheme}://{}", app.upload_addr());
+    say!("  DailyRun API: {scheme}://api.{default_org}.{region_domain}:{port}/dailyRun");
+    say!("  OpenAPI:      {scheme}://localhost:{port}/v2/openapi.json");
+    say!("  Uploads (S3): {scheme}://{}", app.upload_addr());
     let token_url = format!(
         "{}/realms/{default_org}/protocol/openid-connect/token",
         auth_url.as_str().trim_end_matches('/')
     );
     match (app.idp().is_some(), demo_client) {
-        (true, Some(client)) => println!(
+        (true, Some(client)) => say!(
             "Get a token:  curl -s {token_url} -d grant_type=client_credentials -d client_id={} -d client_secret={}",
             client.client_id.unwrap_or_default(),
             client.client_secret.unwrap_or_default()
         ),
-        _ => println!("Tokens come from {token_url}"),
+        _ => say!("Tokens come from {token_url}"),
     }
     app.run_until_stopped().await?;
     Ok(())
