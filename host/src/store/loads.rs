@@ -176,8 +176,8 @@ impl Store {
     }
 
     /// Records that a file's descriptor was handed out. The same file_key again
-    /// keeps its row (its object is overwritten by the next upload) but forgets
-    /// an earlier upload until the new one arrives.
+    /// keeps its row and an earlier upload: the object is overwritten only when
+    /// the new upload arrives.
     pub async fn request_load_file(&self, file: &LoadFile) -> Result<()> {
         sqlx::query(
             "INSERT INTO load_files (load_id, file_key, object_key, requested_at) \
