@@ -113,20 +113,21 @@ fn manifest(pause_after_insert: bool) -> String {
     text
 }
 
+/// Sends the request and reads its JSON body.
+async fn json(request: reqwest::RequestBuilder) -> Value {
+    request.send().await.unwrap().json().await.unwrap()
+}
+
 async fn token(http: &reqwest::Client, api: &str) -> String {
-    let reply: Value = http
-        .post(format!("{api}/realms/demo/protocol/openid-connect/token"))
-        .form(&[
-            ("grant_type", "client_credentials"),
-            ("client_id", "demo-admin"),
-            ("client_secret", "demo-admin-secret"),
-        ])
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let reply = json(
+        http.post(format!("{api}/realms/demo/protocol/openid-connect/token"))
+            .form(&[
+                ("grant_type", "client_credentials"),
+                ("client_id", "demo-admin"),
+                ("client_secret", "demo-admin-secret"),
+            ]),
+    )
+    .await;
     reply["access_token"].as_str().unwrap().to_string()
 }
 
@@ -153,26 +154,18 @@ fn parquet() -> Vec<u8> {
 
 /// Creates a load, uploads one file by the descriptor's form, commits it.
 async fn commit_a_load(http: &reqwest::Client, api: &str, token: &str) -> String {
-    let load: Value = http
-        .post(format!("{api}/v2/load"))
-        .bearer_auth(token)
-        .json(&json!({"load_type": "APPEND_ONLY", "table_name": "trips"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let load: Value = json(
+        http.post(format!("{api}/v2/load"))
+            .bearer_auth(token)
+            .json(&json!({"load_type": "APPEND_ONLY", "table_name": "trips"})),
+    )
+    .await;
     let id = load["loadId"].as_str().unwrap().to_string();
-    let descriptor: Value = http
-        .post(format!("{api}/v2/load/{id}/file"))
-        .bearer_auth(token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let descriptor: Value = json(
+        http.post(format!("{api}/v2/load/{id}/file"))
+            .bearer_auth(token),
+    )
+    .await;
     let mut form = reqwest::multipart::Form::new();
     for (name, value) in descriptor["presigned_url"]["fields"].as_object().unwrap() {
         form = form.text(name.clone(), value.as_str().unwrap().to_string());
@@ -197,14 +190,7 @@ async fn commit_a_load(http: &reqwest::Client, api: &str, token: &str) -> String
 }
 
 async fn load_status(http: &reqwest::Client, api: &str, token: &str, id: &str) -> Value {
-    http.get(format!("{api}/v2/load/{id}"))
-        .bearer_auth(token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    json(http.get(format!("{api}/v2/load/{id}")).bearer_auth(token)).await
 }
 
 /// `SELECT count(*), count(DISTINCT svc$load_id) FROM trips`, or `None` while
@@ -225,30 +211,18 @@ async fn counts(http: &reqwest::Client, api: &str, token: &str) -> Option<(Strin
         .unwrap()
         .to_string();
     loop {
-        let status: Value = http
-            .get(format!("{api}/v2/query/{id}"))
-            .bearer_auth(token)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let status: Value = json(http.get(format!("{api}/v2/query/{id}")).bearer_auth(token)).await;
         match status["status"]["state"].as_str().unwrap() {
             "SUCCEEDED" => break,
             "QUEUED" | "RUNNING" => tokio::time::sleep(Duration::from_millis(20)).await,
             other => panic!("query ended {other}: {status}"),
         }
     }
-    let page: Value = http
-        .get(format!("{api}/v2/query/{id}/result"))
-        .bearer_auth(token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let page: Value = json(
+        http.get(format!("{api}/v2/query/{id}/result"))
+            .bearer_auth(token),
+    )
+    .await;
     let cell = |i: usize| {
         page["resultSet"]["Rows"][1]["Data"][i]["VarCharValue"]
             .as_str()

@@ -570,50 +570,31 @@ mod tests {
 
     #[test]
     fn validate_parquet_reports_missing_files_and_bad_columns() {
-        let mut load = FixedLoad::new();
-        load.files[0].uploaded = false;
-        let (error_type, items) = engine()
-            .run_step(
+        let validate = |load: FixedLoad| {
+            engine().run_step(
                 &step("validate_parquet", &["staged-files"], ""),
                 &context(),
                 Arc::new(load),
             )
-            .unwrap()
-            .unwrap();
+        };
+        let mut load = FixedLoad::new();
+        load.files[0].uploaded = false;
+        let (error_type, items) = validate(load).unwrap().unwrap();
         assert_eq!(error_type, "NoFilesUploaded");
         assert!(items.iter().all(|i| i.error_type == "MISSING_FILE"));
 
         let mut load = FixedLoad::new();
         load.columns = Ok(vec![column("Trip-Id", "bigint")]);
-        let (error_type, items) = engine()
-            .run_step(
-                &step("validate_parquet", &["staged-files"], ""),
-                &context(),
-                Arc::new(load),
-            )
-            .unwrap()
-            .unwrap();
+        let (error_type, items) = validate(load).unwrap().unwrap();
         assert_eq!(error_type, "ParquetValidation");
         assert_eq!(items[0].error_type, "INVALID_PARQUET");
 
         let mut load = FixedLoad::new();
         load.columns = Err("not a parquet file".into());
-        let (error_type, _) = engine()
-            .run_step(
-                &step("validate_parquet", &["staged-files"], ""),
-                &context(),
-                Arc::new(load),
-            )
-            .unwrap()
-            .unwrap();
+        let (error_type, _) = validate(load).unwrap().unwrap();
         assert_eq!(error_type, "ParquetValidation");
 
-        let passed = engine().run_step(
-            &step("validate_parquet", &["staged-files"], ""),
-            &context(),
-            Arc::new(FixedLoad::new()),
-        );
-        assert_eq!(passed, Ok(None));
+        assert_eq!(validate(FixedLoad::new()), Ok(None));
     }
 
     #[test]

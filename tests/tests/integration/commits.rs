@@ -25,6 +25,19 @@ async fn new_load(app: &TestApp, token: &str, body: Value) -> String {
     app.create_load(token, &request).await
 }
 
+/// A batch of non-null bigint columns.
+fn bigint_batch(columns: &[(&str, &[i64])]) -> RecordBatch {
+    let fields: Vec<Field> = columns
+        .iter()
+        .map(|(name, _)| Field::new(*name, DataType::Int64, false))
+        .collect();
+    let arrays = columns
+        .iter()
+        .map(|(_, values)| Arc::new(Int64Array::from(values.to_vec())) as _)
+        .collect();
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays).unwrap()
+}
+
 /// Commits and waits for the end; returns the final Load resource.
 async fn commit_and_wait(app: &TestApp, token: &str, load_id: &str, check_sum: Value) -> Value {
     let (status, body) = app
@@ -263,15 +276,7 @@ async fn each_failure_has_its_error_type_and_nothing_is_written() {
             .unwrap()
             .contains('5')
     );
-    let without_column = RecordBatch::try_new(
-        Arc::new(Schema::new(vec![Field::new(
-            "trip_id",
-            DataType::Int64,
-            false,
-        )])),
-        vec![Arc::new(Int64Array::from(vec![1, 2]))],
-    )
-    .unwrap();
+    let without_column = bigint_batch(&[("trip_id", &[1, 2])]);
     let failed = commit_batch(
         &app,
         &own,
@@ -521,17 +526,7 @@ async fn an_org_adds_its_own_step_from_a_wasm_file() {
         "{failed}"
     );
 
-    let without_city = RecordBatch::try_new(
-        Arc::new(Schema::new(vec![
-            Field::new("trip_id", DataType::Int64, false),
-            Field::new("service_client_id", DataType::Int64, false),
-        ])),
-        vec![
-            Arc::new(Int64Array::from(vec![1, 2])),
-            Arc::new(Int64Array::from(vec![1, 1])),
-        ],
-    )
-    .unwrap();
+    let without_city = bigint_batch(&[("trip_id", &[1, 2]), ("service_client_id", &[1, 1])]);
     let done = commit_batch(
         &app,
         &admin,

@@ -287,13 +287,16 @@ async fn bad_file_keys_are_refused_with_the_rule() {
             "{body}"
         );
     }
-    let (status, reply) = app
-        .post_raw(ORG_HOST, &format!("{LOAD}/{id}/file"), &token, "{oops")
-        .await;
-    assert_eq!(
-        (status, reply),
-        (StatusCode::BAD_REQUEST, message("JSON not well formed."))
-    );
+    for body in ["{oops", "[1]", "\"part_1\""] {
+        let (status, reply) = app
+            .post_raw(ORG_HOST, &format!("{LOAD}/{id}/file"), &token, body)
+            .await;
+        assert_eq!(
+            (status, reply),
+            (StatusCode::BAD_REQUEST, message("JSON not well formed.")),
+            "{body}"
+        );
+    }
     assert!(app.store.load_files(&id).await.unwrap().is_empty());
 }
 
