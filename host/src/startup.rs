@@ -111,10 +111,7 @@ impl Application {
         let workers = tokio_util::sync::CancellationToken::new();
         queries.start_workers(workers.clone());
         loads.start_sweeper(workers.clone());
-        let engine = Arc::new(
-            PipelineEngine::new()
-                .map_err(|e| anyhow::anyhow!("starting the WebAssembly engine: {e:#}"))?,
-        );
+        let engine = PipelineEngine::shared().map_err(|e| anyhow::anyhow!(e))?;
         {
             // Compile the built-in steps off the request path, once.
             let engine = engine.clone();

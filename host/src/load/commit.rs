@@ -28,7 +28,8 @@ use crate::{
     lake::Lake,
     pipeline::{
         ErrorItem, PipelineEngine, PipelineOutcome, StepContext,
-        manifest::{Manifest, load_manifest_path},
+        PipelineKind,
+        manifest::{Manifest, manifest_path},
     },
     query::{AccessGrant, table_writer::delete_paths},
     store::{
@@ -222,11 +223,12 @@ impl LoadCommitter {
     }
 
     fn manifest(&self, org: &str) -> Result<Manifest, String> {
-        let path = load_manifest_path(&self.config.dir, org);
+        let path = manifest_path(&self.config.dir, org, PipelineKind::Load);
         if path.exists() {
-            Manifest::load(&path).map_err(|e| e.to_string())
+            Manifest::load(PipelineKind::Load, &path).map_err(|e| e.to_string())
         } else {
             Manifest::parse(
+                PipelineKind::Load,
                 BUILTIN_LOAD_MANIFEST,
                 "built-in pipelines/load.toml",
                 Path::new("."),

@@ -19,7 +19,7 @@ use super::{
 use crate::{
     auth::ServiceClientScope,
     lake::Lake,
-    pipeline::{ErrorItem, PipelineEngine, StepContext, StepError, manifest::Manifest},
+    pipeline::{ErrorItem, PipelineEngine, PipelineKind, StepContext, StepError, manifest::Manifest},
     store::{
         Store,
         catalog::standard_databases,
@@ -71,7 +71,7 @@ impl DryRunOutcome {
 }
 
 pub async fn dry_run(request: &DryRunRequest) -> anyhow::Result<DryRunOutcome> {
-    let manifest = Manifest::load(&request.manifest)?;
+    let manifest = Manifest::load(PipelineKind::Load, &request.manifest)?;
     let scratch = tempfile::tempdir().context("a scratch folder")?;
     let store = Store::open_sqlite(&scratch.path().join("lakehost.db")).await?;
     store.ensure_standard_databases(ORG, None).await?;
@@ -141,7 +141,7 @@ pub async fn dry_run(request: &DryRunRequest) -> anyhow::Result<DryRunOutcome> {
     };
     let runner = data.clone();
     let steps = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<StepReport>> {
-        let engine = PipelineEngine::new().map_err(|e| anyhow::anyhow!("{e:#}"))?;
+        let engine = PipelineEngine::shared().map_err(|e| anyhow::anyhow!(e))?;
         let mut reports = Vec::new();
         for step in &manifest.steps {
             let report = match engine.run_step(step, &context, runner.clone()) {

@@ -1,41 +1,46 @@
 //! The components built into the host: `build.rs` compiles `../plugins/` for
 //! wasm32-wasip2 and this module embeds the results. Manifests name them as
-//! `builtin:<name>`.
+//! `builtin:<name>`; each belongs to one pipeline (its WIT world).
+
+use super::PipelineKind;
 
 macro_rules! builtins {
-    ($($name:literal),* $(,)?) => {
-        /// (name, component bytes) of every built-in component.
-        const COMPONENTS: &[(&str, &[u8])] = &[
-            $(($name, include_bytes!(concat!(env!("OUT_DIR"), "/", $name, ".wasm")))),*
+    ($($name:literal: $kind:ident),* $(,)?) => {
+        /// (name, pipeline, component bytes) of every built-in component.
+        const COMPONENTS: &[(&str, PipelineKind, &[u8])] = &[
+            $(($name, PipelineKind::$kind, include_bytes!(concat!(env!("OUT_DIR"), "/", $name, ".wasm")))),*
         ];
     };
 }
 
 builtins![
     // The default load pipeline's steps.
-    "validate_parquet",
-    "enforce_service_clients",
-    "verify_checksums",
-    "match_schema",
-    "insert",
+    "validate_parquet": Load,
+    "enforce_service_clients": Load,
+    "verify_checksums": Load,
+    "match_schema": Load,
+    "insert": Load,
     // An example for orgs' own manifests (and the template for new steps).
-    "reject_columns",
+    "reject_columns": Load,
+    // The daily run's SQL transform.
+    "sql_transform": Daily,
     // Steps that misbehave or dawdle on purpose, for tests and for trying limits.
-    "loop_forever",
-    "grow_memory",
-    "ungranted_import",
-    "pause",
+    "loop_forever": Load,
+    "grow_memory": Load,
+    "ungranted_import": Load,
+    "pause": Load,
+    "daily_pause": Daily,
 ];
 
-/// The names manifests may use after `builtin:`.
-pub fn names() -> impl Iterator<Item = &'static str> {
-    COMPONENTS.iter().map(|(name, _)| *name)
+/// The names manifests may use after `builtin:`, with their pipeline.
+pub fn names() -> impl Iterator<Item = (&'static str, PipelineKind)> {
+    COMPONENTS.iter().map(|(name, kind, _)| (*name, *kind))
 }
 
-/// The bytes of a built-in component.
-pub fn component(name: &str) -> Option<&'static [u8]> {
+/// The pipeline and the bytes of a built-in component.
+pub fn component(name: &str) -> Option<(PipelineKind, &'static [u8])> {
     COMPONENTS
         .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, bytes)| *bytes)
+        .find(|(n, _, _)| *n == name)
+        .map(|(_, kind, bytes)| (*kind, *bytes))
 }

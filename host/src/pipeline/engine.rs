@@ -1,9 +1,12 @@
-//! The wasmtime side of the pipeline: the one place that runs `bindgen!` for
-//! the `step` world of `wit/`, and the knobs that keep a step in its box.
+//! The wasmtime side of the pipelines: the one place that runs `bindgen!`
+//! (for the `step` world of loads and the `daily-step` world of daily runs,
+//! which shares its `types` and `log` interfaces), and the knobs that keep a
+//! step in its box.
 //!
-//! - **Compiled once.** A component is compiled the first time a manifest
-//!   names it (built-ins at startup) and kept as an `InstancePre`, so a run
-//!   only instantiates. A `.wasm` file is compiled again when its size or
+//! - **Compiled once per process.** One engine serves every server of the
+//!   process. A component is compiled the first time a manifest names it
+//!   (built-ins at startup) and kept as an `InstancePre`, so a run only
+//!   instantiates. A `.wasm` file is compiled again when its size or
 //!   modification time changes, so an operator can swap it without a restart.
 //! - **A fresh `Store` per step run**: no state leaks from one load (or step)
 //!   to the next.
@@ -20,21 +23,19 @@
 use std::{
     collections::{BTreeSet, HashMap},
     path::PathBuf,
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicBool, Ordering},
-    },
+    sync::{Arc, Mutex, OnceLock},
     time::Duration,
 };
 
 use wasmtime::{
     Config, Engine, ResourceLimiter, Store, Trap,
-    component::{Component, HasSelf, Linker, ResourceTable},
+    component::{Component, HasSelf, InstancePre, Linker, ResourceTable},
 };
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::{
-    ColumnInfo, ErrorItem, LoadData, PipelineOutcome, StepContext, StepError, builtin,
+    ColumnInfo, DailyData, ErrorItem, LoadData, PipelineKind, PipelineOutcome, RunContext,
+    StepContext, StepError, builtin,
     manifest::{Capability, ComponentSource, Manifest, Step},
 };
 
@@ -42,26 +43,43 @@ mod bindings {
     wasmtime::component::bindgen!({ path: "../wit", world: "step" });
 }
 
+mod daily_bindings {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "daily-step",
+        with: {
+            "lakehost:pipeline/types": super::bindings::lakehost::pipeline::types,
+            "lakehost:pipeline/log": super::bindings::lakehost::pipeline::log,
+        },
+    });
+}
+
 use bindings::lakehost::pipeline::{
     lake_append, lake_schema, log, staged_files, staged_sql,
     types::{self, CapabilityError},
 };
+use daily_bindings::lakehost::pipeline::lake_sql;
 
 /// How often the epoch advances: the granularity of time limits.
 const TICK: Duration = Duration::from_millis(10);
 
-/// What one step run's store holds.
-struct StepState {
+/// What one step run's store holds; `D` is the data side of its pipeline
+/// (`dyn LoadData` or `dyn DailyData`).
+struct StepState<D: ?Sized> {
     wasi: WasiCtx,
     table: ResourceTable,
     limits: StepLimits,
     grants: BTreeSet<Capability>,
-    data: Arc<dyn LoadData>,
+    data: Arc<D>,
     step: String,
-    load_id: String,
+    /// The load id or the daily-run execution name, for log lines.
+    job: String,
 }
 
-impl WasiView for StepState {
+type LoadState = StepState<dyn LoadData>;
+type DailyState = StepState<dyn DailyData>;
+
+impl<D: ?Sized + Send + Sync> WasiView for StepState<D> {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView {
             ctx: &mut self.wasi,
@@ -112,7 +130,7 @@ impl ResourceLimiter for StepLimits {
     }
 }
 
-impl StepState {
+impl<D: ?Sized> StepState<D> {
     fn grant(&self, capability: Capability) -> Result<(), CapabilityError> {
         if self.grants.contains(&capability) {
             Ok(())
@@ -134,9 +152,9 @@ fn wit_column(column: ColumnInfo) -> types::Column {
     }
 }
 
-impl types::Host for StepState {}
+impl<D: ?Sized + Send> types::Host for StepState<D> {}
 
-impl staged_files::Host for StepState {
+impl staged_files::Host for LoadState {
     fn list_files(&mut self) -> Result<Vec<types::StagedFile>, CapabilityError> {
         self.grant(Capability::StagedFiles)?;
         let files = self.data.list_files().map_err(CapabilityError::Failed)?;
@@ -160,7 +178,7 @@ impl staged_files::Host for StepState {
     }
 }
 
-impl staged_sql::Host for StepState {
+impl staged_sql::Host for LoadState {
     fn query(
         &mut self,
         sql: String,
@@ -173,7 +191,7 @@ impl staged_sql::Host for StepState {
     }
 }
 
-impl lake_schema::Host for StepState {
+impl lake_schema::Host for LoadState {
     fn table_columns(&mut self) -> Result<Option<Vec<types::Column>>, CapabilityError> {
         self.grant(Capability::LakeSchema)?;
         let columns = self.data.table_columns().map_err(CapabilityError::Failed)?;
@@ -181,24 +199,44 @@ impl lake_schema::Host for StepState {
     }
 }
 
-impl lake_append::Host for StepState {
+impl lake_append::Host for LoadState {
     fn append_staged(&mut self) -> Result<u64, CapabilityError> {
         self.grant(Capability::LakeAppend)?;
         self.data.append_staged().map_err(CapabilityError::Failed)
     }
 }
 
-impl log::Host for StepState {
+impl lake_sql::Host for DailyState {
+    fn query(
+        &mut self,
+        sql: String,
+        max_rows: u32,
+    ) -> Result<Vec<Vec<Option<String>>>, CapabilityError> {
+        self.grant(Capability::LakeSql)?;
+        self.data
+            .query(&sql, max_rows)
+            .map_err(CapabilityError::Failed)
+    }
+
+    fn refresh_table(&mut self, table: String, sql: String) -> Result<u64, CapabilityError> {
+        self.grant(Capability::LakeSql)?;
+        self.data
+            .refresh_table(&table, &sql)
+            .map_err(CapabilityError::Failed)
+    }
+}
+
+impl<D: ?Sized + Send> log::Host for StepState<D> {
     fn write(&mut self, level: log::Level, message: String) {
         if !self.grants.contains(&Capability::Log) {
             return;
         }
-        let (step, load) = (&self.step, &self.load_id);
+        let (step, job) = (&self.step, &self.job);
         match level {
-            log::Level::Debug => tracing::debug!(%step, %load, "{message}"),
-            log::Level::Info => tracing::info!(%step, %load, "{message}"),
-            log::Level::Warn => tracing::warn!(%step, %load, "{message}"),
-            log::Level::Error => tracing::error!(%step, %load, "{message}"),
+            log::Level::Debug => tracing::debug!(%step, %job, "{message}"),
+            log::Level::Info => tracing::info!(%step, %job, "{message}"),
+            log::Level::Warn => tracing::warn!(%step, %job, "{message}"),
+            log::Level::Error => tracing::error!(%step, %job, "{message}"),
         }
     }
 }
@@ -211,12 +249,42 @@ enum ComponentKey {
     File(PathBuf, u64, Option<std::time::SystemTime>),
 }
 
-/// Compiles and runs steps. One per server; cheap to share.
+/// Compiled components of one world. Each key gets a cell that is filled
+/// once: two servers asking for the same component at once compile it once.
+struct ComponentCache<P> {
+    cells: Mutex<HashMap<ComponentKey, Arc<OnceLock<Result<P, String>>>>>,
+}
+
+impl<P: Clone> ComponentCache<P> {
+    fn new() -> Self {
+        Self {
+            cells: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn get_or_compile(
+        &self,
+        key: ComponentKey,
+        compile: impl FnOnce() -> Result<P, String>,
+    ) -> Result<P, String> {
+        let cell = self
+            .cells
+            .lock()
+            .expect("component cache lock")
+            .entry(key)
+            .or_default()
+            .clone();
+        cell.get_or_init(compile).clone()
+    }
+}
+
+/// Compiles and runs steps. One per process ([`PipelineEngine::shared`]).
 pub struct PipelineEngine {
     engine: Engine,
-    linker: Linker<StepState>,
-    compiled: Mutex<HashMap<ComponentKey, bindings::StepPre<StepState>>>,
-    ticking: Arc<AtomicBool>,
+    load_linker: Linker<LoadState>,
+    daily_linker: Linker<DailyState>,
+    load_steps: ComponentCache<bindings::StepPre<LoadState>>,
+    daily_steps: ComponentCache<daily_bindings::DailyStepPre<DailyState>>,
 }
 
 impl std::fmt::Debug for PipelineEngine {
@@ -225,30 +293,43 @@ impl std::fmt::Debug for PipelineEngine {
     }
 }
 
-impl Drop for PipelineEngine {
-    fn drop(&mut self) {
-        self.ticking.store(false, Ordering::Relaxed);
-    }
-}
+/// A step's verdict: `None` to go on, or the ErrorType and items of a failure.
+pub type StepVerdict = Option<(String, Vec<ErrorItem>)>;
 
 impl PipelineEngine {
-    pub fn new() -> wasmtime::Result<Self> {
+    /// The process's engine, created on first use (with its epoch thread).
+    pub fn shared() -> Result<Arc<Self>, String> {
+        static SHARED: OnceLock<Result<Arc<PipelineEngine>, String>> = OnceLock::new();
+        SHARED
+            .get_or_init(|| {
+                Self::new()
+                    .map(Arc::new)
+                    .map_err(|e| format!("starting the WebAssembly engine: {e:#}"))
+            })
+            .clone()
+    }
+
+    fn new() -> wasmtime::Result<Self> {
         let mut config = Config::new();
         config.wasm_component_model(true);
         // Time limits: the guest checks the epoch at loop heads and calls.
         config.epoch_interruption(true);
         let engine = Engine::new(&config)?;
-        let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
-        bindings::Step::add_to_linker::<StepState, HasSelf<StepState>>(&mut linker, |state| state)?;
-        let ticking = Arc::new(AtomicBool::new(true));
+        let mut load_linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut load_linker)?;
+        bindings::Step::add_to_linker::<LoadState, HasSelf<LoadState>>(&mut load_linker, |s| s)?;
+        let mut daily_linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut daily_linker)?;
+        daily_bindings::DailyStep::add_to_linker::<DailyState, HasSelf<DailyState>>(
+            &mut daily_linker,
+            |s| s,
+        )?;
         {
             let engine = engine.clone();
-            let ticking = ticking.clone();
             std::thread::Builder::new()
                 .name("pipeline-epoch".into())
                 .spawn(move || {
-                    while ticking.load(Ordering::Relaxed) {
+                    loop {
                         std::thread::sleep(TICK);
                         engine.increment_epoch();
                     }
@@ -257,21 +338,35 @@ impl PipelineEngine {
         }
         Ok(Self {
             engine,
-            linker,
-            compiled: Mutex::new(HashMap::new()),
-            ticking,
+            load_linker,
+            daily_linker,
+            load_steps: ComponentCache::new(),
+            daily_steps: ComponentCache::new(),
         })
     }
 
-    /// Compiles every built-in component now, so no load waits for it.
+    /// Compiles every built-in component now, so no run waits for it.
     pub fn precompile_builtins(&self) -> Result<(), String> {
-        for name in builtin::names() {
-            self.prepared(&ComponentSource::Builtin(name.to_string()))?;
+        for (name, kind) in builtin::names() {
+            let source = ComponentSource::Builtin(name.to_string());
+            match kind {
+                PipelineKind::Load => self.load_step(&source).map(drop)?,
+                PipelineKind::Daily => self.daily_step(&source).map(drop)?,
+            }
         }
         Ok(())
     }
 
-    fn prepared(&self, source: &ComponentSource) -> Result<bindings::StepPre<StepState>, String> {
+    /// The compiled component of `source` for a `kind` pipeline, through
+    /// `linker`; `finish` checks its exports against the world.
+    fn prepared<T: 'static, P: Clone>(
+        &self,
+        kind: PipelineKind,
+        source: &ComponentSource,
+        cache: &ComponentCache<P>,
+        linker: &Linker<T>,
+        finish: impl FnOnce(InstancePre<T>) -> wasmtime::Result<P>,
+    ) -> Result<P, String> {
         let key = match source {
             ComponentSource::Builtin(name) => ComponentKey::Builtin(name.clone()),
             ComponentSource::File(path) => {
@@ -280,44 +375,56 @@ impl PipelineEngine {
                 ComponentKey::File(path.clone(), meta.len(), meta.modified().ok())
             }
         };
-        if let Some(pre) = self.compiled.lock().expect("cache lock").get(&key) {
-            return Ok(pre.clone());
-        }
-        let component = match source {
-            ComponentSource::Builtin(name) => {
-                let bytes = builtin::component(name)
-                    .ok_or_else(|| format!("no built-in component {name}"))?;
-                Component::new(&self.engine, bytes)
+        cache.get_or_compile(key, || {
+            let component = match source {
+                ComponentSource::Builtin(name) => match builtin::component(name) {
+                    Some((builtin_kind, bytes)) if builtin_kind == kind => {
+                        Component::new(&self.engine, bytes)
+                    }
+                    Some(_) => {
+                        return Err(format!(
+                            "built-in {name} is not one of the {}",
+                            kind.steps_name()
+                        ));
+                    }
+                    None => return Err(format!("no built-in component {name}")),
+                },
+                ComponentSource::File(path) => Component::from_file(&self.engine, path),
             }
-            ComponentSource::File(path) => Component::from_file(&self.engine, path),
-        }
-        .map_err(|e| format!("not a usable component: {e:#}"))?;
-        let instance_pre = self
-            .linker
-            .instantiate_pre(&component)
-            .map_err(|e| format!("imports do not match the step world: {e:#}"))?;
-        let pre = bindings::StepPre::new(instance_pre)
-            .map_err(|e| format!("exports do not match the step world: {e:#}"))?;
-        self.compiled
-            .lock()
-            .expect("cache lock")
-            .insert(key, pre.clone());
-        Ok(pre)
+            .map_err(|e| format!("not a usable component: {e:#}"))?;
+            let instance_pre = linker.instantiate_pre(&component).map_err(|e| {
+                format!("imports do not match the {} world: {e:#}", world(kind))
+            })?;
+            finish(instance_pre)
+                .map_err(|e| format!("exports do not match the {} world: {e:#}", world(kind)))
+        })
     }
 
-    /// Runs one step in a fresh store. Blocks: call it from a blocking thread.
-    pub fn run_step(
+    fn load_step(&self, source: &ComponentSource) -> Result<bindings::StepPre<LoadState>, String> {
+        self.prepared(
+            PipelineKind::Load,
+            source,
+            &self.load_steps,
+            &self.load_linker,
+            bindings::StepPre::new,
+        )
+    }
+
+    fn daily_step(
         &self,
-        step: &Step,
-        context: &StepContext,
-        data: Arc<dyn LoadData>,
-    ) -> Result<Option<(String, Vec<ErrorItem>)>, StepError> {
-        let pre = self
-            .prepared(&step.component)
-            .map_err(|message| StepError::Component {
-                step: step.name.clone(),
-                message,
-            })?;
+        source: &ComponentSource,
+    ) -> Result<daily_bindings::DailyStepPre<DailyState>, String> {
+        self.prepared(
+            PipelineKind::Daily,
+            source,
+            &self.daily_steps,
+            &self.daily_linker,
+            daily_bindings::DailyStepPre::new,
+        )
+    }
+
+    /// A fresh store for one run of `step`, with its limits and grants.
+    fn sandbox<D: ?Sized>(&self, step: &Step, data: Arc<D>, job: &str) -> Store<StepState<D>> {
         let state = StepState {
             wasi: WasiCtxBuilder::new().build(),
             table: ResourceTable::new(),
@@ -328,14 +435,30 @@ impl PipelineEngine {
             grants: step.grants.clone(),
             data,
             step: step.name.clone(),
-            load_id: context.load_id.clone(),
+            job: job.to_string(),
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.limits);
         let ticks = step.time_limit_ms.div_ceil(TICK.as_millis() as u64).max(1);
         store.set_epoch_deadline(ticks);
         store.epoch_deadline_trap();
+        store
+    }
 
+    /// Runs one load step in a fresh store. Blocks: call it from a blocking thread.
+    pub fn run_step(
+        &self,
+        step: &Step,
+        context: &StepContext,
+        data: Arc<dyn LoadData>,
+    ) -> Result<StepVerdict, StepError> {
+        let pre = self
+            .load_step(&step.component)
+            .map_err(|message| StepError::Component {
+                step: step.name.clone(),
+                message,
+            })?;
+        let mut store = self.sandbox(step, data, &context.load_id);
         let context = types::LoadContext {
             load_id: context.load_id.clone(),
             org: context.org.clone(),
@@ -350,43 +473,35 @@ impl PipelineEngine {
         let called = pre
             .instantiate(&mut store)
             .and_then(|instance| instance.call_run(&mut store, &context, &step.config_json));
-        match called {
-            Ok(Ok(types::Outcome::Pass)) => Ok(None),
-            Ok(Ok(types::Outcome::Fail(failure))) => Ok(Some((
-                failure.error_type,
-                failure
-                    .items
-                    .into_iter()
-                    .map(|i| ErrorItem {
-                        error_type: i.error_type,
-                        error_message: i.error_message,
-                        check_result: i.check_result,
-                    })
-                    .collect(),
-            ))),
-            Ok(Err(message)) => Err(StepError::Reported {
+        verdict(step, &store, called)
+    }
+
+    /// Runs one daily-run step in a fresh store. Blocks: call it from a
+    /// blocking thread.
+    pub fn run_daily_step(
+        &self,
+        step: &Step,
+        context: &RunContext,
+        data: Arc<dyn DailyData>,
+    ) -> Result<StepVerdict, StepError> {
+        let pre = self
+            .daily_step(&step.component)
+            .map_err(|message| StepError::Component {
                 step: step.name.clone(),
                 message,
-            }),
-            Err(error) => {
-                if error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
-                    Err(StepError::TimeLimit {
-                        step: step.name.clone(),
-                        limit_ms: step.time_limit_ms,
-                    })
-                } else if store.data().limits.refused {
-                    Err(StepError::MemoryLimit {
-                        step: step.name.clone(),
-                        limit_bytes: step.memory_limit_bytes,
-                    })
-                } else {
-                    Err(StepError::Trapped {
-                        step: step.name.clone(),
-                        message: format!("{error:#}"),
-                    })
-                }
-            }
-        }
+            })?;
+        let mut store = self.sandbox(step, data, &context.execution_name);
+        let context = types::RunContext {
+            execution_name: context.execution_name.clone(),
+            org: context.org.clone(),
+            lake_database: context.lake_database.clone(),
+            insights_database: context.insights_database.clone(),
+            scheduled: context.scheduled,
+        };
+        let called = pre
+            .instantiate(&mut store)
+            .and_then(|instance| instance.call_run(&mut store, &context, &step.config_json));
+        verdict(step, &store, called)
     }
 
     /// Runs the manifest's steps in order until one fails the load.
@@ -406,6 +521,59 @@ impl PipelineEngine {
             }
         }
         Ok(PipelineOutcome::Passed)
+    }
+}
+
+fn world(kind: PipelineKind) -> &'static str {
+    match kind {
+        PipelineKind::Load => "step",
+        PipelineKind::Daily => "daily-step",
+    }
+}
+
+/// What a step's call came to: its verdict, or why it gave none (time limit,
+/// memory limit, trap, an error it reported).
+fn verdict<D: ?Sized>(
+    step: &Step,
+    store: &Store<StepState<D>>,
+    called: wasmtime::Result<Result<types::Outcome, String>>,
+) -> Result<StepVerdict, StepError> {
+    match called {
+        Ok(Ok(types::Outcome::Pass)) => Ok(None),
+        Ok(Ok(types::Outcome::Fail(failure))) => Ok(Some((
+            failure.error_type,
+            failure
+                .items
+                .into_iter()
+                .map(|i| ErrorItem {
+                    error_type: i.error_type,
+                    error_message: i.error_message,
+                    check_result: i.check_result,
+                })
+                .collect(),
+        ))),
+        Ok(Err(message)) => Err(StepError::Reported {
+            step: step.name.clone(),
+            message,
+        }),
+        Err(error) => {
+            if error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
+                Err(StepError::TimeLimit {
+                    step: step.name.clone(),
+                    limit_ms: step.time_limit_ms,
+                })
+            } else if store.data().limits.refused {
+                Err(StepError::MemoryLimit {
+                    step: step.name.clone(),
+                    limit_bytes: step.memory_limit_bytes,
+                })
+            } else {
+                Err(StepError::Trapped {
+                    step: step.name.clone(),
+                    message: format!("{error:#}"),
+                })
+            }
+        }
     }
 }
 
@@ -479,15 +647,19 @@ mod tests {
         let text = format!(
             "version = 1\n[[steps]]\nname = \"s\"\ncomponent = \"builtin:{component}\"\ngrants = [{grants}]\n{extra}"
         );
-        Manifest::parse(&text, "test.toml", std::path::Path::new("."))
+        Manifest::parse(
+            PipelineKind::Load,
+            &text,
+            "test.toml",
+            std::path::Path::new("."),
+        )
             .unwrap()
             .steps
             .remove(0)
     }
 
-    fn engine() -> &'static PipelineEngine {
-        static ENGINE: std::sync::OnceLock<PipelineEngine> = std::sync::OnceLock::new();
-        ENGINE.get_or_init(|| PipelineEngine::new().expect("engine"))
+    fn engine() -> Arc<PipelineEngine> {
+        PipelineEngine::shared().expect("engine")
     }
 
     fn context() -> StepContext {
@@ -623,7 +795,7 @@ mod tests {
     #[test]
     fn the_default_pipeline_passes_a_good_load_and_appends_once() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../pipelines");
-        let manifest = Manifest::load(&dir.join("load.toml")).unwrap();
+        let manifest = Manifest::load(PipelineKind::Load, &dir.join("load.toml")).unwrap();
         let load = Arc::new(FixedLoad::new());
         let outcome = engine()
             .run_pipeline(&manifest, &context(), load.clone())

@@ -16,8 +16,9 @@
 //! ```
 //!
 //! `pipelines/load.toml` is the default; `pipelines/orgs/<org>/load.toml`
-//! replaces it for one org. An unknown key, a missing key or a bad value is an
-//! error naming the file and the key.
+//! replaces it for one org; `daily.toml` likewise for the daily run. An
+//! unknown key, a missing key, a bad value, a capability or a built-in of the
+//! other pipeline is an error naming the file and the key.
 
 use std::{
     collections::BTreeSet,
@@ -25,6 +26,8 @@ use std::{
 };
 
 use serde::Deserialize;
+
+use super::PipelineKind;
 
 /// The manifest format this host reads.
 pub const MANIFEST_VERSION: u32 = 1;
@@ -41,6 +44,7 @@ pub enum Capability {
     StagedSql,
     LakeSchema,
     LakeAppend,
+    LakeSql,
     Log,
 }
 
@@ -51,7 +55,22 @@ impl Capability {
             Capability::StagedSql => "staged-sql",
             Capability::LakeSchema => "lake-schema",
             Capability::LakeAppend => "lake-append",
+            Capability::LakeSql => "lake-sql",
             Capability::Log => "log",
+        }
+    }
+
+    /// The capabilities the steps of a pipeline can import.
+    pub fn of(kind: PipelineKind) -> &'static [Capability] {
+        match kind {
+            PipelineKind::Load => &[
+                Capability::StagedFiles,
+                Capability::StagedSql,
+                Capability::LakeSchema,
+                Capability::LakeAppend,
+                Capability::Log,
+            ],
+            PipelineKind::Daily => &[Capability::LakeSql, Capability::Log],
         }
     }
 }
@@ -78,6 +97,7 @@ pub struct Step {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Manifest {
+    pub kind: PipelineKind,
     /// Where it was read from (for messages).
     pub origin: String,
     pub steps: Vec<Step>,
@@ -112,19 +132,29 @@ struct RawStep {
 }
 
 impl Manifest {
-    /// Reads a manifest file.
-    pub fn load(path: &Path) -> Result<Self, ManifestError> {
+    /// Reads a manifest file of a `kind` pipeline.
+    pub fn load(kind: PipelineKind, path: &Path) -> Result<Self, ManifestError> {
         let origin = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|e| ManifestError {
             file: origin.clone(),
             key: "<file>".into(),
             problem: format!("cannot read: {e}"),
         })?;
-        Self::parse(&text, &origin, path.parent().unwrap_or(Path::new(".")))
+        Self::parse(
+            kind,
+            &text,
+            &origin,
+            path.parent().unwrap_or(Path::new(".")),
+        )
     }
 
     /// Parses manifest text; relative component paths resolve against `base`.
-    pub fn parse(text: &str, origin: &str, base: &Path) -> Result<Self, ManifestError> {
+    pub fn parse(
+        kind: PipelineKind,
+        text: &str,
+        origin: &str,
+        base: &Path,
+    ) -> Result<Self, ManifestError> {
         let error = |key: &str, problem: String| ManifestError {
             file: origin.to_string(),
             key: key.to_string(),
@@ -172,18 +202,26 @@ impl Manifest {
                 ));
             }
             let component = match step.component.strip_prefix("builtin:") {
-                Some(name) if super::builtin::component(name).is_some() => {
-                    ComponentSource::Builtin(name.to_string())
-                }
-                Some(name) => {
-                    return Err(error(
-                        &at("component"),
-                        format!(
-                            "no built-in component `{name}`; built in are {}",
-                            super::builtin::names().collect::<Vec<_>>().join(", ")
-                        ),
-                    ));
-                }
+                Some(name) => match super::builtin::component(name) {
+                    Some((builtin_kind, _)) if builtin_kind == kind => {
+                        ComponentSource::Builtin(name.to_string())
+                    }
+                    found => {
+                        let ours: Vec<&str> = super::builtin::names()
+                            .filter(|(_, k)| *k == kind)
+                            .map(|(n, _)| n)
+                            .collect();
+                        let problem = if found.is_some() {
+                            format!("`{name}` is not one of the built-in {}", kind.steps_name())
+                        } else {
+                            format!("no built-in component `{name}`")
+                        };
+                        return Err(error(
+                            &at("component"),
+                            format!("{problem}; built in are {}", ours.join(", ")),
+                        ));
+                    }
+                },
                 None if step.component.ends_with(".wasm") => {
                     ComponentSource::File(base.join(&step.component))
                 }
@@ -207,6 +245,24 @@ impl Manifest {
                     "must be at least 1048576 (1 MiB)".into(),
                 ));
             }
+            let allowed = Capability::of(kind);
+            if let Some((j, refused)) = step
+                .grants
+                .iter()
+                .enumerate()
+                .find(|(_, g)| !allowed.contains(g))
+            {
+                let names: Vec<&str> = allowed.iter().map(|c| c.name()).collect();
+                return Err(error(
+                    &at(&format!("grants[{j}]")),
+                    format!(
+                        "`{}` is not a capability of {}; they may be granted {}",
+                        refused.name(),
+                        kind.steps_name(),
+                        names.join(", ")
+                    ),
+                ));
+            }
             let config_json = serde_json::to_string(&step.config.unwrap_or_default())
                 .map_err(|e| error(&at("config"), e.to_string()))?;
             steps.push(Step {
@@ -219,21 +275,22 @@ impl Manifest {
             });
         }
         Ok(Self {
+            kind,
             origin: origin.to_string(),
             steps,
         })
     }
 }
 
-/// The load manifest of `org`: `<dir>/orgs/<org>/load.toml` when it exists,
-/// else `<dir>/load.toml`. Read at each commit, so an operator's change takes
-/// effect without a restart or a rebuild.
-pub fn load_manifest_path(dir: &Path, org: &str) -> PathBuf {
-    let own = dir.join("orgs").join(org).join("load.toml");
+/// The `kind` manifest of `org`: `<dir>/orgs/<org>/<load|daily>.toml` when it
+/// exists, else `<dir>/<load|daily>.toml`. Read at each use, so an operator's
+/// change takes effect without a restart or a rebuild.
+pub fn manifest_path(dir: &Path, org: &str, kind: PipelineKind) -> PathBuf {
+    let own = dir.join("orgs").join(org).join(kind.file_name());
     if own.exists() {
         own
     } else {
-        dir.join("load.toml")
+        dir.join(kind.file_name())
     }
 }
 
@@ -242,13 +299,18 @@ mod tests {
     use super::*;
 
     fn parse(text: &str) -> Result<Manifest, ManifestError> {
-        Manifest::parse(text, "test.toml", Path::new("/manifests"))
+        Manifest::parse(
+            PipelineKind::Load,
+            text,
+            "test.toml",
+            Path::new("/manifests"),
+        )
     }
 
     #[test]
     fn the_shipped_manifests_parse() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../pipelines");
-        let manifest = Manifest::load(&dir.join("load.toml")).unwrap();
+        let manifest = Manifest::load(PipelineKind::Load, &dir.join("load.toml")).unwrap();
         let names: Vec<&str> = manifest.steps.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(
             names,
@@ -268,6 +330,64 @@ mod tests {
                 .all(|s| !s.grants.contains(&Capability::LakeAppend)),
             "only the insert step may append"
         );
+        let daily = Manifest::load(PipelineKind::Daily, &dir.join("daily.toml")).unwrap();
+        assert!(
+            daily
+                .steps
+                .iter()
+                .any(|s| s.component == ComponentSource::Builtin("sql_transform".into())),
+            "the default daily run refreshes insights with SQL"
+        );
+    }
+
+    #[test]
+    fn each_pipeline_takes_only_its_own_capabilities_and_builtins() {
+        let daily_step_in_load = parse(
+            "version = 1\n[[steps]]\nname = \"a\"\ncomponent = \"builtin:sql_transform\"\n",
+        )
+        .unwrap_err();
+        assert_eq!(daily_step_in_load.key, "steps[0].component");
+        assert!(
+            daily_step_in_load
+                .problem
+                .contains("not one of the built-in load steps"),
+            "{daily_step_in_load}"
+        );
+        let lake_sql_in_load = parse(
+            "version = 1\n[[steps]]\nname = \"a\"\ncomponent = \"builtin:insert\"\ngrants = [\"log\", \"lake-sql\"]\n",
+        )
+        .unwrap_err();
+        assert_eq!(lake_sql_in_load.key, "steps[0].grants[1]");
+        assert!(
+            lake_sql_in_load
+                .problem
+                .contains("`lake-sql` is not a capability of load steps"),
+            "{lake_sql_in_load}"
+        );
+        let daily = |text: &str| {
+            Manifest::parse(PipelineKind::Daily, text, "daily.toml", Path::new("/m"))
+        };
+        let append_in_daily = daily(
+            "version = 1\n[[steps]]\nname = \"a\"\ncomponent = \"builtin:sql_transform\"\ngrants = [\"lake-append\"]\n",
+        )
+        .unwrap_err();
+        assert!(
+            append_in_daily.problem.contains("daily-run steps"),
+            "{append_in_daily}"
+        );
+        let load_step_in_daily = daily(
+            "version = 1\n[[steps]]\nname = \"a\"\ncomponent = \"builtin:insert\"\n",
+        )
+        .unwrap_err();
+        assert!(
+            load_step_in_daily.problem.contains("sql_transform"),
+            "the message lists the daily built-ins: {load_step_in_daily}"
+        );
+        let good = daily(
+            "version = 1\n[[steps]]\nname = \"a\"\ncomponent = \"builtin:sql_transform\"\ngrants = [\"lake-sql\", \"log\"]\n",
+        )
+        .unwrap();
+        assert_eq!(good.kind, PipelineKind::Daily);
     }
 
     #[test]

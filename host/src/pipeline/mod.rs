@@ -1,16 +1,46 @@
-//! The load pipeline (DESIGN.md "Load pipeline as WebAssembly components"):
-//! manifests name steps in order; each step is a WASI component run by
-//! `engine.rs` in a fresh sandbox with a time limit, a memory limit and only
-//! the capabilities its manifest entry grants. Knows no HTTP.
+//! The pipelines (DESIGN.md "Load pipeline as WebAssembly components"): the
+//! load pipeline of a commit and the daily run's pipeline. Manifests name
+//! steps in order; each step is a WASI component run by `engine.rs` in a fresh
+//! sandbox with a time limit, a memory limit and only the capabilities its
+//! manifest entry grants. Knows no HTTP.
 //!
 //! Steps carry the policy and the host does the data work: what a capability
-//! answers comes from a [`LoadData`] of the load being committed.
+//! answers comes from a [`LoadData`] of the load being committed, or from a
+//! [`DailyData`] of the daily run.
 
 pub mod builtin;
 mod engine;
 pub mod manifest;
 
 pub use engine::PipelineEngine;
+
+/// Which pipeline a manifest or a component belongs to: each is its own WIT
+/// world with its own capabilities.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PipelineKind {
+    /// A load commit's steps (world `step`, `load.toml`).
+    Load,
+    /// A daily run's steps (world `daily-step`, `daily.toml`).
+    Daily,
+}
+
+impl PipelineKind {
+    /// The manifest's file name, in `pipeline.dir` and in `orgs/<org>/`.
+    pub fn file_name(self) -> &'static str {
+        match self {
+            PipelineKind::Load => "load.toml",
+            PipelineKind::Daily => "daily.toml",
+        }
+    }
+
+    /// What its steps are called in messages.
+    pub fn steps_name(self) -> &'static str {
+        match self {
+            PipelineKind::Load => "load steps",
+            PipelineKind::Daily => "daily-run steps",
+        }
+    }
+}
 
 /// A column as steps see it: name, SQL type name, nullability.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +69,25 @@ pub trait LoadData: Send + Sync {
     fn table_columns(&self) -> Result<Option<Vec<ColumnInfo>>, String>;
     /// Stages the rows for the lake table; returns the row count.
     fn append_staged(&self) -> Result<u64, String>;
+}
+
+/// The data work behind the daily run's `lake-sql` capability, for one
+/// execution. Called from the step's thread, so implementations may block.
+pub trait DailyData: Send + Sync {
+    /// One read-only SELECT over the org's databases, at most `max_rows`.
+    fn query(&self, sql: &str, max_rows: u32) -> Result<Vec<Vec<Option<String>>>, String>;
+    /// Replaces an insights table with the rows of `sql`; returns the row count.
+    fn refresh_table(&self, table: &str, sql: &str) -> Result<u64, String>;
+}
+
+/// What a daily-run step knows about its run (the WIT `run-context`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RunContext {
+    pub execution_name: String,
+    pub org: String,
+    pub lake_database: String,
+    pub insights_database: String,
+    pub scheduled: bool,
 }
 
 /// What a step knows about its load (the WIT `load-context`).
