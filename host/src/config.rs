@@ -55,6 +55,8 @@ pub struct Config {
     pub uploads: UploadsConfig,
     #[serde(default)]
     pub pipeline: PipelineConfig,
+    #[serde(default)]
+    pub dailyrun: DailyRunConfig,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -227,6 +229,36 @@ impl Default for PipelineConfig {
             commit_workers: 2,
             lease_s: 30,
             max_attempts: 3,
+        }
+    }
+}
+
+/// The daily run: how long a run may take and how the scheduler works. Its
+/// steps come from `daily.toml` in `pipeline.dir`; each org's schedule is its
+/// `daily_run_schedule`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DailyRunConfig {
+    /// A run still going after this long ends TIMED_OUT.
+    pub max_duration_s: u64,
+    /// How often the scheduler looks for due runs, overdue runs and runs
+    /// whose server stopped.
+    pub tick_ms: u64,
+    /// How long a server's hold on a run lasts without renewal; a run whose
+    /// server stopped ends ABORTED after it.
+    pub lease_s: u64,
+    /// A scheduled time missed (the server was down) still starts a run when
+    /// the server is back within this long.
+    pub catch_up_s: u64,
+}
+
+impl Default for DailyRunConfig {
+    fn default() -> Self {
+        Self {
+            max_duration_s: 4 * 3600,
+            tick_ms: 5000,
+            lease_s: 30,
+            catch_up_s: 3600,
         }
     }
 }
@@ -410,6 +442,7 @@ impl Default for Config {
             query: QueryConfig::default(),
             uploads: UploadsConfig::default(),
             pipeline: PipelineConfig::default(),
+            dailyrun: DailyRunConfig::default(),
         }
     }
 }
@@ -418,7 +451,7 @@ impl Default for Config {
 pub const CONFIG_FILE_ENV: &str = "LAKEHOST_CONFIG";
 const ENV_PREFIX: &str = "LAKEHOST_";
 const SECTIONS: &[&str] = &[
-    "server", "storage", "auth", "idp", "query", "uploads", "pipeline",
+    "server", "storage", "auth", "idp", "query", "uploads", "pipeline", "dailyrun",
 ];
 
 impl Config {
@@ -590,6 +623,21 @@ impl Config {
             return Err(ConfigError::new(
                 "pipeline.lease_s",
                 "must be at least 3 (leases are renewed every third of it)",
+            ));
+        }
+        let d = &self.dailyrun;
+        for (key, value) in [
+            ("dailyrun.max_duration_s", d.max_duration_s),
+            ("dailyrun.tick_ms", d.tick_ms),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::new(key, "must be at least 1"));
+            }
+        }
+        if d.lease_s < 3 {
+            return Err(ConfigError::new(
+                "dailyrun.lease_s",
+                "must be at least 3 (holds are renewed every third of it)",
             ));
         }
         if !s.dailyrun_prefix.starts_with('/')

@@ -24,6 +24,7 @@ use crate::{
     idp::Idp,
     lake::Lake,
     load::{LoadService, commit::LoadCommitter},
+    dailyrun::DailyRunService,
     pipeline::PipelineEngine,
     query::QueryService,
     store::Store,
@@ -125,10 +126,14 @@ impl Application {
             store.clone(),
             lake.clone(),
             clock.clone(),
-            engine,
+            engine.clone(),
             config.pipeline.clone(),
         );
         commits.start(workers.clone());
+        let daily_runs =
+            DailyRunService::new(store.clone(), lake.clone(), clock.clone(), engine, &config);
+        // Its first tick ends runs that a stopped server left RUNNING.
+        daily_runs.start_scheduler(workers.clone());
         let upload_router = crate::s3::router(loads.clone(), lake.object_store());
         let config = Arc::new(config);
         let idp = if config.idp.enabled {
@@ -161,6 +166,7 @@ impl Application {
             queries,
             loads: loads.clone(),
             commits,
+            daily_runs,
         };
         let router = api::app(state, idp.clone());
         Ok(Self {

@@ -45,6 +45,7 @@ pub struct AppState {
     pub queries: Arc<QueryService>,
     pub loads: Arc<LoadService>,
     pub commits: Arc<LoadCommitter>,
+    pub daily_runs: Arc<crate::dailyrun::DailyRunService>,
 }
 
 /// The Org API's routes (paths under `/v2`).

@@ -16,11 +16,7 @@
 use std::sync::{Arc, Mutex};
 
 use datafusion::{
-    arrow::{
-        array::RecordBatch,
-        datatypes::Schema,
-        util::display::{ArrayFormatter, FormatOptions},
-    },
+    arrow::datatypes::Schema,
     common::tree_node::{TreeNode, TreeNodeRecursion},
     datasource::{
         file_format::{FileFormat as _, parquet::ParquetFormat},
@@ -169,31 +165,10 @@ impl StagedLoad {
             .limit(0, Some(max_rows as usize))
             .map_err(|e| e.to_string())?;
         let batches = frame.collect().await.map_err(|e| e.to_string())?;
-        batches_as_text(&batches)
+        crate::pipeline::rows_as_text(&batches)
     }
 }
 
-fn batches_as_text(batches: &[RecordBatch]) -> Result<Vec<Vec<Option<String>>>, String> {
-    let options = FormatOptions::default();
-    let mut rows = Vec::new();
-    for batch in batches {
-        let formatters = batch
-            .columns()
-            .iter()
-            .map(|c| ArrayFormatter::try_new(c.as_ref(), &options).map(|f| (c, f)))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| e.to_string())?;
-        for row in 0..batch.num_rows() {
-            rows.push(
-                formatters
-                    .iter()
-                    .map(|(column, f)| (!column.is_null(row)).then(|| f.value(row).to_string()))
-                    .collect(),
-            );
-        }
-    }
-    Ok(rows)
-}
 
 fn has_aggregate(plan: &LogicalPlan) -> bool {
     let mut found = false;

@@ -8,6 +8,11 @@
 //! answers comes from a [`LoadData`] of the load being committed, or from a
 //! [`DailyData`] of the daily run.
 
+use datafusion::arrow::{
+    array::{Array as _, RecordBatch},
+    util::display::{ArrayFormatter, FormatOptions},
+};
+
 pub mod builtin;
 mod engine;
 pub mod manifest;
@@ -153,4 +158,27 @@ impl StepError {
             check_result: None,
         }
     }
+}
+
+/// Rows as the WIT's SQL answers carry them: every value as text, NULL as none.
+pub(crate) fn rows_as_text(batches: &[RecordBatch]) -> Result<Vec<Vec<Option<String>>>, String> {
+    let options = FormatOptions::default();
+    let mut rows = Vec::new();
+    for batch in batches {
+        let formatters = batch
+            .columns()
+            .iter()
+            .map(|c| ArrayFormatter::try_new(c.as_ref(), &options).map(|f| (c, f)))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.to_string())?;
+        for row in 0..batch.num_rows() {
+            rows.push(
+                formatters
+                    .iter()
+                    .map(|(column, f)| (!column.is_null(row)).then(|| f.value(row).to_string()))
+                    .collect(),
+            );
+        }
+    }
+    Ok(rows)
 }

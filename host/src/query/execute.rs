@@ -113,7 +113,7 @@ fn check_column_names(schema: &Schema) -> Result<(), QueryError> {
 
 /// The spec's rule for table names: lowercase letters, digits and underscores,
 /// not starting or ending with an underscore.
-fn check_table_name(name: &str) -> Result<(), QueryError> {
+pub(crate) fn check_table_name(name: &str) -> Result<(), QueryError> {
     let allowed = !name.is_empty()
         && !name.starts_with('_')
         && !name.ends_with('_')
@@ -132,7 +132,7 @@ fn check_table_name(name: &str) -> Result<(), QueryError> {
 
 /// Splits a new table's columns into the columns stored in files and the
 /// `service_client_id` partition every lake row needs.
-fn new_table_layout(schema: &Schema) -> Result<SchemaRef, QueryError> {
+pub(crate) fn new_table_layout(schema: &Schema) -> Result<SchemaRef, QueryError> {
     check_column_names(schema)?;
     let service_client = schema.field_with_name(SERVICE_CLIENT_COLUMN).map_err(|_| {
         QueryError::Invalid(
@@ -557,7 +557,7 @@ fn write_error(error: TableWriteError) -> QueryError {
     }
 }
 
-async fn write_rows(
+pub(crate) async fn write_rows(
     context: &SessionContext,
     plan: Arc<dyn ExecutionPlan>,
     mut writer: TableWriter,

@@ -1,0 +1,347 @@
+//! Starting and running daily-run executions.
+//!
+//! - **Start.** A manual start (POST /dailyRun/start_execution, whatever the
+//!   flag) and a scheduled one (the org's `daily_run_schedule` when its flag
+//!   is true) both insert a RUNNING execution; the store refuses a second
+//!   RUNNING one per org and a second one per schedule slot, so with any
+//!   number of replicas and requests one wins. The replica that inserted it
+//!   runs it and holds it with a lease it renews.
+//! - **Run.** The steps of the org's `daily.toml` (or the default one) in
+//!   order, each in its own sandbox on a blocking thread. A step that fails,
+//!   traps or runs past its limits ends the run FAILED with the reason in
+//!   `error`/`cause`; every step passing ends it SUCCEEDED.
+//! - **Tick.** Every `dailyrun.tick_ms` (and once at startup) the scheduler
+//!   ends RUNNING executions past `dailyrun.max_duration_s` TIMED_OUT and
+//!   those whose server stopped renewing its hold (`dailyrun.lease_s`)
+//!   ABORTED, then starts the scheduled runs that are due. A run that was
+//!   RUNNING when its server died is therefore ended ABORTED (not resumed:
+//!   its refreshes are not idempotent with respect to the data read) once
+//!   its hold lapses, at the next start of any replica or tick.
+
+use std::{path::PathBuf, sync::Arc, time::Duration};
+
+use croner::Cron;
+use tokio_util::sync::CancellationToken;
+
+use super::{schedule::due_slot, transform::LakeTransform};
+use crate::{
+    clock::SharedClock,
+    config::{Config, DailyRunConfig},
+    lake::Lake,
+    pipeline::{
+        PipelineEngine, PipelineKind, RunContext,
+        manifest::{Manifest, manifest_path},
+    },
+    store::{
+        self, Store,
+        catalog::standard_databases,
+        dailyrun::{DailyRun, NewDailyRun, RunEnd, RunStatus, StartOutcome},
+    },
+};
+
+/// The default daily-run manifest, for a server started away from `pipelines/`.
+const BUILTIN_DAILY_MANIFEST: &str = include_str!("../../../pipelines/daily.toml");
+
+/// What a manual start came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartResult {
+    Started(DailyRun),
+    /// The org's RUNNING execution, which refused the start.
+    AlreadyRunning(DailyRun),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Store(#[from] store::Error),
+    #[error("an execution named like the new one exists already")]
+    NameTaken,
+}
+
+/// Starts, runs and watches the daily runs of this server's orgs.
+pub struct DailyRunService {
+    store: Store,
+    lake: Lake,
+    clock: SharedClock,
+    engine: Arc<PipelineEngine>,
+    config: DailyRunConfig,
+    pipeline_dir: PathBuf,
+    schedules: Vec<(String, Cron)>,
+    memory_limit: usize,
+    /// Who holds the runs this server started.
+    owner: String,
+}
+
+impl std::fmt::Debug for DailyRunService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DailyRunService")
+            .field("owner", &self.owner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DailyRunService {
+    /// `config` must have been validated (its schedules parse).
+    pub fn new(
+        store: Store,
+        lake: Lake,
+        clock: SharedClock,
+        engine: Arc<PipelineEngine>,
+        config: &Config,
+    ) -> Arc<Self> {
+        let schedules = config
+            .orgs
+            .iter()
+            .filter_map(|org| {
+                let cron = org.daily_run_schedule.parse::<Cron>().ok()?;
+                Some((org.name.clone(), cron))
+            })
+            .collect();
+        Arc::new(Self {
+            store,
+            lake,
+            clock,
+            engine,
+            config: config.dailyrun.clone(),
+            pipeline_dir: config.pipeline.dir.clone(),
+            schedules,
+            memory_limit: usize::try_from(config.query.memory_limit_bytes).unwrap_or(usize::MAX),
+            owner: format!("dailyrun-{}", store::new_id()),
+        })
+    }
+
+    fn now(&self) -> i64 {
+        self.clock.now().timestamp_micros()
+    }
+
+    fn lease(&self) -> Duration {
+        Duration::from_secs(self.config.lease_s)
+    }
+
+    fn lease_until(&self) -> i64 {
+        self.now() + self.lease().as_micros() as i64
+    }
+
+    /// POST /dailyRun/start_execution: starts a run now unless one is RUNNING.
+    pub async fn start_manual(self: &Arc<Self>, org: &str) -> Result<StartResult, StartError> {
+        match self.start(org, None).await? {
+            StartOutcome::Started(run) => Ok(StartResult::Started(run)),
+            StartOutcome::AlreadyRunning(run) => Ok(StartResult::AlreadyRunning(run)),
+            StartOutcome::Taken => Err(StartError::NameTaken),
+        }
+    }
+
+    /// Inserts a RUNNING execution and, when that won, runs it in the background.
+    async fn start(
+        self: &Arc<Self>,
+        org: &str,
+        scheduled_for: Option<i64>,
+    ) -> Result<StartOutcome, store::Error> {
+        let now = self.clock.now();
+        let name = super::execution_name(org, now);
+        let started_at = now.timestamp_micros();
+        let max_duration = i64::try_from(self.config.max_duration_s)
+            .unwrap_or(i64::MAX / 2_000_000)
+            .saturating_mul(1_000_000);
+        let outcome = self
+            .store
+            .start_daily_run(&NewDailyRun {
+                name: &name,
+                org,
+                scheduled_for,
+                started_at,
+                deadline_at: started_at.saturating_add(max_duration),
+                owner: &self.owner,
+                lease_until: self.lease_until(),
+            })
+            .await?;
+        if let StartOutcome::Started(run) = &outcome {
+            tracing::info!(execution = %run.name, scheduled = scheduled_for.is_some(), "daily run started");
+            let service = self.clone();
+            let run = run.clone();
+            tokio::spawn(async move { service.run(run).await });
+        }
+        Ok(outcome)
+    }
+
+    /// Runs the scheduler until `stop`: a tick now, then every `tick_ms`.
+    pub fn start_scheduler(self: &Arc<Self>, stop: CancellationToken) {
+        let service = self.clone();
+        tokio::spawn(async move {
+            let every = Duration::from_millis(service.config.tick_ms);
+            loop {
+                if let Err(e) = service.tick().await {
+                    tracing::warn!(error = %e, "daily-run scheduler tick failed");
+                }
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(every) => {}
+                }
+            }
+        });
+    }
+
+    /// One pass of the scheduler: end overdue and orphaned runs, then start
+    /// the scheduled runs that are due.
+    pub async fn tick(self: &Arc<Self>) -> Result<(), store::Error> {
+        for run in self.store.end_stale_daily_runs(self.now()).await? {
+            tracing::warn!(execution = %run.name, status = run.status.as_str(), "daily run ended");
+        }
+        let now = self.clock.now();
+        let catch_up = chrono::Duration::seconds(
+            i64::try_from(self.config.catch_up_s).unwrap_or(i64::MAX / 1000),
+        );
+        for (org, schedule) in &self.schedules {
+            let Some(slot) = due_slot(schedule, now, catch_up) else {
+                continue;
+            };
+            if self.store.daily_run_flag(org).await? != Some(true) {
+                continue;
+            }
+            match self.start(org, Some(slot.timestamp_micros())).await? {
+                StartOutcome::Started(_) | StartOutcome::Taken => {}
+                StartOutcome::AlreadyRunning(running) => tracing::debug!(
+                    execution = %running.name,
+                    "scheduled daily run waits for the running one"
+                ),
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs an execution's steps while renewing its hold, then records the end.
+    async fn run(&self, run: DailyRun) {
+        let steps = self.steps(&run);
+        tokio::pin!(steps);
+        let mut renew = tokio::time::interval(self.lease() / 3);
+        renew.tick().await;
+        let end = loop {
+            tokio::select! {
+                end = &mut steps => break end,
+                _ = renew.tick() => {
+                    let kept = self
+                        .store
+                        .renew_daily_run(&run.name, &self.owner, self.lease_until())
+                        .await;
+                    if !matches!(kept, Ok(true)) {
+                        tracing::warn!(execution = %run.name, "daily run hold not renewed");
+                    }
+                }
+            }
+        };
+        match self
+            .store
+            .finish_daily_run(&run.name, &self.owner, &end, self.now())
+            .await
+        {
+            Ok(true) => tracing::info!(
+                execution = %run.name,
+                status = end.status.as_str(),
+                cause = end.cause.as_deref().unwrap_or(""),
+                "daily run ended"
+            ),
+            Ok(false) => tracing::warn!(
+                execution = %run.name,
+                "daily run had already ended (timed out or aborted)"
+            ),
+            Err(e) => tracing::error!(
+                execution = %run.name,
+                error = %e,
+                "recording the end of a daily run failed; it ends ABORTED when its hold lapses"
+            ),
+        }
+    }
+
+    fn manifest(&self, org: &str) -> Result<Manifest, String> {
+        let path = manifest_path(&self.pipeline_dir, org, PipelineKind::Daily);
+        if path.exists() {
+            Manifest::load(PipelineKind::Daily, &path).map_err(|e| e.to_string())
+        } else {
+            Manifest::parse(
+                PipelineKind::Daily,
+                BUILTIN_DAILY_MANIFEST,
+                "built-in pipelines/daily.toml",
+                std::path::Path::new("."),
+            )
+            .map_err(|e| e.to_string())
+        }
+    }
+
+    /// The run's steps in order; how the run ends.
+    async fn steps(&self, run: &DailyRun) -> RunEnd {
+        let failed = |error: &str, cause: String| RunEnd {
+            status: RunStatus::Failed,
+            error: Some(error.to_string()),
+            cause: Some(cause),
+        };
+        let manifest = match self.manifest(&run.org) {
+            Ok(manifest) => manifest,
+            Err(e) => return failed("ManifestError", e),
+        };
+        let databases = standard_databases(&run.org, None);
+        let database_of = |kind| {
+            databases
+                .iter()
+                .find(|(_, k)| *k == kind)
+                .map(|(name, _)| name.clone())
+                .expect("every org has the standard databases")
+        };
+        let context = RunContext {
+            execution_name: run.name.clone(),
+            org: run.org.clone(),
+            lake_database: database_of(crate::auth::DatabaseKind::Lake),
+            insights_database: database_of(crate::auth::DatabaseKind::Insights),
+            scheduled: run.scheduled_for.is_some(),
+        };
+        let data = Arc::new(LakeTransform {
+            store: self.store.clone(),
+            lake: self.lake.clone(),
+            clock: self.clock.clone(),
+            org: run.org.clone(),
+            lake_database: context.lake_database.clone(),
+            insights_database: context.insights_database.clone(),
+            execution: run.name.clone(),
+            owner: self.owner.clone(),
+            memory_limit: self.memory_limit,
+            runtime: tokio::runtime::Handle::current(),
+        });
+        for step in manifest.steps {
+            // Stop between steps once the run was ended by someone else.
+            match self
+                .store
+                .renew_daily_run(&run.name, &self.owner, self.lease_until())
+                .await
+            {
+                Ok(true) => {}
+                Ok(false) => return failed("Ended", "the run ended before its last step".into()),
+                Err(e) => return failed("InternalError", format!("store: {e}")),
+            }
+            let engine = self.engine.clone();
+            let (context, data) = (context.clone(), data.clone());
+            let name = step.name.clone();
+            let verdict =
+                tokio::task::spawn_blocking(move || engine.run_daily_step(&step, &context, data))
+                    .await;
+            match verdict {
+                Ok(Ok(None)) => {}
+                Ok(Ok(Some((error_type, items)))) => {
+                    let messages: Vec<&str> =
+                        items.iter().map(|i| i.error_message.as_str()).collect();
+                    return failed(
+                        &error_type,
+                        format!("step {name}: {}", messages.join("; ")),
+                    );
+                }
+                Ok(Err(step_error)) => return failed("InternalError", step_error.to_string()),
+                Err(e) => {
+                    return failed("InternalError", format!("step {name}: thread failed: {e}"));
+                }
+            }
+        }
+        RunEnd {
+            status: RunStatus::Succeeded,
+            error: None,
+            cause: None,
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! The data side of the daily run's `lake-sql` capability: read-only SQL over
+//! the org's databases and the refresh of an insights table from a SELECT.
+//!
+//! The daily run is the org's own job, so its SQL runs with the whole org's
+//! access (every service client, every database) but only through the same
+//! session as queries: the catalog's tables, no files, no URLs. A refresh
+//! writes new files under a fresh id, then swaps the table in one catalog
+//! transaction that also checks the run still holds (not TIMED_OUT or
+//! ABORTED meanwhile); the replaced table's files are deleted after it.
+
+use std::sync::Arc;
+
+use datafusion::{
+    physical_plan::{ExecutionPlan, execute_stream},
+    prelude::SessionContext,
+};
+use futures::StreamExt as _;
+use tokio::runtime::Handle;
+
+use crate::{
+    auth::{Access, ServiceClientScope},
+    clock::SharedClock,
+    lake::{self, Lake},
+    pipeline::{DailyData, rows_as_text},
+    query::{
+        execute::{check_table_name, engine_error, new_table_layout, write_rows},
+        provider::SERVICE_CLIENT_COLUMN,
+        session::{SessionScope, checked_dataframe, session_for},
+        statement::{Action, StatementType, classify},
+        table_writer::{TableWriter, delete_paths},
+    },
+    store::{Store, catalog::LakeTable, new_id},
+};
+
+/// The `lake-sql` answers for one execution of one org.
+pub struct LakeTransform {
+    pub store: Store,
+    pub lake: Lake,
+    pub clock: SharedClock,
+    pub org: String,
+    pub lake_database: String,
+    pub insights_database: String,
+    /// The execution and the server holding it.
+    pub execution: String,
+    pub owner: String,
+    /// Memory one statement may hold before it spills (`query.memory_limit_bytes`).
+    pub memory_limit: usize,
+    pub runtime: Handle,
+}
+
+/// Everything of the org: the daily run reads every service client.
+fn org_access() -> Access {
+    Access::new(["ZoneAdmin"], [0])
+}
+
+impl LakeTransform {
+    /// Plans one read-only SELECT (or WITH) in an org-wide session (which
+    /// the plan runs in: it holds the lake's object store and memory pool).
+    async fn plan(&self, sql: &str) -> Result<(SessionContext, Arc<dyn ExecutionPlan>), String> {
+        let classified = classify(sql).map_err(|e| e.to_string())?;
+        if classified.statement_type != StatementType::Dml || classified.action != Action::Read {
+            return Err("only a SELECT (or WITH ... SELECT) runs here".into());
+        }
+        let access = org_access();
+        let scope = SessionScope {
+            org: &self.org,
+            zone: None,
+            access: &access,
+            default_database: &self.lake_database,
+            memory_limit: Some(self.memory_limit),
+            metadata_cache: None,
+        };
+        let context = session_for(&self.store, &self.lake, &scope)
+            .await
+            .map_err(|e| e.to_string())?;
+        let frame = checked_dataframe(&context, sql)
+            .await
+            .map_err(|e| engine_error(e).to_string())?;
+        let plan = frame
+            .create_physical_plan()
+            .await
+            .map_err(|e| engine_error(e).to_string())?;
+        Ok((context, plan))
+    }
+
+    async fn run_query(&self, sql: &str, max_rows: u32) -> Result<Vec<Vec<Option<String>>>, String> {
+        let (context, plan) = self.plan(sql).await?;
+        let mut stream = execute_stream(plan, context.task_ctx())
+            .map_err(|e| e.strip_backtrace())?;
+        let mut batches = Vec::new();
+        let mut rows = 0usize;
+        while rows < max_rows as usize {
+            let Some(batch) = stream.next().await else {
+                break;
+            };
+            let batch = batch.map_err(|e| engine_error(e).to_string())?;
+            let keep = batch.num_rows().min(max_rows as usize - rows);
+            rows += keep;
+            batches.push(batch.slice(0, keep));
+        }
+        rows_as_text(&batches)
+    }
+
+    async fn refresh(&self, table: &str, sql: &str) -> Result<u64, String> {
+        check_table_name(table).map_err(|e| e.to_string())?;
+        let database = self
+            .store
+            .database(&self.org, None, &self.insights_database)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("database {} does not exist", self.insights_database))?;
+        let (context, plan) = self.plan(sql).await?;
+        let schema = plan.schema();
+        let file_schema = new_table_layout(&schema).map_err(|e| e.to_string())?;
+        let now = self.clock.now().timestamp_micros();
+        let new_table = LakeTable {
+            id: new_id(),
+            database_id: database.id.clone(),
+            name: table.to_string(),
+            schema_json: lake::schema_to_json(&file_schema),
+            partition_columns: vec![SERVICE_CLIENT_COLUMN.to_string()],
+            created_at: now,
+        };
+        // A fresh id per refresh: the new files never share a path with the
+        // files of the table they replace.
+        let writer = TableWriter::new(
+            self.lake.object_store(),
+            &database.name,
+            table,
+            file_schema,
+            new_table.partition_columns.clone(),
+            &new_id(),
+            ServiceClientScope::All,
+        );
+        let (files, rows) = write_rows(&context, plan, writer)
+            .await
+            .map_err(|e| e.to_string())?;
+        let written: Vec<String> = files.iter().map(|f| f.path.clone()).collect();
+        let swapped = self
+            .store
+            .replace_table_for_run(&self.execution, &self.owner, &new_table, &files, now)
+            .await;
+        let store = self.lake.object_store();
+        match swapped {
+            Ok(Some(replaced)) => {
+                delete_paths(store.as_ref(), &replaced).await;
+                Ok(rows)
+            }
+            Ok(None) => {
+                delete_paths(store.as_ref(), &written).await;
+                Err("the run ended (timed out or aborted) before the table was replaced".into())
+            }
+            Err(e) => {
+                delete_paths(store.as_ref(), &written).await;
+                Err(format!("replacing the table: {e}"))
+            }
+        }
+    }
+}
+
+impl DailyData for LakeTransform {
+    fn query(&self, sql: &str, max_rows: u32) -> Result<Vec<Vec<Option<String>>>, String> {
+        self.runtime.block_on(self.run_query(sql, max_rows))
+    }
+
+    fn refresh_table(&self, table: &str, sql: &str) -> Result<u64, String> {
+        self.runtime.block_on(self.refresh(table, sql))
+    }
+}
