@@ -39,6 +39,7 @@ pub struct Application {
     upload_addr: SocketAddr,
     upload_router: axum::Router,
     loads: Arc<LoadService>,
+    daily_runs: Arc<DailyRunService>,
     auth_url: Url,
     idp: Option<Arc<Idp>>,
     store: Store,
@@ -130,10 +131,16 @@ impl Application {
             config.pipeline.clone(),
         );
         commits.start(workers.clone());
-        let daily_runs =
-            DailyRunService::new(store.clone(), lake.clone(), clock.clone(), engine, &config);
+        let daily_runs = DailyRunService::new(
+            store.clone(),
+            lake.clone(),
+            clock.clone(),
+            engine,
+            &config,
+            workers.clone(),
+        );
         // Its first tick ends runs that a stopped server left RUNNING.
-        daily_runs.start_scheduler(workers.clone());
+        daily_runs.start_scheduler();
         let upload_router = crate::s3::router(loads.clone(), lake.object_store());
         let config = Arc::new(config);
         let idp = if config.idp.enabled {
@@ -166,7 +173,7 @@ impl Application {
             queries,
             loads: loads.clone(),
             commits,
-            daily_runs,
+            daily_runs: daily_runs.clone(),
         };
         let router = api::app(state, idp.clone());
         Ok(Self {
@@ -178,6 +185,7 @@ impl Application {
             upload_addr,
             upload_router,
             loads,
+            daily_runs,
             auth_url,
             idp,
             store,
@@ -198,6 +206,11 @@ impl Application {
     /// The load service (tests run its staging sweep directly).
     pub fn loads(&self) -> Arc<LoadService> {
         self.loads.clone()
+    }
+
+    /// The daily-run service (tests drive its scheduler tick directly).
+    pub fn daily_runs(&self) -> Arc<DailyRunService> {
+        self.daily_runs.clone()
     }
 
     /// The identity provider's base address the validator uses.

@@ -21,6 +21,7 @@ use lakehost::{
     idp::{Idp, StoredKey, generate_key, key_file_path, write_key_file},
     import::{ImportRequest, ImportSummary, import_parquet},
     lake::Lake,
+    dailyrun::DailyRunService,
     load::LoadService,
     store::Store,
 };
@@ -61,6 +62,8 @@ pub struct TestApp {
     /// The upload endpoint (embedded S3) and the load service behind it.
     pub upload_addr: SocketAddr,
     pub loads: Arc<LoadService>,
+    /// The daily-run service (tests run its scheduler tick directly).
+    pub daily_runs: Arc<DailyRunService>,
     _dir: Option<tempfile::TempDir>,
     server: tokio::task::JoinHandle<()>,
 }
@@ -135,6 +138,7 @@ pub async fn start(config: Config, clock: ManualClock) -> TestApp {
     let idp = app.idp();
     let (store, lake) = (app.store(), app.lake());
     let (upload_addr, loads) = (app.upload_addr(), app.loads());
+    let daily_runs = app.daily_runs();
     let scheme = app.auth_url().scheme().to_string();
     let server = tokio::spawn(async move {
         let _ = app.run_until_stopped().await;
@@ -153,6 +157,7 @@ pub async fn start(config: Config, clock: ManualClock) -> TestApp {
         lake,
         upload_addr,
         loads,
+        daily_runs,
         _dir: None,
         server,
     }

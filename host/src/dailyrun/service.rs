@@ -70,6 +70,9 @@ pub struct DailyRunService {
     memory_limit: usize,
     /// Who holds the runs this server started.
     owner: String,
+    /// Cancelled when the server stops: its runs are abandoned then (and end
+    /// ABORTED once their hold lapses), like a crash.
+    stop: CancellationToken,
 }
 
 impl std::fmt::Debug for DailyRunService {
@@ -88,6 +91,7 @@ impl DailyRunService {
         clock: SharedClock,
         engine: Arc<PipelineEngine>,
         config: &Config,
+        stop: CancellationToken,
     ) -> Arc<Self> {
         let schedules = config
             .orgs
@@ -107,6 +111,7 @@ impl DailyRunService {
             schedules,
             memory_limit: usize::try_from(config.query.memory_limit_bytes).unwrap_or(usize::MAX),
             owner: format!("dailyrun-{}", store::new_id()),
+            stop,
         })
     }
 
@@ -159,14 +164,20 @@ impl DailyRunService {
             tracing::info!(execution = %run.name, scheduled = scheduled_for.is_some(), "daily run started");
             let service = self.clone();
             let run = run.clone();
-            tokio::spawn(async move { service.run(run).await });
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = service.stop.cancelled() => {}
+                    _ = service.run(run) => {}
+                }
+            });
         }
         Ok(outcome)
     }
 
-    /// Runs the scheduler until `stop`: a tick now, then every `tick_ms`.
-    pub fn start_scheduler(self: &Arc<Self>, stop: CancellationToken) {
+    /// Runs the scheduler until the server stops: a tick now, then every `tick_ms`.
+    pub fn start_scheduler(self: &Arc<Self>) {
         let service = self.clone();
+        let stop = self.stop.clone();
         tokio::spawn(async move {
             let every = Duration::from_millis(service.config.tick_ms);
             loop {

@@ -489,7 +489,9 @@ async fn an_org_adds_its_own_step_from_a_wasm_file() {
     // manifest, after the default steps: a failure there still writes nothing.
     std::fs::write(
         org_dir.join("steps/reject_columns.wasm"),
-        lakehost::pipeline::builtin::component("reject_columns").unwrap(),
+        lakehost::pipeline::builtin::component("reject_columns")
+            .unwrap()
+            .1,
     )
     .unwrap();
     let default = std::fs::read_to_string(

@@ -10,7 +10,7 @@ use datafusion::arrow::array::RecordBatch;
 use lakehost::{
     auth::ServiceClientScope,
     load::staged::{StagedLoad, StagedTarget},
-    pipeline::{PipelineEngine, PipelineOutcome, StepContext, manifest::Manifest},
+    pipeline::{PipelineEngine, PipelineKind, PipelineOutcome, StepContext, manifest::Manifest},
 };
 use lakehost_tests::*;
 use serde_json::json;
@@ -62,12 +62,13 @@ async fn run(
         tokio::runtime::Handle::current(),
     ));
     let manifest = Manifest::load(
+        PipelineKind::Load,
         &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../pipelines/load.toml"),
     )
     .unwrap();
     let runner = data.clone();
     let outcome = tokio::task::spawn_blocking(move || {
-        let engine = PipelineEngine::new().unwrap();
+        let engine = PipelineEngine::shared().unwrap();
         engine.run_pipeline(&manifest, &context, runner)
     })
     .await
