@@ -18,10 +18,10 @@ use lakehost::{
     Application, Config,
     clock::{Clock as _, ManualClock},
     config::{IdpPrincipal, OrgConfig},
+    dailyrun::DailyRunService,
     idp::{Idp, StoredKey, generate_key, key_file_path, write_key_file},
     import::{ImportRequest, ImportSummary, import_parquet},
     lake::Lake,
-    dailyrun::DailyRunService,
     load::LoadService,
     store::Store,
 };
@@ -129,7 +129,15 @@ pub async fn spawn_in(
 }
 
 /// Starts a server from a finished configuration, keys as they are on disk.
+/// With `LAKEHOST_TEST_LOG` set (an `EnvFilter`, e.g. `lakehost=debug`) the
+/// server's log goes to the test's output.
 pub async fn start(config: Config, clock: ManualClock) -> TestApp {
+    if let Ok(filter) = std::env::var("LAKEHOST_TEST_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_test_writer()
+            .try_init();
+    }
     let data_dir = config.storage.data_dir.clone();
     let app = Application::build_with_clock(config, Arc::new(clock.clone()))
         .await

@@ -25,8 +25,8 @@ use super::{
     },
 };
 use crate::dailyrun::{
-    INVALID_MODE, StartResult, StatusMode, execution_arn, execution_json, iso_date,
-    requested_flag, state_machine_arn, status_limit, status_mode,
+    INVALID_MODE, StartResult, StatusMode, execution_arn, execution_json, iso_date, requested_flag,
+    state_machine_arn, status_limit, status_mode,
 };
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -151,11 +151,19 @@ async fn execution_status(
             json!({ "executions": runs.iter().map(execution_json).collect::<Vec<_>>() })
         }
         StatusMode::Latest => {
-            let runs = state.store.daily_runs(org, 1, false).await.map_err(read_error)?;
+            let runs = state
+                .store
+                .daily_runs(org, 1, false)
+                .await
+                .map_err(read_error)?;
             runs.first().map(execution_json).unwrap_or(Value::Null)
         }
         StatusMode::LastSuccessful => {
-            let runs = state.store.daily_runs(org, 1, true).await.map_err(read_error)?;
+            let runs = state
+                .store
+                .daily_runs(org, 1, true)
+                .await
+                .map_err(read_error)?;
             runs.first().map(execution_json).unwrap_or_else(
                 || json!({ "message": "No successful execution of the Daily ETL pipeline was found." }),
             )
@@ -183,14 +191,15 @@ async fn start_execution(
     caller: Caller<DailyRunExecutionWrite>,
 ) -> Result<Response, ApiError> {
     let org = &caller.target.org;
-    let started = state
-        .daily_runs
-        .start_manual(org)
-        .await
-        .map_err(|e| ApiError::DailyRunStore {
-            message: "Error starting Daily ETL pipeline execution",
-            cause: e.to_string(),
-        })?;
+    let started =
+        state
+            .daily_runs
+            .start_manual(org)
+            .await
+            .map_err(|e| ApiError::DailyRunStore {
+                message: "Error starting Daily ETL pipeline execution",
+                cause: e.to_string(),
+            })?;
     Ok(match started {
         StartResult::Started(run) => Json(json!({
             "message": "Daily ETL pipeline execution started.",

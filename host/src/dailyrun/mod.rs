@@ -26,16 +26,15 @@ fn state_machine(org: &str) -> String {
 /// An execution's name: DailyScheduledETL_<org>_<timestamp>, the timestamp
 /// UTC to the microsecond (`20261122T020000123456Z`).
 pub fn execution_name(org: &str, at: DateTime<Utc>) -> String {
-    format!(
-        "{}_{}",
-        state_machine(org),
-        at.format("%Y%m%dT%H%M%S%6fZ")
-    )
+    format!("{}_{}", state_machine(org), at.format("%Y%m%dT%H%M%S%6fZ"))
 }
 
 /// Opaque, stable in shape: `arn:lakehost:states:<org>:stateMachine:<machine>`.
 pub fn state_machine_arn(org: &str) -> String {
-    format!("arn:lakehost:states:{org}:stateMachine:{}", state_machine(org))
+    format!(
+        "arn:lakehost:states:{org}:stateMachine:{}",
+        state_machine(org)
+    )
 }
 
 /// Opaque, stable in shape: `arn:lakehost:states:<org>:execution:<machine>:<name>`.

@@ -338,10 +338,7 @@ impl DailyRunService {
                 Ok(Ok(Some((error_type, items)))) => {
                     let messages: Vec<&str> =
                         items.iter().map(|i| i.error_message.as_str()).collect();
-                    return failed(
-                        &error_type,
-                        format!("step {name}: {}", messages.join("; ")),
-                    );
+                    return failed(&error_type, format!("step {name}: {}", messages.join("; ")));
                 }
                 Ok(Err(step_error)) => return failed("InternalError", step_error.to_string()),
                 Err(e) => {

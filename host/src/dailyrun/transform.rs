@@ -83,10 +83,14 @@ impl LakeTransform {
         Ok((context, plan))
     }
 
-    async fn run_query(&self, sql: &str, max_rows: u32) -> Result<Vec<Vec<Option<String>>>, String> {
+    async fn run_query(
+        &self,
+        sql: &str,
+        max_rows: u32,
+    ) -> Result<Vec<Vec<Option<String>>>, String> {
         let (context, plan) = self.plan(sql).await?;
-        let mut stream = execute_stream(plan, context.task_ctx())
-            .map_err(|e| e.strip_backtrace())?;
+        let mut stream =
+            execute_stream(plan, context.task_ctx()).map_err(|e| e.strip_backtrace())?;
         let mut batches = Vec::new();
         let mut rows = 0usize;
         while rows < max_rows as usize {

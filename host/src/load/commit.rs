@@ -27,8 +27,7 @@ use crate::{
     config::PipelineConfig,
     lake::Lake,
     pipeline::{
-        ErrorItem, PipelineEngine, PipelineOutcome, StepContext,
-        PipelineKind,
+        ErrorItem, PipelineEngine, PipelineKind, PipelineOutcome, StepContext,
         manifest::{Manifest, manifest_path},
     },
     query::{AccessGrant, table_writer::delete_paths},

@@ -19,7 +19,9 @@ use super::{
 use crate::{
     auth::ServiceClientScope,
     lake::Lake,
-    pipeline::{ErrorItem, PipelineEngine, PipelineKind, StepContext, StepError, manifest::Manifest},
+    pipeline::{
+        ErrorItem, PipelineEngine, PipelineKind, StepContext, StepError, manifest::Manifest,
+    },
     store::{
         Store,
         catalog::standard_databases,

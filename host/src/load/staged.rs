@@ -169,7 +169,6 @@ impl StagedLoad {
     }
 }
 
-
 fn has_aggregate(plan: &LogicalPlan) -> bool {
     let mut found = false;
     let _ = plan.apply(|node| {

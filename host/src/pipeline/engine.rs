@@ -392,9 +392,9 @@ impl PipelineEngine {
                 ComponentSource::File(path) => Component::from_file(&self.engine, path),
             }
             .map_err(|e| format!("not a usable component: {e:#}"))?;
-            let instance_pre = linker.instantiate_pre(&component).map_err(|e| {
-                format!("imports do not match the {} world: {e:#}", world(kind))
-            })?;
+            let instance_pre = linker
+                .instantiate_pre(&component)
+                .map_err(|e| format!("imports do not match the {} world: {e:#}", world(kind)))?;
             finish(instance_pre)
                 .map_err(|e| format!("exports do not match the {} world: {e:#}", world(kind)))
         })
@@ -653,9 +653,9 @@ mod tests {
             "test.toml",
             std::path::Path::new("."),
         )
-            .unwrap()
-            .steps
-            .remove(0)
+        .unwrap()
+        .steps
+        .remove(0)
     }
 
     fn engine() -> Arc<PipelineEngine> {

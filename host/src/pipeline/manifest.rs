@@ -342,10 +342,9 @@ mod tests {
 
     #[test]
     fn each_pipeline_takes_only_its_own_capabilities_and_builtins() {
-        let daily_step_in_load = parse(
-            "version = 1\n[[steps]]\nname = \"a\"\ncomponent = \"builtin:sql_transform\"\n",
-        )
-        .unwrap_err();
+        let daily_step_in_load =
+            parse("version = 1\n[[steps]]\nname = \"a\"\ncomponent = \"builtin:sql_transform\"\n")
+                .unwrap_err();
         assert_eq!(daily_step_in_load.key, "steps[0].component");
         assert!(
             daily_step_in_load
@@ -364,9 +363,8 @@ mod tests {
                 .contains("`lake-sql` is not a capability of load steps"),
             "{lake_sql_in_load}"
         );
-        let daily = |text: &str| {
-            Manifest::parse(PipelineKind::Daily, text, "daily.toml", Path::new("/m"))
-        };
+        let daily =
+            |text: &str| Manifest::parse(PipelineKind::Daily, text, "daily.toml", Path::new("/m"));
         let append_in_daily = daily(
             "version = 1\n[[steps]]\nname = \"a\"\ncomponent = \"builtin:sql_transform\"\ngrants = [\"lake-append\"]\n",
         )
@@ -375,10 +373,9 @@ mod tests {
             append_in_daily.problem.contains("daily-run steps"),
             "{append_in_daily}"
         );
-        let load_step_in_daily = daily(
-            "version = 1\n[[steps]]\nname = \"a\"\ncomponent = \"builtin:insert\"\n",
-        )
-        .unwrap_err();
+        let load_step_in_daily =
+            daily("version = 1\n[[steps]]\nname = \"a\"\ncomponent = \"builtin:insert\"\n")
+                .unwrap_err();
         assert!(
             load_step_in_daily.problem.contains("sql_transform"),
             "the message lists the daily built-ins: {load_step_in_daily}"

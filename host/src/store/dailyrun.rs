@@ -163,14 +163,14 @@ impl Store {
                 return Ok(StartOutcome::AlreadyRunning(running));
             }
             let slot_used = match run.scheduled_for {
-                Some(slot) => sqlx::query(
-                    "SELECT name FROM daily_runs WHERE org = $1 AND scheduled_for = $2",
-                )
-                .bind(run.org)
-                .bind(slot)
-                .fetch_optional(self.pool())
-                .await?
-                .is_some(),
+                Some(slot) => {
+                    sqlx::query("SELECT name FROM daily_runs WHERE org = $1 AND scheduled_for = $2")
+                        .bind(run.org)
+                        .bind(slot)
+                        .fetch_optional(self.pool())
+                        .await?
+                        .is_some()
+                }
                 None => false,
             };
             if slot_used || self.daily_run(run.name).await?.is_some() {
@@ -320,8 +320,7 @@ impl Store {
         if holding.rows_affected() != 1 {
             return Ok(None);
         }
-        let replaced = match catalog::delete_table(&mut tx, &table.database_id, &table.name).await
-        {
+        let replaced = match catalog::delete_table(&mut tx, &table.database_id, &table.name).await {
             Ok(paths) => paths,
             Err(Error::NotFound { .. }) => Vec::new(),
             Err(e) => return Err(e),

@@ -1,7 +1,15 @@
-//! The DailyRun API's flag (spec "GET/POST /dailyRun/dailyRun_enabled",
-//! "DailyRun errors"): 404 until first set, the accepted spellings, the exact
-//! 400, scopes, paths under the prefix, one flag per org.
+//! The DailyRun API (spec "GET/POST /dailyRun/dailyRun_enabled", "GET
+//! /dailyRun/execution_status", "POST /dailyRun/start_execution", "DailyRun
+//! errors"): the flag (404 until first set, the accepted spellings, the exact
+//! 400, scopes, prefix, per org); executions started by hand and by the
+//! schedule on an injected clock, one RUNNING per org, TIMED_OUT, ABORTED
+//! after a restart, FAILED with the step's reason, and insights refreshed by
+//! the SQL-transform step and read back through the query API.
 
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use lakehost::clock::ManualClock;
 use lakehost_tests::*;
 use serde_json::{Value, json};
 
@@ -142,4 +150,585 @@ async fn the_flag_needs_its_scopes_and_is_per_org() {
     // A demo token is not valid on the other org's API.
     let (status, _) = app.get("api.other.localhost", FLAG, Some(&read_only)).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
+}
+
+const START: &str = "/dailyRun/start_execution";
+const STATUS: &str = "/dailyRun/execution_status";
+
+/// A daily-run token with every dailyrun scope of the demo org.
+fn daily_token(app: &TestApp) -> String {
+    token(
+        app,
+        "demo",
+        "dailyrun:enabled:read dailyrun:enabled:write dailyrun:execution:read dailyrun:execution:write",
+    )
+}
+
+/// Writes `manifest` as the demo org's daily.toml in a pipelines folder under
+/// the data directory and points the server at it.
+fn with_daily_manifest(config: &mut lakehost::Config, manifest: &str) {
+    let dir = config.storage.data_dir.join("pipelines");
+    std::fs::create_dir_all(dir.join("orgs/demo")).unwrap();
+    std::fs::write(dir.join("orgs/demo/daily.toml"), manifest).unwrap();
+    config.pipeline.dir = dir;
+}
+
+/// A daily run of one test step that spins `ms` and then passes.
+fn pause_manifest(ms: u64) -> String {
+    format!(
+        "version = 1\n[[steps]]\nname = \"pause\"\ncomponent = \"builtin:daily_pause\"\n\
+         [steps.config]\nms = {ms}\n"
+    )
+}
+
+const REFRESH_MANIFEST: &str = r#"
+version = 1
+[[steps]]
+name = "refresh"
+component = "builtin:sql_transform"
+grants = ["lake-sql", "log"]
+[[steps.config.tables]]
+table = "trips_per_client"
+sql = "SELECT service_client_id, count(*) AS trips FROM ${lake}.trips GROUP BY service_client_id"
+"#;
+
+async fn status(app: &TestApp, token: &str, query: &str) -> (StatusCode, Value) {
+    app.get(DAILYRUN_HOST, &format!("{STATUS}{query}"), Some(token))
+        .await
+}
+
+async fn start(app: &TestApp, token: &str) -> (StatusCode, Value) {
+    post(app, DAILYRUN_HOST, START, token, "").await
+}
+
+/// The latest execution once it is no longer RUNNING.
+async fn wait_until_ended(app: &TestApp, token: &str) -> Value {
+    for _ in 0..600 {
+        let (code, latest) = status(app, token, "?mode=latest").await;
+        assert_eq!(code, StatusCode::OK, "{latest}");
+        if latest["status"] != "RUNNING" {
+            return latest;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the daily run did not end within 30 s");
+}
+
+/// `2026-11-22T02:00:00.123456+00:00`: ISO 8601, microseconds, UTC offset.
+fn is_iso_micros(text: &str) -> bool {
+    DateTime::parse_from_rfc3339(text).is_ok()
+        && text.len() == 32
+        && text.as_bytes()[19] == b'.'
+        && text.ends_with("+00:00")
+}
+
+fn assert_execution_name(name: &str) {
+    let stamp = name
+        .strip_prefix("DailyScheduledETL_demo_")
+        .unwrap_or_else(|| panic!("{name}"));
+    assert_eq!(stamp.len(), 22, "{name}");
+    assert!(
+        stamp[..8].bytes().all(|b| b.is_ascii_digit())
+            && &stamp[8..9] == "T"
+            && stamp[9..21].bytes().all(|b| b.is_ascii_digit())
+            && stamp.ends_with('Z'),
+        "{name}"
+    );
+}
+
+#[tokio::test]
+async fn a_manual_run_refreshes_insights_that_queries_then_read() {
+    let app = spawn_app_with(|c| with_daily_manifest(c, REFRESH_MANIFEST)).await;
+    seed_demo_lake(&app).await;
+    let token = daily_token(&app);
+
+    // Nothing yet, in each mode.
+    assert_eq!(
+        status(&app, &token, "").await,
+        (StatusCode::OK, json!({"executions": []}))
+    );
+    assert_eq!(
+        status(&app, &token, "?mode=latest").await,
+        (StatusCode::OK, Value::Null)
+    );
+    let (code, none) = status(&app, &token, "?mode=last_successful").await;
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(
+        none,
+        json!({"message": "No successful execution of the Daily ETL pipeline was found."})
+    );
+
+    // The flag was never set: a manual start works whatever the flag.
+    let (code, started) = start(&app, &token).await;
+    assert_eq!(code, StatusCode::OK, "{started}");
+    let keys: Vec<&str> = started
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "executionArn",
+            "executionName",
+            "message",
+            "startDate",
+            "started",
+            "stateMachineArn"
+        ]
+    );
+    assert_eq!(started["started"], true);
+    assert_eq!(started["message"], "Daily ETL pipeline execution started.");
+    let name = started["executionName"].as_str().unwrap().to_string();
+    assert_execution_name(&name);
+    assert!(
+        is_iso_micros(started["startDate"].as_str().unwrap()),
+        "{started}"
+    );
+    assert_eq!(
+        started["executionArn"],
+        format!("arn:lakehost:states:demo:execution:DailyScheduledETL_demo:{name}")
+    );
+    assert_eq!(
+        started["stateMachineArn"],
+        "arn:lakehost:states:demo:stateMachine:DailyScheduledETL_demo"
+    );
+
+    let ended = wait_until_ended(&app, &token).await;
+    assert_eq!(ended["status"], "SUCCEEDED", "{ended}");
+    assert_eq!(ended["name"], name);
+    assert_eq!(ended["startDate"], started["startDate"]);
+    assert!(
+        is_iso_micros(ended["stopDate"].as_str().unwrap()),
+        "{ended}"
+    );
+    assert_eq!(
+        (&ended["error"], &ended["cause"]),
+        (&Value::Null, &Value::Null)
+    );
+
+    let admin = app.token_for(&["ZoneAdmin"], "[0]");
+    let sql = "SELECT service_client_id, trips FROM demo_insights.trips_per_client \
+               ORDER BY service_client_id";
+    let counts = |rows: Vec<Vec<Option<String>>>| {
+        rows.into_iter()
+            .map(|r| (r[0].clone().unwrap(), r[1].clone().unwrap()))
+            .collect::<Vec<_>>()
+    };
+    let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+    assert_eq!(
+        counts(app.rows_of(ORG_HOST, &admin, sql).await),
+        [pair("1", "2"), pair("2", "2"), pair("901", "2")]
+    );
+    // The insights rows keep their service clients: an own-client analyst of
+    // client 1 reads client 1 (and the public 901) through the filter.
+    let analyst = app.token_for(&["OwnServiceClientAnalyst"], "[1]");
+    assert_eq!(
+        counts(
+            app.rows_of(
+                ORG_HOST,
+                &analyst,
+                "SELECT service_client_id, trips FROM demo_insights.trips_per_client \
+                 WHERE service_client_id IN (1, 901) ORDER BY service_client_id"
+            )
+            .await
+        ),
+        [pair("1", "2"), pair("901", "2")]
+    );
+
+    // New lake rows, a second run: the table is replaced, not appended to.
+    app.import(None, "demo_lake_v2", "trips", &[trips_batch(&[1], 3)])
+        .await;
+    app.clock.advance(chrono::Duration::seconds(5));
+    let (code, second) = start(&app, &token).await;
+    assert_eq!(code, StatusCode::OK, "{second}");
+    assert_eq!(wait_until_ended(&app, &token).await["status"], "SUCCEEDED");
+    assert_eq!(
+        counts(app.rows_of(ORG_HOST, &admin, sql).await),
+        [pair("1", "5"), pair("2", "2"), pair("901", "2")]
+    );
+
+    // Both in the list, most recent first; limit clamps; modes in any case.
+    let (_, list) = status(&app, &token, "?mode=LIST").await;
+    let names: Vec<&str> = list["executions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [second["executionName"].as_str().unwrap(), name.as_str()]
+    );
+    for (query, expected) in [
+        ("?limit=1", 1),
+        ("?limit=0", 1),
+        ("?limit=-3", 1),
+        ("?limit=500", 2),
+    ] {
+        let (code, list) = status(&app, &token, query).await;
+        assert_eq!(code, StatusCode::OK);
+        assert_eq!(
+            list["executions"].as_array().unwrap().len(),
+            expected,
+            "{query}"
+        );
+    }
+    let (_, latest) = status(&app, &token, "?mode=Latest").await;
+    assert_eq!(latest["name"], second["executionName"]);
+    let (_, successful) = status(&app, &token, "?mode=LAST_SUCCESSFUL").await;
+    assert_eq!(successful["name"], second["executionName"]);
+
+    let invalid = json!({"message": "mode is not valid, mode should be one of: list, latest, last_successful"});
+    for query in ["?mode=all", "?mode=", "?mode=latest%20"] {
+        assert_eq!(
+            status(&app, &token, query).await,
+            (StatusCode::BAD_REQUEST, invalid.clone()),
+            "{query}"
+        );
+    }
+    assert_eq!(
+        status(&app, &token, "?limit=ten").await,
+        (
+            StatusCode::BAD_REQUEST,
+            json!({"message": "limit must be an integer"})
+        )
+    );
+}
+
+#[tokio::test]
+async fn fifty_concurrent_starts_start_one_run() {
+    let app = spawn_app_with(|c| with_daily_manifest(c, &pause_manifest(1500))).await;
+    let daily = daily_token(&app);
+    let starts: Vec<_> = (0..50)
+        .map(|_| {
+            let request = app
+                .request(reqwest::Method::POST, DAILYRUN_HOST, START)
+                .bearer_auth(&daily);
+            tokio::spawn(async move { read(request.send().await.unwrap()).await })
+        })
+        .collect();
+    let mut replies = Vec::new();
+    for start in starts {
+        replies.push(start.await.unwrap());
+    }
+    let winners: Vec<&Value> = replies
+        .iter()
+        .filter(|(code, _)| *code == StatusCode::OK)
+        .map(|(_, body)| body)
+        .collect();
+    assert_eq!(winners.len(), 1, "{replies:?}");
+    let winner = winners[0];
+    for (code, body) in &replies {
+        if *code == StatusCode::OK {
+            continue;
+        }
+        assert_eq!(*code, StatusCode::CONFLICT, "{body}");
+        assert_eq!(
+            *body,
+            json!({
+                "message": "Daily ETL pipeline is already running for this client; no execution started.",
+                "started": false,
+                "executionName": null,
+                "runningExecution": {
+                    "name": winner["executionName"],
+                    "status": "RUNNING",
+                    "startDate": winner["startDate"],
+                },
+                "stateMachineArn": "arn:lakehost:states:demo:stateMachine:DailyScheduledETL_demo",
+            })
+        );
+    }
+    let (_, list) = status(&app, &daily, "").await;
+    assert_eq!(list["executions"].as_array().unwrap().len(), 1, "{list}");
+    assert_eq!(wait_until_ended(&app, &daily).await["status"], "SUCCEEDED");
+    // Once it ended, the next start is accepted.
+    app.clock.advance(chrono::Duration::seconds(1));
+    assert_eq!(start(&app, &daily).await.0, StatusCode::OK);
+
+    // Scopes: reading status needs execution:read, starting execution:write.
+    let read_only = token(&app, "demo", "dailyrun:execution:read");
+    let write_only = token(&app, "demo", "dailyrun:execution:write");
+    let forbidden = (StatusCode::FORBIDDEN, json!({"message": "Forbidden"}));
+    assert_eq!(start(&app, &read_only).await, forbidden);
+    assert_eq!(status(&app, &write_only, "").await, forbidden);
+    assert_eq!(
+        app.get(DAILYRUN_HOST, STATUS, None).await,
+        (StatusCode::UNAUTHORIZED, unauthorized())
+    );
+    // Another org sees none of demo's executions.
+    let other = token(&app, "other", "dailyrun:execution:read");
+    assert_eq!(
+        app.get("api.other.localhost", STATUS, Some(&other)).await,
+        (StatusCode::OK, json!({"executions": []}))
+    );
+}
+
+#[tokio::test]
+async fn a_failing_step_ends_the_run_failed_with_its_reason() {
+    let missing_table = r#"
+version = 1
+[[steps]]
+name = "refresh"
+component = "builtin:sql_transform"
+grants = ["lake-sql", "log"]
+[[steps.config.tables]]
+table = "daily_totals"
+sql = "SELECT service_client_id, count(*) AS n FROM ${lake}.trips_nowhere GROUP BY service_client_id"
+"#;
+    let app = spawn_app_with(|c| with_daily_manifest(c, missing_table)).await;
+    let token = daily_token(&app);
+    assert_eq!(start(&app, &token).await.0, StatusCode::OK);
+    let ended = wait_until_ended(&app, &token).await;
+    assert_eq!(ended["status"], "FAILED", "{ended}");
+    assert_eq!(ended["error"], "TransformError");
+    let cause = ended["cause"].as_str().unwrap();
+    assert!(
+        cause.starts_with("step refresh: demo_insights.daily_totals: ")
+            && cause.contains("trips_nowhere"),
+        "{cause}"
+    );
+    assert!(is_iso_micros(ended["stopDate"].as_str().unwrap()));
+    let (_, none) = status(&app, &token, "?mode=last_successful").await;
+    assert!(
+        none["message"].is_string(),
+        "a FAILED run is not successful: {none}"
+    );
+
+    // A step's own failure, and a manifest that does not parse.
+    let manifest = app.data_dir.join("pipelines/orgs/demo/daily.toml");
+    std::fs::write(
+        &manifest,
+        "version = 1\n[[steps]]\nname = \"check\"\ncomponent = \"builtin:daily_pause\"\n\
+         [steps.config]\nfail = \"the source was empty\"\n",
+    )
+    .unwrap();
+    app.clock.advance(chrono::Duration::seconds(1));
+    assert_eq!(start(&app, &token).await.0, StatusCode::OK);
+    let ended = wait_until_ended(&app, &token).await;
+    assert_eq!(
+        (&ended["status"], &ended["error"], &ended["cause"]),
+        (
+            &json!("FAILED"),
+            &json!("TestFailure"),
+            &json!("step check: the source was empty")
+        )
+    );
+    std::fs::write(
+        &manifest,
+        "version = 1\n[[steps]]\nname = \"x\"\ncomponent = \"builtin:insert\"\n",
+    )
+    .unwrap();
+    app.clock.advance(chrono::Duration::seconds(1));
+    assert_eq!(start(&app, &token).await.0, StatusCode::OK);
+    let ended = wait_until_ended(&app, &token).await;
+    assert_eq!(ended["status"], "FAILED");
+    assert_eq!(ended["error"], "ManifestError");
+    let cause = ended["cause"].as_str().unwrap();
+    assert!(
+        cause.contains("daily.toml") && cause.contains("steps[0].component"),
+        "{cause}"
+    );
+}
+
+#[tokio::test]
+async fn the_schedule_starts_one_run_per_slot_when_the_flag_is_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::starting_at(
+        DateTime::parse_from_rfc3339("2026-11-22T01:59:00Z")
+            .unwrap()
+            .with_timezone(&Utc),
+    );
+    // Only the startup tick and the ticks this test runs.
+    let adjust = |c: &mut lakehost::Config| {
+        with_daily_manifest(c, &pause_manifest(0));
+        c.dailyrun.tick_ms = 3_600_000;
+    };
+    let app = spawn_in(dir.path().to_path_buf(), clock.clone(), adjust).await;
+    let token = daily_token(&app);
+    let runs = |app: &TestApp| {
+        let store = app.store.clone();
+        async move { store.daily_runs("demo", 200, false).await.unwrap() }
+    };
+
+    app.daily_runs.tick().await.unwrap();
+    assert!(runs(&app).await.is_empty(), "01:59: not due");
+    clock.advance(chrono::Duration::seconds(65));
+    app.daily_runs.tick().await.unwrap();
+    assert!(
+        runs(&app).await.is_empty(),
+        "02:00:05, flag never set: no run"
+    );
+    let (code, _) = post(&app, DAILYRUN_HOST, FLAG, &token, r#"{"dailyRun": false}"#).await;
+    assert_eq!(code, StatusCode::OK);
+    app.daily_runs.tick().await.unwrap();
+    assert!(runs(&app).await.is_empty(), "flag false: no run");
+
+    post(&app, DAILYRUN_HOST, FLAG, &token, r#"{"dailyRun": "yes"}"#).await;
+    app.daily_runs.tick().await.unwrap();
+    let started = runs(&app).await;
+    assert_eq!(started.len(), 1, "flag true at 02:00:05: the 02:00 run");
+    let slot = DateTime::parse_from_rfc3339("2026-11-22T02:00:00Z").unwrap();
+    assert_eq!(started[0].scheduled_for, Some(slot.timestamp_micros()));
+    assert_eq!(
+        started[0].name,
+        "DailyScheduledETL_demo_20261122T020005000000Z"
+    );
+    assert_eq!(wait_until_ended(&app, &token).await["status"], "SUCCEEDED");
+
+    // A second replica on the same store, and more ticks: still one run for
+    // the slot. The other org's flag is unset: none for it.
+    let replica = spawn_in(dir.path().to_path_buf(), clock.clone(), adjust).await;
+    for _ in 0..3 {
+        app.daily_runs.tick().await.unwrap();
+        replica.daily_runs.tick().await.unwrap();
+    }
+    assert_eq!(runs(&app).await.len(), 1);
+
+    // The next night both replicas tick at once: one run.
+    clock.advance(chrono::Duration::days(1));
+    let (a, b) = tokio::join!(app.daily_runs.tick(), replica.daily_runs.tick());
+    a.unwrap();
+    b.unwrap();
+    assert_eq!(runs(&app).await.len(), 2);
+    let token = daily_token(&app);
+    assert_eq!(wait_until_ended(&app, &token).await["status"], "SUCCEEDED");
+
+    // Down over a whole night and back after the catch-up hour: nothing is
+    // started for the missed slot.
+    clock.advance(chrono::Duration::days(1) + chrono::Duration::minutes(90));
+    app.daily_runs.tick().await.unwrap();
+    assert_eq!(runs(&app).await.len(), 2);
+    assert!(
+        app.store
+            .daily_runs("other", 10, false)
+            .await
+            .unwrap()
+            .is_empty(),
+        "the other org never switched its flag on"
+    );
+}
+
+#[tokio::test]
+async fn a_run_past_its_maximum_duration_ends_timed_out() {
+    let app = spawn_app_with(|c| {
+        with_daily_manifest(c, &pause_manifest(2000));
+        c.dailyrun.max_duration_s = 60;
+        c.dailyrun.tick_ms = 3_600_000;
+        // The clock jumps a minute: the hold must outlast the jump.
+        c.dailyrun.lease_s = 600;
+    })
+    .await;
+    let token = daily_token(&app);
+    let (code, started) = start(&app, &token).await;
+    assert_eq!(code, StatusCode::OK);
+    app.clock.advance(chrono::Duration::seconds(59));
+    app.daily_runs.tick().await.unwrap();
+    let (_, latest) = status(&app, &token, "?mode=latest").await;
+    assert_eq!(latest["status"], "RUNNING", "59 s: still within its time");
+    assert_eq!(latest["stopDate"], Value::Null);
+    app.clock.advance(chrono::Duration::seconds(2));
+    app.daily_runs.tick().await.unwrap();
+    let (_, latest) = status(&app, &token, "?mode=latest").await;
+    assert_eq!(latest["name"], started["executionName"]);
+    assert_eq!(latest["status"], "TIMED_OUT", "{latest}");
+    assert_eq!(latest["error"], "States.Timeout");
+    assert!(is_iso_micros(latest["stopDate"].as_str().unwrap()));
+    // The org is free again at once.
+    assert_eq!(start(&app, &token).await.0, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_run_left_running_by_a_stopped_server_is_aborted_at_the_next_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new();
+    let adjust = |c: &mut lakehost::Config| {
+        with_daily_manifest(c, &pause_manifest(3000));
+        c.dailyrun.lease_s = 3;
+    };
+    let first = spawn_in(dir.path().to_path_buf(), clock.clone(), adjust).await;
+    let token = daily_token(&first);
+    let (code, started) = start(&first, &token).await;
+    assert_eq!(code, StatusCode::OK);
+    drop(first);
+
+    // The server is gone; its hold lapses; a new server starts.
+    clock.advance(chrono::Duration::seconds(10));
+    let second = spawn_in(dir.path().to_path_buf(), clock.clone(), adjust).await;
+    let token = daily_token(&second);
+    let ended = wait_until_ended(&second, &token).await;
+    assert_eq!(ended["name"], started["executionName"]);
+    assert_eq!(ended["status"], "ABORTED", "{ended}");
+    assert_eq!(ended["error"], "Aborted");
+    assert!(is_iso_micros(ended["stopDate"].as_str().unwrap()));
+    let (code, _) = start(&second, &token).await;
+    assert_eq!(code, StatusCode::OK, "the org can run again");
+}
+
+#[tokio::test]
+async fn the_default_run_refreshes_a_dictionary_of_the_lake_every_caller_reads() {
+    // No daily.toml in pipeline.dir: the built-in default runs.
+    let app = spawn_app_with(|c| c.pipeline.dir = c.storage.data_dir.join("no-pipelines")).await;
+    seed_demo_lake(&app).await;
+    let token = daily_token(&app);
+    assert_eq!(start(&app, &token).await.0, StatusCode::OK);
+    let ended = wait_until_ended(&app, &token).await;
+    assert_eq!(ended["status"], "SUCCEEDED", "{ended}");
+
+    // Public rows (service client 901): an own-client analyst of client 1
+    // reads them without a filter.
+    let analyst = app.token_for(&["OwnServiceClientAnalyst"], "[1]");
+    let rows = app
+        .rows_of(
+            ORG_HOST,
+            &analyst,
+            "SELECT table_name, column_name, data_type FROM demo_insights.lake_columns \
+             ORDER BY table_name, position",
+        )
+        .await;
+    let columns: Vec<(String, String)> = rows
+        .into_iter()
+        .map(|r| (r[0].clone().unwrap(), r[1].clone().unwrap()))
+        .collect();
+    assert!(
+        columns.contains(&("trips".into(), "trip_id".into()))
+            && columns.contains(&("trips".into(), "service_client_id".into())),
+        "{columns:?}"
+    );
+    assert!(
+        columns.iter().all(|(table, _)| table == "trips"),
+        "only the lake database's tables: {columns:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_failing_store_gets_the_spec_500_messages() {
+    let app = spawn_app().await;
+    let token = daily_token(&app);
+    // Warm the validator's key cache, then take the store away.
+    assert_eq!(status(&app, &token, "").await.0, StatusCode::OK);
+    app.store.close().await;
+    let error = |message: &str| {
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            json!({ "message": message }),
+        )
+    };
+    assert_eq!(
+        app.get(DAILYRUN_HOST, FLAG, Some(&token)).await,
+        error("Error reading ClientMetaData")
+    );
+    assert_eq!(
+        post(&app, DAILYRUN_HOST, FLAG, &token, r#"{"dailyRun": true}"#).await,
+        error("Error updating ClientMetaData")
+    );
+    assert_eq!(
+        start(&app, &token).await,
+        error("Error starting Daily ETL pipeline execution")
+    );
+    assert_eq!(
+        status(&app, &token, "?mode=latest").await,
+        error("Error reading DailyRun executions")
+    );
 }

@@ -11,6 +11,7 @@ use lakehost::{
     store::{
         Error, Store,
         catalog::{LakeTable, NewDataFile},
+        dailyrun::{NewDailyRun, RunEnd, RunStatus, StartOutcome},
         queries::{CatalogWrite, Finished, NewQuery, QueryOutcome, QueryState},
     },
 };
@@ -680,5 +681,280 @@ async fn daily_run_flags_per_org() {
             Some(false),
             "{backend}"
         );
+    }
+}
+
+fn new_run<'a>(name: &'a str, org: &'a str, slot: Option<i64>, at: i64) -> NewDailyRun<'a> {
+    NewDailyRun {
+        name,
+        org,
+        scheduled_for: slot,
+        started_at: at,
+        deadline_at: at + 1_000,
+        owner: "replica-1",
+        lease_until: at + 100,
+    }
+}
+
+#[tokio::test]
+async fn daily_runs_one_running_per_org_one_per_slot_ended_once() {
+    for (backend, store, _dir) in backends().await {
+        let StartOutcome::Started(first) = store
+            .start_daily_run(&new_run("run-1", "demo", None, 1_000))
+            .await
+            .unwrap()
+        else {
+            panic!("{backend}: the first start wins");
+        };
+        assert_eq!(first.status, RunStatus::Running);
+        assert_eq!((first.stopped_at, first.error.clone()), (None, None));
+        // A second start of the same org is refused with the running one;
+        // another org is not affected.
+        assert_eq!(
+            store
+                .start_daily_run(&new_run("run-2", "demo", None, 1_001))
+                .await
+                .unwrap(),
+            StartOutcome::AlreadyRunning(first.clone()),
+            "{backend}"
+        );
+        assert!(matches!(
+            store
+                .start_daily_run(&new_run("other-1", "other", Some(500), 1_001))
+                .await
+                .unwrap(),
+            StartOutcome::Started(_)
+        ));
+        // Only the holder ends it, once.
+        let succeeded = RunEnd {
+            status: RunStatus::Succeeded,
+            error: None,
+            cause: None,
+        };
+        assert!(
+            !store
+                .finish_daily_run("run-1", "replica-2", &succeeded, 1_050)
+                .await
+                .unwrap()
+        );
+        assert!(
+            store
+                .finish_daily_run("run-1", "replica-1", &succeeded, 1_050)
+                .await
+                .unwrap()
+        );
+        assert!(
+            !store
+                .finish_daily_run("run-1", "replica-1", &succeeded, 1_060)
+                .await
+                .unwrap(),
+            "{backend}: ended once"
+        );
+        let ended = store.daily_run("run-1").await.unwrap().unwrap();
+        assert_eq!(
+            (ended.status, ended.stopped_at),
+            (RunStatus::Succeeded, Some(1_050))
+        );
+        // A slot of the schedule starts one run, even after that run ended.
+        assert_eq!(
+            store
+                .start_daily_run(&new_run("other-2", "other", Some(500), 1_100))
+                .await
+                .unwrap(),
+            StartOutcome::AlreadyRunning(store.daily_run("other-1").await.unwrap().unwrap())
+        );
+        store
+            .finish_daily_run("other-1", "replica-1", &succeeded, 1_150)
+            .await
+            .unwrap();
+        assert_eq!(
+            store
+                .start_daily_run(&new_run("other-3", "other", Some(500), 1_200))
+                .await
+                .unwrap(),
+            StartOutcome::Taken,
+            "{backend}"
+        );
+
+        // Overdue runs end TIMED_OUT, orphaned ones ABORTED; the holder can
+        // neither renew nor end them afterwards.
+        let StartOutcome::Started(_) = store
+            .start_daily_run(&new_run("run-3", "demo", None, 2_000))
+            .await
+            .unwrap()
+        else {
+            panic!("{backend}: demo is free again");
+        };
+        assert!(
+            store
+                .start_daily_run(&new_run("other-4", "other", None, 2_000))
+                .await
+                .unwrap()
+                != StartOutcome::Taken
+        );
+        assert!(
+            store
+                .renew_daily_run("run-3", "replica-1", 2_500)
+                .await
+                .unwrap()
+        );
+        // At 2_200: other-4's hold (until 2_100) lapsed; run-3's (2_500) did not.
+        let ended = store.end_stale_daily_runs(2_200).await.unwrap();
+        assert_eq!(ended.len(), 1, "{backend}: {ended:?}");
+        assert_eq!(
+            (
+                ended[0].name.as_str(),
+                ended[0].status,
+                ended[0].stopped_at,
+                ended[0].error.as_deref()
+            ),
+            ("other-4", RunStatus::Aborted, Some(2_200), Some("Aborted"))
+        );
+        // At 3_000 run-3 is past its deadline (2_000 + 1_000).
+        let ended = store.end_stale_daily_runs(3_000).await.unwrap();
+        assert_eq!(
+            ended
+                .iter()
+                .map(|r| (r.name.as_str(), r.status))
+                .collect::<Vec<_>>(),
+            [("run-3", RunStatus::TimedOut)],
+            "{backend}"
+        );
+        assert!(
+            !store
+                .renew_daily_run("run-3", "replica-1", 4_000)
+                .await
+                .unwrap()
+        );
+        assert!(
+            !store
+                .finish_daily_run("run-3", "replica-1", &succeeded, 3_100)
+                .await
+                .unwrap()
+        );
+
+        // Most recent first, limited; SUCCEEDED only on request.
+        let names = |runs: Vec<lakehost::store::dailyrun::DailyRun>| {
+            runs.into_iter().map(|r| r.name).collect::<Vec<_>>()
+        };
+        assert_eq!(
+            names(store.daily_runs("demo", 50, false).await.unwrap()),
+            ["run-3", "run-1"]
+        );
+        assert_eq!(
+            names(store.daily_runs("demo", 1, false).await.unwrap()),
+            ["run-3"]
+        );
+        assert_eq!(
+            names(store.daily_runs("demo", 50, true).await.unwrap()),
+            ["run-1"]
+        );
+        assert!(
+            store
+                .daily_runs("nobody", 50, false)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+    }
+}
+
+#[tokio::test]
+async fn concurrent_daily_run_starts_have_one_winner() {
+    for (backend, store, _dir) in backends().await {
+        let starts: Vec<_> = (0..50)
+            .map(|i| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    let name = format!("run-{i}");
+                    store
+                        .start_daily_run(&new_run(&name, "demo", None, 1_000 + i))
+                        .await
+                        .unwrap()
+                })
+            })
+            .collect();
+        let mut outcomes = Vec::new();
+        for start in starts {
+            outcomes.push(start.await);
+        }
+        let started: Vec<_> = outcomes
+            .iter()
+            .filter_map(|o| match o.as_ref().unwrap() {
+                StartOutcome::Started(run) => Some(run.name.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(started.len(), 1, "{backend}: {started:?}");
+        for outcome in &outcomes {
+            match outcome.as_ref().unwrap() {
+                StartOutcome::Started(_) => {}
+                StartOutcome::AlreadyRunning(running) => assert_eq!(running.name, started[0]),
+                StartOutcome::Taken => panic!("{backend}: no start may be lost as Taken"),
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_refresh_swaps_the_table_only_while_its_run_holds() {
+    for (backend, store, _dir) in backends().await {
+        let databases = store.ensure_standard_databases("demo", None).await.unwrap();
+        let insights = databases
+            .iter()
+            .find(|d| d.kind == DatabaseKind::Insights)
+            .unwrap();
+        let table = |id: &str| LakeTable {
+            id: id.into(),
+            database_id: insights.id.clone(),
+            name: "daily".into(),
+            schema_json: "{}".into(),
+            partition_columns: vec!["service_client_id".into()],
+            created_at: 1,
+        };
+        let file = |path: &str| NewDataFile {
+            path: path.into(),
+            service_client_id: Some(1),
+            partition_values: BTreeMap::new(),
+            row_count: 1,
+            size_bytes: 10,
+            load_id: None,
+        };
+        let StartOutcome::Started(_) = store
+            .start_daily_run(&new_run("run-1", "demo", None, 1_000))
+            .await
+            .unwrap()
+        else {
+            panic!("{backend}");
+        };
+        let replaced = store
+            .replace_table_for_run("run-1", "replica-1", &table("t1"), &[file("a")], 1_010)
+            .await
+            .unwrap();
+        assert_eq!(replaced, Some(vec![]), "{backend}: a new table");
+        let replaced = store
+            .replace_table_for_run("run-1", "replica-1", &table("t2"), &[file("b")], 1_020)
+            .await
+            .unwrap();
+        assert_eq!(replaced, Some(vec!["a".to_string()]), "{backend}");
+        // Another holder, or past the deadline: nothing changes.
+        for (owner, now) in [("replica-2", 1_030), ("replica-1", 2_000)] {
+            let refused = store
+                .replace_table_for_run("run-1", owner, &table("t3"), &[file("c")], now)
+                .await
+                .unwrap();
+            assert_eq!(refused, None, "{backend}: {owner} at {now}");
+        }
+        let current = store.table(&insights.id, "daily").await.unwrap().unwrap();
+        assert_eq!(current.id, "t2");
+        let paths: Vec<String> = store
+            .files("t2")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|f| f.file.path)
+            .collect();
+        assert_eq!(paths, ["b"], "{backend}");
+        assert!(store.files("t1").await.unwrap().is_empty());
     }
 }
