@@ -252,8 +252,11 @@ enum ComponentKey {
 /// Compiled components of one world. Each key gets a cell that is filled
 /// once: two servers asking for the same component at once compile it once.
 struct ComponentCache<P> {
-    cells: Mutex<HashMap<ComponentKey, Arc<OnceLock<Result<P, String>>>>>,
+    cells: Mutex<HashMap<ComponentKey, Arc<CompiledCell<P>>>>,
 }
+
+/// A component compiled once (or the reason it does not compile).
+type CompiledCell<P> = OnceLock<Result<P, String>>;
 
 impl<P: Clone> ComponentCache<P> {
     fn new() -> Self {
