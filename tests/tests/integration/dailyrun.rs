@@ -457,6 +457,25 @@ async fn fifty_concurrent_starts_start_one_run() {
         app.get(DAILYRUN_HOST, STATUS, None).await,
         (StatusCode::UNAUTHORIZED, unauthorized())
     );
+    // The same API under the prefix and on the bare host (the default org).
+    let (code, listed) = app
+        .get(
+            DAILYRUN_HOST,
+            &format!("/superset{STATUS}?limit=5"),
+            Some(&daily),
+        )
+        .await;
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(
+        listed["executions"].as_array().unwrap().len(),
+        2,
+        "{listed}"
+    );
+    let (code, latest) = app
+        .get("localhost", &format!("{STATUS}?mode=latest"), Some(&daily))
+        .await;
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(latest, listed["executions"][0]);
     // Another org sees none of demo's executions.
     let other = token(&app, "other", "dailyrun:execution:read");
     assert_eq!(
