@@ -1,11 +1,13 @@
 //! `QueryService`: the query lifecycle behind the five query endpoints.
 //!
 //! Submission classifies and plans the statement with the caller's access (so
-//! SQL and permission errors answer the POST), then stores a QUEUED job. A
-//! bounded pool of workers (`query.workers` per replica: admission control)
-//! claims jobs with a lease, plans them again with the access stored in the
-//! job, and runs the plan on a dedicated runtime so a heavy query cannot
-//! starve the HTTP server. Each query has its own memory pool (spilling past
+//! SQL and permission errors answer the POST). At most `query.workers` queries
+//! run at once per replica (admission control). When one of those slots is
+//! free, the job is stored RUNNING under this replica's lease and the plan
+//! made for the POST runs at once; otherwise it is stored QUEUED, and a worker
+//! claims it with a lease when a slot frees, plans it again with the access
+//! stored in the job, and runs it. Plans run on a dedicated runtime so a heavy
+//! query cannot starve the HTTP server. Each query has its own memory pool (spilling past
 //! `query.memory_limit_bytes`) and a time limit.
 //!
 //! Restarts: a job RUNNING on a replica that died keeps its lease until it
@@ -23,12 +25,12 @@ use std::{
 use bytes::Bytes;
 use futures::{Stream, StreamExt as _};
 use object_store::ObjectStoreExt as _;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::{
     AccessGrant, Denial, QueryCaller, QueryError,
-    execute::{Execution, Target, execute, prepare},
+    execute::{Execution, Prepared, Target, execute, prepare},
     result::{PAGE_ROWS, PageCursor, ResultColumn, read_page},
     session::{SessionError, SessionScope, session_for},
     statement::classify,
@@ -50,6 +52,13 @@ use crate::{
 const POLL_INTERVAL: Duration = Duration::from_millis(250);
 
 const LINK_KEY: &str = "link-signing-key";
+
+/// A statement planned at submission, run at once when a slot is free.
+struct Planned {
+    context: datafusion::prelude::SessionContext,
+    prepared: Prepared,
+    access: crate::auth::Access,
+}
 
 /// The runtime queries execute on, apart from the one serving HTTP.
 struct EngineRuntime(Option<tokio::runtime::Runtime>);
@@ -127,6 +136,8 @@ pub struct QueryService {
     limits: QueryConfig,
     engine: EngineRuntime,
     wake: Notify,
+    /// One permit per query that may run at once on this replica.
+    slots: Arc<Semaphore>,
     running: Mutex<HashMap<String, CancellationToken>>,
     signer: LinkSigner,
     worker_id: String,
@@ -155,7 +166,8 @@ impl QueryService {
         let key = store
             .shared_secret(LINK_KEY, LinkSigner::generate_key, micros(&clock))
             .await?;
-        let engine = EngineRuntime::new(limits.workers)?;
+        let workers = limits.workers;
+        let engine = EngineRuntime::new(workers)?;
         let metadata_cache = datafusion::execution::runtime_env::RuntimeEnv::default()
             .cache_manager
             .get_file_metadata_cache();
@@ -166,6 +178,7 @@ impl QueryService {
             limits,
             engine,
             wake: Notify::new(),
+            slots: Arc::new(Semaphore::new(workers)),
             running: Mutex::new(HashMap::new()),
             signer: LinkSigner::new(key.as_bytes()),
             worker_id: uuid::Uuid::new_v4().simple().to_string(),
@@ -228,9 +241,10 @@ impl QueryService {
         })
     }
 
-    /// POST /query: checks and plans `sql`, then queues it. Returns the id.
+    /// POST /query: checks and plans `sql`, then runs it at once when a slot
+    /// is free, else queues it. Returns the id.
     pub async fn submit(
-        &self,
+        self: &Arc<Self>,
         caller: &QueryCaller,
         sql: &str,
         database: Option<&str>,
@@ -246,7 +260,7 @@ impl QueryService {
                 caller.zone.as_deref(),
                 &access,
                 &database,
-                None,
+                Some(self.limits.memory_limit_bytes as usize),
             )
             .await?;
         let target = Target {
@@ -256,7 +270,7 @@ impl QueryService {
             default_database: &database,
             access: &access,
         };
-        prepare(&context, &target, sql, &classified, self.now()).await?;
+        let prepared = prepare(&context, &target, sql, &classified, self.now()).await?;
         let id = uuid::Uuid::new_v4().to_string();
         let query = NewQuery {
             id: id.clone(),
@@ -269,8 +283,26 @@ impl QueryService {
             statement_type: classified.statement_type.as_str().to_string(),
             access_json: serde_json::to_string(&caller.grant).expect("grant serialises"),
         };
-        self.store.insert_query(&query, self.now()).await?;
-        self.wake.notify_one();
+        let Ok(slot) = self.slots.clone().try_acquire_owned() else {
+            self.store.insert_query(&query, self.now()).await?;
+            self.wake.notify_one();
+            return Ok(id);
+        };
+        let now = self.now();
+        let job = self
+            .store
+            .insert_running_query(&query, &self.worker_id, now, now + self.lease_micros())
+            .await?;
+        let planned = Planned {
+            context,
+            prepared,
+            access,
+        };
+        let service = self.clone();
+        tokio::spawn(async move {
+            service.run(job, Some(planned)).await;
+            drop(slot);
+        });
         Ok(id)
     }
 
@@ -460,24 +492,34 @@ impl QueryService {
         })
     }
 
-    /// One worker: claim, run, repeat; sleep when there is nothing to do.
+    /// One worker: wait for a free slot, claim, run, repeat; sleep when there
+    /// is nothing to do.
     async fn work(self: Arc<Self>) {
         loop {
+            let slot: OwnedSemaphorePermit = match self.slots.clone().acquire_owned().await {
+                Ok(slot) => slot,
+                Err(_) => return,
+            };
             let now = self.now();
-            let lease_until = now + self.lease().as_micros() as i64;
+            let lease_until = now + self.lease_micros();
             match self
                 .store
                 .claim_query(&self.worker_id, now, lease_until)
                 .await
             {
-                Ok(Some(job)) => self.run(job).await,
+                Ok(Some(job)) => {
+                    self.run(job, None).await;
+                    drop(slot);
+                }
                 Ok(None) => {
+                    drop(slot);
                     tokio::select! {
                         _ = self.wake.notified() => {}
                         _ = tokio::time::sleep(POLL_INTERVAL) => {}
                     }
                 }
                 Err(e) => {
+                    drop(slot);
                     tracing::warn!(error = %e, "claiming a query failed");
                     tokio::time::sleep(POLL_INTERVAL).await;
                 }
@@ -489,6 +531,10 @@ impl QueryService {
         Duration::from_secs(self.limits.lease_s)
     }
 
+    fn lease_micros(&self) -> i64 {
+        self.lease().as_micros() as i64
+    }
+
     /// Renews the lease every third of its length; returns when it is lost
     /// (the query was cancelled elsewhere, or another worker took it over).
     async fn hold_lease(&self, id: &str) {
@@ -496,7 +542,7 @@ impl QueryService {
         tick.tick().await;
         loop {
             tick.tick().await;
-            let until = self.now() + self.lease().as_micros() as i64;
+            let until = self.now() + self.lease_micros();
             match self
                 .store
                 .renew_query_lease(id, &self.worker_id, until)
@@ -509,7 +555,9 @@ impl QueryService {
         }
     }
 
-    async fn run(self: &Arc<Self>, job: QueryJob) {
+    /// Runs a job this worker holds: `planned` when the submission's plan is
+    /// at hand, else planned again from the job.
+    async fn run(self: &Arc<Self>, job: QueryJob, planned: Option<Planned>) {
         let id = job.query.id.clone();
         let span = tracing::info_span!("query", query = %id, attempt = job.attempts);
         let _guard = span.enter();
@@ -537,7 +585,7 @@ impl QueryService {
         );
         let time_limit = Duration::from_secs(self.limits.time_limit_s);
         let outcome = tokio::select! {
-            outcome = self.run_job(&job, &result_path) => Some(outcome),
+            outcome = self.run_job(&job, planned, &result_path) => Some(outcome),
             _ = token.cancelled() => None,
             _ = self.hold_lease(&id) => None,
             _ = tokio::time::sleep(time_limit) => Some(Err(QueryError::Failed(format!(
@@ -555,10 +603,41 @@ impl QueryService {
         }
     }
 
-    /// Plans the job with the submitter's access (store work, on this runtime),
-    /// then executes it on the engine runtime. Dropping this future (cancel,
-    /// time limit) aborts the execution.
-    async fn run_job(&self, job: &QueryJob, result_path: &str) -> Result<Execution, QueryError> {
+    /// Plans the job with the submitter's access (store work, on this runtime)
+    /// unless `planned` already is, then executes it on the engine runtime.
+    /// Dropping this future (cancel, time limit) aborts the execution.
+    async fn run_job(
+        &self,
+        job: &QueryJob,
+        planned: Option<Planned>,
+        result_path: &str,
+    ) -> Result<Execution, QueryError> {
+        let Planned {
+            context,
+            prepared,
+            access,
+        } = match planned {
+            Some(planned) => planned,
+            None => self.plan_job(job).await?,
+        };
+        let lake = self.lake.clone();
+        let id = job.query.id.clone();
+        let path = result_path.to_string();
+        let task = self
+            .engine
+            .handle()
+            .spawn(async move { execute(&context, prepared, &lake, &access, &id, &path).await });
+        let abort = task.abort_handle();
+        // Abort the engine task if this future is dropped.
+        let _abort_on_drop = AbortOnDrop(abort);
+        match task.await {
+            Ok(outcome) => outcome,
+            Err(e) => Err(QueryError::Internal(format!("query task: {e}"))),
+        }
+    }
+
+    /// Plans a claimed job again, with the access stored in it.
+    async fn plan_job(&self, job: &QueryJob) -> Result<Planned, QueryError> {
         let q = &job.query;
         let grant: AccessGrant = serde_json::from_str(&q.access_json)
             .map_err(|e| QueryError::Internal(format!("stored access: {e}")))?;
@@ -586,20 +665,11 @@ impl QueryService {
                 QueryError::Invalid(message) => QueryError::Failed(message),
                 other => other,
             })?;
-        let lake = self.lake.clone();
-        let id = q.id.clone();
-        let path = result_path.to_string();
-        let task = self
-            .engine
-            .handle()
-            .spawn(async move { execute(&context, prepared, &lake, &access, &id, &path).await });
-        let abort = task.abort_handle();
-        // Abort the engine task if this future is dropped.
-        let _abort_on_drop = AbortOnDrop(abort);
-        match task.await {
-            Ok(outcome) => outcome,
-            Err(e) => Err(QueryError::Internal(format!("query task: {e}"))),
-        }
+        Ok(Planned {
+            context,
+            prepared,
+            access,
+        })
     }
 
     /// Records a run's end; deletes files that did not become part of the lake.

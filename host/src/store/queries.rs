@@ -191,6 +191,50 @@ impl Store {
             .ok_or_else(|| Error::Corrupt("inserted query vanished".into()))
     }
 
+    /// Inserts a job already RUNNING, held by `worker` until `lease_until`
+    /// (the submitting replica has a free worker and runs it at once).
+    pub async fn insert_running_query(
+        &self,
+        query: &NewQuery,
+        worker: &str,
+        now: i64,
+        lease_until: i64,
+    ) -> Result<QueryJob> {
+        sqlx::query(
+            "INSERT INTO query_jobs (id, org, zone, owner_sub, access_fingerprint, sql_text, \
+             database_name, statement_type, access_json, state, submitted_at, started_at, \
+             lease_owner, lease_expires_at, attempts) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'RUNNING', $10, $10, $11, $12, 1)",
+        )
+        .bind(&query.id)
+        .bind(&query.org)
+        .bind(query.zone.as_deref().unwrap_or(""))
+        .bind(&query.owner_sub)
+        .bind(&query.access_fingerprint)
+        .bind(&query.sql)
+        .bind(&query.database)
+        .bind(&query.statement_type)
+        .bind(&query.access_json)
+        .bind(now)
+        .bind(worker)
+        .bind(lease_until)
+        .execute(self.pool())
+        .await?;
+        Ok(QueryJob {
+            query: query.clone(),
+            state: QueryState::Running,
+            state_change_reason: None,
+            submitted_at: now,
+            started_at: Some(now),
+            completed_at: None,
+            result_path: None,
+            result_rows: None,
+            result_bytes: None,
+            result_columns_json: None,
+            attempts: 1,
+        })
+    }
+
     pub async fn query_job(&self, id: &str) -> Result<Option<QueryJob>> {
         let row = sqlx::query(&format!("SELECT {COLUMNS} FROM query_jobs WHERE id = $1"))
             .bind(id)
