@@ -53,11 +53,27 @@ const POLL_INTERVAL: Duration = Duration::from_millis(250);
 
 const LINK_KEY: &str = "link-signing-key";
 
-/// A statement planned at submission, run at once when a slot is free.
+/// A planned statement, ready to execute.
 struct Planned {
     context: datafusion::prelude::SessionContext,
     prepared: Prepared,
     access: crate::auth::Access,
+}
+
+/// A statement executing on the engine runtime; dropping it aborts it.
+struct Started {
+    task: tokio::task::JoinHandle<Result<Execution, QueryError>>,
+    _abort: AbortOnDrop,
+}
+
+impl Started {
+    async fn outcome(self) -> Result<Execution, QueryError> {
+        let Started { task, _abort } = self;
+        match task.await {
+            Ok(outcome) => outcome,
+            Err(e) => Err(QueryError::Internal(format!("query task: {e}"))),
+        }
+    }
 }
 
 /// The runtime queries execute on, apart from the one serving HTTP.
@@ -288,22 +304,71 @@ impl QueryService {
             self.wake.notify_one();
             return Ok(id);
         };
+        // The plan starts now, while the job is stored: its result file and
+        // any lake files stay unlisted until the job's end is recorded, which
+        // needs the stored job and this replica's lease.
+        let result_path = Self::result_path_of(&query, 1);
+        let started = self.start_engine(
+            Planned {
+                context,
+                prepared,
+                access,
+            },
+            &id,
+            &result_path,
+        );
         let now = self.now();
-        let job = self
+        let job = match self
             .store
             .insert_running_query(&query, &self.worker_id, now, now + self.lease_micros())
-            .await?;
-        let planned = Planned {
-            context,
-            prepared,
-            access,
+            .await
+        {
+            Ok(job) => job,
+            Err(e) => {
+                drop(started);
+                delete_paths(self.lake.object_store().as_ref(), &[result_path]).await;
+                return Err(e.into());
+            }
         };
         let service = self.clone();
         tokio::spawn(async move {
-            service.run(job, Some(planned)).await;
+            service.run(job, Some(started)).await;
             drop(slot);
         });
         Ok(id)
+    }
+
+    fn result_path_of(query: &NewQuery, attempt: i64) -> String {
+        lake::result_path(
+            &query.org,
+            query.zone.as_deref(),
+            &query.owner_sub,
+            &query.access_fingerprint,
+            &query.id,
+            attempt,
+        )
+    }
+
+    /// Starts executing `planned` on the engine runtime; dropping the
+    /// returned handle aborts it.
+    fn start_engine(&self, planned: Planned, id: &str, result_path: &str) -> Started {
+        let Planned {
+            context,
+            prepared,
+            access,
+        } = planned;
+        let lake = self.lake.clone();
+        let id = id.to_string();
+        let path = result_path.to_string();
+        let task = self
+            .engine
+            .handle()
+            .spawn(async move { execute(&context, prepared, &lake, &access, &id, &path).await });
+        let abort = AbortOnDrop(task.abort_handle());
+        Started {
+            task,
+            _abort: abort,
+        }
     }
 
     /// The caller's own query on this API, or NotFound (also for another
@@ -555,9 +620,9 @@ impl QueryService {
         }
     }
 
-    /// Runs a job this worker holds: `planned` when the submission's plan is
-    /// at hand, else planned again from the job.
-    async fn run(self: &Arc<Self>, job: QueryJob, planned: Option<Planned>) {
+    /// Runs a job this worker holds: `started` when the submission's plan is
+    /// already executing, else planned again from the job and started.
+    async fn run(self: &Arc<Self>, job: QueryJob, started: Option<Started>) {
         let id = job.query.id.clone();
         let span = tracing::info_span!("query", query = %id, attempt = job.attempts);
         let _guard = span.enter();
@@ -575,17 +640,10 @@ impl QueryService {
             .lock()
             .expect("running map lock")
             .insert(id.clone(), token.clone());
-        let result_path = lake::result_path(
-            &job.query.org,
-            job.query.zone.as_deref(),
-            &job.query.owner_sub,
-            &job.query.access_fingerprint,
-            &id,
-            job.attempts,
-        );
+        let result_path = Self::result_path_of(&job.query, job.attempts);
         let time_limit = Duration::from_secs(self.limits.time_limit_s);
         let outcome = tokio::select! {
-            outcome = self.run_job(&job, planned, &result_path) => Some(outcome),
+            outcome = self.run_job(&job, started, &result_path) => Some(outcome),
             _ = token.cancelled() => None,
             _ = self.hold_lease(&id) => None,
             _ = tokio::time::sleep(time_limit) => Some(Err(QueryError::Failed(format!(
@@ -604,36 +662,22 @@ impl QueryService {
     }
 
     /// Plans the job with the submitter's access (store work, on this runtime)
-    /// unless `planned` already is, then executes it on the engine runtime.
-    /// Dropping this future (cancel, time limit) aborts the execution.
+    /// and starts it on the engine runtime, unless `started` already is; then
+    /// waits for it. Dropping this future (cancel, time limit) aborts it.
     async fn run_job(
         &self,
         job: &QueryJob,
-        planned: Option<Planned>,
+        started: Option<Started>,
         result_path: &str,
     ) -> Result<Execution, QueryError> {
-        let Planned {
-            context,
-            prepared,
-            access,
-        } = match planned {
-            Some(planned) => planned,
-            None => self.plan_job(job).await?,
+        let started = match started {
+            Some(started) => started,
+            None => {
+                let planned = self.plan_job(job).await?;
+                self.start_engine(planned, &job.query.id, result_path)
+            }
         };
-        let lake = self.lake.clone();
-        let id = job.query.id.clone();
-        let path = result_path.to_string();
-        let task = self
-            .engine
-            .handle()
-            .spawn(async move { execute(&context, prepared, &lake, &access, &id, &path).await });
-        let abort = task.abort_handle();
-        // Abort the engine task if this future is dropped.
-        let _abort_on_drop = AbortOnDrop(abort);
-        match task.await {
-            Ok(outcome) => outcome,
-            Err(e) => Err(QueryError::Internal(format!("query task: {e}"))),
-        }
+        started.outcome().await
     }
 
     /// Plans a claimed job again, with the access stored in it.

@@ -186,9 +186,19 @@ impl Store {
         .bind(now)
         .execute(self.pool())
         .await?;
-        self.query_job(&query.id)
-            .await?
-            .ok_or_else(|| Error::Corrupt("inserted query vanished".into()))
+        Ok(QueryJob {
+            query: query.clone(),
+            state: QueryState::Queued,
+            state_change_reason: None,
+            submitted_at: now,
+            started_at: None,
+            completed_at: None,
+            result_path: None,
+            result_rows: None,
+            result_bytes: None,
+            result_columns_json: None,
+            attempts: 0,
+        })
     }
 
     /// Inserts a job already RUNNING, held by `worker` until `lease_until`
@@ -322,8 +332,7 @@ impl Store {
                 ("FAILED", Some(reason.as_str()), None, None, None, None)
             }
         };
-        let mut tx = self.pool().begin().await?;
-        let done = sqlx::query(
+        let end = sqlx::query(
             "UPDATE query_jobs SET state = $1, state_change_reason = $2, result_path = $3, \
              result_rows = $4, result_bytes = $5, result_columns_json = $6, completed_at = $7, \
              lease_owner = NULL, lease_expires_at = NULL \
@@ -337,9 +346,20 @@ impl Store {
         .bind(columns)
         .bind(now)
         .bind(id)
-        .bind(worker)
-        .execute(&mut *tx)
-        .await?;
+        .bind(worker);
+        if matches!(write, CatalogWrite::None) {
+            // Nothing else to write: one statement is its own transaction.
+            let done = end.execute(self.pool()).await?;
+            return Ok(if done.rows_affected() == 1 {
+                Finished::Recorded {
+                    released_paths: Vec::new(),
+                }
+            } else {
+                Finished::Lost
+            });
+        }
+        let mut tx = self.pool().begin().await?;
+        let done = end.execute(&mut *tx).await?;
         if done.rows_affected() != 1 {
             tx.rollback().await?;
             return Ok(Finished::Lost);
