@@ -427,6 +427,8 @@ pub struct Execution {
     pub columns: Vec<ResultColumn>,
     pub rows: u64,
     pub bytes: u64,
+    /// The whole result CSV when it is small (the writer kept a copy).
+    pub small_result: Option<bytes::Bytes>,
     pub write: CatalogWrite,
     /// Lake files written for `write`: deleted again unless it is committed.
     pub staged: Vec<String>,
@@ -462,14 +464,15 @@ pub async fn execute(
                     return Err(e);
                 }
             }
-            let (rows, bytes) = writer
+            let written = writer
                 .finish()
                 .await
                 .map_err(|e| QueryError::Internal(format!("result file: {e}")))?;
             Ok(Execution {
                 columns: columns_of(&schema),
-                rows,
-                bytes,
+                rows: written.rows,
+                bytes: written.bytes,
+                small_result: written.small,
                 write: CatalogWrite::None,
                 staged: Vec::new(),
             })
@@ -597,14 +600,15 @@ async fn empty_result(
     let writer = CsvResultWriter::create(lake.object_store(), result_path, &schema)
         .await
         .map_err(|e| QueryError::Internal(format!("result file: {e}")))?;
-    let (rows, bytes) = writer
+    let written = writer
         .finish()
         .await
         .map_err(|e| QueryError::Internal(format!("result file: {e}")))?;
     Ok(Execution {
         columns: Vec::new(),
-        rows,
-        bytes,
+        rows: written.rows,
+        bytes: written.bytes,
+        small_result: written.small,
         write,
         staged: Vec::new(),
     })
@@ -635,10 +639,11 @@ async fn count_result(
     }
     .await;
     match outcome {
-        Ok((result_rows, bytes)) => Ok(Execution {
+        Ok(written) => Ok(Execution {
             columns: columns_of(&schema),
-            rows: result_rows,
-            bytes,
+            rows: written.rows,
+            bytes: written.bytes,
+            small_result: written.small,
             write,
             staged,
         }),

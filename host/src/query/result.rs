@@ -11,6 +11,7 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use datafusion::arrow::{
     array::{Array, RecordBatch},
     datatypes::{DataType, Schema},
@@ -150,6 +151,10 @@ fn encode_rows(batch: &RecordBatch, out: &mut Vec<u8>) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Results up to this size are also kept in memory by the writer, so the
+/// replica that ran a query can serve its pages without reading the file.
+pub const SMALL_RESULT_BYTES: usize = 256 * 1024;
+
 /// Streams a result to `path` as CSV.
 pub struct CsvResultWriter {
     writer: BufWriter,
@@ -157,6 +162,17 @@ pub struct CsvResultWriter {
     rows: u64,
     bytes: u64,
     buffer: Vec<u8>,
+    /// Every byte written so far, while the result is small.
+    copy: Option<Vec<u8>>,
+}
+
+/// A finished result file.
+#[derive(Debug, Clone)]
+pub struct WrittenResult {
+    pub rows: u64,
+    pub bytes: u64,
+    /// The whole CSV, when it is at most `SMALL_RESULT_BYTES`.
+    pub small: Option<Bytes>,
 }
 
 impl CsvResultWriter {
@@ -174,6 +190,7 @@ impl CsvResultWriter {
             rows: 0,
             bytes: 0,
             buffer: Vec::with_capacity(64 * 1024),
+            copy: Some(Vec::new()),
         };
         if !schema.fields().is_empty() {
             for (i, field) in schema.fields().iter().enumerate() {
@@ -189,6 +206,13 @@ impl CsvResultWriter {
     }
 
     async fn flush_buffer(&mut self) -> std::io::Result<()> {
+        if let Some(copy) = &mut self.copy {
+            if copy.len() + self.buffer.len() <= SMALL_RESULT_BYTES {
+                copy.extend_from_slice(&self.buffer);
+            } else {
+                self.copy = None;
+            }
+        }
         self.writer.write_all(&self.buffer).await?;
         self.bytes += self.buffer.len() as u64;
         self.buffer.clear();
@@ -207,11 +231,15 @@ impl CsvResultWriter {
         Ok(())
     }
 
-    /// Completes the upload; returns (rows, bytes).
-    pub async fn finish(mut self) -> std::io::Result<(u64, u64)> {
+    /// Completes the upload.
+    pub async fn finish(mut self) -> std::io::Result<WrittenResult> {
         self.flush_buffer().await?;
         self.writer.shutdown().await?;
-        Ok((self.rows, self.bytes))
+        Ok(WrittenResult {
+            rows: self.rows,
+            bytes: self.bytes,
+            small: self.copy.map(Bytes::from),
+        })
     }
 
     /// Abandons the upload (cancellation, failure).
@@ -311,6 +339,65 @@ impl CsvRowParser {
     }
 }
 
+/// Collects a page from the CSV's bytes, fed in order from `cursor.offset`.
+struct PageBuilder {
+    parser: CsvRowParser,
+    offset: u64,
+    skip_header: bool,
+    row_number: u64,
+    rows: Vec<Vec<Option<String>>>,
+    limit: usize,
+    total_bytes: u64,
+}
+
+impl PageBuilder {
+    fn new(cursor: PageCursor, limit: usize, total_bytes: u64) -> Self {
+        Self {
+            parser: CsvRowParser::default(),
+            offset: cursor.offset,
+            skip_header: cursor.offset == 0,
+            row_number: cursor.row,
+            rows: Vec::new(),
+            limit,
+            total_bytes,
+        }
+    }
+
+    /// Feeds bytes; returns the page once it is full.
+    fn feed(&mut self, chunk: &[u8]) -> Result<Option<Page>, PageError> {
+        for &byte in chunk {
+            self.offset += 1;
+            if let Some(row) = self.parser.push(byte)? {
+                if self.skip_header {
+                    self.skip_header = false;
+                    continue;
+                }
+                self.rows.push(row);
+                self.row_number += 1;
+                if self.rows.len() == self.limit {
+                    let next = (self.offset < self.total_bytes).then_some(PageCursor {
+                        row: self.row_number,
+                        offset: self.offset,
+                    });
+                    return Ok(Some(Page {
+                        rows: std::mem::take(&mut self.rows),
+                        next,
+                    }));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// The last page: the file ended.
+    fn end(self) -> Page {
+        Page {
+            rows: self.rows,
+            next: None,
+        }
+    }
+}
+
 /// Reads up to `limit` rows of the CSV at `path` (`total_bytes` long) from
 /// `cursor`; at offset 0 the header row is skipped first.
 pub async fn read_page(
@@ -320,9 +407,11 @@ pub async fn read_page(
     cursor: PageCursor,
     limit: usize,
 ) -> Result<Page, PageError> {
-    let mut rows = Vec::new();
     if cursor.offset >= total_bytes {
-        return Ok(Page { rows, next: None });
+        return Ok(Page {
+            rows: Vec::new(),
+            next: None,
+        });
     }
     let options = GetOptions {
         range: Some(GetRange::Bounded(cursor.offset..total_bytes)),
@@ -332,32 +421,30 @@ pub async fn read_page(
         .get_opts(&Path::from(path), options)
         .await?
         .into_stream();
-    let mut parser = CsvRowParser::default();
-    let mut offset = cursor.offset;
-    let mut skip_header = cursor.offset == 0;
-    let mut row_number = cursor.row;
+    let mut page = PageBuilder::new(cursor, limit, total_bytes);
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk?;
-        for &byte in chunk.iter() {
-            offset += 1;
-            if let Some(row) = parser.push(byte)? {
-                if skip_header {
-                    skip_header = false;
-                    continue;
-                }
-                rows.push(row);
-                row_number += 1;
-                if rows.len() == limit {
-                    let next = (offset < total_bytes).then_some(PageCursor {
-                        row: row_number,
-                        offset,
-                    });
-                    return Ok(Page { rows, next });
-                }
-            }
+        if let Some(full) = page.feed(&chunk?)? {
+            return Ok(full);
         }
     }
-    Ok(Page { rows, next: None })
+    Ok(page.end())
+}
+
+/// The same page as `read_page`, from the whole CSV in memory.
+pub fn page_from_bytes(csv: &[u8], cursor: PageCursor, limit: usize) -> Result<Page, PageError> {
+    let total_bytes = csv.len() as u64;
+    let start = usize::try_from(cursor.offset).unwrap_or(usize::MAX);
+    let Some(rest) = csv.get(start..).filter(|rest| !rest.is_empty()) else {
+        return Ok(Page {
+            rows: Vec::new(),
+            next: None,
+        });
+    };
+    let mut page = PageBuilder::new(cursor, limit, total_bytes);
+    Ok(match page.feed(rest)? {
+        Some(full) => full,
+        None => page.end(),
+    })
 }
 
 #[cfg(test)]
@@ -441,7 +528,8 @@ mod tests {
             .unwrap();
         writer.write(&batch).await.unwrap();
         writer.write(&batch).await.unwrap();
-        let (rows, bytes) = writer.finish().await.unwrap();
+        let written = writer.finish().await.unwrap();
+        let (rows, bytes) = (written.rows, written.bytes);
         assert_eq!(rows, 6);
         let text = store
             .get(&Path::from("r.csv"))
@@ -495,5 +583,34 @@ mod tests {
         assert_eq!(second.rows.len(), 2);
         assert_eq!(second.rows[0][0].as_deref(), Some("2"));
         assert_eq!(second.next, None);
+
+        // The writer kept the small result: the same pages from memory.
+        let kept = written.small.expect("a small result is kept");
+        assert_eq!(kept, text.as_bytes());
+        let start = PageCursor { row: 0, offset: 0 };
+        assert_eq!(page_from_bytes(&kept, start, 4).unwrap(), first);
+        assert_eq!(page_from_bytes(&kept, next, 4).unwrap(), second);
+        let past_end = PageCursor {
+            row: 6,
+            offset: bytes,
+        };
+        assert_eq!(page_from_bytes(&kept, past_end, 4).unwrap().rows.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_large_result_is_not_kept_in_memory() {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let batch = batch();
+        let mut writer = CsvResultWriter::create(store, "big.csv", &batch.schema())
+            .await
+            .unwrap();
+        let mut written_rows = 0;
+        while written_rows * 60 < SMALL_RESULT_BYTES as u64 * 2 {
+            writer.write(&batch).await.unwrap();
+            written_rows += 3;
+        }
+        let written = writer.finish().await.unwrap();
+        assert!(written.bytes > SMALL_RESULT_BYTES as u64);
+        assert!(written.small.is_none());
     }
 }

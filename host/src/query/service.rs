@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 use super::{
     AccessGrant, Denial, QueryCaller, QueryError,
     execute::{Execution, Prepared, Target, execute, prepare},
-    result::{PAGE_ROWS, PageCursor, ResultColumn, read_page},
+    result::{PAGE_ROWS, PageCursor, ResultColumn, page_from_bytes, read_page},
     session::{SessionError, SessionScope, session_for},
     statement::classify,
     table_writer::delete_paths,
@@ -52,6 +52,42 @@ use crate::{
 const POLL_INTERVAL: Duration = Duration::from_millis(250);
 
 const LINK_KEY: &str = "link-signing-key";
+
+/// Bytes of small results kept at most; the oldest go first.
+const RECENT_RESULTS_BYTES: usize = 32 * 1024 * 1024;
+
+/// Small result CSVs in the order they were written, up to
+/// `RECENT_RESULTS_BYTES` in all. A path names one attempt of one query for
+/// one user and access, so an entry is only ever read in place of its file.
+#[derive(Default)]
+struct RecentResults {
+    by_path: HashMap<String, Bytes>,
+    order: std::collections::VecDeque<String>,
+    bytes: usize,
+}
+
+impl RecentResults {
+    fn insert(&mut self, path: String, csv: Bytes) {
+        if self.by_path.contains_key(&path) {
+            return;
+        }
+        self.bytes += csv.len();
+        self.order.push_back(path.clone());
+        self.by_path.insert(path, csv);
+        while self.bytes > RECENT_RESULTS_BYTES {
+            let Some(oldest) = self.order.pop_front() else {
+                break;
+            };
+            if let Some(gone) = self.by_path.remove(&oldest) {
+                self.bytes -= gone.len();
+            }
+        }
+    }
+
+    fn get(&self, path: &str) -> Option<Bytes> {
+        self.by_path.get(path).cloned()
+    }
+}
 
 /// A planned statement, ready to execute.
 struct Planned {
@@ -155,6 +191,9 @@ pub struct QueryService {
     /// One permit per query that may run at once on this replica.
     slots: Arc<Semaphore>,
     running: Mutex<HashMap<String, CancellationToken>>,
+    /// Small results this replica wrote lately, by result path: their pages
+    /// are served without reading the file back.
+    recent_results: Mutex<RecentResults>,
     signer: LinkSigner,
     worker_id: String,
     metadata_cache: Arc<datafusion::execution::cache::cache_manager::FileMetadataCache>,
@@ -196,6 +235,7 @@ impl QueryService {
             wake: Notify::new(),
             slots: Arc::new(Semaphore::new(workers)),
             running: Mutex::new(HashMap::new()),
+            recent_results: Mutex::new(RecentResults::default()),
             signer: LinkSigner::new(key.as_bytes()),
             worker_id: uuid::Uuid::new_v4().simple().to_string(),
             metadata_cache,
@@ -477,14 +517,24 @@ impl QueryService {
             Some(token) => self.parse_page_token(id, token)?,
             None => PageCursor { row: 0, offset: 0 },
         };
-        let page = read_page(
-            self.lake.object_store().as_ref(),
-            path,
-            bytes as u64,
-            cursor,
-            PAGE_ROWS,
-        )
-        .await
+        let kept = self
+            .recent_results
+            .lock()
+            .expect("recent results lock")
+            .get(path);
+        let page = match kept {
+            Some(csv) => page_from_bytes(&csv, cursor, PAGE_ROWS),
+            None => {
+                read_page(
+                    self.lake.object_store().as_ref(),
+                    path,
+                    bytes as u64,
+                    cursor,
+                    PAGE_ROWS,
+                )
+                .await
+            }
+        }
         .map_err(|e| QueryError::Internal(format!("result page: {e}")))?;
         Ok(ResultPage {
             columns,
@@ -724,7 +774,7 @@ impl QueryService {
         result_path: Option<&str>,
     ) {
         let store = self.lake.object_store();
-        let (job_outcome, write, staged) = match outcome {
+        let (job_outcome, write, staged, small_result) = match outcome {
             Ok(execution) => (
                 QueryOutcome::Succeeded {
                     result_path: result_path.unwrap_or_default().to_string(),
@@ -735,6 +785,7 @@ impl QueryService {
                 },
                 execution.write,
                 execution.staged,
+                execution.small_result,
             ),
             Err(error) => {
                 if let QueryError::Internal(why) = &error {
@@ -746,10 +797,18 @@ impl QueryService {
                     },
                     crate::store::queries::CatalogWrite::None,
                     Vec::new(),
+                    None,
                 )
             }
         };
         let succeeded = matches!(job_outcome, QueryOutcome::Succeeded { .. });
+        // Kept before the end is recorded, so the first GET after SUCCEEDED finds it.
+        if let (Some(csv), Some(path)) = (small_result, result_path) {
+            self.recent_results
+                .lock()
+                .expect("recent results lock")
+                .insert(path.to_string(), csv);
+        }
         match self
             .store
             .finish_query(id, &self.worker_id, &job_outcome, &write, self.now())
