@@ -13,6 +13,13 @@ use lakehost::{
 };
 use tracing_subscriber::EnvFilter;
 
+/// mimalloc instead of the system allocator: queries allocate and free large
+/// buffers all the time, which glibc hands back to the kernel and faults in
+/// again (zeroed) on every query; mimalloc keeps them (measured in
+/// bench/README.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(version, about = "The lakehost data-lake API service")]
 struct Cli {

@@ -133,6 +133,8 @@ pub(crate) fn check_table_name(name: &str) -> Result<(), QueryError> {
 /// Splits a new table's columns into the columns stored in files and the
 /// `service_client_id` partition every lake row needs.
 pub(crate) fn new_table_layout(schema: &Schema) -> Result<SchemaRef, QueryError> {
+    // Stored with plain string types; reads use view types again.
+    let schema = &super::provider::without_view_types(schema);
     check_column_names(schema)?;
     let service_client = schema.field_with_name(SERVICE_CLIENT_COLUMN).map_err(|_| {
         QueryError::Invalid(

@@ -90,9 +90,45 @@ pub fn partition_field(name: &str) -> FieldRef {
     Arc::new(Field::new(name, data_type, false))
 }
 
+/// `schema` with its top-level string and binary columns as view types.
+pub fn with_view_types(schema: &Schema) -> SchemaRef {
+    let fields: Vec<FieldRef> = schema
+        .fields()
+        .iter()
+        .map(|field| match field.data_type() {
+            DataType::Utf8 | DataType::LargeUtf8 => {
+                Arc::new(field.as_ref().clone().with_data_type(DataType::Utf8View))
+            }
+            DataType::Binary | DataType::LargeBinary => {
+                Arc::new(field.as_ref().clone().with_data_type(DataType::BinaryView))
+            }
+            _ => field.clone(),
+        })
+        .collect();
+    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
+/// `schema` with view types as the plain types the catalog stores.
+pub fn without_view_types(schema: &Schema) -> Schema {
+    let fields: Vec<FieldRef> = schema
+        .fields()
+        .iter()
+        .map(|field| match field.data_type() {
+            DataType::Utf8View => Arc::new(field.as_ref().clone().with_data_type(DataType::Utf8)),
+            DataType::BinaryView => {
+                Arc::new(field.as_ref().clone().with_data_type(DataType::Binary))
+            }
+            _ => field.clone(),
+        })
+        .collect();
+    Schema::new_with_metadata(fields, schema.metadata().clone())
+}
+
 impl LakeTableProvider {
     /// `file_schema` holds the columns inside the files (partition columns
-    /// excluded); `files` are the table's committed files.
+    /// excluded); `files` are the table's committed files. Strings and
+    /// binaries are read as view types (as DataFusion's own parquet tables
+    /// do): no copy of the values out of the decoded pages.
     pub fn new(
         database: &str,
         table: LakeTable,
@@ -106,6 +142,7 @@ impl LakeTableProvider {
             .iter()
             .map(|name| partition_field(name))
             .collect();
+        let file_schema = with_view_types(&file_schema);
         let mut fields: Vec<FieldRef> = file_schema.fields().iter().cloned().collect();
         fields.extend(partition_fields.iter().cloned());
         Self {
