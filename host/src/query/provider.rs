@@ -15,7 +15,10 @@ use datafusion::{
     common::{DFSchema, DataFusionError, ScalarValue, Statistics, stats::Precision},
     datasource::{
         listing::{PartitionedFile, helpers::expr_applicable_for_cols},
-        physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource},
+        physical_plan::{
+            FileGroup, FileScanConfigBuilder, ParquetSource,
+            parquet::CachedParquetFileReaderFactory,
+        },
         source::DataSourceExec,
     },
     execution::object_store::ObjectStoreUrl,
@@ -271,7 +274,19 @@ impl TableProvider for LakeTableProvider {
             datafusion::datasource::table_schema::TableSchema::builder(self.file_schema.clone())
                 .with_table_partition_cols(self.partition_fields.clone())
                 .build();
-        let source = Arc::new(ParquetSource::new(table_schema));
+        // As DataFusion's own parquet tables: the session's parquet options,
+        // and footers and page indexes from the runtime's metadata cache
+        // (a file never changes in place; a new load is a new path).
+        let store = state.runtime_env().object_store(&self.object_store_url)?;
+        let metadata_cache = state.runtime_env().cache_manager.get_file_metadata_cache();
+        let source = Arc::new(
+            ParquetSource::new(table_schema)
+                .with_table_parquet_options(state.table_options().parquet.clone())
+                .with_parquet_file_reader_factory(Arc::new(CachedParquetFileReaderFactory::new(
+                    store,
+                    metadata_cache,
+                ))),
+        );
         // The catalog knows each file's row count: exact statistics let the
         // planner order joins; files spread over the session's partitions.
         let rows: i64 = files.iter().map(|(_, f)| f.file.row_count).sum();

@@ -882,3 +882,38 @@ async fn the_query_api_runs_on_a_postgres_store() {
         ]
     );
 }
+
+#[tokio::test]
+async fn another_replica_serves_the_same_pages_from_the_result_file() {
+    // The replica that ran a query serves small results from memory; any
+    // other replica reads the file. Both must give the same pages.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new();
+    let first = spawn_in(dir.path().to_path_buf(), clock.clone(), |_| {}).await;
+    seed_big(&first, 2500).await;
+    let token = admin(&first);
+    let (id, done) = first
+        .run_sql(ORG_HOST, &token, "SELECT id, note FROM big ORDER BY id")
+        .await;
+    assert_eq!(done["status"]["state"], "SUCCEEDED", "{done}");
+    let second = spawn_in(dir.path().to_path_buf(), clock.clone(), |_| {}).await;
+    let other_token = admin(&second);
+    let mut next: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let (status, here) = first
+            .result_page(ORG_HOST, &token, &id, next.as_deref())
+            .await;
+        let (other_status, there) = second
+            .result_page(ORG_HOST, &other_token, &id, next.as_deref())
+            .await;
+        assert_eq!((status, other_status), (StatusCode::OK, StatusCode::OK));
+        assert_eq!(here, there, "page {pages}");
+        pages += 1;
+        match here.get("nextToken").and_then(Value::as_str) {
+            Some(token) => next = Some(token.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 3);
+}
