@@ -154,10 +154,17 @@ impl Store {
             .execute(self.pool())
             .await?;
             if inserted.rows_affected() == 1 {
-                let started = self.daily_run(run.name).await?.ok_or_else(|| {
-                    Error::Corrupt(format!("daily run {} vanished after insert", run.name))
-                })?;
-                return Ok(StartOutcome::Started(started));
+                return Ok(StartOutcome::Started(DailyRun {
+                    name: run.name.to_string(),
+                    org: run.org.to_string(),
+                    status: RunStatus::Running,
+                    scheduled_for: run.scheduled_for,
+                    started_at: run.started_at,
+                    stopped_at: None,
+                    deadline_at: run.deadline_at,
+                    error: None,
+                    cause: None,
+                }));
             }
             if let Some(running) = self.running_daily_run(run.org).await? {
                 return Ok(StartOutcome::AlreadyRunning(running));
@@ -266,29 +273,34 @@ impl Store {
     /// Ends every RUNNING execution past its deadline TIMED_OUT, then every
     /// one whose runner stopped renewing its hold ABORTED; returns them.
     pub async fn end_stale_daily_runs(&self, now: i64) -> Result<Vec<DailyRun>> {
-        let timed_out = sqlx::query(
-            "UPDATE daily_runs SET status = 'TIMED_OUT', stopped_at = $1, error = 'States.Timeout', \
-             cause = 'the run went on past its maximum duration (dailyrun.max_duration_s)', \
-             lease_owner = NULL, lease_expires_at = NULL \
-             WHERE status = 'RUNNING' AND deadline_at <= $1 RETURNING name",
-        )
-        .bind(now)
-        .fetch_all(self.pool())
-        .await?;
-        let aborted = sqlx::query(
-            "UPDATE daily_runs SET status = 'ABORTED', stopped_at = $1, error = 'Aborted', \
-             cause = 'the server running it stopped before the run ended', \
-             lease_owner = NULL, lease_expires_at = NULL \
-             WHERE status = 'RUNNING' AND lease_expires_at < $1 RETURNING name",
-        )
-        .bind(now)
-        .fetch_all(self.pool())
-        .await?;
         let mut ended = Vec::new();
-        for row in timed_out.iter().chain(&aborted) {
-            let name: String = row.try_get("name")?;
-            if let Some(run) = self.daily_run(&name).await? {
-                ended.push(run);
+        for (status, error, cause, stale) in [
+            (
+                RunStatus::TimedOut,
+                "States.Timeout",
+                "the run went on past its maximum duration (dailyrun.max_duration_s)",
+                "deadline_at <= $4",
+            ),
+            (
+                RunStatus::Aborted,
+                "Aborted",
+                "the server running it stopped before the run ended",
+                "lease_expires_at < $4",
+            ),
+        ] {
+            let rows = sqlx::query(&format!(
+                "UPDATE daily_runs SET status = $1, stopped_at = $4, error = $2, cause = $3, \
+                 lease_owner = NULL, lease_expires_at = NULL \
+                 WHERE status = 'RUNNING' AND {stale} RETURNING {COLUMNS}"
+            ))
+            .bind(status.as_str())
+            .bind(error)
+            .bind(cause)
+            .bind(now)
+            .fetch_all(self.pool())
+            .await?;
+            for row in &rows {
+                ended.push(run_from_row(row)?);
             }
         }
         Ok(ended)

@@ -168,37 +168,9 @@ fn job_from_row(row: &sqlx::any::AnyRow) -> Result<QueryJob> {
 }
 
 impl Store {
+    /// Inserts a QUEUED job.
     pub async fn insert_query(&self, query: &NewQuery, now: i64) -> Result<QueryJob> {
-        sqlx::query(
-            "INSERT INTO query_jobs (id, org, zone, owner_sub, access_fingerprint, sql_text, \
-             database_name, statement_type, access_json, state, submitted_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'QUEUED', $10)",
-        )
-        .bind(&query.id)
-        .bind(&query.org)
-        .bind(query.zone.as_deref().unwrap_or(""))
-        .bind(&query.owner_sub)
-        .bind(&query.access_fingerprint)
-        .bind(&query.sql)
-        .bind(&query.database)
-        .bind(&query.statement_type)
-        .bind(&query.access_json)
-        .bind(now)
-        .execute(self.pool())
-        .await?;
-        Ok(QueryJob {
-            query: query.clone(),
-            state: QueryState::Queued,
-            state_change_reason: None,
-            submitted_at: now,
-            started_at: None,
-            completed_at: None,
-            result_path: None,
-            result_rows: None,
-            result_bytes: None,
-            result_columns_json: None,
-            attempts: 0,
-        })
+        self.insert_job(query, now, None).await
     }
 
     /// Inserts a job already RUNNING, held by `worker` until `lease_until`
@@ -210,11 +182,27 @@ impl Store {
         now: i64,
         lease_until: i64,
     ) -> Result<QueryJob> {
+        self.insert_job(query, now, Some((worker, lease_until)))
+            .await
+    }
+
+    /// One INSERT for both: QUEUED without a holder, RUNNING (first attempt,
+    /// started now) with one. The job is returned as stored, without reading it.
+    async fn insert_job(
+        &self,
+        query: &NewQuery,
+        now: i64,
+        holder: Option<(&str, i64)>,
+    ) -> Result<QueryJob> {
+        let (state, started_at, attempts) = match holder {
+            None => (QueryState::Queued, None, 0),
+            Some(_) => (QueryState::Running, Some(now), 1),
+        };
         sqlx::query(
             "INSERT INTO query_jobs (id, org, zone, owner_sub, access_fingerprint, sql_text, \
              database_name, statement_type, access_json, state, submitted_at, started_at, \
              lease_owner, lease_expires_at, attempts) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'RUNNING', $10, $10, $11, $12, 1)",
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
         )
         .bind(&query.id)
         .bind(&query.org)
@@ -225,23 +213,26 @@ impl Store {
         .bind(&query.database)
         .bind(&query.statement_type)
         .bind(&query.access_json)
+        .bind(state.as_str())
         .bind(now)
-        .bind(worker)
-        .bind(lease_until)
+        .bind(started_at)
+        .bind(holder.map(|(worker, _)| worker))
+        .bind(holder.map(|(_, until)| until))
+        .bind(attempts)
         .execute(self.pool())
         .await?;
         Ok(QueryJob {
             query: query.clone(),
-            state: QueryState::Running,
+            state,
             state_change_reason: None,
             submitted_at: now,
-            started_at: Some(now),
+            started_at,
             completed_at: None,
             result_path: None,
             result_rows: None,
             result_bytes: None,
             result_columns_json: None,
-            attempts: 1,
+            attempts,
         })
     }
 
