@@ -11,6 +11,7 @@ pub mod dailyrun;
 pub mod idp;
 pub mod import;
 pub mod lake;
+pub mod lease;
 pub mod load;
 pub mod pipeline;
 pub mod query;

@@ -28,6 +28,7 @@ use crate::{
     clock::SharedClock,
     config::{Config, DailyRunConfig},
     lake::Lake,
+    lease::Lease,
     pipeline::{
         PipelineEngine, PipelineKind, RunContext,
         manifest::{Manifest, manifest_path},
@@ -65,6 +66,7 @@ pub struct DailyRunService {
     clock: SharedClock,
     engine: Arc<PipelineEngine>,
     config: DailyRunConfig,
+    lease: Lease,
     pipeline_dir: PathBuf,
     schedules: Vec<(String, Cron)>,
     memory_limit: usize,
@@ -104,6 +106,7 @@ impl DailyRunService {
         Arc::new(Self {
             store,
             lake,
+            lease: Lease::new(clock.clone(), config.dailyrun.lease_s),
             clock,
             engine,
             config: config.dailyrun.clone(),
@@ -116,15 +119,7 @@ impl DailyRunService {
     }
 
     fn now(&self) -> i64 {
-        self.clock.now().timestamp_micros()
-    }
-
-    fn lease(&self) -> Duration {
-        Duration::from_secs(self.config.lease_s)
-    }
-
-    fn lease_until(&self) -> i64 {
-        self.now() + self.lease().as_micros() as i64
+        self.lease.now()
     }
 
     /// POST /dailyRun/start_execution: starts a run now unless one is RUNNING.
@@ -157,7 +152,7 @@ impl DailyRunService {
                 started_at,
                 deadline_at: started_at.saturating_add(max_duration),
                 owner: &self.owner,
-                lease_until: self.lease_until(),
+                lease_until: self.lease.until(),
             })
             .await?;
         if let StartOutcome::Started(run) = &outcome {
@@ -222,24 +217,12 @@ impl DailyRunService {
 
     /// Runs an execution's steps while renewing its hold, then records the end.
     async fn run(&self, run: DailyRun) {
-        let steps = self.steps(&run);
-        tokio::pin!(steps);
-        let mut renew = tokio::time::interval(self.lease() / 3);
-        renew.tick().await;
-        let end = loop {
-            tokio::select! {
-                end = &mut steps => break end,
-                _ = renew.tick() => {
-                    let kept = self
-                        .store
-                        .renew_daily_run(&run.name, &self.owner, self.lease_until())
-                        .await;
-                    if !matches!(kept, Ok(true)) {
-                        tracing::warn!(execution = %run.name, "daily run hold not renewed");
-                    }
-                }
-            }
-        };
+        let end = self
+            .lease
+            .hold(&run.name, self.steps(&run), |until| {
+                self.store.renew_daily_run(&run.name, &self.owner, until)
+            })
+            .await;
         match self
             .store
             .finish_daily_run(&run.name, &self.owner, &end, self.now())
@@ -320,7 +303,7 @@ impl DailyRunService {
             // Stop between steps once the run was ended by someone else.
             match self
                 .store
-                .renew_daily_run(&run.name, &self.owner, self.lease_until())
+                .renew_daily_run(&run.name, &self.owner, self.lease.until())
                 .await
             {
                 Ok(true) => {}

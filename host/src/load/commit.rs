@@ -26,6 +26,7 @@ use crate::{
     clock::SharedClock,
     config::PipelineConfig,
     lake::Lake,
+    lease::Lease,
     pipeline::{
         ErrorItem, PipelineEngine, PipelineKind, PipelineOutcome, StepContext,
         manifest::{Manifest, manifest_path},
@@ -49,9 +50,9 @@ const POLL_INTERVAL: Duration = Duration::from_millis(500);
 pub struct LoadCommitter {
     store: Store,
     lake: Lake,
-    clock: SharedClock,
     engine: Arc<PipelineEngine>,
     config: PipelineConfig,
+    lease: Lease,
     worker: String,
     wake: Notify,
 }
@@ -93,7 +94,7 @@ impl LoadCommitter {
         Arc::new(Self {
             store,
             lake,
-            clock,
+            lease: Lease::new(clock, config.lease_s),
             engine,
             config,
             worker: format!("commit-{}", crate::store::new_id()),
@@ -107,15 +108,7 @@ impl LoadCommitter {
     }
 
     fn now(&self) -> i64 {
-        self.clock.now().timestamp_micros()
-    }
-
-    fn lease(&self) -> Duration {
-        Duration::from_secs(self.config.lease_s)
-    }
-
-    fn lease_until(&self) -> i64 {
-        self.now() + self.lease().as_micros() as i64
+        self.lease.now()
     }
 
     /// Starts `pipeline.commit_workers` workers until `stop` is cancelled.
@@ -148,7 +141,7 @@ impl LoadCommitter {
     pub async fn run_one(&self) -> Result<bool, crate::store::Error> {
         let Some(record) = self
             .store
-            .claim_load_commit(&self.worker, self.now(), self.lease_until())
+            .claim_load_commit(&self.worker, self.now(), self.lease.until())
             .await?
         else {
             return Ok(false);
@@ -201,24 +194,12 @@ impl LoadCommitter {
 
     /// Runs the pipeline while renewing the lease.
     async fn pipeline_with_lease(&self, record: &LoadRecord) -> (LoadEnd, Option<PendingAppend>) {
-        let run = self.pipeline(record);
-        tokio::pin!(run);
-        let mut renew = tokio::time::interval(self.lease() / 3);
-        renew.tick().await;
-        loop {
-            tokio::select! {
-                ended = &mut run => return ended,
-                _ = renew.tick() => {
-                    let kept = self
-                        .store
-                        .renew_load_lease(&record.load.id, &self.worker, self.lease_until())
-                        .await;
-                    if !matches!(kept, Ok(true)) {
-                        tracing::warn!(load = %record.load.id, "commit lease not renewed");
-                    }
-                }
-            }
-        }
+        let id = &record.load.id;
+        self.lease
+            .hold(id, self.pipeline(record), |until| {
+                self.store.renew_load_lease(id, &self.worker, until)
+            })
+            .await
     }
 
     fn manifest(&self, org: &str) -> Result<Manifest, String> {
