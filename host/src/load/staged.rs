@@ -46,7 +46,7 @@ use crate::{
     },
     store::{
         self, Store,
-        catalog::{LakeTable, NewDataFile},
+        catalog::{LakeDatabase, LakeTable, NewDataFile},
         loads::{LoadFile, LoadRecord},
     },
 };
@@ -109,6 +109,16 @@ impl StagedLoad {
     }
 
     /// A session whose table `staged` is every uploaded file of the load.
+    /// The lake database the load writes to.
+    async fn target_database(&self) -> Result<LakeDatabase, String> {
+        let load = &self.record.load;
+        self.store
+            .database(&load.org, load.zone.as_deref(), &self.database)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("database {} does not exist", self.database))
+    }
+
     async fn session(&self) -> Result<SessionContext, String> {
         let context = SessionContext::new();
         let lake_url = self.lake.object_store_url().as_ref();
@@ -292,16 +302,10 @@ impl LoadData for StagedLoad {
 
     fn table_columns(&self) -> Result<Option<Vec<ColumnInfo>>, String> {
         self.runtime.block_on(async {
-            let load = &self.record.load;
-            let database = self
-                .store
-                .database(&load.org, load.zone.as_deref(), &self.database)
-                .await
-                .map_err(|e| e.to_string())?
-                .ok_or_else(|| format!("database {} does not exist", self.database))?;
+            let database = self.target_database().await?;
             let Some(table) = self
                 .store
-                .table(&database.id, &load.table_name)
+                .table(&database.id, &self.record.load.table_name)
                 .await
                 .map_err(|e| e.to_string())?
             else {
@@ -371,12 +375,7 @@ impl StagedLoad {
                 .with_column(SERVICE_CLIENT_COLUMN, lit(id))
                 .map_err(|e| e.to_string())?;
         }
-        let database = self
-            .store
-            .database(&load.org, load.zone.as_deref(), &self.database)
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("database {} does not exist", self.database))?;
+        let database = self.target_database().await?;
         let existing = self
             .store
             .table(&database.id, &load.table_name)

@@ -181,16 +181,14 @@ fn pause_manifest(ms: u64) -> String {
     )
 }
 
-const REFRESH_MANIFEST: &str = r#"
-version = 1
-[[steps]]
-name = "refresh"
-component = "builtin:sql_transform"
-grants = ["lake-sql", "log"]
-[[steps.config.tables]]
-table = "trips_per_client"
-sql = "SELECT service_client_id, count(*) AS trips FROM ${lake}.trips GROUP BY service_client_id"
-"#;
+/// A daily run of one `sql_transform` step, named refresh, that replaces
+/// `table` of the insights database with the rows of `sql`.
+fn refresh_manifest(table: &str, sql: &str) -> String {
+    format!(
+        "version = 1\n[[steps]]\nname = \"refresh\"\ncomponent = \"builtin:sql_transform\"\n\
+         grants = [\"lake-sql\", \"log\"]\n[[steps.config.tables]]\ntable = \"{table}\"\nsql = \"{sql}\"\n"
+    )
+}
 
 async fn status(app: &TestApp, token: &str, query: &str) -> (StatusCode, Value) {
     app.get(DAILYRUN_HOST, &format!("{STATUS}{query}"), Some(token))
@@ -238,7 +236,15 @@ fn assert_execution_name(name: &str) {
 
 #[tokio::test]
 async fn a_manual_run_refreshes_insights_that_queries_then_read() {
-    let app = spawn_app_with(|c| with_daily_manifest(c, REFRESH_MANIFEST)).await;
+    let app = spawn_app_with(|c| {
+        with_daily_manifest(
+            c,
+            &refresh_manifest(
+                "trips_per_client",
+                "SELECT service_client_id, count(*) AS trips FROM ${lake}.trips GROUP BY service_client_id",
+            ),
+        )
+    }).await;
     seed_demo_lake(&app).await;
     let token = daily_token(&app);
 
@@ -486,17 +492,11 @@ async fn fifty_concurrent_starts_start_one_run() {
 
 #[tokio::test]
 async fn a_failing_step_ends_the_run_failed_with_its_reason() {
-    let missing_table = r#"
-version = 1
-[[steps]]
-name = "refresh"
-component = "builtin:sql_transform"
-grants = ["lake-sql", "log"]
-[[steps.config.tables]]
-table = "daily_totals"
-sql = "SELECT service_client_id, count(*) AS n FROM ${lake}.trips_nowhere GROUP BY service_client_id"
-"#;
-    let app = spawn_app_with(|c| with_daily_manifest(c, missing_table)).await;
+    let missing_table = refresh_manifest(
+        "daily_totals",
+        "SELECT service_client_id, count(*) AS n FROM ${lake}.trips_nowhere GROUP BY service_client_id",
+    );
+    let app = spawn_app_with(|c| with_daily_manifest(c, &missing_table)).await;
     let token = daily_token(&app);
     assert_eq!(start(&app, &token).await.0, StatusCode::OK);
     let ended = wait_until_ended(&app, &token).await;
@@ -681,8 +681,10 @@ async fn a_run_left_running_by_a_stopped_server_is_aborted_at_the_next_start() {
     assert_eq!(ended["status"], "ABORTED", "{ended}");
     assert_eq!(ended["error"], "Aborted");
     assert!(is_iso_micros(ended["stopDate"].as_str().unwrap()));
-    let (code, _) = start(&second, &token).await;
-    assert_eq!(code, StatusCode::OK, "the org can run again");
+    // The org can run again; a body (the spec has none) is ignored.
+    let (code, body) = post(&second, DAILYRUN_HOST, START, &token, "{not json").await;
+    assert_eq!(code, StatusCode::OK, "{body}");
+    assert_eq!(body["started"], true);
 }
 
 #[tokio::test]
@@ -749,5 +751,70 @@ async fn a_failing_store_gets_the_spec_500_messages() {
     assert_eq!(
         status(&app, &token, "?mode=latest").await,
         error("Error reading DailyRun executions")
+    );
+}
+
+#[tokio::test]
+async fn transforms_that_write_elsewhere_or_lack_a_service_client_fail_and_write_nothing() {
+    let app =
+        spawn_app_with(|c| with_daily_manifest(c, &refresh_manifest("placeholder", "SELECT 1")))
+            .await;
+    seed_demo_lake(&app).await;
+    let token = daily_token(&app);
+    let manifest = app.data_dir.join("pipelines/orgs/demo/daily.toml");
+    for (table, sql, reason) in [
+        // Only a SELECT runs: no DDL or DML through a transform.
+        (
+            "dropped",
+            "DROP TABLE ${lake}.trips",
+            "only a SELECT (or WITH ... SELECT) runs here",
+        ),
+        (
+            "copied",
+            "INSERT INTO ${lake}.trips SELECT * FROM ${lake}.trips",
+            "only a SELECT (or WITH ... SELECT) runs here",
+        ),
+        // Every lake row belongs to a service client.
+        (
+            "no_client",
+            "SELECT count(*) AS n FROM ${lake}.trips",
+            "needs a service_client_id column",
+        ),
+        // A table name that is not a plain identifier.
+        (
+            "Bad-Name",
+            "SELECT service_client_id FROM ${lake}.trips",
+            "table name 'Bad-Name' is not allowed",
+        ),
+    ] {
+        std::fs::write(&manifest, refresh_manifest(table, sql)).unwrap();
+        app.clock.advance(chrono::Duration::seconds(1));
+        assert_eq!(start(&app, &token).await.0, StatusCode::OK);
+        let ended = wait_until_ended(&app, &token).await;
+        assert_eq!(
+            (&ended["status"], &ended["error"]),
+            (&json!("FAILED"), &json!("TransformError")),
+            "{sql}: {ended}"
+        );
+        let cause = ended["cause"].as_str().unwrap();
+        assert!(cause.contains(reason), "{sql}: {cause}");
+    }
+    // Nothing was created in insights, and the lake table kept its rows.
+    let insights: Vec<String> = app
+        .store
+        .tables_of("demo", None)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    for table in ["dropped", "copied", "no_client", "Bad-Name"] {
+        assert!(!insights.contains(&table.to_string()), "{insights:?}");
+    }
+    let admin = app.token_for(&["ZoneAdmin"], "[0]");
+    assert_eq!(
+        app.rows_of(ORG_HOST, &admin, "SELECT count(*) FROM demo_lake_v2.trips")
+            .await,
+        vec![vec![Some("6".to_string())]]
     );
 }
