@@ -192,6 +192,19 @@ async fn commit_batch(
     commit_and_wait(app, token, &id, check_sum).await
 }
 
+/// Commits two trips of service client 1 (count(*) 2) as a new load; returns
+/// the ended resource.
+async fn commit_two_trips(app: &TestApp, token: &str) -> Value {
+    commit_batch(
+        app,
+        token,
+        json!({}),
+        &trips_batch(&[1], 2),
+        json!({"count(*)": 2}),
+    )
+    .await
+}
+
 fn assert_failed(resource: &Value, error_type: &str, item_type: &str) {
     assert_eq!(resource["LoadStatus"], "FAIL", "{resource}");
     assert_eq!(resource["ErrorType"], error_type, "{resource}");
@@ -363,14 +376,7 @@ async fn extra_partitions_and_a_schema_mismatch_on_a_second_load() {
     );
 
     // The same table from files with another shape.
-    let failed = commit_batch(
-        &app,
-        &admin,
-        json!({}),
-        &trips_batch(&[1], 2),
-        json!({"count(*)": 2}),
-    )
-    .await;
+    let failed = commit_two_trips(&app, &admin).await;
     assert_eq!(failed["LoadStatus"], "FAIL", "{failed}");
     assert_eq!(failed["ErrorType"], "ValidationError", "{failed}");
     let kinds: Vec<&str> = failed["ErrorMessages"]
@@ -417,14 +423,7 @@ async fn an_orgs_own_manifest_runs_its_steps_within_their_limits() {
     ] {
         // Changing the org's manifest needs no restart.
         std::fs::write(org_dir.join("load.toml"), manifest(step, limits)).unwrap();
-        let failed = commit_batch(
-            &app,
-            &admin,
-            json!({}),
-            &trips_batch(&[1], 2),
-            json!({"count(*)": 2}),
-        )
-        .await;
+        let failed = commit_two_trips(&app, &admin).await;
         assert_eq!(failed["LoadStatus"], "FAIL", "{failed}");
         let text = failed["ErrorMessages"].to_string();
         assert!(text.contains(expected), "{step}: {failed}");
@@ -450,14 +449,7 @@ async fn an_orgs_own_manifest_runs_its_steps_within_their_limits() {
         "version = 1\n[[steps]]\nname = \"x\"\ncomponent = \"builtin:insert\"\ntimeout = 3\n",
     )
     .unwrap();
-    let failed = commit_batch(
-        &app,
-        &admin,
-        json!({}),
-        &trips_batch(&[1], 2),
-        json!({"count(*)": 2}),
-    )
-    .await;
+    let failed = commit_two_trips(&app, &admin).await;
     assert_eq!(failed["ErrorType"], "InternalError");
     assert!(
         failed["ErrorMessages"][0]["ErrorMessage"]
@@ -469,14 +461,7 @@ async fn an_orgs_own_manifest_runs_its_steps_within_their_limits() {
 
     // Without its own manifest the org gets the default one again.
     std::fs::remove_file(org_dir.join("load.toml")).unwrap();
-    let done = commit_batch(
-        &app,
-        &admin,
-        json!({}),
-        &trips_batch(&[1], 2),
-        json!({"count(*)": 2}),
-    )
-    .await;
+    let done = commit_two_trips(&app, &admin).await;
     assert_eq!(done["LoadStatus"], "SUCCESS", "{done}");
 }
 
@@ -511,14 +496,7 @@ async fn an_org_adds_its_own_step_from_a_wasm_file() {
     let app = spawn_app_with(|config| config.pipeline.dir = dir).await;
     let admin = app.token_for(&["ZoneAdmin"], "[0]");
 
-    let failed = commit_batch(
-        &app,
-        &admin,
-        json!({}),
-        &trips_batch(&[1], 2),
-        json!({"count(*)": 2}),
-    )
-    .await;
+    let failed = commit_two_trips(&app, &admin).await;
     assert_failed(&failed, "ValidationError", "UNEXPECTED_COLUMN");
     assert!(
         failed["ErrorMessages"][0]["ErrorMessage"]
