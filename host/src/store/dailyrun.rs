@@ -233,16 +233,14 @@ impl Store {
     /// Extends the runner's hold on a RUNNING execution; false when it no
     /// longer holds it (ended meanwhile: TIMED_OUT or ABORTED).
     pub async fn renew_daily_run(&self, name: &str, owner: &str, lease_until: i64) -> Result<bool> {
-        let renewed = sqlx::query(
+        self.renew_lease(
             "UPDATE daily_runs SET lease_expires_at = $1 \
              WHERE name = $2 AND lease_owner = $3 AND status = 'RUNNING'",
+            name,
+            owner,
+            lease_until,
         )
-        .bind(lease_until)
-        .bind(name)
-        .bind(owner)
-        .execute(self.pool())
-        .await?;
-        Ok(renewed.rows_affected() == 1)
+        .await
     }
 
     /// Records how the runner's execution ended; false when it no longer held

@@ -343,16 +343,14 @@ impl Store {
 
     /// Extends a commit lease the worker still holds; false when it lost it.
     pub async fn renew_load_lease(&self, id: &str, worker: &str, lease_until: i64) -> Result<bool> {
-        let done = sqlx::query(
+        self.renew_lease(
             "UPDATE loads SET lease_expires_at = $1 \
              WHERE id = $2 AND lease_owner = $3 AND state = 'PROCESSING'",
+            id,
+            worker,
+            lease_until,
         )
-        .bind(lease_until)
-        .bind(id)
-        .bind(worker)
-        .execute(self.pool())
-        .await?;
-        Ok(done.rows_affected() == 1)
+        .await
     }
 
     /// Ends a commit the worker holds, with its rows (SUCCESS) or its report

@@ -132,6 +132,25 @@ impl Store {
     pub async fn close(&self) {
         self.pool.close().await;
     }
+
+    /// Runs a job table's lease renewal, `UPDATE ... SET lease_expires_at = $1
+    /// WHERE <key> = $2 AND lease_owner = $3 AND <still running>`; true when
+    /// the holder still holds the job.
+    async fn renew_lease(
+        &self,
+        update: &'static str,
+        key: &str,
+        holder: &str,
+        lease_until: i64,
+    ) -> Result<bool> {
+        let renewed = sqlx::query(update)
+            .bind(lease_until)
+            .bind(key)
+            .bind(holder)
+            .execute(self.pool())
+            .await?;
+        Ok(renewed.rows_affected() == 1)
+    }
 }
 
 /// A fresh identifier for stored rows.

@@ -282,16 +282,14 @@ impl Store {
         worker: &str,
         lease_until: i64,
     ) -> Result<bool> {
-        let done = sqlx::query(
+        self.renew_lease(
             "UPDATE query_jobs SET lease_expires_at = $1 \
              WHERE id = $2 AND lease_owner = $3 AND state = 'RUNNING'",
+            id,
+            worker,
+            lease_until,
         )
-        .bind(lease_until)
-        .bind(id)
-        .bind(worker)
-        .execute(self.pool())
-        .await?;
-        Ok(done.rows_affected() == 1)
+        .await
     }
 
     /// Records the end of a run together with its catalog change, in one
