@@ -185,7 +185,7 @@ pub async fn import_parquet(
     if let Err(e) = store.commit_files(&table.id, &files, now).await {
         delete_paths(lake.object_store().as_ref(), &staged).await;
         if created_table {
-            let _ = store.drop_table(&database.id, &table.name).await;
+            let _ = store.drop_table(&database.id, &table.name, now).await;
         }
         return Err(e.into());
     }

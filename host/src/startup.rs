@@ -23,7 +23,7 @@ use crate::{
     config::Config,
     dailyrun::DailyRunService,
     idp::Idp,
-    lake::Lake,
+    lake::{Lake, retired::RetiredFileSweeper},
     load::{LoadService, commit::LoadCommitter},
     pipeline::PipelineEngine,
     query::QueryService,
@@ -40,11 +40,12 @@ pub struct Application {
     upload_router: axum::Router,
     loads: Arc<LoadService>,
     daily_runs: Arc<DailyRunService>,
+    retired_files: Arc<RetiredFileSweeper>,
     auth_url: Url,
     idp: Option<Arc<Idp>>,
     store: Store,
     lake: Lake,
-    /// Stops the query workers and the staging sweeper when dropped.
+    /// Stops the query workers and the sweepers when dropped.
     _workers: tokio_util::sync::DropGuard,
 }
 
@@ -113,6 +114,15 @@ impl Application {
         let workers = tokio_util::sync::CancellationToken::new();
         queries.start_workers(workers.clone());
         loads.start_sweeper(workers.clone());
+        // A query planned on a dropped or replaced table's file list may run
+        // for up to the query time limit; its files are kept that long.
+        let retired_files = RetiredFileSweeper::new(
+            store.clone(),
+            lake.clone(),
+            clock.clone(),
+            std::time::Duration::from_secs(config.query.time_limit_s),
+        );
+        retired_files.start(workers.clone());
         let engine = PipelineEngine::shared().map_err(|e| anyhow::anyhow!(e))?;
         {
             // Compile the built-in steps off the request path, once.
@@ -186,6 +196,7 @@ impl Application {
             upload_router,
             loads,
             daily_runs,
+            retired_files,
             auth_url,
             idp,
             store,
@@ -211,6 +222,11 @@ impl Application {
     /// The daily-run service (tests drive its scheduler tick directly).
     pub fn daily_runs(&self) -> Arc<DailyRunService> {
         self.daily_runs.clone()
+    }
+
+    /// The retired-file sweeper (tests run its sweep directly).
+    pub fn retired_files(&self) -> Arc<RetiredFileSweeper> {
+        self.retired_files.clone()
     }
 
     /// The identity provider's base address the validator uses.

@@ -21,7 +21,7 @@ use lakehost::{
     dailyrun::DailyRunService,
     idp::{Idp, StoredKey, generate_key, key_file_path, write_key_file},
     import::{ImportRequest, ImportSummary, import_parquet},
-    lake::Lake,
+    lake::{Lake, retired::RetiredFileSweeper},
     load::LoadService,
     store::Store,
 };
@@ -64,6 +64,8 @@ pub struct TestApp {
     pub loads: Arc<LoadService>,
     /// The daily-run service (tests run its scheduler tick directly).
     pub daily_runs: Arc<DailyRunService>,
+    /// The retired-file sweeper (tests run its sweep directly).
+    pub retired_files: Arc<RetiredFileSweeper>,
     _dir: Option<tempfile::TempDir>,
     server: tokio::task::JoinHandle<()>,
 }
@@ -147,6 +149,7 @@ pub async fn start(config: Config, clock: ManualClock) -> TestApp {
     let (store, lake) = (app.store(), app.lake());
     let (upload_addr, loads) = (app.upload_addr(), app.loads());
     let daily_runs = app.daily_runs();
+    let retired_files = app.retired_files();
     let scheme = app.auth_url().scheme().to_string();
     let server = tokio::spawn(async move {
         let _ = app.run_until_stopped().await;
@@ -166,6 +169,7 @@ pub async fn start(config: Config, clock: ManualClock) -> TestApp {
         upload_addr,
         loads,
         daily_runs,
+        retired_files,
         _dir: None,
         server,
     }

@@ -146,11 +146,9 @@ impl LakeTransform {
             .await;
         let store = self.lake.object_store();
         match swapped {
-            Ok(Some(replaced)) => {
-                delete_paths(store.as_ref(), &replaced).await;
-                Ok(rows)
-            }
-            Ok(None) => {
+            // The replaced files are retired; the sweeper deletes them.
+            Ok(true) => Ok(rows),
+            Ok(false) => {
                 delete_paths(store.as_ref(), &written).await;
                 Err("the run ended (timed out or aborted) before the table was replaced".into())
             }

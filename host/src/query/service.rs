@@ -814,8 +814,7 @@ impl QueryService {
             .finish_query(id, &self.worker_id, &job_outcome, &write, self.now())
             .await
         {
-            Ok(Finished::Recorded { released_paths }) => {
-                delete_paths(store.as_ref(), &released_paths).await;
+            Ok(Finished::Recorded) => {
                 if !succeeded && let Some(path) = result_path {
                     delete_paths(store.as_ref(), &[path.to_string()]).await;
                 }

@@ -247,13 +247,41 @@ impl Store {
         rows.iter().map(table_from_row).collect()
     }
 
-    /// Drops a table and its file list in one transaction; returns the paths of
-    /// the files, which the caller deletes from the object store afterwards.
-    pub async fn drop_table(&self, database_id: &str, name: &str) -> Result<Vec<String>> {
+    /// Drops a table and its file list in one transaction; its files become
+    /// retired (deleted by the sweeper later). Returns how many were retired.
+    pub async fn drop_table(&self, database_id: &str, name: &str, now: i64) -> Result<u64> {
         let mut tx = self.pool().begin().await?;
-        let paths = delete_table(&mut tx, database_id, name).await?;
+        let retired = delete_table(&mut tx, database_id, name, now).await?;
         tx.commit().await?;
-        Ok(paths)
+        Ok(retired)
+    }
+
+    /// Paths of files retired before `retired_before`, oldest first, at most `limit`.
+    pub async fn retired_files_due(&self, retired_before: i64, limit: i64) -> Result<Vec<String>> {
+        sqlx::query(
+            "SELECT path FROM retired_files WHERE retired_at < $1 \
+             ORDER BY retired_at, path LIMIT $2",
+        )
+        .bind(retired_before)
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await?
+        .iter()
+        .map(|r| r.try_get("path").map_err(Error::from))
+        .collect()
+    }
+
+    /// Forgets retired files once they are gone from the object store.
+    pub async fn forget_retired_files(&self, paths: &[String]) -> Result<()> {
+        let mut tx = self.pool().begin().await?;
+        for path in paths {
+            sqlx::query("DELETE FROM retired_files WHERE path = $1")
+                .bind(path)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
     }
 
     /// Makes all `files` visible at once, or none (one transaction).
@@ -336,12 +364,15 @@ pub(super) async fn insert_files(
     Ok(())
 }
 
-/// Deletes a table and its file list; returns the files' paths.
+/// Deletes a table and its file list, retiring the files as of `now` (the
+/// sweeper deletes them once queries planned on the old list are over);
+/// returns how many files were retired.
 pub(super) async fn delete_table(
     connection: &mut sqlx::AnyConnection,
     database_id: &str,
     name: &str,
-) -> Result<Vec<String>> {
+    now: i64,
+) -> Result<u64> {
     let row = sqlx::query("SELECT id FROM lake_tables WHERE database_id = $1 AND name = $2")
         .bind(database_id)
         .bind(name)
@@ -353,13 +384,16 @@ pub(super) async fn delete_table(
         });
     };
     let table_id: String = row.try_get("id")?;
-    let paths: Vec<String> = sqlx::query("SELECT path FROM lake_files WHERE table_id = $1")
-        .bind(&table_id)
-        .fetch_all(&mut *connection)
-        .await?
-        .iter()
-        .map(|r| r.try_get("path"))
-        .collect::<std::result::Result<_, _>>()?;
+    let retired = sqlx::query(
+        "INSERT INTO retired_files (path, retired_at) \
+         SELECT path, CAST($2 AS BIGINT) FROM lake_files WHERE table_id = $1 \
+         ON CONFLICT (path) DO NOTHING",
+    )
+    .bind(&table_id)
+    .bind(now)
+    .execute(&mut *connection)
+    .await?
+    .rows_affected();
     sqlx::query("DELETE FROM lake_files WHERE table_id = $1")
         .bind(&table_id)
         .execute(&mut *connection)
@@ -368,7 +402,7 @@ pub(super) async fn delete_table(
         .bind(&table_id)
         .execute(&mut *connection)
         .await?;
-    Ok(paths)
+    Ok(retired)
 }
 
 /// Renames a table and/or replaces its schema.

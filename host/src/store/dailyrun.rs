@@ -306,9 +306,10 @@ impl Store {
 
     /// Replaces table `table.name` of `table.database_id` by `table` with
     /// `files`, in one transaction that also checks that the run `name` is
-    /// still RUNNING, held by `owner` and within its deadline. Returns the paths of the replaced
-    /// table's files (for the caller to delete), or `None` when the run no
-    /// longer holds (nothing changed then).
+    /// still RUNNING, held by `owner` and within its deadline. The replaced
+    /// table's files are retired (the sweeper deletes them later, so queries
+    /// planned on them finish). False when the run no longer holds (nothing
+    /// changed then).
     pub async fn replace_table_for_run(
         &self,
         name: &str,
@@ -316,7 +317,7 @@ impl Store {
         table: &LakeTable,
         files: &[NewDataFile],
         now: i64,
-    ) -> Result<Option<Vec<String>>> {
+    ) -> Result<bool> {
         let mut tx = self.pool().begin().await?;
         let holding = sqlx::query(
             "UPDATE daily_runs SET lease_owner = lease_owner \
@@ -328,16 +329,15 @@ impl Store {
         .execute(&mut *tx)
         .await?;
         if holding.rows_affected() != 1 {
-            return Ok(None);
+            return Ok(false);
         }
-        let replaced = match catalog::delete_table(&mut tx, &table.database_id, &table.name).await {
-            Ok(paths) => paths,
-            Err(Error::NotFound { .. }) => Vec::new(),
+        match catalog::delete_table(&mut tx, &table.database_id, &table.name, now).await {
+            Ok(_) | Err(Error::NotFound { .. }) => {}
             Err(e) => return Err(e),
-        };
+        }
         catalog::insert_table(&mut tx, table).await?;
         catalog::insert_files(&mut tx, &table.id, files, now).await?;
         tx.commit().await?;
-        Ok(Some(replaced))
+        Ok(true)
     }
 }

@@ -129,8 +129,9 @@ pub enum CatalogWrite {
 /// How `finish_query` went.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Finished {
-    /// Recorded; for a drop, the paths of the files that are no longer listed.
-    Recorded { released_paths: Vec<String> },
+    /// Recorded (a dropped table's files are retired, not deleted: see
+    /// `retired_files`).
+    Recorded,
     /// The worker no longer holds the job (cancelled, or taken over).
     Lost,
 }
@@ -340,9 +341,7 @@ impl Store {
             // Nothing else to write: one statement is its own transaction.
             let done = end.execute(self.pool()).await?;
             return Ok(if done.rows_affected() == 1 {
-                Finished::Recorded {
-                    released_paths: Vec::new(),
-                }
+                Finished::Recorded
             } else {
                 Finished::Lost
             });
@@ -353,7 +352,6 @@ impl Store {
             tx.rollback().await?;
             return Ok(Finished::Lost);
         }
-        let mut released_paths = Vec::new();
         match write {
             CatalogWrite::None => {}
             CatalogWrite::CreateTable { table } => catalog::insert_table(&mut tx, table).await?,
@@ -366,8 +364,8 @@ impl Store {
             }
             CatalogWrite::DropTables { tables } => {
                 for (database_id, name) in tables {
-                    match catalog::delete_table(&mut tx, database_id, name).await {
-                        Ok(paths) => released_paths.extend(paths),
+                    match catalog::delete_table(&mut tx, database_id, name, now).await {
+                        Ok(_) => {}
                         Err(Error::NotFound { .. }) => {}
                         Err(e) => return Err(e),
                     }
@@ -388,7 +386,7 @@ impl Store {
             }
         }
         tx.commit().await?;
-        Ok(Finished::Recorded { released_paths })
+        Ok(Finished::Recorded)
     }
 
     /// Cancels a job that is not final yet; false when it already was.

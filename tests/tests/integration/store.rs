@@ -158,14 +158,32 @@ async fn tables_and_files_commit_all_at_once() {
             "{backend}: all or nothing"
         );
 
-        let paths = store.drop_table(lake, "trips").await.unwrap();
-        assert_eq!(paths.len(), 2);
+        // A drop unlists the files and retires them as of its own time; they
+        // are due for deletion only for a cut-off after that time.
+        assert_eq!(store.drop_table(lake, "trips", 50).await.unwrap(), 2);
         assert!(store.table(lake, "trips").await.unwrap().is_none());
         assert!(store.files(&table.id).await.unwrap().is_empty());
         assert!(matches!(
-            store.drop_table(lake, "trips").await,
+            store.drop_table(lake, "trips", 51).await,
             Err(Error::NotFound { .. })
         ));
+        assert!(
+            store.retired_files_due(50, 10).await.unwrap().is_empty(),
+            "{backend}: retired at 50, not before"
+        );
+        assert_eq!(
+            store.retired_files_due(51, 10).await.unwrap(),
+            vec![file(1).path, file(2).path],
+            "{backend}"
+        );
+        assert_eq!(store.retired_files_due(51, 1).await.unwrap().len(), 1);
+        store.forget_retired_files(&[file(1).path]).await.unwrap();
+        assert_eq!(
+            store.retired_files_due(i64::MAX, 10).await.unwrap(),
+            vec![file(2).path],
+            "{backend}: forgotten once gone"
+        );
+        store.forget_retired_files(&[file(2).path]).await.unwrap();
     }
 }
 
@@ -411,9 +429,7 @@ async fn catalog_changes_commit_with_the_final_state_or_not_at_all() {
                 .finish_query(&won.query.id, "w1", &outcome, &write, 22)
                 .await
                 .unwrap(),
-            Finished::Recorded {
-                released_paths: vec![]
-            }
+            Finished::Recorded
         );
         let created = store
             .table(&sandbox.id, "made_by_sql")
@@ -459,12 +475,11 @@ async fn catalog_changes_commit_with_the_final_state_or_not_at_all() {
             )
             .await
             .unwrap();
+        assert_eq!(finished, Finished::Recorded, "{backend}");
         assert_eq!(
-            finished,
-            Finished::Recorded {
-                released_paths: vec![file.path.clone()]
-            },
-            "{backend}"
+            store.retired_files_due(43, 10).await.unwrap(),
+            vec![file.path.clone()],
+            "{backend}: a dropped table's files are retired, not forgotten"
         );
         assert!(
             store
@@ -931,19 +946,24 @@ async fn a_refresh_swaps_the_table_only_while_its_run_holds() {
             .replace_table_for_run("run-1", "replica-1", &table("t1"), &[file("a")], 1_010)
             .await
             .unwrap();
-        assert_eq!(replaced, Some(vec![]), "{backend}: a new table");
+        assert!(replaced, "{backend}: a new table");
         let replaced = store
             .replace_table_for_run("run-1", "replica-1", &table("t2"), &[file("b")], 1_020)
             .await
             .unwrap();
-        assert_eq!(replaced, Some(vec!["a".to_string()]), "{backend}");
+        assert!(replaced, "{backend}");
+        assert_eq!(
+            store.retired_files_due(i64::MAX, 10).await.unwrap(),
+            vec!["a".to_string()],
+            "{backend}: the replaced table's file is retired"
+        );
         // Another holder, or past the deadline: nothing changes.
         for (owner, now) in [("replica-2", 1_030), ("replica-1", 2_000)] {
             let refused = store
                 .replace_table_for_run("run-1", owner, &table("t3"), &[file("c")], now)
                 .await
                 .unwrap();
-            assert_eq!(refused, None, "{backend}: {owner} at {now}");
+            assert!(!refused, "{backend}: {owner} at {now}");
         }
         let current = store.table(&insights.id, "daily").await.unwrap().unwrap();
         assert_eq!(current.id, "t2");
