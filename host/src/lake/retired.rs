@@ -44,6 +44,9 @@ impl RetiredFileSweeper {
         let mut swept = 0;
         loop {
             let due = self.store.retired_files_due(retired_before, BATCH).await?;
+            if due.is_empty() {
+                return Ok(swept);
+            }
             let mut gone = Vec::with_capacity(due.len());
             for path in &due {
                 match objects.delete(&ObjectPath::from(path.as_str())).await {
