@@ -49,19 +49,31 @@ fn bad_keys_stop_startup_naming_the_key() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("`storage.data_dri`"));
 }
 
+/// A server process stopped when the test ends, also when an assertion fails.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
 fn serve_starts_with_the_embedded_default_and_prints_how_to_get_a_token() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = lakehost()
-        .arg("serve")
-        .current_dir(dir.path())
-        .env("LAKEHOST_SERVER_LISTEN", "127.0.0.1:0")
-        .env("LAKEHOST_STORAGE_S3_LISTEN", "127.0.0.1:0")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut server = KillOnDrop(
+        lakehost()
+            .arg("serve")
+            .current_dir(dir.path())
+            .env("LAKEHOST_SERVER_LISTEN", "127.0.0.1:0")
+            .env("LAKEHOST_STORAGE_S3_LISTEN", "127.0.0.1:0")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(server.0.stdout.take().unwrap()).lines();
     let first = lines.next().unwrap().unwrap();
     let addr = first
         .strip_prefix("lakehost listening on http://")
@@ -88,8 +100,7 @@ fn serve_starts_with_the_embedded_default_and_prints_how_to_get_a_token() {
     .unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).unwrap();
-    child.kill().unwrap();
-    let _ = child.wait();
+    drop(server);
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     assert!(response.contains("\"openapi\":\"3.1.0\""));
 }

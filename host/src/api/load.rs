@@ -16,7 +16,7 @@ use super::{
     AppState,
     error::ApiError,
     principal::{Caller, LoadRead, LoadWrite},
-    query::query_caller,
+    query::lake_caller,
 };
 use crate::{
     load::{LoadError, LoadRequest, UploadDescriptor, check_sums},
@@ -80,7 +80,7 @@ async fn create_load(
     caller: Caller<LoadWrite>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let caller = query_caller(&caller)?;
+    let caller = lake_caller(&caller)?;
     let body: Value = serde_json::from_slice(&body).map_err(|_| not_json())?;
     let request = LoadRequest::from_json(&body)?;
     let record = state.loads.create(&caller, request).await?;
@@ -111,7 +111,7 @@ async fn get_load(
     caller: Caller<LoadRead>,
     Path(load_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let caller = query_caller(&caller)?;
+    let caller = lake_caller(&caller)?;
     let record = state.loads.get(&caller, &load_id).await?;
     Ok(Json(load_resource(&record)?))
 }
@@ -169,7 +169,7 @@ async fn add_file(
     Path(load_id): Path<String>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let caller = query_caller(&caller)?;
+    let caller = lake_caller(&caller)?;
     let file_key = if body.iter().all(u8::is_ascii_whitespace) {
         None
     } else {
@@ -214,7 +214,7 @@ async fn commit_load(
     Path(load_id): Path<String>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let caller = query_caller(&caller)?;
+    let caller = lake_caller(&caller)?;
     state.loads.get(&caller, &load_id).await?;
     let body: Value = if body.iter().all(u8::is_ascii_whitespace) {
         json!({})

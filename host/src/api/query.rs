@@ -25,7 +25,7 @@ use super::{
 use crate::{
     auth::ClaimError,
     query::{
-        AccessGrant, QueryCaller,
+        AccessGrant, LakeCaller,
         service::{CsvLink, ResultPage},
     },
     store::queries::{QueryJob, QueryState},
@@ -44,7 +44,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 /// The caller as the query and load services need it. Claims a query endpoint cannot
 /// do without (service clients, resource access) missing or malformed → 500,
 /// as the spec says; no roles on this API's client → no recognised role.
-pub(super) fn query_caller<S: RequiredScope>(caller: &Caller<S>) -> Result<QueryCaller, ApiError> {
+pub(super) fn lake_caller<S: RequiredScope>(caller: &Caller<S>) -> Result<LakeCaller, ApiError> {
     let claim_error = |e: ClaimError| ApiError::Internal(format!("token claims: {e}"));
     let sub = caller.claims.sub().map_err(claim_error)?.to_string();
     let service_clients = caller.claims.service_clients().map_err(claim_error)?;
@@ -53,7 +53,7 @@ pub(super) fn query_caller<S: RequiredScope>(caller: &Caller<S>) -> Result<Query
         Err(ClaimError::MissingClientRoles { .. }) => Vec::new(),
         Err(other) => return Err(claim_error(other)),
     };
-    Ok(QueryCaller {
+    Ok(LakeCaller {
         sub,
         org: caller.target.org.clone(),
         zone: match &caller.target.kind {
@@ -120,7 +120,7 @@ async fn submit_query(
     caller: Caller<QueryWrite>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let caller = query_caller(&caller)?;
+    let caller = lake_caller(&caller)?;
     let not_json = || ApiError::BadRequest("JSON not well formed.".into());
     let body: Value = serde_json::from_slice(&body).map_err(|_| not_json())?;
     let body = body.as_object().ok_or_else(not_json)?;
@@ -176,7 +176,7 @@ async fn get_query(
     caller: Caller<QueryRead>,
     Path(query_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let caller = query_caller(&caller)?;
+    let caller = lake_caller(&caller)?;
     let job = state
         .queries
         .get(&caller, &query_id)
@@ -206,7 +206,7 @@ async fn cancel_query(
     caller: Caller<QueryWrite>,
     Path(query_id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    let caller = query_caller(&caller)?;
+    let caller = lake_caller(&caller)?;
     state
         .queries
         .cancel(&caller, &query_id)
@@ -294,7 +294,7 @@ async fn get_result(
     Path(query_id): Path<String>,
     Query(params): Query<PageParams>,
 ) -> Result<Json<Value>, ApiError> {
-    let caller = query_caller(&caller)?;
+    let caller = lake_caller(&caller)?;
     let page = state
         .queries
         .page(&caller, &query_id, params.next_token.as_deref())
@@ -340,7 +340,7 @@ async fn get_csv(
         ApiError::Internal(why) => ApiError::CsvFailure(why),
         other => other,
     })?;
-    let caller = query_caller(&caller).map_err(|e| ApiError::CsvFailure(e.to_string()))?;
+    let caller = lake_caller(&caller).map_err(|e| ApiError::CsvFailure(e.to_string()))?;
     let link = state
         .queries
         .csv_link(&caller, &query_id)

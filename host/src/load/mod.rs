@@ -25,7 +25,7 @@ use crate::{
     clock::SharedClock,
     config::UploadsConfig,
     lake::{Lake, signing::LinkSigner},
-    query::QueryCaller,
+    query::LakeCaller,
     store::{
         self, Store,
         loads::{LoadFile, LoadRecord, LoadState, NewLoad},
@@ -293,7 +293,7 @@ impl LoadService {
     /// POST /load: a new OPEN load owned by the caller.
     pub async fn create(
         &self,
-        caller: &QueryCaller,
+        caller: &LakeCaller,
         request: LoadRequest,
     ) -> Result<LoadRecord, LoadError> {
         let load = NewLoad {
@@ -311,7 +311,7 @@ impl LoadService {
 
     /// A load of the caller: theirs, on this org or zone; anything else is
     /// NotFound, so nobody learns that another user's load exists.
-    pub async fn get(&self, caller: &QueryCaller, load_id: &str) -> Result<LoadRecord, LoadError> {
+    pub async fn get(&self, caller: &LakeCaller, load_id: &str) -> Result<LoadRecord, LoadError> {
         let record = self.store.load(load_id).await?.ok_or(LoadError::NotFound)?;
         let load = &record.load;
         if load.owner_sub != caller.sub || load.org != caller.org || load.zone != caller.zone {
@@ -324,7 +324,7 @@ impl LoadService {
     /// a file_key the file gets a fresh one; the same file_key again overwrites.
     pub async fn add_file(
         &self,
-        caller: &QueryCaller,
+        caller: &LakeCaller,
         load_id: &str,
         file_key: Option<&str>,
     ) -> Result<UploadDescriptor, LoadError> {
@@ -382,7 +382,7 @@ impl LoadService {
     /// caller's access, for a commit worker to run the pipeline.
     pub async fn commit(
         &self,
-        caller: &QueryCaller,
+        caller: &LakeCaller,
         load_id: &str,
         check_sum: &[(String, String)],
     ) -> Result<(), LoadError> {

@@ -21,9 +21,9 @@ use crate::auth::Access;
 pub use provider::{AccessDenied, LakeTableProvider};
 pub use service::QueryService;
 
-/// Who submits or reads a query, and on which API.
+/// Who calls the lake APIs (queries and loads), and on which API.
 #[derive(Debug, Clone)]
-pub struct QueryCaller {
+pub struct LakeCaller {
     pub sub: String,
     pub org: String,
     /// The zone of a Zone API request.

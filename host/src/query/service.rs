@@ -29,7 +29,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    AccessGrant, Denial, QueryCaller, QueryError,
+    AccessGrant, Denial, LakeCaller, QueryError,
     execute::{Execution, Prepared, Target, execute, prepare},
     result::{PAGE_ROWS, PageCursor, ResultColumn, page_from_bytes, read_page},
     session::{SessionError, SessionScope, session_for},
@@ -260,7 +260,7 @@ impl QueryService {
         micros(&self.clock)
     }
 
-    fn default_database(caller: &QueryCaller) -> String {
+    fn default_database(caller: &LakeCaller) -> String {
         standard_databases(&caller.org, caller.zone.as_deref())
             .into_iter()
             .next()
@@ -301,7 +301,7 @@ impl QueryService {
     /// is free, else queues it. Returns the id.
     pub async fn submit(
         self: &Arc<Self>,
-        caller: &QueryCaller,
+        caller: &LakeCaller,
         sql: &str,
         database: Option<&str>,
     ) -> Result<String, QueryError> {
@@ -413,7 +413,7 @@ impl QueryService {
 
     /// The caller's own query on this API, or NotFound (also for another
     /// user's query: its existence is not revealed).
-    pub async fn get(&self, caller: &QueryCaller, id: &str) -> Result<QueryJob, QueryError> {
+    pub async fn get(&self, caller: &LakeCaller, id: &str) -> Result<QueryJob, QueryError> {
         let not_found = || QueryError::NotFound(id.to_string());
         let job = self.store.query_job(id).await?.ok_or_else(not_found)?;
         let q = &job.query;
@@ -425,7 +425,7 @@ impl QueryService {
 
     /// DELETE /query: cancels a QUEUED or RUNNING query and stops its work; a
     /// final query stays as it is.
-    pub async fn cancel(&self, caller: &QueryCaller, id: &str) -> Result<(), QueryError> {
+    pub async fn cancel(&self, caller: &LakeCaller, id: &str) -> Result<(), QueryError> {
         let job = self.get(caller, id).await?;
         if job.state.is_final() {
             return Ok(());
@@ -446,7 +446,7 @@ impl QueryService {
 
     /// A SUCCEEDED query the caller may still read (same roles and service
     /// clients as at submission).
-    async fn readable(&self, caller: &QueryCaller, id: &str) -> Result<QueryJob, QueryError> {
+    async fn readable(&self, caller: &LakeCaller, id: &str) -> Result<QueryJob, QueryError> {
         let job = self.get(caller, id).await?;
         match job.state {
             QueryState::Succeeded => {}
@@ -499,7 +499,7 @@ impl QueryService {
     /// GET /query/{id}/result: the first page, or the one `next_token` names.
     pub async fn page(
         &self,
-        caller: &QueryCaller,
+        caller: &LakeCaller,
         id: &str,
         next_token: Option<&str>,
     ) -> Result<ResultPage, QueryError> {
@@ -547,7 +547,7 @@ impl QueryService {
     /// GET /query/{id}/csv: a signed link to the whole result, valid for
     /// `query.csv_link_lifetime_s`: S3's own presigned GET when the lake is on
     /// S3, else a link to this server signed with the shared key.
-    pub async fn csv_link(&self, caller: &QueryCaller, id: &str) -> Result<CsvLink, QueryError> {
+    pub async fn csv_link(&self, caller: &LakeCaller, id: &str) -> Result<CsvLink, QueryError> {
         let job = self.readable(caller, id).await?;
         let path = job
             .result_path
