@@ -360,6 +360,12 @@ pub(super) async fn insert_files(
         .bind(now)
         .execute(&mut *connection)
         .await?;
+        // New files have fresh ids in their paths, so this finds nothing; it
+        // keeps "a listed file is never swept" true on its own.
+        sqlx::query("DELETE FROM retired_files WHERE path = $1")
+            .bind(&file.path)
+            .execute(&mut *connection)
+            .await?;
     }
     Ok(())
 }

@@ -183,7 +183,20 @@ async fn tables_and_files_commit_all_at_once() {
             vec![file(2).path],
             "{backend}: forgotten once gone"
         );
-        store.forget_retired_files(&[file(2).path]).await.unwrap();
+        // A retired path listed again is no longer retired.
+        let again = store
+            .create_table(lake, "trips", "{}", &partitions, 52)
+            .await
+            .unwrap();
+        store.commit_files(&again.id, &[file(2)], 53).await.unwrap();
+        assert!(
+            store
+                .retired_files_due(i64::MAX, 10)
+                .await
+                .unwrap()
+                .is_empty(),
+            "{backend}: listed again"
+        );
     }
 }
 
