@@ -13,6 +13,7 @@ pub mod import;
 pub mod lake;
 pub mod lease;
 pub mod load;
+pub mod periodic;
 pub mod pipeline;
 pub mod query;
 pub mod s3;

@@ -29,6 +29,7 @@ use crate::{
     config::{Config, DailyRunConfig},
     lake::Lake,
     lease::Lease,
+    periodic::spawn_every,
     pipeline::{
         PipelineEngine, PipelineKind, RunContext,
         manifest::{Manifest, manifest_path},
@@ -172,16 +173,12 @@ impl DailyRunService {
     /// Runs the scheduler until the server stops: a tick now, then every `tick_ms`.
     pub fn start_scheduler(self: &Arc<Self>) {
         let service = self.clone();
-        let stop = self.stop.clone();
-        tokio::spawn(async move {
-            let every = Duration::from_millis(service.config.tick_ms);
-            loop {
+        let every = Duration::from_millis(self.config.tick_ms);
+        spawn_every(every, self.stop.clone(), move || {
+            let service = service.clone();
+            async move {
                 if let Err(e) = service.tick().await {
                     tracing::warn!(error = %e, "daily-run scheduler tick failed");
-                }
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(every) => {}
                 }
             }
         });

@@ -12,7 +12,7 @@ use object_store::{ObjectStoreExt as _, path::Path as ObjectPath};
 use tokio_util::sync::CancellationToken;
 
 use super::Lake;
-use crate::{clock::SharedClock, store::Store};
+use crate::{clock::SharedClock, periodic::spawn_every, store::Store};
 
 /// Retired files looked at per store round trip.
 const BATCH: i64 = 500;
@@ -69,13 +69,9 @@ impl RetiredFileSweeper {
     pub fn start(self: &Arc<Self>, stop: CancellationToken) {
         let sweeper = self.clone();
         let period = (self.grace / 10).clamp(Duration::from_secs(1), Duration::from_secs(60));
-        tokio::spawn(async move {
-            let mut ticks = tokio::time::interval(period);
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = ticks.tick() => {}
-                }
+        spawn_every(period, stop, move || {
+            let sweeper = sweeper.clone();
+            async move {
                 match sweeper.sweep().await {
                     Ok(0) => {}
                     Ok(swept) => tracing::info!(swept, "retired data files deleted"),

@@ -471,13 +471,9 @@ impl LoadService {
     pub fn start_sweeper(self: &Arc<Self>, stop: tokio_util::sync::CancellationToken) {
         let service = self.clone();
         let period = std::time::Duration::from_secs((self.config.staging_ttl_s / 10).clamp(1, 300));
-        tokio::spawn(async move {
-            let mut ticks = tokio::time::interval(period);
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = ticks.tick() => {}
-                }
+        crate::periodic::spawn_every(period, stop, move || {
+            let service = service.clone();
+            async move {
                 if let Err(e) = service.sweep_stale_staging().await {
                     tracing::warn!(error = %e, "staging sweep failed");
                 }
