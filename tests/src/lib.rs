@@ -364,6 +364,35 @@ impl TestApp {
             .expect("import")
     }
 
+    /// The object paths of the files the catalog lists for `database.table`
+    /// of the demo org.
+    pub async fn table_file_paths(&self, database: &str, table: &str) -> Vec<String> {
+        let database = self
+            .store
+            .database("demo", None, database)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("no database {database}"));
+        let table = self
+            .store
+            .table(&database.id, table)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("no table {table} in {}", database.name));
+        let files = self.store.files(&table.id).await.unwrap();
+        files.into_iter().map(|f| f.file.path).collect()
+    }
+
+    /// Whether the lake's object store has `path`.
+    pub async fn lake_has(&self, path: &str) -> bool {
+        use object_store::{ObjectStoreExt as _, path::Path as ObjectPath};
+        match self.lake.object_store().head(&ObjectPath::from(path)).await {
+            Ok(_) => true,
+            Err(object_store::Error::NotFound { .. }) => false,
+            Err(e) => panic!("{path}: {e}"),
+        }
+    }
+
     /// A token for the Zone API of `zone` in the demo org: audience
     /// `svc_api_<zone>`, the zone's query scopes, these roles on the zone's client.
     pub fn zone_token_for(&self, zone: &str, roles: &[&str], service_client_claim: &str) -> String {

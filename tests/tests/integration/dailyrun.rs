@@ -344,6 +344,9 @@ async fn a_manual_run_refreshes_insights_that_queries_then_read() {
     );
 
     // New lake rows, a second run: the table is replaced, not appended to.
+    let first_files = app
+        .table_file_paths("demo_insights", "trips_per_client")
+        .await;
     app.import(None, "demo_lake_v2", "trips", &[trips_batch(&[1], 3)])
         .await;
     app.clock.advance(chrono::Duration::seconds(5));
@@ -354,7 +357,15 @@ async fn a_manual_run_refreshes_insights_that_queries_then_read() {
         counts(app.rows_of(ORG_HOST, &admin, sql).await),
         [pair("1", "5"), pair("2", "2"), pair("901", "2")]
     );
-
+    // The replaced files outlive queries planned on them, then are swept.
+    let second_files = app
+        .table_file_paths("demo_insights", "trips_per_client")
+        .await;
+    assert!(first_files.iter().all(|f| !second_files.contains(f)));
+    assert_eq!(app.retired_files.sweep().await.unwrap(), 0);
+    for path in &first_files {
+        assert!(app.lake_has(path).await, "{path} kept after the swap");
+    }
     // Both in the list, most recent first; limit clamps; modes in any case.
     let (_, list) = status(&app, &token, "?mode=LIST").await;
     let names: Vec<&str> = list["executions"]
@@ -401,6 +412,19 @@ async fn a_manual_run_refreshes_insights_that_queries_then_read() {
             json!({"message": "limit must be an integer"})
         )
     );
+
+    // Past the query time limit (the tokens above have expired by then) the
+    // replaced files are swept; the current ones stay.
+    let limit = lakehost::Config::default().query.time_limit_s as i64;
+    app.clock.advance(chrono::Duration::seconds(limit + 1));
+    assert_eq!(app.retired_files.sweep().await.unwrap(), first_files.len());
+    for path in first_files.iter().chain(&second_files) {
+        assert_eq!(
+            app.lake_has(path).await,
+            second_files.contains(path),
+            "{path}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -1035,42 +1035,11 @@ async fn writes_are_checked_against_the_database_they_land_in() {
 /// sweeper deletes them and forgets them.
 #[tokio::test]
 async fn a_dropped_tables_files_are_deleted_after_the_query_time_limit() {
-    use object_store::{ObjectStoreExt as _, path::Path as ObjectPath};
-
     let app = spawn_app().await;
     seed_demo_lake(&app).await;
-    let lake_db = app
-        .store
-        .database("demo", None, "demo_lake_v2")
-        .await
-        .unwrap()
-        .unwrap();
-    let table = app
-        .store
-        .table(&lake_db.id, "trips")
-        .await
-        .unwrap()
-        .unwrap();
-    let paths: Vec<String> = app
-        .store
-        .files(&table.id)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|f| f.file.path)
-        .collect();
+    let paths = app.table_file_paths("demo_lake_v2", "trips").await;
     assert!(!paths.is_empty());
-    let objects = app.lake.object_store();
-    let present = |path: String| {
-        let objects = objects.clone();
-        async move {
-            match objects.head(&ObjectPath::from(path.as_str())).await {
-                Ok(_) => true,
-                Err(object_store::Error::NotFound { .. }) => false,
-                Err(e) => panic!("{path}: {e}"),
-            }
-        }
-    };
+    let untouched = app.table_file_paths("demo_insights", "summary").await;
 
     let admin = admin(&app);
     assert_eq!(
@@ -1081,32 +1050,17 @@ async fn a_dropped_tables_files_are_deleted_after_the_query_time_limit() {
     app.clock.advance(chrono::Duration::seconds(limit - 1));
     assert_eq!(app.retired_files.sweep().await.unwrap(), 0);
     for path in &paths {
-        assert!(present(path.clone()).await, "{path} kept within the limit");
+        assert!(app.lake_has(path).await, "{path} kept within the limit");
     }
 
     app.clock.advance(chrono::Duration::seconds(2));
     assert_eq!(app.retired_files.sweep().await.unwrap(), paths.len());
     for path in &paths {
-        assert!(
-            !present(path.clone()).await,
-            "{path} deleted after the limit"
-        );
+        assert!(!app.lake_has(path).await, "{path} deleted after the limit");
     }
     assert_eq!(app.retired_files.sweep().await.unwrap(), 0, "forgotten");
     // The other tables' files are untouched.
-    let insights = app
-        .store
-        .database("demo", None, "demo_insights")
-        .await
-        .unwrap()
-        .unwrap();
-    let summary = app
-        .store
-        .table(&insights.id, "summary")
-        .await
-        .unwrap()
-        .unwrap();
-    for file in app.store.files(&summary.id).await.unwrap() {
-        assert!(present(file.file.path).await);
+    for path in &untouched {
+        assert!(app.lake_has(path).await, "{path}");
     }
 }
