@@ -1027,6 +1027,9 @@ mod tests {
                 "auth.allowed_algorithms[0]",
             ),
             ("[auth]\nleeway_s = 31", "auth.leeway_s"),
+            // Also the retired-file sweeper's grace: 0 would delete files
+            // under running queries.
+            ("[query]\ntime_limit_s = 0", "query.time_limit_s"),
             (
                 "[storage]\ndatabase_url = \"mysql://x\"",
                 "storage.database_url",
