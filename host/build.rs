@@ -15,6 +15,7 @@ fn main() {
     for dir in walk(&plugins) {
         println!("cargo:rerun-if-changed={}", dir.display());
     }
+    ensure_guest_target();
     let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets it"));
     let target_dir = out.join("plugins-target");
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -46,7 +47,7 @@ fn main() {
         .expect("cargo runs to build the plugins (wasm32-wasip2)");
     assert!(
         status.success(),
-        "building ../plugins for wasm32-wasip2 failed; `rustup target add wasm32-wasip2` if the target is missing"
+        "building ../plugins for wasm32-wasip2 failed (see the errors above)"
     );
     // Every component of the workspace; `pipeline::builtin` names the ones it embeds.
     let built = target_dir.join("wasm32-wasip2/release");
@@ -57,6 +58,50 @@ fn main() {
             std::fs::copy(&path, out.join(name))
                 .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         }
+    }
+}
+
+/// The guests' target, installed when missing: rustup installs the targets of
+/// `rust-toolchain.toml` only with the toolchain itself, so a machine that had
+/// the pinned toolchain before has no wasm32-wasip2 yet. A newcomer's
+/// `cargo run` must work all the same.
+fn ensure_guest_target() {
+    const GUEST: &str = "wasm32-wasip2";
+    let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let sysroot = Command::new(&rustc)
+        .args(["--print", "sysroot"])
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .map(|out| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()));
+    let installed = |root: &PathBuf| root.join("lib/rustlib").join(GUEST).join("lib").is_dir();
+    if sysroot.as_ref().is_some_and(installed) {
+        return;
+    }
+    // Under rustup (its proxies set RUSTUP_TOOLCHAIN), add the target to the
+    // toolchain this build runs on.
+    let Ok(toolchain) = env::var("RUSTUP_TOOLCHAIN") else {
+        panic!(
+            "the {GUEST} target is missing and this toolchain is not managed by rustup: \
+             install the {GUEST} standard library for {rustc} to build the plugins"
+        );
+    };
+    println!(
+        "cargo:warning=adding the {GUEST} target to toolchain {toolchain} (rustup target add)"
+    );
+    let added = Command::new("rustup")
+        .args(["target", "add", GUEST, "--toolchain", &toolchain])
+        .status();
+    match added {
+        Ok(status) if status.success() => {}
+        Ok(status) => panic!(
+            "`rustup target add {GUEST} --toolchain {toolchain}` failed ({status}); \
+             run it by hand, then build again"
+        ),
+        Err(e) => panic!(
+            "could not run rustup to add the {GUEST} target ({e}); \
+             run `rustup target add {GUEST}` by hand, then build again"
+        ),
     }
 }
 

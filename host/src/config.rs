@@ -73,6 +73,15 @@ pub struct ServerConfig {
     pub tls_key: Option<PathBuf>,
     /// Extra path prefix under which the DailyRun API is also served.
     pub dailyrun_prefix: String,
+    /// Open connections per listener (API, upload endpoint); past it new
+    /// connections are closed at once. Lowered to fit the open-file limit.
+    pub max_connections: usize,
+    /// A client must finish the TLS handshake, and each request's headers,
+    /// within this many seconds.
+    pub header_read_timeout_s: u64,
+    /// A connection on which nothing moved for this many seconds is closed;
+    /// more than `request_timeout_s`, since a request may work that long silently.
+    pub idle_timeout_s: u64,
 }
 
 impl Default for ServerConfig {
@@ -86,6 +95,9 @@ impl Default for ServerConfig {
             tls_cert: None,
             tls_key: None,
             dailyrun_prefix: "/superset".into(),
+            max_connections: 4096,
+            header_read_timeout_s: 10,
+            idle_timeout_s: 60,
         }
     }
 }
@@ -158,7 +170,10 @@ pub struct QueryConfig {
     /// How long a worker's claim on a query lasts without renewal; a crashed
     /// replica's queries are taken over after it.
     pub lease_s: u64,
-    /// Runs of one query (the first plus restarts after a crash) before it fails.
+    /// Runs of one query (the first plus takeovers after its replica died)
+    /// before it fails. 2: a query whose run ended with its process is tried
+    /// once more, since the death may have had another cause, and never into
+    /// a second death.
     pub max_attempts: u32,
     /// Lifetime of the signed CSV links, at most 900 seconds (spec "Limits").
     pub csv_link_lifetime_s: u64,
@@ -171,7 +186,7 @@ impl Default for QueryConfig {
             memory_limit_bytes: 1 << 30,
             time_limit_s: 1800,
             lease_s: 30,
-            max_attempts: 3,
+            max_attempts: 2,
             csv_link_lifetime_s: 900,
         }
     }
@@ -218,8 +233,26 @@ pub struct PipelineConfig {
     /// How long a worker's claim on a commit lasts without renewal; a crashed
     /// replica's commits are taken over after it.
     pub lease_s: u64,
-    /// Runs of one commit (the first plus takeovers) before it fails.
+    /// Runs of one commit (the first plus takeovers after its replica died)
+    /// before it fails; 2, as for queries.
     pub max_attempts: u32,
+    /// The shape of a failed load's `ErrorMessages` items; an org's
+    /// `[[orgs]] error_messages` overrides it.
+    pub error_messages: ErrorMessagesShape,
+}
+
+/// How GET /load/{id} shows a FAIL's `ErrorMessages` (each item's full detail
+/// is in `ErrorDetails` either way).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ErrorMessagesShape {
+    /// The spec's shapes: CheckSumError's items are objects with ErrorType,
+    /// ErrorMessage and CheckResult; every other ErrorType's are strings.
+    #[default]
+    Spec,
+    /// Every item a string, CheckSumError's included (the Comotion SDK reads
+    /// `ErrorMessages` as a list of strings).
+    Strings,
 }
 
 impl Default for PipelineConfig {
@@ -228,7 +261,8 @@ impl Default for PipelineConfig {
             dir: PathBuf::from("./pipelines"),
             commit_workers: 2,
             lease_s: 30,
-            max_attempts: 3,
+            max_attempts: 2,
+            error_messages: ErrorMessagesShape::Spec,
         }
     }
 }
@@ -283,6 +317,9 @@ pub struct OrgConfig {
     pub zones: Vec<String>,
     #[serde(default = "default_daily_run_schedule")]
     pub daily_run_schedule: String,
+    /// This org's `pipeline.error_messages`, when it differs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_messages: Option<ErrorMessagesShape>,
 }
 
 fn default_daily_run_schedule() -> String {
@@ -351,6 +388,7 @@ fn default_orgs() -> Vec<OrgConfig> {
         name: "demo".into(),
         zones: vec!["lab".into()],
         daily_run_schedule: default_daily_run_schedule(),
+        error_messages: None,
     }]
 }
 
@@ -455,6 +493,15 @@ const SECTIONS: &[&str] = &[
 ];
 
 impl Config {
+    /// The `ErrorMessages` shape of `org`'s failed loads.
+    pub fn error_messages_of(&self, org: &str) -> ErrorMessagesShape {
+        self.orgs
+            .iter()
+            .find(|o| o.name == org)
+            .and_then(|o| o.error_messages)
+            .unwrap_or(self.pipeline.error_messages)
+    }
+
     /// Loads the configuration: the embedded default, then `file` if given, then
     /// the `LAKEHOST_*` variables of `env`.
     pub fn load(
@@ -581,16 +628,20 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let s = &self.server;
         check_hostname("server.region_domain", &s.region_domain)?;
-        if s.request_timeout_s == 0 {
-            return Err(ConfigError::new(
-                "server.request_timeout_s",
-                "must be at least 1",
-            ));
+        for (key, value) in [
+            ("server.request_timeout_s", s.request_timeout_s),
+            ("server.max_body_bytes", s.max_body_bytes),
+            ("server.max_connections", s.max_connections as u64),
+            ("server.header_read_timeout_s", s.header_read_timeout_s),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::new(key, "must be at least 1"));
+            }
         }
-        if s.max_body_bytes == 0 {
+        if s.idle_timeout_s <= s.request_timeout_s {
             return Err(ConfigError::new(
-                "server.max_body_bytes",
-                "must be at least 1",
+                "server.idle_timeout_s",
+                "must be more than server.request_timeout_s (a request may work that long without sending a byte)",
             ));
         }
         match (&s.tls_cert, &s.tls_key) {

@@ -12,6 +12,7 @@ pub mod idp;
 pub mod import;
 pub mod lake;
 pub mod lease;
+pub mod listener;
 pub mod load;
 pub mod periodic;
 pub mod pipeline;

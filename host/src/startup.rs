@@ -1,16 +1,12 @@
 //! `Application`: binds the listeners (the APIs on `server.listen`, the upload
 //! endpoint on `storage.s3_listen`), builds state and serves HTTP (or HTTPS
 //! with rustls, TLS 1.2 and 1.3 only, on both). Tests build it on port 0
-//! in-process and read the bound addresses.
+//! in-process and read the bound addresses. Each listener is served by
+//! `listener::serve`, with its connection cap and timeouts.
 
 use std::{net::SocketAddr, path::Path, sync::Arc};
 
 use anyhow::Context as _;
-use hyper_util::{
-    rt::{TokioExecutor, TokioIo},
-    server::conn::auto::Builder as ConnectionBuilder,
-    service::TowerToHyperService,
-};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject as _};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
@@ -24,6 +20,7 @@ use crate::{
     dailyrun::DailyRunService,
     idp::Idp,
     lake::{Lake, retired::RetiredFileSweeper},
+    listener::{self, ConnectionLimits},
     load::{LoadService, commit::LoadCommitter},
     pipeline::PipelineEngine,
     query::QueryService,
@@ -38,6 +35,8 @@ pub struct Application {
     upload_listener: TcpListener,
     upload_addr: SocketAddr,
     upload_router: axum::Router,
+    /// The connection guards of both listeners.
+    limits: ConnectionLimits,
     loads: Arc<LoadService>,
     daily_runs: Arc<DailyRunService>,
     retired_files: Arc<RetiredFileSweeper>,
@@ -90,18 +89,19 @@ impl Application {
         let store = open_store(&config).await?;
         let lake = Lake::from_config(&config.storage)
             .context("opening the lake (storage.data_dir / storage.lake_url)")?;
+        let upload_endpoint = match &config.uploads.public_url {
+            Some(url) => url.clone(),
+            None => own_url(upload_addr, tls.is_some()),
+        };
         let queries = QueryService::new(
             store.clone(),
             lake.clone(),
             clock.clone(),
             config.query.clone(),
+            (upload_endpoint.clone(), config.uploads.bucket.clone()),
         )
         .await
         .context("starting the query service")?;
-        let upload_endpoint = match &config.uploads.public_url {
-            Some(url) => url.clone(),
-            None => own_url(upload_addr, tls.is_some()),
-        };
         let loads = LoadService::new(
             store.clone(),
             lake.clone(),
@@ -151,7 +151,15 @@ impl Application {
         );
         // Its first tick ends runs that a stopped server left RUNNING.
         daily_runs.start_scheduler();
-        let upload_router = crate::s3::router(loads.clone(), lake.object_store());
+        let upload_router = crate::s3::router(
+            loads.clone(),
+            lake.object_store(),
+            crate::s3::results::ResultDownloads {
+                links: queries.result_links(),
+                store: lake.object_store(),
+                clock: clock.clone(),
+            },
+        );
         let config = Arc::new(config);
         let idp = if config.idp.enabled {
             let idp = Idp::new(config.clone(), auth_url.clone(), clock.clone())
@@ -175,6 +183,7 @@ impl Application {
             clock.clone(),
             own_certificate.as_deref(),
         )?);
+        let limits = ConnectionLimits::for_listeners(&config.server, 2);
         let state = AppState {
             config,
             validator,
@@ -194,6 +203,7 @@ impl Application {
             upload_listener,
             upload_addr,
             upload_router,
+            limits,
             loads,
             daily_runs,
             retired_files,
@@ -250,55 +260,15 @@ impl Application {
     /// Serves the APIs and the upload endpoint until the task is dropped.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
         tokio::join!(
-            serve(self.listener, self.tls.clone(), self.router),
-            serve(self.upload_listener, self.tls, self.upload_router),
+            listener::serve(self.listener, self.tls.clone(), self.router, self.limits),
+            listener::serve(
+                self.upload_listener,
+                self.tls,
+                self.upload_router,
+                self.limits
+            ),
         );
         Ok(())
-    }
-}
-
-/// Accepts connections on `listener` forever and serves `router` on each
-/// (HTTP/1.1 and HTTP/2, through TLS when `tls` is set). Each connection gets
-/// TCP_NODELAY: small JSON responses must not wait on delayed ACKs.
-async fn serve(listener: TcpListener, tls: Option<TlsAcceptor>, router: axum::Router) {
-    let service = TowerToHyperService::new(router);
-    loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(e) => {
-                // Out of file descriptors and the like: wait, don't spin.
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
-        let service = service.clone();
-        let tls = tls.clone();
-        tokio::spawn(async move {
-            let builder = ConnectionBuilder::new(TokioExecutor::new());
-            let served = match tls {
-                Some(acceptor) => match acceptor.accept(stream).await {
-                    Ok(stream) => {
-                        builder
-                            .serve_connection_with_upgrades(TokioIo::new(stream), service)
-                            .await
-                    }
-                    Err(e) => {
-                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                        return;
-                    }
-                },
-                None => {
-                    builder
-                        .serve_connection_with_upgrades(TokioIo::new(stream), service)
-                        .await
-                }
-            };
-            if let Err(e) = served {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
-            }
-        });
     }
 }
 

@@ -87,6 +87,7 @@ pub fn test_config(data_dir: &std::path::Path) -> Config {
         name: "other".into(),
         zones: vec![],
         daily_run_schedule: "0 2 * * *".into(),
+        error_messages: None,
     });
     config.idp.clients.push(IdpPrincipal {
         org: "other".into(),

@@ -18,7 +18,7 @@ use serde_json::json;
 use crate::{
     auth::{ClaimError, TokenError},
     load::LoadError,
-    query::{Denial, QueryError, service::LinkError},
+    query::{Denial, QueryError},
 };
 
 /// The engine operation a query endpoint stands for, named in its 400 and
@@ -107,12 +107,6 @@ pub enum ApiError {
     /// Any failure of GET /query/{id}/csv: 500 {"message":"Internal Server Error"}.
     #[error("csv link failed: {0}")]
     CsvFailure(String),
-    /// A signed link that is refused (expired, bad signature, also a bearer token).
-    #[error("signed link refused: {message}")]
-    LinkRefused {
-        status: StatusCode,
-        message: &'static str,
-    },
 }
 
 impl ApiError {
@@ -142,20 +136,6 @@ impl From<LoadError> for ApiError {
             }
             LoadError::Internal(why) => ApiError::Internal(why),
         }
-    }
-}
-
-impl From<LinkError> for ApiError {
-    fn from(e: LinkError) -> Self {
-        let (status, message) = match e {
-            LinkError::Expired => (StatusCode::FORBIDDEN, "Request has expired"),
-            LinkError::BadSignature => (
-                StatusCode::FORBIDDEN,
-                "The request signature we calculated does not match the signature you provided.",
-            ),
-            LinkError::Gone => (StatusCode::NOT_FOUND, "The result no longer exists."),
-        };
-        ApiError::LinkRefused { status, message }
     }
 }
 
@@ -196,7 +176,6 @@ impl ApiError {
             ApiError::DailyRunStore { .. } => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Denied(_) => StatusCode::FORBIDDEN,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
-            ApiError::LinkRefused { status, .. } => *status,
         }
     }
 }
@@ -287,7 +266,6 @@ impl IntoResponse for ApiError {
                 tracing::warn!(error = %source, "csv link refused");
                 message(status, "Internal Server Error")
             }
-            ApiError::LinkRefused { message: text, .. } => message(status, text),
             ApiError::Internal(source) => {
                 let mut response = message(status, INTERNAL_MESSAGE);
                 response

@@ -19,6 +19,7 @@ use super::{
     query::lake_caller,
 };
 use crate::{
+    config::ErrorMessagesShape,
     load::{LoadError, LoadRequest, UploadDescriptor, check_sums},
     store::loads::{LoadRecord, LoadState},
 };
@@ -37,7 +38,7 @@ fn not_json() -> ApiError {
 
 /// The Load resource (spec "Resources: Load"): LoadStatus, and on FAIL the
 /// ErrorType and ErrorMessages; with the request's own fields for reference.
-fn load_resource(record: &LoadRecord) -> Result<Value, ApiError> {
+fn load_resource(record: &LoadRecord, shape: ErrorMessagesShape) -> Result<Value, ApiError> {
     let load = &record.load;
     let mut body = Map::new();
     body.insert("loadId".into(), json!(load.id));
@@ -49,15 +50,38 @@ fn load_resource(record: &LoadRecord) -> Result<Value, ApiError> {
     }
     body.insert("partitions".into(), json!(load.partitions));
     if record.state == LoadState::Fail {
-        body.insert("ErrorType".into(), json!(record.error_type));
-        let messages: Value = match &record.error_messages_json {
+        let error_type = record.error_type.clone().unwrap_or_default();
+        let details: Vec<Value> = match &record.error_messages_json {
             Some(text) => serde_json::from_str(text)
                 .map_err(|e| ApiError::Internal(format!("stored error messages: {e}")))?,
-            None => json!([]),
+            None => Vec::new(),
         };
-        body.insert("ErrorMessages".into(), messages);
+        let messages: Vec<Value> = details
+            .iter()
+            .map(|item| error_message_item(&error_type, item, shape))
+            .collect();
+        body.insert("ErrorType".into(), json!(error_type));
+        body.insert("ErrorMessages".into(), json!(messages));
+        body.insert("ErrorDetails".into(), json!(details));
     }
     Ok(Value::Object(body))
+}
+
+/// One `ErrorMessages` item from its stored detail (`ErrorType` as the
+/// recap's name, `ErrorMessage`, `CheckResult` on checksum items). The spec
+/// shows CheckSumError's items as objects with CheckResult FAIL and allows
+/// strings for the rest, which is also what the Comotion SDK reads; with
+/// `Strings`, a checksum item is one sentence carrying the same facts.
+fn error_message_item(error_type: &str, detail: &Value, shape: ErrorMessagesShape) -> Value {
+    let message = detail["ErrorMessage"].as_str().unwrap_or_default();
+    match (error_type, shape) {
+        ("CheckSumError", ErrorMessagesShape::Spec) => detail.clone(),
+        ("CheckSumError", ErrorMessagesShape::Strings) => {
+            let check_result = detail["CheckResult"].as_str().unwrap_or("FAIL");
+            json!(format!("{message} (CheckResult: {check_result})"))
+        }
+        _ => json!(message),
+    }
 }
 
 /// POST /load: a new OPEN load; 202 {loadId}.
@@ -99,7 +123,12 @@ async fn create_load(
     security(("bearer" = ["load:read"])),
     params(("load_id" = String, Path, description = "The loadId of POST /load")),
     responses(
-        (status = 200, description = "LoadStatus; ErrorType and ErrorMessages on FAIL"),
+        (status = 200, description = "LoadStatus; on FAIL also ErrorType, ErrorMessages and ErrorDetails. \
+ErrorMessages items: with `pipeline.error_messages = \"spec\"` (the default) CheckSumError's items are objects \
+{ErrorType, ErrorMessage, CheckResult: \"FAIL\"} and every other ErrorType's are strings; with \"strings\" (for the \
+Comotion SDK, settable per org) every item is a string, a checksum item ending \"(CheckResult: FAIL)\". \
+ErrorDetails (not in the spec; clients may ignore it) always holds each item as an object with the recap's \
+ErrorType (CHECKSUM_MISMATCH, MISSING_COLUMN, ...), ErrorMessage and, on checksum items, CheckResult."),
         (status = 401, description = "Missing or invalid token"),
         (status = 403, description = "Missing scope"),
         (status = 404, description = "Unknown load, or another user's"),
@@ -113,7 +142,8 @@ async fn get_load(
 ) -> Result<Json<Value>, ApiError> {
     let caller = lake_caller(&caller)?;
     let record = state.loads.get(&caller, &load_id).await?;
-    Ok(Json(load_resource(&record)?))
+    let shape = state.config.error_messages_of(&caller.org);
+    Ok(Json(load_resource(&record, shape)?))
 }
 
 /// The upload descriptor (spec "Upload descriptor").

@@ -7,6 +7,7 @@ pub mod error;
 pub mod gateway;
 pub mod identity;
 pub mod load;
+pub mod migration;
 pub mod openapi;
 pub mod principal;
 pub mod query;
@@ -54,6 +55,7 @@ fn org_api() -> OpenApiRouter<AppState> {
         .merge(identity::router())
         .merge(query::router())
         .merge(load::router())
+        .merge(migration::router())
 }
 
 /// The Zone API's routes: the Org API's query and load paths, without identity.
@@ -61,6 +63,7 @@ fn zone_api() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .merge(query::router())
         .merge(load::router())
+        .merge(migration::router())
 }
 
 /// The DailyRun API's routes (paths under `/dailyRun`).

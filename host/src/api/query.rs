@@ -5,11 +5,10 @@
 
 use axum::{
     Json,
-    body::{Body, Bytes},
+    body::Bytes,
     extract::{Path, Query, State},
-    http::{HeaderMap, HeaderValue, StatusCode, header},
+    http::{HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
-    routing::get,
 };
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
@@ -24,10 +23,7 @@ use super::{
 };
 use crate::{
     auth::ClaimError,
-    query::{
-        AccessGrant, LakeCaller,
-        service::{CsvLink, ResultPage},
-    },
+    query::{AccessGrant, LakeCaller, service::ResultPage},
     store::queries::{QueryJob, QueryState},
 };
 
@@ -37,8 +33,6 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(get_query, cancel_query))
         .routes(routes!(get_result))
         .routes(routes!(get_csv))
-        // The signed link carries its own authorisation (no bearer token).
-        .route("/v2/query/{query_id}/result.csv", get(download_csv))
 }
 
 /// The caller as the query and load services need it. Claims a query endpoint cannot
@@ -303,18 +297,6 @@ async fn get_result(
     Ok(Json(result_body(&page)))
 }
 
-/// The address the caller used, for absolute links: the Host header and the
-/// server's scheme.
-fn origin(state: &AppState, headers: &HeaderMap) -> Option<String> {
-    let host = headers.get(header::HOST)?.to_str().ok()?;
-    let scheme = if state.config.server.tls_cert.is_some() {
-        "https"
-    } else {
-        "http"
-    };
-    Some(format!("{scheme}://{host}"))
-}
-
 /// GET /query/{query_id}/csv: 302 to a signed link to the whole result.
 /// Every failure is 500 {"message": "Internal Server Error"}.
 #[utoipa::path(
@@ -324,7 +306,7 @@ fn origin(state: &AppState, headers: &HeaderMap) -> Option<String> {
     security(("bearer" = ["query:read"])),
     params(("query_id" = String, Path, description = "The queryId of POST /query")),
     responses(
-        (status = 302, description = "Location (and body.location): a signed link, valid 15 minutes"),
+        (status = 302, description = "Location (and body.location): an S3-style presigned GET of the CSV on the storage endpoint (or on S3 when the lake is there), valid `query.csv_link_lifetime_s` (at most 15 minutes); it answers Range (206) and HEAD"),
         (status = 401, description = "Missing or invalid token"),
         (status = 403, description = "Missing scope"),
         (status = 500, description = "Any other problem"),
@@ -334,80 +316,23 @@ async fn get_csv(
     State(state): State<AppState>,
     caller: Result<Caller<QueryRead>, ApiError>,
     Path(query_id): Path<String>,
-    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let caller = caller.map_err(|e| match e {
         ApiError::Internal(why) => ApiError::CsvFailure(why),
         other => other,
     })?;
     let caller = lake_caller(&caller).map_err(|e| ApiError::CsvFailure(e.to_string()))?;
-    let link = state
+    let location = state
         .queries
         .csv_link(&caller, &query_id)
         .await
-        .map_err(|e| ApiError::CsvFailure(e.to_string()))?;
-    let location = match link {
-        CsvLink::Presigned(url) => url,
-        CsvLink::OnThisServer(path) => {
-            let origin = origin(&state, &headers).ok_or_else(|| {
-                ApiError::CsvFailure("request without a usable Host header".into())
-            })?;
-            format!("{origin}{path}")
-        }
-    };
+        .map_err(|e| ApiError::CsvFailure(e.to_string()))?
+        .to_string();
     let header_value =
         HeaderValue::from_str(&location).map_err(|e| ApiError::CsvFailure(format!("link: {e}")))?;
     let mut response = (StatusCode::FOUND, Json(json!({ "location": location }))).into_response();
     response
         .headers_mut()
         .insert(header::LOCATION, header_value);
-    Ok(response)
-}
-
-#[derive(Debug, Deserialize)]
-struct LinkParams {
-    expires: Option<String>,
-    signature: Option<String>,
-}
-
-/// The signed link itself: like a storage service's presigned GET, it refuses
-/// a request that also carries an Authorization header, and answers with the
-/// CSV's exact length.
-async fn download_csv(
-    State(state): State<AppState>,
-    Path(query_id): Path<String>,
-    Query(params): Query<LinkParams>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    if headers.contains_key(header::AUTHORIZATION) {
-        return Err(ApiError::LinkRefused {
-            status: StatusCode::BAD_REQUEST,
-            message: "Only one auth mechanism allowed; only the signed link's query parameters \
-                      or the Authorization header should be specified",
-        });
-    }
-    let (Some(expires), Some(signature)) = (params.expires, params.signature) else {
-        return Err(ApiError::LinkRefused {
-            status: StatusCode::FORBIDDEN,
-            message: "The link is not signed.",
-        });
-    };
-    let download = state
-        .queries
-        .download(&query_id, &expires, &signature)
-        .await
-        .map_err(ApiError::from)?;
-    let mut response = Response::new(Body::from_stream(download.body));
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/csv; charset=utf-8"),
-    );
-    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(download.length));
-    headers.insert(
-        header::CONTENT_DISPOSITION,
-        HeaderValue::from_str(&format!("attachment; filename=\"{query_id}.csv\""))
-            .unwrap_or(HeaderValue::from_static("attachment")),
-    );
     Ok(response)
 }

@@ -165,8 +165,15 @@ impl Idp {
     }
 }
 
-/// The provider's routes; served on the bare host (see `api::routing`).
+/// The provider's routes; served on the bare host (see `api::routing`), each
+/// also under `/auth` (Keycloak's legacy prefix, which the Comotion SDK builds
+/// its URLs with: `/auth/realms/<org>/...`).
 pub fn router(idp: Arc<Idp>) -> Router {
+    let realms = realm_routes(idp);
+    Router::new().merge(realms.clone()).nest("/auth", realms)
+}
+
+fn realm_routes(idp: Arc<Idp>) -> Router {
     Router::new()
         .route(
             "/realms/{org}/.well-known/openid-configuration",

@@ -9,6 +9,7 @@
 //! Layout: `lake/<database>/<table>/service_client_id=<id>/svc$load_id=<load>/<file>.parquet`;
 //! query results under `lake/_results/` (a name no database can have).
 
+pub mod presigned;
 pub mod retired;
 pub mod signing;
 

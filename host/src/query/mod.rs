@@ -8,6 +8,7 @@
 //! maps to the spec's status codes.
 
 pub mod execute;
+pub mod expression_limits;
 pub mod provider;
 pub mod result;
 pub mod service;

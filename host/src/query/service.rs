@@ -23,10 +23,9 @@ use std::{
 };
 
 use bytes::Bytes;
-use futures::{Stream, StreamExt as _};
-use object_store::ObjectStoreExt as _;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
+use url::Url;
 
 use super::{
     AccessGrant, Denial, LakeCaller, QueryError,
@@ -38,8 +37,8 @@ use super::{
 };
 use crate::{
     clock::SharedClock,
-    config::QueryConfig,
-    lake::{self, Lake, signing::LinkSigner},
+    config::{MAX_CSV_LINK_LIFETIME_S, QueryConfig},
+    lake::{self, Lake, presigned::ResultLinks, signing::LinkSigner},
     store::{
         Store,
         catalog::standard_databases,
@@ -145,32 +144,6 @@ impl Drop for EngineRuntime {
     }
 }
 
-/// A signed CSV link's failure modes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum LinkError {
-    #[error("the link has expired")]
-    Expired,
-    #[error("the link's signature does not match")]
-    BadSignature,
-    #[error("the result no longer exists")]
-    Gone,
-}
-
-/// The body of a signed CSV link.
-pub struct Download {
-    pub length: u64,
-    pub body: std::pin::Pin<Box<dyn Stream<Item = std::io::Result<Bytes>> + Send>>,
-}
-
-/// Where the whole result of a query can be downloaded.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CsvLink {
-    /// A presigned GET of the object store (lake on S3).
-    Presigned(String),
-    /// A path and query on this server, signed by it (lake on disk).
-    OnThisServer(String),
-}
-
 /// One page of a SUCCEEDED query's result.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResultPage {
@@ -195,6 +168,8 @@ pub struct QueryService {
     /// are served without reading the file back.
     recent_results: Mutex<RecentResults>,
     signer: LinkSigner,
+    /// Presigned GETs of results on the storage endpoint (lake on disk).
+    result_links: ResultLinks,
     worker_id: String,
     metadata_cache: Arc<datafusion::execution::cache::cache_manager::FileMetadataCache>,
 }
@@ -217,10 +192,14 @@ impl QueryService {
         lake: Lake,
         clock: SharedClock,
         limits: QueryConfig,
+        storage_endpoint: (Url, String),
     ) -> anyhow::Result<Arc<Self>> {
         let key = store
             .shared_secret(LINK_KEY, LinkSigner::generate_key, micros(&clock))
             .await?;
+        let signer = LinkSigner::new(key.as_bytes());
+        let (endpoint, bucket) = storage_endpoint;
+        let result_links = ResultLinks::new(&signer, endpoint, bucket, MAX_CSV_LINK_LIFETIME_S);
         let workers = limits.workers;
         let engine = EngineRuntime::new(workers)?;
         let metadata_cache = datafusion::execution::runtime_env::RuntimeEnv::default()
@@ -236,7 +215,8 @@ impl QueryService {
             slots: Arc::new(Semaphore::new(workers)),
             running: Mutex::new(HashMap::new()),
             recent_results: Mutex::new(RecentResults::default()),
-            signer: LinkSigner::new(key.as_bytes()),
+            signer,
+            result_links,
             worker_id: uuid::Uuid::new_v4().simple().to_string(),
             metadata_cache,
         }))
@@ -546,65 +526,30 @@ impl QueryService {
 
     /// GET /query/{id}/csv: a signed link to the whole result, valid for
     /// `query.csv_link_lifetime_s`: S3's own presigned GET when the lake is on
-    /// S3, else a link to this server signed with the shared key.
-    pub async fn csv_link(&self, caller: &LakeCaller, id: &str) -> Result<CsvLink, QueryError> {
+    /// S3, else the storage endpoint's presigned GET (`lake::presigned`).
+    pub async fn csv_link(&self, caller: &LakeCaller, id: &str) -> Result<Url, QueryError> {
         let job = self.readable(caller, id).await?;
         let path = job
             .result_path
             .ok_or_else(|| QueryError::Internal(format!("query {id} has no result")))?;
         let lifetime = Duration::from_secs(self.limits.csv_link_lifetime_s);
-        if let Some(url) = self
+        let presigned = self
             .lake
             .presigned_get(&path, lifetime)
             .await
-            .map_err(|e| QueryError::Internal(format!("presigning the result: {e}")))?
-        {
-            return Ok(CsvLink::Presigned(url.to_string()));
+            .map_err(|e| QueryError::Internal(format!("presigning the result: {e}")))?;
+        match presigned {
+            Some(url) => Ok(url),
+            None => self
+                .result_links
+                .sign(&path, self.limits.csv_link_lifetime_s, self.clock.now())
+                .map_err(|e| QueryError::Internal(format!("presigning the result: {e}"))),
         }
-        let expires =
-            (self.clock.unix_seconds() + self.limits.csv_link_lifetime_s as i64).to_string();
-        let signature = self.signer.sign("csv", &[id, &path, &expires]);
-        Ok(CsvLink::OnThisServer(format!(
-            "/v2/query/{id}/result.csv?expires={expires}&signature={signature}"
-        )))
     }
 
-    /// Serves a signed link: checks signature and expiry, then streams the CSV.
-    pub async fn download(
-        &self,
-        id: &str,
-        expires: &str,
-        signature: &str,
-    ) -> Result<Download, LinkError> {
-        let job = self
-            .store
-            .query_job(id)
-            .await
-            .map_err(|_| LinkError::Gone)?
-            .ok_or(LinkError::BadSignature)?;
-        let (Some(path), Some(length)) = (job.result_path, job.result_bytes) else {
-            return Err(LinkError::BadSignature);
-        };
-        if !self.signer.verify("csv", &[id, &path, expires], signature) {
-            return Err(LinkError::BadSignature);
-        }
-        let expires: i64 = expires.parse().map_err(|_| LinkError::BadSignature)?;
-        if self.clock.unix_seconds() > expires {
-            return Err(LinkError::Expired);
-        }
-        let object = self
-            .lake
-            .object_store()
-            .get(&object_store::path::Path::from(path.as_str()))
-            .await
-            .map_err(|_| LinkError::Gone)?;
-        let body = object
-            .into_stream()
-            .map(|chunk| chunk.map_err(std::io::Error::other));
-        Ok(Download {
-            length: length as u64,
-            body: Box::pin(body),
-        })
+    /// The storage endpoint's presigned result links (it serves them).
+    pub fn result_links(&self) -> ResultLinks {
+        self.result_links.clone()
     }
 
     /// One worker: wait for a free slot, claim, run, repeat; sleep when there

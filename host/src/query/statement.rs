@@ -4,6 +4,7 @@
 //! system or the network by itself (CREATE EXTERNAL TABLE, COPY, SET, RESET,
 //! views, functions, ...) is refused here, before any planning.
 
+use super::expression_limits::{self, ExpressionLimitError};
 use datafusion::sql::{
     parser::{DFParser, Statement as DfStatement},
     sqlparser::{
@@ -93,9 +94,12 @@ pub enum StatementError {
     Refused(String),
     #[error("table name {0} is not of the form table, database.table or lakehost.database.table")]
     BadTableName(String),
+    #[error(transparent)]
+    TooComplex(#[from] ExpressionLimitError),
 }
 
 pub fn classify(sql: &str) -> Result<Classified, StatementError> {
+    expression_limits::check_text(sql)?;
     let mut statements = DFParser::parse_sql_with_dialect(sql, &GenericDialect {})
         .map_err(|e| StatementError::Parse(e.to_string()))?;
     if statements.len() != 1 {
@@ -132,6 +136,7 @@ fn explain_of(inner: &Statement) -> Result<Classified, StatementError> {
 }
 
 fn classify_sql(statement: &Statement) -> Result<Classified, StatementError> {
+    expression_limits::check(statement)?;
     let classified = |statement_type, action| {
         Ok(Classified {
             statement_type,

@@ -10,10 +10,14 @@
 //!   descriptor's key (`staging.rs`, on s3s, which parses S3 requests, checks
 //!   signatures and writes S3's XML errors).
 //!
+//! It also serves presigned GETs of query results (`results.rs`): the CSV
+//! links of `GET /query/{id}/csv` when the lake is on local disk.
+//!
 //! This module knows HTTP (like `api/`) but never the catalog: it asks
 //! `LoadService` whether a grant's load still takes files.
 
 pub mod form;
+pub mod results;
 pub mod staging;
 
 use std::sync::Arc;
@@ -36,6 +40,7 @@ use crate::load::LoadService;
 struct Dispatch {
     forms: Router,
     s3: s3s::service::S3Service,
+    results: results::ResultDownloads,
 }
 
 fn is_form_post(request: &Request) -> bool {
@@ -49,6 +54,9 @@ fn is_form_post(request: &Request) -> bool {
 }
 
 async fn dispatch(State(dispatch): State<Dispatch>, request: Request) -> Response {
+    if results::is_presigned_read(&request) {
+        return results::serve(&dispatch.results, request).await;
+    }
     if is_form_post(&request) {
         return match dispatch.forms.oneshot(request).await {
             Ok(response) => response,
@@ -71,7 +79,11 @@ async fn dispatch(State(dispatch): State<Dispatch>, request: Request) -> Respons
 }
 
 /// The upload endpoint's router.
-pub fn router(loads: Arc<LoadService>, store: Arc<dyn ObjectStore>) -> Router {
+pub fn router(
+    loads: Arc<LoadService>,
+    store: Arc<dyn ObjectStore>,
+    results: results::ResultDownloads,
+) -> Router {
     let forms = Router::new()
         .route("/{bucket}", post(form::post_object))
         .route("/{bucket}/", post(form::post_object))
@@ -91,5 +103,6 @@ pub fn router(loads: Arc<LoadService>, store: Arc<dyn ObjectStore>) -> Router {
     Router::new().fallback(dispatch).with_state(Dispatch {
         forms,
         s3: builder.build(),
+        results,
     })
 }

@@ -205,15 +205,24 @@ async fn commit_two_trips(app: &TestApp, token: &str) -> Value {
     .await
 }
 
+/// A FAIL of `error_type` whose items are all of the recap's `item_type`:
+/// `ErrorDetails` holds them as objects, `ErrorMessages` as the spec shows
+/// them (objects for CheckSumError, the messages as strings otherwise).
 fn assert_failed(resource: &Value, error_type: &str, item_type: &str) {
     assert_eq!(resource["LoadStatus"], "FAIL", "{resource}");
     assert_eq!(resource["ErrorType"], error_type, "{resource}");
-    let items = resource["ErrorMessages"].as_array().expect("ErrorMessages");
-    assert!(!items.is_empty(), "{resource}");
+    let details = resource["ErrorDetails"].as_array().expect("ErrorDetails");
+    assert!(!details.is_empty(), "{resource}");
     assert!(
-        items.iter().all(|i| i["ErrorType"] == item_type),
+        details.iter().all(|i| i["ErrorType"] == item_type),
         "{resource}"
     );
+    let expected: Vec<Value> = if error_type == "CheckSumError" {
+        details.clone()
+    } else {
+        details.iter().map(|i| i["ErrorMessage"].clone()).collect()
+    };
+    assert_eq!(resource["ErrorMessages"], json!(expected), "{resource}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -283,12 +292,7 @@ async fn each_failure_has_its_error_type_and_nothing_is_written() {
     )
     .await;
     assert_failed(&failed, "ServiceClientError", "SERVICE_CLIENT_MISMATCH");
-    assert!(
-        failed["ErrorMessages"][0]["ErrorMessage"]
-            .as_str()
-            .unwrap()
-            .contains('5')
-    );
+    assert!(failed["ErrorMessages"][0].as_str().unwrap().contains('5'));
     let without_column = bigint_batch(&[("trip_id", &[1, 2])]);
     let failed = commit_batch(
         &app,
@@ -379,7 +383,7 @@ async fn extra_partitions_and_a_schema_mismatch_on_a_second_load() {
     let failed = commit_two_trips(&app, &admin).await;
     assert_eq!(failed["LoadStatus"], "FAIL", "{failed}");
     assert_eq!(failed["ErrorType"], "ValidationError", "{failed}");
-    let kinds: Vec<&str> = failed["ErrorMessages"]
+    let kinds: Vec<&str> = failed["ErrorDetails"]
         .as_array()
         .unwrap()
         .iter()
@@ -452,7 +456,7 @@ async fn an_orgs_own_manifest_runs_its_steps_within_their_limits() {
     let failed = commit_two_trips(&app, &admin).await;
     assert_eq!(failed["ErrorType"], "InternalError");
     assert!(
-        failed["ErrorMessages"][0]["ErrorMessage"]
+        failed["ErrorMessages"][0]
             .as_str()
             .unwrap()
             .contains("steps[0].timeout"),
@@ -499,7 +503,7 @@ async fn an_org_adds_its_own_step_from_a_wasm_file() {
     let failed = commit_two_trips(&app, &admin).await;
     assert_failed(&failed, "ValidationError", "UNEXPECTED_COLUMN");
     assert!(
-        failed["ErrorMessages"][0]["ErrorMessage"]
+        failed["ErrorMessages"][0]
             .as_str()
             .unwrap()
             .contains("city"),
@@ -574,4 +578,140 @@ async fn a_zone_load_lands_in_the_zones_lake() {
         )
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
+}
+
+/// A check_sum key deep enough to overflow a stack (issue: it crashed the
+/// commit worker, and every replica that took the commit over after it)
+/// fails the load with CheckSumError; one at the cap is computed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_sum_key_past_the_expression_cap_fails_the_load_and_one_at_the_cap_passes() {
+    use lakehost::query::expression_limits::MAX_EXPRESSION_DEPTH;
+    let app = spawn_app().await;
+    let admin = app.token_for(&["ZoneAdmin"], "[0]");
+    let deep = format!("count(*){}", "+1".repeat(1500));
+    let failed = commit_batch(
+        &app,
+        &admin,
+        json!({}),
+        &trips_batch(&[1], 2),
+        json!({ deep.clone(): 1502 }),
+    )
+    .await;
+    assert_failed(&failed, "CheckSumError", "CHECKSUM_MISMATCH");
+    let text = failed["ErrorMessages"][0]["ErrorMessage"].as_str().unwrap();
+    assert!(
+        text.starts_with(&format!("Checksum {deep} could not be computed: refused: the statement's expressions nest more than {MAX_EXPRESSION_DEPTH} levels deep")),
+        "{text}"
+    );
+
+    // The step asks `SELECT <key>, arrow_typeof(<key>) FROM staged`: SELECT,
+    // arrow_typeof and count(*) take three levels, each added term one more.
+    let at_cap = format!("count(*){}", "+1".repeat(MAX_EXPRESSION_DEPTH - 3));
+    let passed = commit_batch(
+        &app,
+        &admin,
+        json!({}),
+        &trips_batch(&[1], 2),
+        json!({ at_cap: 2 + MAX_EXPRESSION_DEPTH - 3 }),
+    )
+    .await;
+    assert_eq!(passed["LoadStatus"], "SUCCESS", "{passed}");
+    // Only the passing load's rows are in the table.
+    assert_eq!(
+        app.rows_of(ORG_HOST, &admin, "SELECT count(*) FROM trips")
+            .await,
+        vec![vec![Some("2".into())]]
+    );
+}
+
+/// The Comotion CLI sends every check_sum value as a string: a string that
+/// parses as a number is compared as one when the aggregate is numeric (with
+/// the float tolerance), as a string otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_sum_values_sent_as_strings_compare_as_numbers_for_numeric_aggregates() {
+    let app = spawn_app().await;
+    let admin = app.token_for(&["ZoneAdmin"], "[0]");
+    let batch = trips_batch(&[1, 2], 5);
+    let passed = commit_batch(
+        &app,
+        &admin,
+        json!({}),
+        &batch,
+        json!({"count(*)": "10", "sum(fare)": "30.000000000000004", "min(city)": "city-0"}),
+    )
+    .await;
+    assert_eq!(passed["LoadStatus"], "SUCCESS", "{passed}");
+
+    let failed = commit_batch(
+        &app,
+        &admin,
+        json!({}),
+        &batch,
+        json!({"count(*)": "11", "max(trip_id)": "0204", "min(city)": "0"}),
+    )
+    .await;
+    assert_failed(&failed, "CheckSumError", "CHECKSUM_MISMATCH");
+    let messages: Vec<&str> = failed["ErrorMessages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| item["ErrorMessage"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        messages,
+        [
+            "Checksum mismatch for count(*): expected 11, actual 10",
+            "Checksum mismatch for min(city): expected 0, actual city-0",
+        ],
+        "{failed}"
+    );
+}
+
+/// `pipeline.error_messages = "strings"` (deployment-wide or per org) makes
+/// every ErrorMessages item a string, CheckSumError's included, for the
+/// Comotion SDK; the objects stay in ErrorDetails; an org can keep the spec's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn error_messages_are_all_strings_where_the_deployment_or_org_asks_for_them() {
+    use lakehost::config::ErrorMessagesShape;
+    let detail = json!({
+        "ErrorType": "CHECKSUM_MISMATCH",
+        "ErrorMessage": "Checksum mismatch for count(*): expected 4, actual 3",
+        "CheckResult": "FAIL"
+    });
+    for (deployment, org, strings) in [
+        (ErrorMessagesShape::Strings, None, true),
+        (
+            ErrorMessagesShape::Spec,
+            Some(ErrorMessagesShape::Strings),
+            true,
+        ),
+        (
+            ErrorMessagesShape::Strings,
+            Some(ErrorMessagesShape::Spec),
+            false,
+        ),
+    ] {
+        let app = spawn_app_with(|c| {
+            c.pipeline.error_messages = deployment;
+            c.orgs[0].error_messages = org;
+        })
+        .await;
+        let admin = app.token_for(&["ZoneAdmin"], "[0]");
+        let failed = commit_batch(
+            &app,
+            &admin,
+            json!({}),
+            &trips_batch(&[1], 3),
+            json!({"count(*)": 4}),
+        )
+        .await;
+        let expected = if strings {
+            json!(["Checksum mismatch for count(*): expected 4, actual 3 (CheckResult: FAIL)"])
+        } else {
+            json!([detail.clone()])
+        };
+        assert_eq!(failed["ErrorType"], "CheckSumError", "{failed}");
+        assert_eq!(failed["ErrorMessages"], expected, "{deployment:?} {org:?}");
+        assert_eq!(failed["ErrorDetails"], json!([detail.clone()]));
+    }
 }

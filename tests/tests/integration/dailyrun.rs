@@ -786,6 +786,10 @@ async fn transforms_that_write_elsewhere_or_lack_a_service_client_fail_and_write
     seed_demo_lake(&app).await;
     let token = daily_token(&app);
     let manifest = app.data_dir.join("pipelines/orgs/demo/daily.toml");
+    let deep_sql = format!(
+        "SELECT service_client_id, {} AS n FROM ${{lake}}.trips",
+        vec!["1"; 1500].join("+")
+    );
     for (table, sql, reason) in [
         // Only a SELECT runs: no DDL or DML through a transform.
         (
@@ -810,6 +814,12 @@ async fn transforms_that_write_elsewhere_or_lack_a_service_client_fail_and_write
             "SELECT service_client_id FROM ${lake}.trips",
             "table name 'Bad-Name' is not allowed",
         ),
+        // An expression chain that would overflow the planner's stack.
+        (
+            "too_deep",
+            deep_sql.as_str(),
+            "expressions nest more than 256 levels deep",
+        ),
     ] {
         std::fs::write(&manifest, refresh_manifest(table, sql)).unwrap();
         app.clock.advance(chrono::Duration::seconds(1));
@@ -832,7 +842,7 @@ async fn transforms_that_write_elsewhere_or_lack_a_service_client_fail_and_write
         .into_iter()
         .map(|t| t.name)
         .collect();
-    for table in ["dropped", "copied", "no_client", "Bad-Name"] {
+    for table in ["dropped", "copied", "no_client", "Bad-Name", "too_deep"] {
         assert!(!insights.contains(&table.to_string()), "{insights:?}");
     }
     let admin = app.token_for(&["ZoneAdmin"], "[0]");

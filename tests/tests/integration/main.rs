@@ -2,7 +2,9 @@
 //! client speaks it. Helpers live in `lakehost_tests` (tests/src/lib.rs).
 
 mod commits;
+mod connections;
 mod dailyrun;
+mod expression_limits;
 mod gateway;
 mod idp;
 mod loads;
@@ -12,6 +14,7 @@ mod query_api;
 mod query_permissions;
 mod routing;
 mod s3_lake;
+mod sdk_compat;
 mod security_metadata;
 mod store;
 mod token_attacks;

@@ -240,7 +240,9 @@ async fn a_large_result_pages_by_next_token_and_downloads_as_csv() {
     let (status, body) = app.result_page(ORG_HOST, &token, &id, Some(&forged)).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
 
-    // CSV: 302 with Location = body.location, then the signed link without auth.
+    // CSV: 302 with Location = body.location: an S3-style presigned GET on
+    // the storage endpoint (another origin than the API's, so clients that
+    // follow the redirect drop their Authorization header).
     let response = app
         .request(reqwest::Method::GET, ORG_HOST, &format!("{QUERY}/{id}/csv"))
         .bearer_auth(&token)
@@ -252,14 +254,30 @@ async fn a_large_result_pages_by_next_token_and_downloads_as_csv() {
     let (_, body) = read(response).await;
     assert_eq!(body, json!({ "location": location }));
     let link = url::Url::parse(&location).unwrap();
-    assert_eq!(link.host_str(), Some(ORG_HOST));
-    let path_and_query = format!("{}?{}", link.path(), link.query().unwrap());
+    assert!(
+        location.starts_with(&format!(
+            "{}/lakehost-uploads/_results/demo/",
+            app.upload_endpoint()
+        )),
+        "{location}"
+    );
+    let params: std::collections::BTreeMap<String, String> =
+        link.query_pairs().into_owned().collect();
+    assert_eq!(
+        params.keys().collect::<Vec<_>>(),
+        [
+            "X-Amz-Algorithm",
+            "X-Amz-Credential",
+            "X-Amz-Date",
+            "X-Amz-Expires",
+            "X-Amz-Signature",
+            "X-Amz-SignedHeaders"
+        ]
+    );
+    assert_eq!(params["X-Amz-Algorithm"], "AWS4-HMAC-SHA256");
+    assert_eq!(params["X-Amz-Expires"], "900");
 
-    let response = app
-        .request(reqwest::Method::GET, ORG_HOST, &path_and_query)
-        .send()
-        .await
-        .unwrap();
+    let response = app.http.get(link.clone()).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     let length: usize = response.headers()["content-length"]
         .to_str()
@@ -275,75 +293,109 @@ async fn a_large_result_pages_by_next_token_and_downloads_as_csv() {
     assert_eq!(lines[7], "\"7\",");
     assert_eq!(lines[2500], "\"2500\",\"say \"\"2500\"\", ok\"");
 
-    // The link refuses a bearer token beside its signature, and a changed signature.
+    // HEAD: the length without the body; a Range: 206 with exactly those bytes.
+    let head = app.http.head(link.clone()).send().await.unwrap();
+    assert_eq!(head.status(), StatusCode::OK);
+    assert_eq!(
+        head.headers()["content-length"],
+        length.to_string().as_str()
+    );
+    assert_eq!(head.headers()["accept-ranges"], "bytes");
+    let partial = app
+        .http
+        .get(link.clone())
+        .header("Range", "bytes=5-14")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(partial.status(), StatusCode::PARTIAL_CONTENT);
+    assert_eq!(
+        partial.headers()["content-range"],
+        format!("bytes 5-14/{length}").as_str()
+    );
+    assert_eq!(partial.text().await.unwrap(), csv[5..15]);
+    let tail = app
+        .http
+        .get(link.clone())
+        .header("Range", "bytes=-6")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(tail.status(), StatusCode::PARTIAL_CONTENT);
+    assert_eq!(tail.text().await.unwrap(), csv[length - 6..]);
+    let beyond = app
+        .http
+        .get(link.clone())
+        .header("Range", format!("bytes={length}-"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(beyond.status(), StatusCode::RANGE_NOT_SATISFIABLE);
+    assert!(
+        beyond
+            .text()
+            .await
+            .unwrap()
+            .contains("<Code>InvalidRange</Code>")
+    );
+
+    // Refusals in S3's XML shape: a bearer token beside the signature, another
+    // object under the same signature, a longer expiry, a changed signature.
+    let s3_error = |code: &str| format!("<Code>{code}</Code>");
     let response = app
-        .request(reqwest::Method::GET, ORG_HOST, &path_and_query)
+        .http
+        .get(link.clone())
         .bearer_auth(&token)
         .send()
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
-    let tampered = path_and_query.replace(&id, &id.replace('-', "0"));
-    let response = app
-        .request(reqwest::Method::GET, ORG_HOST, &tampered)
-        .send()
-        .await
-        .unwrap();
-    assert_ne!(response.status(), StatusCode::OK);
-    let mut resigned = link.clone();
-    let expires: i64 = link
-        .query_pairs()
-        .find(|(k, _)| k == "expires")
-        .unwrap()
-        .1
-        .parse()
-        .unwrap();
-    let signature = link
-        .query_pairs()
-        .find(|(k, _)| k == "signature")
-        .unwrap()
-        .1
-        .to_string();
-    resigned.set_query(Some(&format!(
-        "expires={}&signature={signature}",
-        expires + 3600
-    )));
-    let response = app
-        .request(
-            reqwest::Method::GET,
-            ORG_HOST,
-            &format!("{}?{}", resigned.path(), resigned.query().unwrap()),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(
-        response.status(),
-        StatusCode::FORBIDDEN,
-        "longer expiry, same signature"
+    assert!(
+        response
+            .text()
+            .await
+            .unwrap()
+            .contains(&s3_error("InvalidArgument"))
     );
+    let mut other_object = link.clone();
+    other_object.set_path(&link.path().replace(&id, &uuid_like()));
+    let mut longer = link.clone();
+    longer.set_query(Some(
+        &link
+            .query()
+            .unwrap()
+            .replace("X-Amz-Expires=900", "X-Amz-Expires=800"),
+    ));
+    let mut resigned = link.clone();
+    let signature = &params["X-Amz-Signature"];
+    let flipped = format!(
+        "{}{}",
+        &signature[..63],
+        if signature.ends_with('0') { "1" } else { "0" }
+    );
+    resigned.set_query(Some(
+        &link.query().unwrap().replace(signature.as_str(), &flipped),
+    ));
+    for forged in [other_object, longer, resigned] {
+        let response = app.http.get(forged.clone()).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::FORBIDDEN, "{forged}");
+        let body = response.text().await.unwrap();
+        assert!(body.starts_with("<?xml"), "{body}");
+        assert!(body.contains(&s3_error("SignatureDoesNotMatch")), "{body}");
+    }
 
     // 15 minutes later the link has expired; a new call gives a new link.
     app.clock.advance(chrono::Duration::seconds(14 * 60 + 59));
-    let response = app
-        .request(reqwest::Method::GET, ORG_HOST, &path_and_query)
-        .send()
-        .await
-        .unwrap();
+    let response = app.http.get(link.clone()).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::OK, "still valid at 14:59");
     app.clock.advance(chrono::Duration::seconds(2));
-    let response = app
-        .request(reqwest::Method::GET, ORG_HOST, &path_and_query)
-        .send()
-        .await
-        .unwrap();
-    let (status, body) = read(response).await;
-    assert_eq!(
-        (status, body),
-        (
-            StatusCode::FORBIDDEN,
-            json!({ "message": "Request has expired" })
-        )
+    let response = app.http.get(link.clone()).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    let body = response.text().await.unwrap();
+    assert!(body.contains(&s3_error("AccessDenied")), "{body}");
+    assert!(
+        body.contains("<Message>Request has expired</Message>"),
+        "{body}"
     );
 }
 

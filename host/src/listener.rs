@@ -1,0 +1,295 @@
+//! Serves one listener (the APIs, the upload endpoint, any later one): accepts
+//! TCP connections, speaks TLS when configured, and hands each connection to
+//! hyper, with the guards every listener needs against clients that hold
+//! connections without using them (slowloris):
+//!
+//! - a cap on open connections: past it a new connection is closed at once,
+//!   before anything is read, so the process never runs out of descriptors;
+//! - a deadline for the TLS handshake and for each request's headers;
+//! - an idle timeout: a connection on which no byte moved for that long is
+//!   closed, whether it never sent anything or sits between requests.
+//!
+//! Each connection gets TCP_NODELAY: small JSON responses must not wait on
+//! delayed ACKs.
+
+use std::{
+    pin::Pin,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use hyper_util::{
+    rt::{TokioExecutor, TokioIo, TokioTimer},
+    server::conn::auto::Builder as ConnectionBuilder,
+    service::TowerToHyperService,
+};
+use tokio::{
+    io::{AsyncRead, AsyncWrite, ReadBuf},
+    net::TcpListener,
+    sync::Semaphore,
+    time::Instant,
+};
+use tokio_rustls::TlsAcceptor;
+
+use crate::config::ServerConfig;
+
+/// Descriptors kept back from the connection caps for the store, the lake,
+/// log files and outgoing requests.
+const RESERVED_DESCRIPTORS: u64 = 256;
+
+/// The guards of one listener (`server.max_connections`,
+/// `server.header_read_timeout_s`, `server.idle_timeout_s`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    pub max_connections: usize,
+    pub header_read_timeout: Duration,
+    pub idle_timeout: Duration,
+}
+
+impl ConnectionLimits {
+    /// The configured limits, with the connection cap lowered to this
+    /// listener's share of the process's descriptors when the configured cap
+    /// would not fit (`listeners` serve from the same budget).
+    pub fn for_listeners(server: &ServerConfig, listeners: u64) -> Self {
+        let configured = server.max_connections;
+        let max_connections = match descriptor_budget() {
+            Some(budget) => {
+                let share = (budget.saturating_sub(RESERVED_DESCRIPTORS) / listeners.max(1)).max(1);
+                if (configured as u64) > share {
+                    tracing::warn!(
+                        configured,
+                        share,
+                        "server.max_connections is more than the open-file limit allows; \
+                         each listener accepts at most {share} connections (raise `ulimit -n`)"
+                    );
+                }
+                configured.min(share as usize)
+            }
+            None => configured,
+        };
+        Self {
+            max_connections,
+            header_read_timeout: Duration::from_secs(server.header_read_timeout_s),
+            idle_timeout: Duration::from_secs(server.idle_timeout_s),
+        }
+    }
+}
+
+/// The open-file limit, raised first to its hard limit (the soft default of
+/// 1,024 is too small for a server).
+#[cfg(unix)]
+fn descriptor_budget() -> Option<u64> {
+    // SAFETY: getrlimit/setrlimit write and read only the struct passed.
+    unsafe {
+        let mut limit = std::mem::zeroed::<libc::rlimit>();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return None;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                rlim_max: limit.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                limit = raised;
+            }
+        }
+        (limit.rlim_cur != libc::RLIM_INFINITY).then_some(limit.rlim_cur)
+    }
+}
+
+#[cfg(not(unix))]
+fn descriptor_budget() -> Option<u64> {
+    None
+}
+
+/// Accepts connections on `listener` until the task is dropped and serves
+/// `router` on each (HTTP/1.1 and HTTP/2, through TLS when `tls` is set).
+pub async fn serve(
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    router: axum::Router,
+    limits: ConnectionLimits,
+) {
+    let service = TowerToHyperService::new(router);
+    let open = Arc::new(Semaphore::new(limits.max_connections));
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                // Out of file descriptors and the like: wait, don't spin.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = open.clone().try_acquire_owned() else {
+            tracing::debug!(%peer, max = limits.max_connections, "connection refused: at the connection cap");
+            drop(stream);
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let service = service.clone();
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            let activity = Activity::new();
+            let mut builder = ConnectionBuilder::new(TokioExecutor::new());
+            builder
+                .http1()
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.header_read_timeout);
+            let served = match tls {
+                Some(acceptor) => {
+                    let handshake =
+                        tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream));
+                    let stream = match handshake.await {
+                        Ok(Ok(stream)) => stream,
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!(%peer, "TLS handshake timed out");
+                            return;
+                        }
+                    };
+                    let io = TokioIo::new(activity.watch(stream));
+                    let connection = builder.serve_connection_with_upgrades(io, service);
+                    activity
+                        .close_when_idle(connection, limits.idle_timeout)
+                        .await
+                }
+                None => {
+                    let io = TokioIo::new(activity.watch(stream));
+                    let connection = builder.serve_connection_with_upgrades(io, service);
+                    activity
+                        .close_when_idle(connection, limits.idle_timeout)
+                        .await
+                }
+            };
+            match served {
+                Some(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error")
+                }
+                None => tracing::debug!(%peer, "connection closed: idle"),
+                Some(Ok(())) => {}
+            }
+        });
+    }
+}
+
+/// When a byte last moved on one connection, in milliseconds since `start`.
+#[derive(Clone)]
+struct Activity {
+    start: Instant,
+    last_ms: Arc<AtomicU64>,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Self {
+            start: Instant::now(),
+            last_ms: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    fn touch(&self) {
+        let now = self.start.elapsed().as_millis() as u64;
+        self.last_ms.store(now, Ordering::Relaxed);
+    }
+
+    fn last(&self) -> Instant {
+        self.start + Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
+    }
+
+    fn watch<T>(&self, inner: T) -> ActivityIo<T> {
+        ActivityIo {
+            inner,
+            activity: self.clone(),
+        }
+    }
+
+    /// Drives `connection` until it ends (`Some`) or nothing moved on it for
+    /// `idle` (`None`: the connection is dropped, which closes it).
+    async fn close_when_idle<F, E>(&self, connection: F, idle: Duration) -> Option<Result<(), E>>
+    where
+        F: Future<Output = Result<(), E>>,
+    {
+        tokio::pin!(connection);
+        loop {
+            let deadline = self.last() + idle;
+            tokio::select! {
+                ended = connection.as_mut() => return Some(ended),
+                _ = tokio::time::sleep_until(deadline) => {
+                    if self.last() + idle <= Instant::now() {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A connection's byte stream that records when bytes move.
+struct ActivityIo<T> {
+    inner: T,
+    activity: Activity,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for ActivityIo<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.activity.touch();
+        }
+        polled
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for ActivityIo<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}

@@ -1,0 +1,255 @@
+//! Caps on how deep and how large the expressions of one SQL statement may be,
+//! checked on the parsed statement before anything plans it.
+//!
+//! The SQL parser's recursion limit covers parentheses and subqueries, but a
+//! chain such as `1+1+...+1` or `a = 0 OR a = 1 OR ...` parses in a loop into a
+//! left-deep tree, and planning, optimising and evaluating that tree recurse
+//! once per term. A 2 KB chain overflowed a worker thread's stack and took the
+//! whole process down. Every path that turns caller-supplied SQL into a plan
+//! (queries, check_sum keys, daily SQL steps) calls [`check_text`] before
+//! parsing and [`check`] on the parsed statement.
+//!
+//! Two steps, because the parsed tree is a hazard by itself: dropping (or
+//! walking) a 100,000-term chain recurses 100,000 times. The text check counts
+//! operators (symbols and keywords) with the tokenizer, which is iterative:
+//! every level of a chain the parser builds in its loop costs at least one
+//! operator, and everything else it builds recursively is bounded by its own
+//! recursion limit, so a statement that passes cannot parse into a tree deeper
+//! than [`MAX_OPERATORS`] plus that limit, which drops safely on a 2 MiB stack.
+//! The tree check then applies the real caps, never descending deeper than
+//! them.
+
+use std::ops::ControlFlow;
+
+use datafusion::sql::sqlparser::{
+    ast::{Expr, Query, Statement, Visit, Visitor},
+    dialect::GenericDialect,
+    keywords::Keyword,
+    tokenizer::{Token, Tokenizer},
+};
+
+/// The deepest expression nesting accepted: a chain of this many operators,
+/// or this many levels of nested calls and subqueries. Chosen so that
+/// planning and running the deepest accepted expression fits comfortably in
+/// a 2 MiB thread stack (tested in `tests/.../query_limits.rs`), the smallest
+/// one lakehost's code runs on.
+pub const MAX_EXPRESSION_DEPTH: usize = 256;
+
+/// The most expression nodes one statement may hold (a 20,000-value IN list
+/// counts about 20,000): bounds planning time and memory, not the stack.
+pub const MAX_EXPRESSION_NODES: usize = 100_000;
+
+/// The most operators (symbols such as `+` or `::`, and keywords such as
+/// `OR` or `IS`) one statement's text may hold; literals, names, commas and
+/// parentheses do not count. Checked before parsing.
+pub const MAX_OPERATORS: usize = 10_000;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExpressionLimitError {
+    #[error(
+        "the statement has more than {MAX_OPERATORS} operators and keywords; split the statement"
+    )]
+    TooManyOperators,
+    #[error(
+        "the statement's expressions nest more than {MAX_EXPRESSION_DEPTH} levels deep \
+         (long chains such as a OR b OR c ... count one level per operator); \
+         use IN (...) lists or split the statement"
+    )]
+    TooDeep,
+    #[error(
+        "the statement has more than {MAX_EXPRESSION_NODES} expression nodes; split the statement"
+    )]
+    TooLarge,
+}
+
+/// Refuses SQL text with more than [`MAX_OPERATORS`] operators, before any
+/// parser builds a tree of it. Text the tokenizer cannot read passes: the
+/// parser reports it.
+pub fn check_text(sql: &str) -> Result<(), ExpressionLimitError> {
+    let Ok(tokens) = Tokenizer::new(&GenericDialect {}, sql).tokenize() else {
+        return Ok(());
+    };
+    let operators = tokens.iter().filter(|token| is_operator(token)).count();
+    if operators > MAX_OPERATORS {
+        return Err(ExpressionLimitError::TooManyOperators);
+    }
+    Ok(())
+}
+
+/// Whether a token can join two operands into a deeper expression: any symbol
+/// but separators, and any keyword (names and literals cannot).
+fn is_operator(token: &Token) -> bool {
+    match token {
+        Token::Word(word) => word.keyword != Keyword::NoKeyword && word.quote_style.is_none(),
+        Token::EOF
+        | Token::Number(..)
+        | Token::Char(_)
+        | Token::SingleQuotedString(_)
+        | Token::DoubleQuotedString(_)
+        | Token::TripleSingleQuotedString(_)
+        | Token::TripleDoubleQuotedString(_)
+        | Token::DollarQuotedString(_)
+        | Token::SingleQuotedByteStringLiteral(_)
+        | Token::DoubleQuotedByteStringLiteral(_)
+        | Token::TripleSingleQuotedByteStringLiteral(_)
+        | Token::TripleDoubleQuotedByteStringLiteral(_)
+        | Token::SingleQuotedRawStringLiteral(_)
+        | Token::DoubleQuotedRawStringLiteral(_)
+        | Token::TripleSingleQuotedRawStringLiteral(_)
+        | Token::TripleDoubleQuotedRawStringLiteral(_)
+        | Token::NationalStringLiteral(_)
+        | Token::EscapedStringLiteral(_)
+        | Token::UnicodeStringLiteral(_)
+        | Token::HexStringLiteral(_)
+        | Token::Comma
+        | Token::Whitespace(_)
+        | Token::LParen
+        | Token::RParen
+        | Token::SemiColon => false,
+        _ => true,
+    }
+}
+
+/// Refuses a statement whose expressions nest deeper than
+/// [`MAX_EXPRESSION_DEPTH`] or number more than [`MAX_EXPRESSION_NODES`].
+pub fn check(statement: &Statement) -> Result<(), ExpressionLimitError> {
+    let mut meter = ExpressionMeter::default();
+    match statement.visit(&mut meter) {
+        ControlFlow::Break(error) => Err(error),
+        ControlFlow::Continue(()) => Ok(()),
+    }
+}
+
+/// Counts nesting on the way down and back up; stops at the first cap crossed,
+/// so the walk's own recursion is bounded by the cap.
+#[derive(Default)]
+struct ExpressionMeter {
+    depth: usize,
+    nodes: usize,
+}
+
+impl ExpressionMeter {
+    fn enter(&mut self) -> ControlFlow<ExpressionLimitError> {
+        self.depth += 1;
+        self.nodes += 1;
+        if self.depth > MAX_EXPRESSION_DEPTH {
+            return ControlFlow::Break(ExpressionLimitError::TooDeep);
+        }
+        if self.nodes > MAX_EXPRESSION_NODES {
+            return ControlFlow::Break(ExpressionLimitError::TooLarge);
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+impl Visitor for ExpressionMeter {
+    type Break = ExpressionLimitError;
+
+    fn pre_visit_expr(&mut self, _: &Expr) -> ControlFlow<Self::Break> {
+        self.enter()
+    }
+
+    fn post_visit_expr(&mut self, _: &Expr) -> ControlFlow<Self::Break> {
+        self.depth -= 1;
+        ControlFlow::Continue(())
+    }
+
+    // A subquery is planned recursively too: it counts as a level.
+    fn pre_visit_query(&mut self, _: &Query) -> ControlFlow<Self::Break> {
+        self.enter()
+    }
+
+    fn post_visit_query(&mut self, _: &Query) -> ControlFlow<Self::Break> {
+        self.depth -= 1;
+        ControlFlow::Continue(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::sql::sqlparser::{dialect::GenericDialect, parser::Parser};
+
+    use super::*;
+
+    fn parsed(sql: &str) -> Statement {
+        Parser::parse_sql(&GenericDialect {}, sql)
+            .expect("parses")
+            .pop()
+            .expect("one statement")
+    }
+
+    fn chain(terms: usize, op: &str) -> String {
+        vec!["1"; terms].join(op)
+    }
+
+    #[test]
+    fn a_chain_at_the_cap_passes_and_one_more_term_is_refused() {
+        // The query is one level; a chain of n terms nests n more (n-1
+        // operators above the deepest literal).
+        let at_cap = parsed(&format!("SELECT {}", chain(MAX_EXPRESSION_DEPTH - 1, "+")));
+        assert_eq!(check(&at_cap), Ok(()));
+        let over = parsed(&format!("SELECT {}", chain(MAX_EXPRESSION_DEPTH, "+")));
+        assert_eq!(check(&over), Err(ExpressionLimitError::TooDeep));
+    }
+
+    #[test]
+    fn the_reported_crashes_are_refused() {
+        let sum = parsed(&format!("SELECT {}", chain(1000, "+")));
+        assert_eq!(check(&sum), Err(ExpressionLimitError::TooDeep));
+        let ors = (0..1500)
+            .map(|i| format!("id = {i}"))
+            .collect::<Vec<_>>()
+            .join(" OR ");
+        let filter = parsed(&format!(
+            "SELECT * FROM t WHERE service_client_id IN (1,2) AND ({ors})"
+        ));
+        assert_eq!(check(&filter), Err(ExpressionLimitError::TooDeep));
+    }
+
+    #[test]
+    fn wide_lists_are_not_deep() {
+        let ids = (0..20_000).map(|i| i.to_string()).collect::<Vec<_>>();
+        let wide = parsed(&format!("SELECT * FROM t WHERE id IN ({})", ids.join(",")));
+        assert_eq!(check(&wide), Ok(()));
+    }
+
+    #[test]
+    fn operators_are_counted_before_parsing_and_literals_are_not() {
+        let at_cap = format!("SELECT {}", vec!["1"; MAX_OPERATORS].join("+"));
+        // MAX_OPERATORS - 1 pluses and SELECT.
+        assert_eq!(check_text(&at_cap), Ok(()));
+        let over = format!("{at_cap} + 1");
+        assert_eq!(
+            check_text(&over),
+            Err(ExpressionLimitError::TooManyOperators)
+        );
+        let ors = vec!["a = 1"; MAX_OPERATORS].join(" OR ");
+        assert_eq!(
+            check_text(&format!("SELECT * FROM t WHERE {ors}")),
+            Err(ExpressionLimitError::TooManyOperators)
+        );
+        let values = vec!["(1, 'x', 2.5)"; 50_000].join(", ");
+        assert_eq!(
+            check_text(&format!("INSERT INTO t VALUES {values}")),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn too_many_nodes_are_refused() {
+        let ids = (0..MAX_EXPRESSION_NODES)
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>();
+        let huge = parsed(&format!("SELECT * FROM t WHERE id IN ({})", ids.join(",")));
+        assert_eq!(check(&huge), Err(ExpressionLimitError::TooLarge));
+    }
+
+    #[test]
+    fn nested_subqueries_count_as_levels() {
+        let mut sql = "SELECT 1".to_string();
+        for _ in 0..20 {
+            sql = format!("SELECT * FROM ({sql}) AS s");
+        }
+        assert_eq!(check(&parsed(&sql)), Ok(()));
+    }
+}
