@@ -136,6 +136,9 @@ pub struct AuthConfig {
     pub allowed_algorithms: Vec<String>,
     /// Clock skew tolerated on `exp` and `nbf`, at most 30 seconds.
     pub leeway_s: u64,
+    /// An access token whose `exp` is further ahead than this is refused:
+    /// a stolen token must not stay good for years.
+    pub max_token_lifetime_s: u64,
     /// An unknown `kid` triggers at most one JWKS refetch per realm in this window.
     pub jwks_refetch_cooldown_s: u64,
     /// A realm's keys are refetched when older than this, whatever the kids.
@@ -150,6 +153,7 @@ impl Default for AuthConfig {
             cli_client: "svc_cli".into(),
             allowed_algorithms: vec!["RS256".into()],
             leeway_s: 30,
+            max_token_lifetime_s: 86_400,
             jwks_refetch_cooldown_s: 30,
             jwks_max_age_s: 900,
         }
@@ -756,6 +760,12 @@ impl Config {
                 format!("must be at most {MAX_LEEWAY_S}"),
             ));
         }
+        if a.max_token_lifetime_s < self.idp.access_token_lifetime_s {
+            return Err(ConfigError::new(
+                "auth.max_token_lifetime_s",
+                "must be at least idp.access_token_lifetime_s (the embedded provider's tokens)",
+            ));
+        }
 
         if self.orgs.is_empty() {
             return Err(ConfigError::new("orgs", "at least one org is required"));
@@ -1078,6 +1088,10 @@ mod tests {
                 "auth.allowed_algorithms[0]",
             ),
             ("[auth]\nleeway_s = 31", "auth.leeway_s"),
+            (
+                "[auth]\nmax_token_lifetime_s = 299",
+                "auth.max_token_lifetime_s",
+            ),
             // Also the retired-file sweeper's grace: 0 would delete files
             // under running queries.
             ("[query]\ntime_limit_s = 0", "query.time_limit_s"),

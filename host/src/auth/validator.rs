@@ -59,6 +59,8 @@ pub enum TokenError {
     Expired,
     #[error("token not valid yet")]
     NotYetValid,
+    #[error("token expires further ahead than the longest lifetime accepted")]
+    LifetimeTooLong,
     #[error("token type {0:?} is not an access token")]
     WrongType(String),
     #[error("signing keys unavailable: {0}")]
@@ -78,6 +80,8 @@ pub struct TokenValidator {
     clock: SharedClock,
     allowed: Vec<Algorithm>,
     leeway_s: i64,
+    /// `auth.max_token_lifetime_s`.
+    max_lifetime_s: i64,
     /// Tokens whose signature and claims were verified, by SHA-256 of the
     /// token text and what they were verified for. A hit skips the RSA
     /// signature check (the text is byte-for-byte the verified one); expiry
@@ -121,6 +125,7 @@ impl TokenValidator {
             clock,
             allowed,
             leeway_s: config.leeway_s as i64,
+            max_lifetime_s: config.max_token_lifetime_s as i64,
             verified: Mutex::new(HashMap::new()),
         })
     }
@@ -239,6 +244,9 @@ impl TokenValidator {
         let exp = numeric_date(claims, "exp")?.ok_or(TokenError::MissingClaim("exp"))?;
         if now > exp + leeway {
             return Err(TokenError::Expired);
+        }
+        if exp > now + self.max_lifetime_s as f64 + leeway {
+            return Err(TokenError::LifetimeTooLong);
         }
         if let Some(nbf) = numeric_date(claims, "nbf")?
             && now + leeway < nbf

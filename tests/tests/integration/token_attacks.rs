@@ -113,6 +113,15 @@ async fn time_claims_are_enforced_with_bounded_leeway() {
     )
     .await;
     assert_refused(&app, &with("nbf", json!(now.to_string())), "nbf as string").await;
+    // A token good for years is refused (auth.max_token_lifetime_s, a day).
+    assert_accepted(&app, &with("exp", json!(now + 86_400)), "a day ahead").await;
+    assert_refused(
+        &app,
+        &with("exp", json!(now + 86_400 + 31)),
+        "past a day and the leeway",
+    )
+    .await;
+    assert_refused(&app, &with("exp", json!(2f64.powi(70))), "exp = 2^70").await;
 
     // Time is the injected clock's: moving it expires a token.
     let token = app.sign("demo", &app.valid_claims("demo"));
