@@ -625,7 +625,7 @@ pub async fn fresh_postgres_url() -> Option<String> {
 }
 
 /// The Python interpreter with the real upload clients (boto3, requests,
-/// pyarrow) that `.ci/python` prepares, or `None` outside CI when
+/// pyarrow) and the Comotion SDK that `.ci/python` prepares, or `None` outside CI when
 /// `LAKEHOST_TEST_PYTHON` is not set. In CI a missing interpreter is an error.
 pub fn test_python() -> Option<PathBuf> {
     match std::env::var("LAKEHOST_TEST_PYTHON") {
@@ -643,9 +643,26 @@ pub fn test_python() -> Option<PathBuf> {
 /// Runs one command of `tests/python/upload_client.py` (a real boto3,
 /// requests or pyarrow call) and returns the JSON it prints.
 pub async fn upload_client(python: &std::path::Path, command: &str, args: &Value) -> Value {
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python/upload_client.py");
+    python_client(python, "upload_client.py", command, args).await
+}
+
+/// Runs one command of `tests/python/sdk_client.py` (the real Comotion SDK)
+/// and returns the JSON it prints.
+pub async fn sdk_client(python: &std::path::Path, command: &str, args: &Value) -> Value {
+    python_client(python, "sdk_client.py", command, args).await
+}
+
+async fn python_client(
+    python: &std::path::Path,
+    script: &str,
+    command: &str,
+    args: &Value,
+) -> Value {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("python")
+        .join(script);
     let output = tokio::process::Command::new(python)
-        .arg(script)
+        .arg(path)
         .arg(command)
         .arg(args.to_string())
         .output()
@@ -653,12 +670,12 @@ pub async fn upload_client(python: &std::path::Path, command: &str, args: &Value
         .expect("python runs");
     assert!(
         output.status.success(),
-        "upload_client.py {command} failed: {}",
+        "{script} {command} failed: {}",
         String::from_utf8_lossy(&output.stderr)
     );
     serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
         panic!(
-            "upload_client.py {command} printed no JSON ({e}): {}",
+            "{script} {command} printed no JSON ({e}): {}",
             String::from_utf8_lossy(&output.stdout)
         )
     })

@@ -2,6 +2,7 @@
 //! client speaks it. Helpers live in `lakehost_tests` (tests/src/lib.rs).
 
 mod commits;
+mod comotion_sdk;
 mod connections;
 mod dailyrun;
 mod expression_limits;
