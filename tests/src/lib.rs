@@ -265,10 +265,21 @@ impl TestApp {
 
     /// POST form to a realm's token endpoint; returns status and JSON body.
     pub async fn token_request(&self, org: &str, form: &[(&str, &str)]) -> (StatusCode, Value) {
+        self.token_request_under("", org, form).await
+    }
+
+    /// `token_request` with the realms under `prefix` (`/auth`: Keycloak's
+    /// legacy paths).
+    pub async fn token_request_under(
+        &self,
+        prefix: &str,
+        org: &str,
+        form: &[(&str, &str)],
+    ) -> (StatusCode, Value) {
         let response = self
             .http
             .post(format!(
-                "{}/realms/{org}/protocol/openid-connect/token",
+                "{}{prefix}/realms/{org}/protocol/openid-connect/token",
                 self.base
             ))
             .form(form)

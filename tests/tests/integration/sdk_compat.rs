@@ -65,21 +65,17 @@ async fn the_identity_provider_answers_under_the_legacy_auth_prefix_too() {
         let legacy: serde_json::Value = legacy.json().await.unwrap();
         assert_eq!(legacy, app.realm_document("demo", path).await, "{path}");
     }
-    let response = app
-        .http
-        .post(format!(
-            "{}/auth/realms/demo/protocol/openid-connect/token",
-            app.base
-        ))
-        .form(&[
-            ("grant_type", "client_credentials"),
-            ("client_id", "demo-admin"),
-            ("client_secret", "demo-admin-secret"),
-        ])
-        .send()
-        .await
-        .unwrap();
-    let (status, body) = read(response).await;
+    let (status, body) = app
+        .token_request_under(
+            "/auth",
+            "demo",
+            &[
+                ("grant_type", "client_credentials"),
+                ("client_id", "demo-admin"),
+                ("client_secret", "demo-admin-secret"),
+            ],
+        )
+        .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let token = body["access_token"].as_str().unwrap();
     let (status, _) = app.get(ORG_HOST, SECURITY_METADATA, Some(token)).await;
