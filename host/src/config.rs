@@ -130,8 +130,9 @@ pub struct AuthConfig {
     pub auth_url: Option<Url>,
     /// Audience of the Org and DailyRun APIs; zones use `{api_client}_<zone>`.
     pub api_client: String,
-    /// The public command-line client of the PKCE flow.
-    pub cli_client: String,
+    /// The public command-line clients of the PKCE flow: the spec's `svc_cli`
+    /// and the Comotion SDK's `comotion_cli` by default.
+    pub cli_clients: Vec<String>,
     /// Signature algorithms accepted on access tokens; asymmetric ones only.
     pub allowed_algorithms: Vec<String>,
     /// Clock skew tolerated on `exp` and `nbf`, at most 30 seconds.
@@ -150,7 +151,7 @@ impl Default for AuthConfig {
         Self {
             auth_url: None,
             api_client: "svc_api".into(),
-            cli_client: "svc_cli".into(),
+            cli_clients: vec!["svc_cli".into(), "comotion_cli".into()],
             allowed_algorithms: vec!["RS256".into()],
             leeway_s: 30,
             max_token_lifetime_s: 86_400,
@@ -350,8 +351,8 @@ impl Default for IdpConfig {
             access_token_lifetime_s: 300,
             refresh_token_lifetime_s: 30 * 24 * 3600,
             key_rotation_hours: 30 * 24,
-            clients: demo_clients(),
-            users: demo_users(),
+            clients: demo_clients(&AuthConfig::default()),
+            users: demo_users(&AuthConfig::default()),
         }
     }
 }
@@ -396,6 +397,15 @@ fn default_orgs() -> Vec<OrgConfig> {
     }]
 }
 
+/// The demo principals' roles: on the Org API's client and the `lab` zone's,
+/// whatever `auth.api_client` names them.
+fn demo_roles(auth: &AuthConfig, role: &str) -> BTreeMap<String, Vec<String>> {
+    BTreeMap::from([
+        (auth.api_client.clone(), vec![role.to_string()]),
+        (auth.zone_client("lab"), vec![role.to_string()]),
+    ])
+}
+
 /// Every scope of the demo org and its `lab` zone.
 fn all_demo_scopes() -> Vec<String> {
     [
@@ -418,7 +428,7 @@ fn all_demo_scopes() -> Vec<String> {
 
 /// The embedded default's application clients: one per role, fixed development
 /// secrets (`<client_id>-secret`). Never use these outside a laptop.
-fn demo_clients() -> Vec<IdpPrincipal> {
+fn demo_clients(auth: &AuthConfig) -> Vec<IdpPrincipal> {
     let client = |id: &str, role: &str, service_clients: Vec<u32>| IdpPrincipal {
         org: "demo".into(),
         client_id: Some(id.into()),
@@ -426,10 +436,7 @@ fn demo_clients() -> Vec<IdpPrincipal> {
         username: None,
         password: None,
         service_clients,
-        roles: BTreeMap::from([
-            ("svc_api".to_string(), vec![role.to_string()]),
-            ("svc_api_lab".to_string(), vec![role.to_string()]),
-        ]),
+        roles: demo_roles(auth, role),
         scopes: all_demo_scopes(),
     };
     vec![
@@ -442,7 +449,7 @@ fn demo_clients() -> Vec<IdpPrincipal> {
 }
 
 /// The embedded default's one user for the PKCE login flow.
-fn demo_users() -> Vec<IdpPrincipal> {
+fn demo_users(auth: &AuthConfig) -> Vec<IdpPrincipal> {
     vec![IdpPrincipal {
         org: "demo".into(),
         client_id: None,
@@ -450,16 +457,7 @@ fn demo_users() -> Vec<IdpPrincipal> {
         username: Some("demo".into()),
         password: Some("demo".into()),
         service_clients: vec![1, 2],
-        roles: BTreeMap::from([
-            (
-                "svc_api".to_string(),
-                vec!["OwnServiceClientAnalyst".to_string()],
-            ),
-            (
-                "svc_api_lab".to_string(),
-                vec!["OwnServiceClientAnalyst".to_string()],
-            ),
-        ]),
+        roles: demo_roles(auth, "OwnServiceClientAnalyst"),
         scopes: all_demo_scopes(),
     }]
 }
@@ -554,13 +552,19 @@ impl Config {
                 let key = if path == "." { "<root>".into() } else { path };
                 ConfigError::new(key, e.into_inner().message().trim().to_string())
             })?;
-        if names_orgs {
-            if !idp_keys.contains("clients") {
-                config.idp.clients.clear();
-            }
-            if !idp_keys.contains("users") {
-                config.idp.users.clear();
-            }
+        // The demo principals hold their roles on the configured API clients
+        // (`auth.api_client = "dash_api"` for SDK deployments).
+        if !idp_keys.contains("clients") {
+            config.idp.clients = match names_orgs {
+                true => Vec::new(),
+                false => demo_clients(&config.auth),
+            };
+        }
+        if !idp_keys.contains("users") {
+            config.idp.users = match names_orgs {
+                true => Vec::new(),
+                false => demo_users(&config.auth),
+            };
         }
         Ok(config)
     }
@@ -736,7 +740,15 @@ impl Config {
             ));
         }
         check_client_name("auth.api_client", &a.api_client)?;
-        check_client_name("auth.cli_client", &a.cli_client)?;
+        if a.cli_clients.is_empty() {
+            return Err(ConfigError::new(
+                "auth.cli_clients",
+                "must name at least one client (the PKCE login needs one)",
+            ));
+        }
+        for (i, client) in a.cli_clients.iter().enumerate() {
+            check_client_name(&format!("auth.cli_clients[{i}]"), client)?;
+        }
         if a.allowed_algorithms.is_empty() {
             return Err(ConfigError::new(
                 "auth.allowed_algorithms",
@@ -1034,6 +1046,18 @@ mod tests {
             .flat_map(|c| c.roles["svc_api"].clone())
             .collect();
         assert_eq!(roles.len(), 5, "a demo client for every role");
+    }
+
+    #[test]
+    fn demo_principals_hold_their_roles_on_the_configured_api_client() {
+        let config = Config::load(None, env(&[("LAKEHOST_AUTH_API_CLIENT", "dash_api")])).unwrap();
+        for principal in config.idp.clients.iter().chain(&config.idp.users) {
+            let clients: Vec<&String> = principal.roles.keys().collect();
+            assert_eq!(clients, ["dash_api", "dash_api_lab"], "{principal:?}");
+        }
+        assert_eq!(config.auth.cli_clients, ["svc_cli", "comotion_cli"]);
+        let refused = Config::from_toml("[auth]\ncli_clients = []").unwrap_err();
+        assert_eq!(refused.key, "auth.cli_clients");
     }
 
     #[test]

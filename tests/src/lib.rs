@@ -658,9 +658,20 @@ pub async fn upload_client(python: &std::path::Path, command: &str, args: &Value
 }
 
 /// Runs one command of `tests/python/sdk_client.py` (the real Comotion SDK)
-/// and returns the JSON it prints.
-pub async fn sdk_client(python: &std::path::Path, command: &str, args: &Value) -> Value {
-    python_client(python, "sdk_client.py", command, args).await
+/// with `env` (see `comotion_sdk.rs`) and returns the JSON it prints.
+pub async fn sdk_client(
+    python: &std::path::Path,
+    command: &str,
+    args: &Value,
+    env: &[(String, String)],
+) -> Value {
+    let script = python_dir().join("sdk_client.py");
+    let mut run = tokio::process::Command::new(python);
+    run.arg(script)
+        .arg(command)
+        .arg(args.to_string())
+        .envs(env.iter().cloned());
+    json_of("sdk_client.py", command, run).await
 }
 
 async fn python_client(
@@ -669,16 +680,20 @@ async fn python_client(
     command: &str,
     args: &Value,
 ) -> Value {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("python")
-        .join(script);
-    let output = tokio::process::Command::new(python)
-        .arg(path)
+    let mut run = tokio::process::Command::new(python);
+    run.arg(python_dir().join(script))
         .arg(command)
-        .arg(args.to_string())
-        .output()
-        .await
-        .expect("python runs");
+        .arg(args.to_string());
+    json_of(script, command, run).await
+}
+
+/// `tests/python`, the test clients' scripts.
+pub fn python_dir() -> PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python")
+}
+
+async fn json_of(script: &str, command: &str, mut run: tokio::process::Command) -> Value {
+    let output = run.output().await.expect("python runs");
     assert!(
         output.status.success(),
         "{script} {command} failed: {}",
@@ -690,6 +705,23 @@ async fn python_client(
             String::from_utf8_lossy(&output.stdout)
         )
     })
+}
+
+/// Points `config.pipeline.dir` at a fresh directory whose demo org runs
+/// `manifest` as its daily pipeline.
+pub fn with_daily_manifest(config: &mut Config, manifest: &str) {
+    let dir = config.storage.data_dir.join("pipelines");
+    std::fs::create_dir_all(dir.join("orgs/demo")).unwrap();
+    std::fs::write(dir.join("orgs/demo/daily.toml"), manifest).unwrap();
+    config.pipeline.dir = dir;
+}
+
+/// A daily run of one test step that spins `ms` and then passes.
+pub fn pause_manifest(ms: u64) -> String {
+    format!(
+        "version = 1\n[[steps]]\nname = \"pause\"\ncomponent = \"builtin:daily_pause\"\n\
+         [steps.config]\nms = {ms}\n"
+    )
 }
 
 pub const LOAD: &str = "/v2/load";

@@ -3,7 +3,7 @@
 //! redirects to `http://localhost:<port>` with a one-time code, and the token
 //! endpoint exchanges the code for tokens when the `code_verifier` matches.
 //!
-//! Only S256 challenges, only the configured public CLI client, only loopback
+//! Only S256 challenges, only the configured public CLI clients, only loopback
 //! redirect addresses. Codes live 60 seconds in memory and are single use (a
 //! failed exchange burns the code too).
 
@@ -124,7 +124,11 @@ fn check_request(idp: &Idp, org: &str, p: &AuthorizeParams) -> Result<CheckedReq
     if idp.realm(org).is_err() {
         return Err(error_page(StatusCode::NOT_FOUND, "Realm does not exist"));
     }
-    if p.client_id.as_deref() != Some(idp.config.auth.cli_client.as_str()) {
+    let known_client = p
+        .client_id
+        .as_ref()
+        .is_some_and(|id| idp.config.auth.cli_clients.contains(id));
+    if !known_client {
         return Err(error_page(StatusCode::BAD_REQUEST, "Client not found."));
     }
     let redirect_uri = p

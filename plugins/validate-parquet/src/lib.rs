@@ -96,9 +96,16 @@ impl Guest for ValidateParquet {
             match &first {
                 None => first = Some((file.file_key.clone(), columns)),
                 Some((first_key, first_columns)) => {
+                    // Columns are matched by name: files written by different
+                    // tools (a DataFrame, a CSV reader) order them differently.
                     let names =
                         |cs: &[Column]| cs.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
-                    if names(first_columns) != names(&columns) {
+                    let sorted = |cs: &[Column]| {
+                        let mut names = names(cs);
+                        names.sort();
+                        names
+                    };
+                    if sorted(first_columns) != sorted(&columns) {
                         problems.push(item(
                             "INVALID_PARQUET",
                             format!(

@@ -715,3 +715,24 @@ async fn error_messages_are_all_strings_where_the_deployment_or_org_asks_for_the
         assert_eq!(failed["ErrorDetails"], json!([detail.clone()]));
     }
 }
+
+#[tokio::test]
+async fn files_of_a_load_may_order_their_columns_differently() {
+    let app = spawn_app().await;
+    let admin = app.token_for(&["ZoneAdmin"], "[0]");
+    let id = new_load(&app, &admin, json!({})).await;
+    let first = bigint_batch(&[("trip_id", &[1]), ("service_client_id", &[1])]);
+    let second = bigint_batch(&[("service_client_id", &[2]), ("trip_id", &[2])]);
+    app.stage_file(&admin, &id, "part_1", &first).await;
+    app.stage_file(&admin, &id, "part_2", &second).await;
+    let done = commit_and_wait(&app, &admin, &id, json!({"count(*)": 2, "sum(trip_id)": 3})).await;
+    assert_eq!(done["LoadStatus"], "SUCCESS", "{done}");
+
+    // Different column names are still refused.
+    let id = new_load(&app, &admin, json!({})).await;
+    let other = bigint_batch(&[("trip", &[3]), ("service_client_id", &[1])]);
+    app.stage_file(&admin, &id, "part_1", &first).await;
+    app.stage_file(&admin, &id, "part_2", &other).await;
+    let failed = commit_and_wait(&app, &admin, &id, json!({"count(*)": 2})).await;
+    assert_failed(&failed, "ParquetValidation", "INVALID_PARQUET");
+}

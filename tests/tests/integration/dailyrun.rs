@@ -164,23 +164,6 @@ fn daily_token(app: &TestApp) -> String {
     )
 }
 
-/// Writes `manifest` as the demo org's daily.toml in a pipelines folder under
-/// the data directory and points the server at it.
-fn with_daily_manifest(config: &mut lakehost::Config, manifest: &str) {
-    let dir = config.storage.data_dir.join("pipelines");
-    std::fs::create_dir_all(dir.join("orgs/demo")).unwrap();
-    std::fs::write(dir.join("orgs/demo/daily.toml"), manifest).unwrap();
-    config.pipeline.dir = dir;
-}
-
-/// A daily run of one test step that spins `ms` and then passes.
-fn pause_manifest(ms: u64) -> String {
-    format!(
-        "version = 1\n[[steps]]\nname = \"pause\"\ncomponent = \"builtin:daily_pause\"\n\
-         [steps.config]\nms = {ms}\n"
-    )
-}
-
 /// A daily run of one `sql_transform` step, named refresh, that replaces
 /// `table` of the insights database with the rows of `sql`.
 fn refresh_manifest(table: &str, sql: &str) -> String {
