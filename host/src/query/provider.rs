@@ -1,10 +1,15 @@
 //! `LakeTableProvider`: a catalogued lake table as DataFusion sees it.
 //!
 //! `scan()` starts from the files the catalog lists (never a directory
-//! listing), keeps those whose partition values pass the query's partition-only
-//! filters, and then refuses the whole query when any remaining file belongs to
-//! a service client the caller may not read. Rows are never silently dropped:
-//! the caller narrows the query with their own filter, or gets the 403.
+//! listing). The access decision comes first and reads only the filters on
+//! `service_client_id` alone: the whole query is refused when a file those
+//! filters keep belongs to a service client the caller may not read, or when
+//! they admit such a client among the values the query names (a literal and
+//! its neighbours), whether or not it has rows. Only then are the files pruned
+//! by every partition filter, so whether a query is refused never depends on
+//! other clients' partition values (a filter such as `... OR (service_client_id
+//! = 5 AND region LIKE 'z%')` cannot probe them). Rows are never silently
+//! dropped: the caller narrows the query with their own filter, or gets the 403.
 
 use std::{fmt, sync::Arc};
 
@@ -185,29 +190,29 @@ impl LakeTableProvider {
         )
     }
 
-    /// The catalog's files whose partition values pass the partition-only filters.
-    fn pruned_files(
-        &self,
-        filters: &[Expr],
-    ) -> datafusion::common::Result<Vec<(PartitionedFile, &DataFile)>> {
-        let partition_names: Vec<&str> = self
-            .partition_fields
+    /// The filters among `filters` that read only the given partition columns.
+    fn filters_on(filters: &[Expr], columns: &[&str]) -> Vec<Expr> {
+        filters
             .iter()
-            .map(|f| f.name().as_str())
-            .collect();
-        let partition_filters: Vec<Expr> = filters
-            .iter()
-            .filter(|f| expr_applicable_for_cols(&partition_names, f))
+            .filter(|f| expr_applicable_for_cols(columns, f))
             .cloned()
-            .collect();
+            .collect()
+    }
+
+    /// The files whose partition values pass every filter of `filters`.
+    fn files_passing<'a>(
+        &self,
+        files: impl IntoIterator<Item = &'a DataFile>,
+        filters: &[Expr],
+    ) -> datafusion::common::Result<Vec<(PartitionedFile, &'a DataFile)>> {
         let partition_schema = DFSchema::try_from(Schema::new(self.partition_fields.clone()))?;
         let mut kept = Vec::new();
-        for file in &self.files {
+        for file in files {
             let partitioned = self.partitioned_file(file)?;
             if let Some(partitioned) =
                 datafusion::datasource::listing::helpers::filter_partitioned_file(
                     partitioned,
-                    &partition_filters,
+                    filters,
                     &partition_schema,
                 )?
             {
@@ -216,6 +221,126 @@ impl LakeTableProvider {
         }
         Ok(kept)
     }
+
+    /// Which of `candidates` the service-client filters admit, evaluated in
+    /// one batch (the other partition columns null: the filters do not read
+    /// them).
+    fn admitted(
+        &self,
+        filters: &[Expr],
+        candidates: Vec<i64>,
+    ) -> datafusion::common::Result<Vec<i64>> {
+        use datafusion::{
+            arrow::array::{Array as _, BooleanArray, Int64Array, new_null_array},
+            logical_expr::{
+                execution_props::ExecutionProps,
+                physical_planning_context::PhysicalPlanningContext, utils::conjunction,
+            },
+            physical_expr::create_physical_expr,
+        };
+        let Some(predicate) = conjunction(filters.iter().cloned()) else {
+            return Ok(candidates);
+        };
+        let fields: Vec<Field> = self
+            .partition_fields
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect();
+        let schema = Arc::new(Schema::new(fields));
+        let columns = schema
+            .fields()
+            .iter()
+            .map(|field| match field.name() == SERVICE_CLIENT_COLUMN {
+                true => Arc::new(Int64Array::from(candidates.clone())) as _,
+                false => new_null_array(field.data_type(), candidates.len()),
+            })
+            .collect();
+        let batch = datafusion::arrow::array::RecordBatch::try_new(schema.clone(), columns)?;
+        let df_schema = DFSchema::try_from(schema.as_ref().clone())?;
+        let physical = create_physical_expr(
+            &predicate,
+            &df_schema,
+            &ExecutionProps::new(),
+            &PhysicalPlanningContext::default(),
+        )?;
+        let verdicts = physical.evaluate(&batch)?.into_array(candidates.len())?;
+        let verdicts = verdicts
+            .as_any()
+            .downcast_ref::<BooleanArray>()
+            .ok_or_else(|| DataFusionError::Internal("a filter that is not a predicate".into()))?;
+        Ok(candidates
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| verdicts.is_valid(*i) && verdicts.value(*i))
+            .map(|(_, candidate)| candidate)
+            .collect())
+    }
+
+    fn refusal(&self, service_client: i64) -> DataFusionError {
+        DataFusionError::External(Box::new(AccessDenied::ServiceClient {
+            table: format!("{}.{}", self.database, self.table.name),
+            service_client,
+        }))
+    }
+
+    fn readable(&self, service_client: i64) -> bool {
+        u32::try_from(service_client).is_ok_and(|id| self.read_scope.allows(id))
+    }
+
+    /// The files a query reads, after the access decision (module header):
+    /// refused when the service-client filters keep a file, or admit a named
+    /// client, outside the caller's read scope; then pruned by every
+    /// partition filter.
+    fn files_to_read(
+        &self,
+        filters: &[Expr],
+    ) -> datafusion::common::Result<Vec<(PartitionedFile, &DataFile)>> {
+        let client_filters = Self::filters_on(filters, &[SERVICE_CLIENT_COLUMN]);
+        let reachable = self.files_passing(&self.files, &client_filters)?;
+        for (_, file) in &reachable {
+            let service_client = file.file.service_client_id.unwrap_or(-1);
+            if !self.readable(service_client) {
+                return Err(self.refusal(service_client));
+            }
+        }
+        if !client_filters.is_empty() {
+            let unreadable: Vec<i64> = named_service_clients(&client_filters)
+                .into_iter()
+                .filter(|named| !self.readable(*named))
+                .collect();
+            if let Some(named) = self.admitted(&client_filters, unreadable)?.first() {
+                return Err(self.refusal(*named));
+            }
+        }
+        let partition_names: Vec<&str> = self
+            .partition_fields
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect();
+        let partition_filters = Self::filters_on(filters, &partition_names);
+        self.files_passing(
+            reachable.into_iter().map(|(_, file)| file),
+            &partition_filters,
+        )
+    }
+}
+
+/// The integers a set of filters names, each with its neighbours: the values
+/// a comparison or range on `service_client_id` admits first.
+fn named_service_clients(filters: &[Expr]) -> std::collections::BTreeSet<i64> {
+    use datafusion::common::tree_node::{TreeNode as _, TreeNodeRecursion};
+    let mut named = std::collections::BTreeSet::new();
+    for filter in filters {
+        let _ = filter.apply(|e| {
+            if let Expr::Literal(value, _) = e
+                && let Ok(ScalarValue::Int64(Some(v))) = value.cast_to(&DataType::Int64)
+            {
+                named.extend([v.saturating_sub(1), v, v.saturating_add(1)]);
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+    }
+    named
 }
 
 #[async_trait]
@@ -250,19 +375,7 @@ impl TableProvider for LakeTableProvider {
                 },
             )));
         }
-        let files = self.pruned_files(filters)?;
-        for (_, file) in &files {
-            let service_client = file.file.service_client_id.unwrap_or(-1);
-            let allowed = u32::try_from(service_client).is_ok_and(|id| self.read_scope.allows(id));
-            if !allowed {
-                return Err(DataFusionError::External(Box::new(
-                    AccessDenied::ServiceClient {
-                        table: format!("{}.{}", self.database, self.table.name),
-                        service_client,
-                    },
-                )));
-            }
-        }
+        let files = self.files_to_read(filters)?;
         let projected = match projection {
             Some(indices) => Arc::new(self.table_schema.project(indices)?),
             None => self.table_schema.clone(),

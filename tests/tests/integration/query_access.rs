@@ -250,3 +250,61 @@ async fn public_consumer_reads_public_insights_only() {
         2
     );
 }
+
+#[tokio::test]
+async fn a_refusal_never_depends_on_other_clients_data() {
+    let f = fixture().await;
+    let ctx = session(&f, "OwnServiceClientAnalyst", &[1]).await;
+    // Guessing client 2's partition values: a right guess and a wrong one
+    // get the same refusal.
+    for guess in ["load%", "zzz%"] {
+        let sql = format!(
+            r#"SELECT count(*) FROM trips WHERE service_client_id = 1 OR (service_client_id = 2 AND "svc$load_id" LIKE '{guess}')"#
+        );
+        assert!(
+            is_service_client_refusal(run(&ctx, &sql).await, 2),
+            "{sql} must be refused"
+        );
+    }
+    // Naming a client the caller may not read is refused whether or not it
+    // has rows (2 has, 7 has none), and so is a range reaching past theirs.
+    for (sql, client) in [
+        ("SELECT count(*) FROM trips WHERE service_client_id = 2", 2),
+        ("SELECT count(*) FROM trips WHERE service_client_id = 7", 7),
+        (
+            "SELECT count(*) FROM trips WHERE service_client_id IN (1, 7)",
+            7,
+        ),
+        (
+            "SELECT count(*) FROM trips WHERE service_client_id >= 1 AND service_client_id < 5",
+            2,
+        ),
+        (
+            "SELECT count(*) FROM trips WHERE service_client_id > 1000",
+            1001,
+        ),
+    ] {
+        assert!(
+            is_service_client_refusal(run(&ctx, sql).await, client),
+            "{sql} must be refused for client {client}"
+        );
+    }
+    // A filter on the caller's own clients, and other partition columns on
+    // top of it, still read.
+    assert_eq!(
+        count(
+            &ctx,
+            r#"SELECT count(*) FROM trips WHERE service_client_id = 1 AND "svc$load_id" LIKE 'zzz%'"#
+        )
+        .await,
+        0
+    );
+    assert_eq!(
+        count(
+            &ctx,
+            "SELECT count(*) FROM trips WHERE service_client_id BETWEEN 1 AND 1"
+        )
+        .await,
+        2
+    );
+}
