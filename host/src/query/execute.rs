@@ -29,7 +29,7 @@ use super::{
     table_writer::{TableWriteError, TableWriter, delete_paths},
 };
 use crate::{
-    auth::Access,
+    auth::{Access, ServiceClientScope},
     lake::{self, Lake},
     store::{
         Store,
@@ -172,6 +172,31 @@ impl Target<'_> {
         name: &str,
     ) -> Result<Option<LakeTable>, QueryError> {
         Ok(self.store.table(&database.id, name).await?)
+    }
+
+    /// DROP and ALTER change a whole table: the caller must be able to read
+    /// every row of it (an OwnServiceClientAnalyst cannot drop a sandbox
+    /// table holding another client's rows), else the spec's data refusal.
+    async fn check_reads_whole(
+        &self,
+        database: &LakeDatabase,
+        table: &LakeTable,
+    ) -> Result<(), QueryError> {
+        let scope = self.access.read_scope(database.kind);
+        if scope == ServiceClientScope::All {
+            return Ok(());
+        }
+        let files = self.store.files(&table.id).await?;
+        let readable = files.iter().all(|file| {
+            file.file
+                .service_client_id
+                .and_then(|id| u32::try_from(id).ok())
+                .is_some_and(|id| scope.allows(id))
+        });
+        match readable {
+            true => Ok(()),
+            false => Err(QueryError::Denied(Denial::Data)),
+        }
     }
 }
 
@@ -321,7 +346,7 @@ pub async fn prepare(
                 if !access.can_drop_or_alter(database.kind) {
                     return Err(QueryError::Denied(Denial::Statement));
                 }
-                if target.table(&database, &table.table).await?.is_none() {
+                let Some(existing) = target.table(&database, &table.table).await? else {
                     if *if_exists {
                         continue;
                     }
@@ -329,7 +354,8 @@ pub async fn prepare(
                         "Table '{}.{}' does not exist",
                         database.name, table.table
                     )));
-                }
+                };
+                target.check_reads_whole(&database, &existing).await?;
                 dropped.push((database.id.clone(), table.table.clone()));
             }
             Ok(Prepared::Drop { tables: dropped })
@@ -345,6 +371,7 @@ pub async fn prepare(
                     database.name, table.table
                 )));
             };
+            target.check_reads_whole(&database, &existing).await?;
             match change {
                 AlterChange::RenameTo(new) => {
                     if new.database.as_ref().is_some_and(|d| *d != database.name) {

@@ -1030,6 +1030,58 @@ async fn writes_are_checked_against_the_database_they_land_in() {
     assert_missing(&app, &admin, "demo_lake_v2.plain").await;
 }
 
+/// DROP and ALTER change the whole table: an own-client analyst may change
+/// sandbox tables only when every row is one of their clients'.
+#[tokio::test]
+async fn a_sandbox_table_with_rows_the_caller_cannot_read_cannot_be_dropped_or_altered() {
+    let app = spawn_app().await;
+    seed_demo_lake(&app).await;
+    let admin = admin(&app);
+    for (table, clients) in [("theirs", "1, 2"), ("mine", "1")] {
+        let sql = format!(
+            "CREATE TABLE demo_sandbox.{table} AS SELECT trip_id, service_client_id \
+             FROM demo_sandbox.scratch WHERE service_client_id IN ({clients})"
+        );
+        assert!(outcome(&app, ORG_HOST, &admin, &sql).await.is_ok(), "{sql}");
+    }
+    let own = app.token_for(&["OwnServiceClientAnalyst"], "[1]");
+    for sql in [
+        "DROP TABLE demo_sandbox.theirs",
+        "DROP TABLE IF EXISTS demo_sandbox.theirs",
+        "DROP TABLE demo_sandbox.mine, demo_sandbox.theirs",
+        "ALTER TABLE demo_sandbox.theirs ADD COLUMN note VARCHAR",
+        "ALTER TABLE demo_sandbox.theirs RENAME TO gone",
+    ] {
+        assert_eq!(
+            outcome(&app, ORG_HOST, &own, sql).await,
+            forbidden(DATA_DENIED),
+            "{sql}"
+        );
+    }
+    // Nothing changed: both tables are there, as they were.
+    let read =
+        "SELECT count(*) FROM demo_sandbox.theirs UNION ALL SELECT count(*) FROM demo_sandbox.mine";
+    let before = outcome(&app, ORG_HOST, &admin, read).await;
+    assert!(before.is_ok(), "{before:?}");
+    // Their own table they may change and drop.
+    for sql in [
+        "ALTER TABLE demo_sandbox.mine ADD COLUMN note VARCHAR",
+        "DROP TABLE demo_sandbox.mine",
+    ] {
+        assert_eq!(
+            outcome(&app, ORG_HOST, &own, sql).await,
+            Ok(vec![]),
+            "{sql}"
+        );
+    }
+    // An all-client analyst may drop the other.
+    let all = app.token_for(&["AllServiceClientAnalyst"], "[1]");
+    assert_eq!(
+        outcome(&app, ORG_HOST, &all, "DROP TABLE demo_sandbox.theirs").await,
+        Ok(vec![])
+    );
+}
+
 /// A dropped table's files stay on the object store for the query time limit
 /// (a query planned on the old file list reads them to its end), then the
 /// sweeper deletes them and forgets them.
