@@ -826,14 +826,28 @@ impl TestApp {
         file_key: &str,
         batch: &RecordBatch,
     ) {
-        use object_store::ObjectStoreExt as _;
-        let descriptor = self
-            .file_descriptor_on(host, token, load_id, Some(file_key))
-            .await;
         let mut bytes = Vec::new();
         let mut writer = ArrowWriter::try_new(&mut bytes, batch.schema(), None).unwrap();
         writer.write(batch).unwrap();
         writer.close().unwrap();
+        self.stage_bytes_on(host, token, load_id, file_key, bytes)
+            .await
+    }
+
+    /// Uploads `bytes` as a file of the load, whatever they are, as the
+    /// upload endpoint records it.
+    pub async fn stage_bytes_on(
+        &self,
+        host: &str,
+        token: &str,
+        load_id: &str,
+        file_key: &str,
+        bytes: Vec<u8>,
+    ) {
+        use object_store::ObjectStoreExt as _;
+        let descriptor = self
+            .file_descriptor_on(host, token, load_id, Some(file_key))
+            .await;
         let size = bytes.len() as i64;
         let path = lakehost::load::staging_path(descriptor["path"].as_str().unwrap());
         self.lake

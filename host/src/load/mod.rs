@@ -12,6 +12,7 @@
 pub mod commit;
 pub mod dry_run;
 pub mod grant;
+pub mod parquet_envelope;
 pub mod staged;
 
 use std::sync::Arc;

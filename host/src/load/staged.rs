@@ -31,10 +31,9 @@ use datafusion::{
     },
 };
 use futures::StreamExt as _;
-use object_store::ObjectStoreExt as _;
 use tokio::runtime::Handle;
 
-use super::staging_path;
+use super::{parquet_envelope::check_envelope, staging_path};
 use crate::{
     auth::ServiceClientScope,
     lake::{self, Lake},
@@ -123,10 +122,23 @@ impl StagedLoad {
         let context = SessionContext::new();
         let lake_url = self.lake.object_store_url().as_ref();
         context.register_object_store(lake_url, self.lake.object_store());
-        let urls = self
+        let uploaded: Vec<&LoadFile> = self
             .files
             .iter()
             .filter(|f| f.uploaded_at.is_some())
+            .collect();
+        // No parquet reader sees a file whose envelope is not parquet's,
+        // whatever steps an org's manifest runs before this one.
+        for file in &uploaded {
+            check_envelope(
+                self.lake.object_store().as_ref(),
+                &staging_path(&file.object_key),
+            )
+            .await
+            .map_err(|e| format!("file {}: {e}", file.file_key))?;
+        }
+        let urls = uploaded
+            .iter()
             .map(|f| {
                 ListingTableUrl::parse(format!(
                     "{}{}",
@@ -281,7 +293,7 @@ impl LoadData for StagedLoad {
         let path = staging_path(&file.object_key);
         let store = self.lake.object_store();
         self.runtime.block_on(async move {
-            let meta = store.head(&path).await.map_err(|e| e.to_string())?;
+            let meta = check_envelope(store.as_ref(), &path).await?;
             let state = SessionContext::new().state();
             let schema = ParquetFormat::default()
                 .infer_schema(&state, &store, &[meta])

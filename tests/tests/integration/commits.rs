@@ -736,3 +736,69 @@ async fn files_of_a_load_may_order_their_columns_differently() {
     let failed = commit_and_wait(&app, &admin, &id, json!({"count(*)": 2})).await;
     assert_failed(&failed, "ParquetValidation", "INVALID_PARQUET");
 }
+
+/// Parquet bytes of a small trips batch.
+fn trips_parquet() -> Vec<u8> {
+    let batch = trips_batch(&[1], 2);
+    let mut bytes = Vec::new();
+    let mut writer =
+        datafusion::parquet::arrow::ArrowWriter::try_new(&mut bytes, batch.schema(), None).unwrap();
+    writer.write(&batch).unwrap();
+    writer.close().unwrap();
+    bytes
+}
+
+#[tokio::test]
+async fn malformed_parquet_envelopes_fail_the_load_as_invalid_parquet() {
+    let app = spawn_app().await;
+    let admin = app.token_for(&["ZoneAdmin"], "[0]");
+    let good = trips_parquet();
+    let footer_at = good.len() - 8;
+    let with = |edit: &dyn Fn(&mut Vec<u8>)| {
+        let mut bytes = good.clone();
+        edit(&mut bytes);
+        bytes
+    };
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        // The footer claims 2 GiB in a file of a few hundred bytes.
+        (
+            "huge footer length",
+            with(&|b| b[footer_at..footer_at + 4].copy_from_slice(&0x7fff_ffffu32.to_le_bytes())),
+        ),
+        (
+            "footer longer than the file",
+            with(&|b| {
+                let len = (b.len() as u32).to_le_bytes();
+                b[footer_at..footer_at + 4].copy_from_slice(&len)
+            }),
+        ),
+        (
+            "wrong leading magic",
+            with(&|b| b[..4].copy_from_slice(b"PAR2")),
+        ),
+        (
+            "encrypted footer magic",
+            with(&|b| {
+                let end = b.len();
+                b[end - 4..].copy_from_slice(b"PARE")
+            }),
+        ),
+        ("truncated", good[..good.len() / 2].to_vec()),
+        ("magic only", b"PAR1PAR1".to_vec()),
+        ("empty", Vec::new()),
+    ];
+    for (case, bytes) in cases {
+        let id = new_load(&app, &admin, json!({})).await;
+        app.stage_bytes_on(ORG_HOST, &admin, &id, "bad", bytes)
+            .await;
+        let failed = commit_and_wait(&app, &admin, &id, json!({"count(*)": 2})).await;
+        assert_eq!(failed["ErrorType"], "ParquetValidation", "{case}: {failed}");
+        assert_failed(&failed, "ParquetValidation", "INVALID_PARQUET");
+    }
+    // The server is fine, and a good file still loads.
+    let id = new_load(&app, &admin, json!({})).await;
+    app.stage_bytes_on(ORG_HOST, &admin, &id, "good", good)
+        .await;
+    let done = commit_and_wait(&app, &admin, &id, json!({"count(*)": 2})).await;
+    assert_eq!(done["LoadStatus"], "SUCCESS", "{done}");
+}
