@@ -1,7 +1,7 @@
 //! Background work repeated on a fixed period until the server stops: the
-//! staging sweep, the retired-file sweep and the daily-run scheduler. The
-//! first round runs at once; a round that overruns delays the next one
-//! rather than bunching rounds up.
+//! staging sweep, the retired-file and interrupted-write sweeps and the
+//! daily-run scheduler. The first round runs at once; a round that overruns
+//! delays the next one rather than bunching rounds up.
 
 use std::{future::Future, time::Duration};
 

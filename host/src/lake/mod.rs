@@ -50,6 +50,8 @@ pub struct Lake {
     url: ObjectStoreUrl,
     /// On S3: the bucket's signer and the lake's key prefix, for presigned GETs.
     presigner: Option<(Arc<dyn Signer>, ObjectPath)>,
+    /// On local disk: the lake's directory.
+    root: Option<std::path::PathBuf>,
 }
 
 impl Lake {
@@ -73,6 +75,7 @@ impl Lake {
             store: Arc::new(store),
             url: ObjectStoreUrl::parse("lakehost://lake/").expect("static URL"),
             presigner: None,
+            root: Some(root.to_path_buf()),
         })
     }
 
@@ -106,6 +109,7 @@ impl Lake {
                     store,
                     url: ObjectStoreUrl::parse("lakehost://lake/").expect("static URL"),
                     presigner: Some((s3, prefix)),
+                    root: None,
                 })
             }
             other => Err(Error::Url(format!("scheme {other}: use s3:// or file://"))),
@@ -130,6 +134,11 @@ impl Lake {
             .signed_url(reqwest::Method::GET, &full, expires_in)
             .await?;
         Ok(Some(url))
+    }
+
+    /// The lake's directory when it is on local disk.
+    pub fn local_root(&self) -> Option<&Path> {
+        self.root.as_deref()
     }
 
     pub fn object_store(&self) -> Arc<dyn ObjectStore> {

@@ -5,8 +5,17 @@
 //! file list just before still reads it to its end. Any replica may sweep:
 //! deleting a file twice is harmless, and a file is forgotten only once it is
 //! gone.
+//!
+//! It also removes what a killed process left half-written on a local-disk
+//! lake: the object store writes `<path>#<n>` and renames it when the write
+//! completes, and hides such files from listings, so nothing else ever sees
+//! them. One untouched for `INTERRUPTED_WRITE_AGE` belongs to no live write.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    path::Path,
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
 
 use object_store::{ObjectStoreExt as _, path::Path as ObjectPath};
 use tokio_util::sync::CancellationToken;
@@ -16,6 +25,14 @@ use crate::{clock::SharedClock, periodic::spawn_every, store::Store};
 
 /// Retired files looked at per store round trip.
 const BATCH: i64 = 500;
+
+/// A temporary file untouched this long is a killed write's: a live write
+/// touches its file as its rows arrive, and no commit, query or daily run
+/// leaves one partition's file idle for a day.
+pub const INTERRUPTED_WRITE_AGE: Duration = Duration::from_secs(24 * 3600);
+
+/// How often the lake directory is walked for interrupted writes.
+const INTERRUPTED_WRITE_SWEEP_EVERY: Duration = Duration::from_secs(3600);
 
 pub struct RetiredFileSweeper {
     store: Store,
@@ -64,9 +81,34 @@ impl RetiredFileSweeper {
         }
     }
 
+    /// Deletes the temporary files of interrupted writes (module header)
+    /// last modified before `older_than`; returns how many. Nothing to do
+    /// for a lake on S3, whose unfinished multipart uploads the bucket's
+    /// lifecycle rule aborts.
+    pub async fn sweep_interrupted_writes(&self, older_than: SystemTime) -> std::io::Result<usize> {
+        let Some(root) = self.lake.local_root().map(Path::to_path_buf) else {
+            return Ok(0);
+        };
+        tokio::task::spawn_blocking(move || remove_interrupted_writes(&root, older_than))
+            .await
+            .map_err(std::io::Error::other)?
+    }
+
     /// Sweeps every tenth of the grace period (between 1 s and a minute)
-    /// until `stop` is cancelled.
+    /// until `stop` is cancelled, and interrupted writes now and hourly.
     pub fn start(self: &Arc<Self>, stop: CancellationToken) {
+        let sweeper = self.clone();
+        spawn_every(INTERRUPTED_WRITE_SWEEP_EVERY, stop.clone(), move || {
+            let sweeper = sweeper.clone();
+            async move {
+                let older_than = SystemTime::now() - INTERRUPTED_WRITE_AGE;
+                match sweeper.sweep_interrupted_writes(older_than).await {
+                    Ok(0) => {}
+                    Ok(swept) => tracing::info!(swept, "interrupted writes' files deleted"),
+                    Err(e) => tracing::warn!(error = %e, "interrupted-write sweep failed"),
+                }
+            }
+        });
         let sweeper = self.clone();
         let period = (self.grace / 10).clamp(Duration::from_secs(1), Duration::from_secs(60));
         spawn_every(period, stop, move || {
@@ -79,5 +121,47 @@ impl RetiredFileSweeper {
                 }
             }
         });
+    }
+}
+
+/// `name#<digits>`: the object store's temporary name for a write in progress.
+fn is_temporary_write(name: &str) -> bool {
+    name.rsplit_once('#').is_some_and(|(stem, suffix)| {
+        !stem.is_empty() && !suffix.is_empty() && suffix.bytes().all(|b| b.is_ascii_digit())
+    })
+}
+
+fn remove_interrupted_writes(dir: &Path, older_than: SystemTime) -> std::io::Result<usize> {
+    let mut removed = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            removed += remove_interrupted_writes(&entry.path(), older_than)?;
+        } else if kind.is_file()
+            && is_temporary_write(&entry.file_name().to_string_lossy())
+            && entry.metadata()?.modified()? < older_than
+        {
+            match std::fs::remove_file(entry.path()) {
+                Ok(()) => removed += 1,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temporary_write_names() {
+        assert!(is_temporary_write("part-0.parquet#1"));
+        assert!(is_temporary_write("x.csv#12"));
+        for kept in ["part-0.parquet", "a#b", "a#", "#1", "a#1b"] {
+            assert!(!is_temporary_write(kept), "{kept}");
+        }
     }
 }

@@ -1116,3 +1116,40 @@ async fn a_dropped_tables_files_are_deleted_after_the_query_time_limit() {
         assert!(app.lake_has(path).await, "{path}");
     }
 }
+
+/// What a killed process left half-written (`<file>#<n>`, which listings
+/// hide) is deleted once nothing can still be writing it; finished files and
+/// fresh temporary ones stay.
+#[tokio::test]
+async fn interrupted_writes_are_swept_from_a_local_lake() {
+    use lakehost::lake::retired::INTERRUPTED_WRITE_AGE;
+    use std::time::{Duration, SystemTime};
+    let app = spawn_app().await;
+    let dir = app
+        .data_dir
+        .join("lake/demo_lake_v2/trips/service_client_id=1/svc$load_id=l1");
+    std::fs::create_dir_all(&dir).unwrap();
+    let long_ago = SystemTime::now() - INTERRUPTED_WRITE_AGE - Duration::from_secs(3600);
+    let file = |name: &str, modified: SystemTime| {
+        let path = dir.join(name);
+        std::fs::write(&path, b"partial").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(modified)
+            .unwrap();
+        path
+    };
+    let abandoned = file("l1-0.parquet#1", long_ago);
+    let in_progress = file("l1-1.parquet#2", SystemTime::now());
+    let finished = file("l1-2.parquet", long_ago);
+    let swept = app
+        .retired_files
+        .sweep_interrupted_writes(SystemTime::now() - INTERRUPTED_WRITE_AGE)
+        .await
+        .unwrap();
+    assert_eq!(swept, 1);
+    assert!(!abandoned.exists());
+    assert!(in_progress.exists() && finished.exists());
+}
