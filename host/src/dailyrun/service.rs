@@ -32,7 +32,7 @@ use crate::{
     periodic::spawn_every,
     pipeline::{
         PipelineEngine, PipelineKind, RunContext,
-        manifest::{Manifest, manifest_path},
+        manifest::{Manifest, org_manifest},
     },
     store::{
         self, Store,
@@ -244,18 +244,12 @@ impl DailyRunService {
     }
 
     fn manifest(&self, org: &str) -> Result<Manifest, String> {
-        let path = manifest_path(&self.pipeline_dir, org, PipelineKind::Daily);
-        if path.exists() {
-            Manifest::load(PipelineKind::Daily, &path).map_err(|e| e.to_string())
-        } else {
-            Manifest::parse(
-                PipelineKind::Daily,
-                BUILTIN_DAILY_MANIFEST,
-                "built-in pipelines/daily.toml",
-                std::path::Path::new("."),
-            )
-            .map_err(|e| e.to_string())
-        }
+        org_manifest(
+            PipelineKind::Daily,
+            &self.pipeline_dir,
+            org,
+            BUILTIN_DAILY_MANIFEST,
+        )
     }
 
     /// The run's steps in order; how the run ends.

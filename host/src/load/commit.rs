@@ -11,7 +11,7 @@
 //! conditional on holding the lease. After `pipeline.max_attempts` runs it
 //! fails with InternalError. Staged files are removed once the load ended.
 
-use std::{path::Path, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -29,7 +29,7 @@ use crate::{
     lease::Lease,
     pipeline::{
         ErrorItem, PipelineEngine, PipelineKind, PipelineOutcome, StepContext,
-        manifest::{Manifest, manifest_path},
+        manifest::{Manifest, org_manifest},
     },
     query::{AccessGrant, table_writer::delete_paths},
     store::{
@@ -203,18 +203,12 @@ impl LoadCommitter {
     }
 
     fn manifest(&self, org: &str) -> Result<Manifest, String> {
-        let path = manifest_path(&self.config.dir, org, PipelineKind::Load);
-        if path.exists() {
-            Manifest::load(PipelineKind::Load, &path).map_err(|e| e.to_string())
-        } else {
-            Manifest::parse(
-                PipelineKind::Load,
-                BUILTIN_LOAD_MANIFEST,
-                "built-in pipelines/load.toml",
-                Path::new("."),
-            )
-            .map_err(|e| e.to_string())
-        }
+        org_manifest(
+            PipelineKind::Load,
+            &self.config.dir,
+            org,
+            BUILTIN_LOAD_MANIFEST,
+        )
     }
 
     async fn pipeline(&self, record: &LoadRecord) -> (LoadEnd, Option<PendingAppend>) {

@@ -373,8 +373,9 @@ impl PipelineEngine {
         let key = match source {
             ComponentSource::Builtin(name) => ComponentKey::Builtin(name.clone()),
             ComponentSource::File(path) => {
-                let meta =
-                    std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+                // Messages name the file, not the server's directories.
+                let shown = path.file_name().unwrap_or_default().to_string_lossy();
+                let meta = std::fs::metadata(path).map_err(|e| format!("{shown}: {e}"))?;
                 ComponentKey::File(path.clone(), meta.len(), meta.modified().ok())
             }
         };
@@ -392,7 +393,9 @@ impl PipelineEngine {
                     }
                     None => return Err(format!("no built-in component {name}")),
                 },
-                ComponentSource::File(path) => Component::from_file(&self.engine, path),
+                ComponentSource::File(path) => std::fs::read(path)
+                    .map_err(wasmtime::Error::from)
+                    .and_then(|bytes| Component::new(&self.engine, bytes)),
             }
             .map_err(|e| format!("not a usable component: {e:#}"))?;
             let instance_pre = linker

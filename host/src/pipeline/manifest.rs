@@ -282,6 +282,33 @@ impl Manifest {
     }
 }
 
+/// The `kind` manifest an org's pipelines run: its own or the shared one
+/// under `dir` (`manifest_path`), else `builtin` (the repository's default,
+/// compiled in). A broken manifest's error names the file relative to `dir`:
+/// it reaches the caller in the load's or run's failure, and the server's
+/// own paths stay in the server's log.
+pub fn org_manifest(
+    kind: PipelineKind,
+    dir: &Path,
+    org: &str,
+    builtin: &str,
+) -> Result<Manifest, String> {
+    let path = manifest_path(dir, org, kind);
+    if !path.exists() {
+        let origin = format!("built-in pipelines/{}", kind.file_name());
+        return Manifest::parse(kind, builtin, &origin, Path::new(".")).map_err(|e| e.to_string());
+    }
+    Manifest::load(kind, &path).map_err(|mut e| {
+        tracing::warn!(%org, error = %e, "a pipeline manifest is broken");
+        e.file = path
+            .strip_prefix(dir)
+            .unwrap_or(Path::new(kind.file_name()))
+            .display()
+            .to_string();
+        e.to_string()
+    })
+}
+
 /// The `kind` manifest of `org`: `<dir>/orgs/<org>/<load|daily>.toml` when it
 /// exists, else `<dir>/<load|daily>.toml`. Read at each use, so an operator's
 /// change takes effect without a restart or a rebuild.

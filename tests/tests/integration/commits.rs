@@ -455,13 +455,25 @@ async fn an_orgs_own_manifest_runs_its_steps_within_their_limits() {
     .unwrap();
     let failed = commit_two_trips(&app, &admin).await;
     assert_eq!(failed["ErrorType"], "InternalError");
+    // It names the file as the pipelines folder does, never the server's
+    // own directories.
+    let message = failed["ErrorMessages"][0].as_str().unwrap();
     assert!(
-        failed["ErrorMessages"][0]
-            .as_str()
-            .unwrap()
-            .contains("steps[0].timeout"),
+        message.contains("orgs/demo/load.toml: steps[0].timeout"),
         "{failed}"
     );
+    let server_dir = pipelines.path().display().to_string();
+    assert!(!failed.to_string().contains(&server_dir), "{failed}");
+
+    // A component file that is not there: named, without its directory.
+    std::fs::write(
+        org_dir.join("load.toml"),
+        "version = 1\n[[steps]]\nname = \"x\"\ncomponent = \"plugins/missing.wasm\"\n",
+    )
+    .unwrap();
+    let failed = commit_two_trips(&app, &admin).await;
+    assert!(failed.to_string().contains("missing.wasm"), "{failed}");
+    assert!(!failed.to_string().contains(&server_dir), "{failed}");
 
     // Without its own manifest the org gets the default one again.
     std::fs::remove_file(org_dir.join("load.toml")).unwrap();

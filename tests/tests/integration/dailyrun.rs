@@ -553,7 +553,7 @@ async fn a_failing_step_ends_the_run_failed_with_its_reason() {
     assert_eq!(ended["error"], "ManifestError");
     let cause = ended["cause"].as_str().unwrap();
     assert!(
-        cause.contains("daily.toml") && cause.contains("steps[0].component"),
+        cause.starts_with("orgs/demo/daily.toml: steps[0].component"),
         "{cause}"
     );
 }
