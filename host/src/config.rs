@@ -244,6 +244,10 @@ pub struct PipelineConfig {
     /// The shape of a failed load's `ErrorMessages` items; an org's
     /// `[[orgs]] error_messages` overrides it.
     pub error_messages: ErrorMessagesShape,
+    /// Lets manifests name the built-in steps that misbehave on purpose
+    /// (`loop_forever`, `grow_memory`, `ungranted_import`, `pause`,
+    /// `daily_pause`): for tests and for trying limits, never in production.
+    pub test_steps: bool,
 }
 
 /// How GET /load/{id} shows a FAIL's `ErrorMessages` (each item's full detail
@@ -268,6 +272,7 @@ impl Default for PipelineConfig {
             lease_s: 30,
             max_attempts: 2,
             error_messages: ErrorMessagesShape::Spec,
+            test_steps: false,
         }
     }
 }

@@ -82,6 +82,8 @@ pub fn test_config(data_dir: &std::path::Path) -> Config {
     config.server.listen = "127.0.0.1:0".parse().unwrap();
     config.storage.s3_listen = "127.0.0.1:0".parse().unwrap();
     config.storage.data_dir = data_dir.to_path_buf();
+    // The limits tests run the steps that misbehave on purpose.
+    config.pipeline.test_steps = true;
     config.orgs[0].zones = vec!["lab".into(), "ops".into()];
     config.orgs.push(OrgConfig {
         name: "other".into(),

@@ -69,6 +69,8 @@ pub struct DailyRunService {
     config: DailyRunConfig,
     lease: Lease,
     pipeline_dir: PathBuf,
+    /// `pipeline.test_steps`: whether manifests may name the test steps.
+    test_steps: bool,
     schedules: Vec<(String, Cron)>,
     memory_limit: usize,
     /// Who holds the runs this server started.
@@ -112,6 +114,7 @@ impl DailyRunService {
             engine,
             config: config.dailyrun.clone(),
             pipeline_dir: config.pipeline.dir.clone(),
+            test_steps: config.pipeline.test_steps,
             schedules,
             memory_limit: usize::try_from(config.query.memory_limit_bytes).unwrap_or(usize::MAX),
             owner: format!("dailyrun-{}", store::new_id()),
@@ -249,6 +252,7 @@ impl DailyRunService {
             &self.pipeline_dir,
             org,
             BUILTIN_DAILY_MANIFEST,
+            self.test_steps,
         )
     }
 

@@ -208,6 +208,7 @@ impl LoadCommitter {
             &self.config.dir,
             org,
             BUILTIN_LOAD_MANIFEST,
+            self.config.test_steps,
         )
     }
 

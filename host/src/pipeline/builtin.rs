@@ -32,6 +32,16 @@ builtins![
     "daily_pause": Daily,
 ];
 
+/// The steps that misbehave or dawdle on purpose: a manifest names them only
+/// where `pipeline.test_steps` allows it.
+pub const TEST_STEPS: &[&str] = &[
+    "loop_forever",
+    "grow_memory",
+    "ungranted_import",
+    "pause",
+    "daily_pause",
+];
+
 /// The names manifests may use after `builtin:`, with their pipeline.
 pub fn names() -> impl Iterator<Item = (&'static str, PipelineKind)> {
     COMPONENTS.iter().map(|(name, kind, _)| (*name, *kind))

@@ -286,27 +286,47 @@ impl Manifest {
 /// under `dir` (`manifest_path`), else `builtin` (the repository's default,
 /// compiled in). A broken manifest's error names the file relative to `dir`:
 /// it reaches the caller in the load's or run's failure, and the server's
-/// own paths stay in the server's log.
+/// own paths stay in the server's log. The built-in test steps are refused
+/// unless `test_steps` (`pipeline.test_steps`) allows them.
 pub fn org_manifest(
     kind: PipelineKind,
     dir: &Path,
     org: &str,
     builtin: &str,
+    test_steps: bool,
 ) -> Result<Manifest, String> {
     let path = manifest_path(dir, org, kind);
     if !path.exists() {
         let origin = format!("built-in pipelines/{}", kind.file_name());
         return Manifest::parse(kind, builtin, &origin, Path::new(".")).map_err(|e| e.to_string());
     }
-    Manifest::load(kind, &path).map_err(|mut e| {
+    let shown = path
+        .strip_prefix(dir)
+        .unwrap_or(Path::new(kind.file_name()))
+        .display()
+        .to_string();
+    let manifest = Manifest::load(kind, &path).map_err(|mut e| {
         tracing::warn!(%org, error = %e, "a pipeline manifest is broken");
-        e.file = path
-            .strip_prefix(dir)
-            .unwrap_or(Path::new(kind.file_name()))
-            .display()
-            .to_string();
+        e.file = shown.clone();
         e.to_string()
-    })
+    })?;
+    if !test_steps {
+        for (i, step) in manifest.steps.iter().enumerate() {
+            if let ComponentSource::Builtin(name) = &step.component
+                && super::builtin::TEST_STEPS.contains(&name.as_str())
+            {
+                return Err(ManifestError {
+                    file: shown,
+                    key: format!("steps[{i}].component"),
+                    problem: format!(
+                        "`{name}` is a test step; this server runs it only with pipeline.test_steps = true"
+                    ),
+                }
+                .to_string());
+            }
+        }
+    }
+    Ok(manifest)
 }
 
 /// The `kind` manifest of `org`: `<dir>/orgs/<org>/<load|daily>.toml` when it

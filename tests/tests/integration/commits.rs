@@ -814,3 +814,31 @@ async fn malformed_parquet_envelopes_fail_the_load_as_invalid_parquet() {
     let done = commit_and_wait(&app, &admin, &id, json!({"count(*)": 2})).await;
     assert_eq!(done["LoadStatus"], "SUCCESS", "{done}");
 }
+
+/// The steps that misbehave on purpose run only where the operator allows
+/// them; by default a manifest naming one fails the commit with that reason.
+#[tokio::test]
+async fn test_steps_run_only_where_the_server_allows_them() {
+    let pipelines = tempfile::tempdir().unwrap();
+    let org_dir = pipelines.path().join("orgs/demo");
+    std::fs::create_dir_all(&org_dir).unwrap();
+    std::fs::write(
+        org_dir.join("load.toml"),
+        "version = 1\n[[steps]]\nname = \"spin\"\ncomponent = \"builtin:loop_forever\"\ntime_limit_ms = 100\n",
+    )
+    .unwrap();
+    let dir = pipelines.path().to_path_buf();
+    let app = spawn_app_with(|config| {
+        config.pipeline.dir = dir;
+        config.pipeline.test_steps = lakehost::Config::default().pipeline.test_steps;
+    })
+    .await;
+    let admin = app.token_for(&["ZoneAdmin"], "[0]");
+    let failed = commit_two_trips(&app, &admin).await;
+    assert_eq!(failed["ErrorType"], "InternalError", "{failed}");
+    assert_eq!(
+        failed["ErrorMessages"][0],
+        "pipeline manifest: orgs/demo/load.toml: steps[0].component: `loop_forever` is a test step; \
+         this server runs it only with pipeline.test_steps = true"
+    );
+}
