@@ -347,6 +347,10 @@ pub struct IdpConfig {
     pub key_rotation_hours: u64,
     pub clients: Vec<IdpPrincipal>,
     pub users: Vec<IdpPrincipal>,
+    /// Serve client secrets shorter than 32 bytes and passwords shorter than
+    /// 12 (the demo principals' well-known ones among them) on a listener
+    /// beyond loopback. Off: such a server refuses to start.
+    pub allow_weak_secrets: bool,
 }
 
 impl Default for IdpConfig {
@@ -358,6 +362,7 @@ impl Default for IdpConfig {
             key_rotation_hours: 30 * 24,
             clients: demo_clients(&AuthConfig::default()),
             users: demo_users(&AuthConfig::default()),
+            allow_weak_secrets: false,
         }
     }
 }
@@ -466,6 +471,11 @@ fn demo_users(auth: &AuthConfig) -> Vec<IdpPrincipal> {
         scopes: all_demo_scopes(),
     }]
 }
+
+/// Off loopback, the shortest client secret and password the embedded
+/// provider serves (unless `idp.allow_weak_secrets`).
+const MIN_EXPOSED_CLIENT_SECRET: usize = 32;
+const MIN_EXPOSED_PASSWORD: usize = 12;
 
 /// The five roles of the spec, as they appear in `resource_access.<client>.roles`.
 pub const ROLE_NAMES: &[&str] = &[
@@ -834,6 +844,41 @@ impl Config {
         }
         self.validate_principals("idp.clients", &idp.clients, true)?;
         self.validate_principals("idp.users", &idp.users, false)?;
+        self.validate_exposed_secrets()
+    }
+
+    /// Beyond loopback, the embedded provider's secrets must not be
+    /// guessable: the demo principals' well-known ones are for a laptop.
+    fn validate_exposed_secrets(&self) -> Result<(), ConfigError> {
+        let idp = &self.idp;
+        if !idp.enabled || idp.allow_weak_secrets || self.server.listen.ip().is_loopback() {
+            return Ok(());
+        }
+        let sections = [
+            (
+                "idp.clients",
+                &idp.clients,
+                "client_secret",
+                MIN_EXPOSED_CLIENT_SECRET,
+            ),
+            ("idp.users", &idp.users, "password", MIN_EXPOSED_PASSWORD),
+        ];
+        for (section, principals, key, min) in sections {
+            for (i, p) in principals.iter().enumerate() {
+                let secret = p.client_secret.as_deref().or(p.password.as_deref());
+                if secret.unwrap_or_default().len() < min {
+                    return Err(ConfigError::new(
+                        format!("{section}[{i}].{key}"),
+                        format!(
+                            "must be at least {min} bytes when server.listen ({}) is not a loopback \
+                             address (the demo principals' secrets are well known); \
+                             set idp.allow_weak_secrets = true to serve it anyway",
+                            self.server.listen
+                        ),
+                    ));
+                }
+            }
+        }
         Ok(())
     }
 
@@ -1063,6 +1108,41 @@ mod tests {
         assert_eq!(config.auth.cli_clients, ["svc_cli", "comotion_cli"]);
         let refused = Config::from_toml("[auth]\ncli_clients = []").unwrap_err();
         assert_eq!(refused.key, "auth.cli_clients");
+    }
+
+    #[test]
+    fn weak_secrets_serve_only_loopback_unless_allowed() {
+        let on = |listen: &str, extra: &[(&str, &str)]| {
+            let mut vars = vec![("LAKEHOST_SERVER_LISTEN", listen)];
+            vars.extend_from_slice(extra);
+            Config::load(None, env(&vars))
+        };
+        assert!(on("127.0.0.1:8080", &[]).is_ok());
+        assert!(on("[::1]:8080", &[]).is_ok());
+        let refused = on("0.0.0.0:8080", &[]).unwrap_err();
+        assert_eq!(refused.key, "idp.clients[0].client_secret");
+        assert!(refused.problem.contains("at least 32 bytes"), "{refused:?}");
+        assert!(
+            on(
+                "0.0.0.0:8080",
+                &[("LAKEHOST_IDP_ALLOW_WEAK_SECRETS", "true")]
+            )
+            .is_ok()
+        );
+        assert!(on("0.0.0.0:8080", &[("LAKEHOST_IDP_ENABLED", "false")]).is_ok());
+        let strong = "[server]\nlisten = \"10.0.0.1:8080\"\ndefault_org = \"acme\"\n[[orgs]]\nname = \"acme\"\n\
+                      [[idp.clients]]\norg = \"acme\"\nclient_id = \"etl\"\n\
+                      client_secret = \"0123456789abcdef0123456789abcdef\"\nservice_clients = [0]\n\
+                      roles = { svc_api = [\"ZoneAdmin\"] }\n";
+        assert!(Config::from_toml(strong).is_ok());
+        let weak_user = format!(
+            "{strong}[[idp.users]]\norg = \"acme\"\nusername = \"ann\"\npassword = \"short\"\n\
+             service_clients = [0]\nroles = {{ svc_api = [\"ZoneAdmin\"] }}\n"
+        );
+        assert_eq!(
+            Config::from_toml(&weak_user).unwrap_err().key,
+            "idp.users[0].password"
+        );
     }
 
     #[test]

@@ -18,8 +18,13 @@ fn lakehost() -> Command {
 #[test]
 fn bad_keys_stop_startup_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();
-    let cases: [(&[(&str, &str)], &str); 3] = [
+    let cases: [(&[(&str, &str)], &str); 4] = [
         (&[("LAKEHOST_SERVER_LISTN", "127.0.0.1:0")], "server.listn"),
+        // The demo principals' well-known secrets serve loopback only.
+        (
+            &[("LAKEHOST_SERVER_LISTEN", "0.0.0.0:0")],
+            "idp.clients[0].client_secret",
+        ),
         (
             &[("LAKEHOST_SERVER_REQUEST_TIMEOUT_S", "soon")],
             "server.request_timeout_s",
@@ -197,4 +202,173 @@ fn pipeline_dry_run_prints_each_steps_outcome() {
     assert!(
         String::from_utf8_lossy(&refused.stderr).contains("At least one check_sum is required")
     );
+}
+
+/// The README's tour against the real binary logging at debug level: no
+/// secret, token, signature or temporary credential it handed out or
+/// received is in the log afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_and_tokens_never_reach_the_log() {
+    use serde_json::{Value, json};
+    let dir = tempfile::tempdir().unwrap();
+    let log_path = dir.path().join("server.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut server = KillOnDrop(
+        lakehost()
+            .arg("serve")
+            .current_dir(dir.path())
+            .env("LAKEHOST_SERVER_LISTEN", "127.0.0.1:0")
+            .env("LAKEHOST_STORAGE_S3_LISTEN", "127.0.0.1:0")
+            .env("RUST_LOG", "debug")
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    let first = BufReader::new(server.0.stdout.take().unwrap())
+        .lines()
+        .next()
+        .unwrap()
+        .unwrap();
+    let base = first
+        .strip_prefix("lakehost listening on ")
+        .unwrap()
+        .to_string();
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let mut secrets: Vec<String> = vec!["demo-admin-secret".into()];
+
+    let token: Value = http
+        .post(format!("{base}/realms/demo/protocol/openid-connect/token"))
+        .form(&[
+            ("grant_type", "client_credentials"),
+            ("client_id", "demo-admin"),
+            ("client_secret", "demo-admin-secret"),
+        ])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let token = token["access_token"].as_str().unwrap().to_string();
+    secrets.push(token.clone());
+    secrets.push(token.rsplit('.').next().unwrap().to_string());
+    // A token with a forged signature is refused, and not logged either.
+    let forged = format!(
+        "{}.AAAAforgedsignatureAAAA",
+        token.rsplit_once('.').unwrap().0
+    );
+    secrets.push("AAAAforgedsignatureAAAA".into());
+    let refused = http
+        .get(format!("{base}/v2/identity/security_metadata"))
+        .bearer_auth(&forged)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 401);
+    let call = |method: reqwest::Method, path: &str, body: Option<Value>| {
+        let mut request = http
+            .request(method, format!("{base}{path}"))
+            .bearer_auth(&token);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        request.send()
+    };
+    let metadata = call(reqwest::Method::GET, "/v2/identity/security_metadata", None)
+        .await
+        .unwrap();
+    assert_eq!(metadata.status(), 200);
+
+    // A query to its CSV link, fetched.
+    let submitted: Value = call(
+        reqwest::Method::POST,
+        "/v2/query",
+        Some(json!({"query": "SELECT 1 AS one"})),
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    let id = submitted["queryId"].as_str().unwrap().to_string();
+    for _ in 0..200 {
+        let state: Value = call(reqwest::Method::GET, &format!("/v2/query/{id}"), None)
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if state["status"]["state"] == "SUCCEEDED" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let link = call(reqwest::Method::GET, &format!("/v2/query/{id}/csv"), None)
+        .await
+        .unwrap();
+    assert_eq!(link.status(), 302);
+    let location = url::Url::parse(link.headers()["location"].to_str().unwrap()).unwrap();
+    let signature = location
+        .query_pairs()
+        .find(|(k, _)| k == "X-Amz-Signature")
+        .unwrap()
+        .1
+        .to_string();
+    secrets.push(signature);
+    let csv = http.get(location).send().await.unwrap();
+    assert_eq!(csv.text().await.unwrap(), "\"one\"\n\"1\"\n");
+
+    // A load's upload credentials and form signature; a commit that fails.
+    let load: Value = call(
+        reqwest::Method::POST,
+        "/v2/load",
+        Some(json!({"load_type": "APPEND_ONLY", "table_name": "trips"})),
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    let load_id = load["loadId"].as_str().unwrap().to_string();
+    let upload: Value = call(
+        reqwest::Method::POST,
+        &format!("/v2/load/{load_id}/file"),
+        None,
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    for key in ["SecretAccessKey", "SessionToken"] {
+        secrets.push(upload["sts_credentials"][key].as_str().unwrap().to_string());
+    }
+    secrets.push(
+        upload["presigned_url"]["fields"]["Signature"]
+            .as_str()
+            .unwrap()
+            .to_string(),
+    );
+    let committed = call(
+        reqwest::Method::POST,
+        &format!("/v2/load/{load_id}/commit"),
+        Some(json!({"check_sum": {"count(*)": 1}})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(committed.status(), 202);
+
+    drop(server);
+    let logged = std::fs::read_to_string(&log_path).unwrap();
+    assert!(logged.contains("DEBUG"), "the log is at debug level");
+    for secret in &secrets {
+        assert!(
+            !logged.contains(secret.as_str()),
+            "the log holds a secret: {secret}"
+        );
+    }
 }
