@@ -168,6 +168,10 @@ impl Default for AuthConfig {
 pub struct QueryConfig {
     /// Queries run at once by this replica; more wait QUEUED (admission control).
     pub workers: usize,
+    /// Of those, at most this many for one org and for one caller; the next
+    /// queued query comes from the org running the fewest (fair sharing).
+    pub max_running_per_org: usize,
+    pub max_running_per_caller: usize,
     /// Memory one query may hold; sorts, joins and aggregations spill beyond it.
     pub memory_limit_bytes: u64,
     /// A query still running after this long fails.
@@ -188,6 +192,8 @@ impl Default for QueryConfig {
     fn default() -> Self {
         Self {
             workers: 4,
+            max_running_per_org: 3,
+            max_running_per_caller: 2,
             memory_limit_bytes: 1 << 30,
             time_limit_s: 1800,
             lease_s: 30,
@@ -235,6 +241,10 @@ pub struct PipelineConfig {
     pub dir: PathBuf,
     /// Commits run at once by this replica; more wait PROCESSING.
     pub commit_workers: usize,
+    /// Of those, at most this many for one org and for one caller; the next
+    /// commit comes from the org committing the fewest (fair sharing).
+    pub max_commits_per_org: usize,
+    pub max_commits_per_caller: usize,
     /// How long a worker's claim on a commit lasts without renewal; a crashed
     /// replica's commits are taken over after it.
     pub lease_s: u64,
@@ -269,6 +279,8 @@ impl Default for PipelineConfig {
         Self {
             dir: PathBuf::from("./pipelines"),
             commit_workers: 2,
+            max_commits_per_org: 1,
+            max_commits_per_caller: 1,
             lease_s: 30,
             max_attempts: 2,
             error_messages: ErrorMessagesShape::Spec,
@@ -621,6 +633,11 @@ impl Config {
         let q = &self.query;
         let at_least_one = [
             ("query.workers", q.workers as u64),
+            ("query.max_running_per_org", q.max_running_per_org as u64),
+            (
+                "query.max_running_per_caller",
+                q.max_running_per_caller as u64,
+            ),
             ("query.memory_limit_bytes", q.memory_limit_bytes),
             ("query.time_limit_s", q.time_limit_s),
             ("query.lease_s", q.lease_s),
@@ -687,6 +704,11 @@ impl Config {
         let p = &self.pipeline;
         for (key, value) in [
             ("pipeline.commit_workers", p.commit_workers as u64),
+            ("pipeline.max_commits_per_org", p.max_commits_per_org as u64),
+            (
+                "pipeline.max_commits_per_caller",
+                p.max_commits_per_caller as u64,
+            ),
             ("pipeline.max_attempts", u64::from(p.max_attempts)),
         ] {
             if value == 0 {
@@ -977,6 +999,26 @@ impl Config {
 
     pub fn org(&self, name: &str) -> Option<&OrgConfig> {
         self.orgs.iter().find(|o| o.name == name)
+    }
+}
+
+impl QueryConfig {
+    /// The fair-sharing caps of the query workers.
+    pub fn caps(&self) -> crate::store::JobCaps {
+        crate::store::JobCaps {
+            per_org: i64::try_from(self.max_running_per_org).unwrap_or(i64::MAX),
+            per_caller: i64::try_from(self.max_running_per_caller).unwrap_or(i64::MAX),
+        }
+    }
+}
+
+impl PipelineConfig {
+    /// The fair-sharing caps of the commit workers.
+    pub fn caps(&self) -> crate::store::JobCaps {
+        crate::store::JobCaps {
+            per_org: i64::try_from(self.max_commits_per_org).unwrap_or(i64::MAX),
+            per_caller: i64::try_from(self.max_commits_per_caller).unwrap_or(i64::MAX),
+        }
     }
 }
 

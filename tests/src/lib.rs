@@ -259,10 +259,15 @@ impl TestApp {
 
     /// A demo Org API token with these roles and `service_client_id` claim text.
     pub fn token_for(&self, roles: &[&str], service_client_claim: &str) -> String {
-        let mut claims = self.valid_claims("demo");
+        self.org_token_for("demo", roles, service_client_claim)
+    }
+
+    /// `token_for` of another org's Org API.
+    pub fn org_token_for(&self, org: &str, roles: &[&str], service_client_claim: &str) -> String {
+        let mut claims = self.valid_claims(org);
         claims["resource_access"] = json!({ "svc_api": { "roles": roles } });
         claims["service_client_id"] = json!(service_client_claim);
-        self.sign("demo", &claims)
+        self.sign(org, &claims)
     }
 
     /// POST form to a realm's token endpoint; returns status and JSON body.

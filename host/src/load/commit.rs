@@ -141,7 +141,12 @@ impl LoadCommitter {
     pub async fn run_one(&self) -> Result<bool, crate::store::Error> {
         let Some(record) = self
             .store
-            .claim_load_commit(&self.worker, self.now(), self.lease.until())
+            .claim_load_commit(
+                &self.worker,
+                self.now(),
+                self.lease.until(),
+                self.config.caps(),
+            )
             .await?
         else {
             return Ok(false);

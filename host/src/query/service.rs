@@ -319,7 +319,13 @@ impl QueryService {
             statement_type: classified.statement_type.as_str().to_string(),
             access_json: serde_json::to_string(&caller.grant).expect("grant serialises"),
         };
-        let Ok(slot) = self.slots.clone().try_acquire_owned() else {
+        // Run now when a slot is free and the org and caller are under their
+        // caps (fair sharing); else queue, where the fairest job goes next.
+        let slot = match self.slots.clone().try_acquire_owned() {
+            Ok(slot) if self.under_caps(&query).await? => Some(slot),
+            _ => None,
+        };
+        let Some(slot) = slot else {
             self.store.insert_query(&query, self.now()).await?;
             self.wake.notify_one();
             return Ok(id);
@@ -552,6 +558,17 @@ impl QueryService {
         self.result_links.clone()
     }
 
+    /// Whether this replica runs fewer than the caps' queries of the job's
+    /// org and caller.
+    async fn under_caps(&self, query: &NewQuery) -> Result<bool, QueryError> {
+        let caps = self.limits.caps();
+        let (of_org, of_caller) = self
+            .store
+            .running_queries_of(&self.worker_id, &query.org, &query.owner_sub)
+            .await?;
+        Ok(of_org < caps.per_org && of_caller < caps.per_caller)
+    }
+
     /// One worker: wait for a free slot, claim, run, repeat; sleep when there
     /// is nothing to do.
     async fn work(self: Arc<Self>) {
@@ -564,7 +581,7 @@ impl QueryService {
             let lease_until = now + self.lease_micros();
             match self
                 .store
-                .claim_query(&self.worker_id, now, lease_until)
+                .claim_query(&self.worker_id, now, lease_until, self.limits.caps())
                 .await
             {
                 Ok(Some(job)) => {

@@ -7,7 +7,7 @@
 use sqlx::Row as _;
 
 use super::{
-    Backend, Error, Result, Store,
+    Backend, Error, JobCaps, Result, Store,
     catalog::{self, LakeTable, NewDataFile},
 };
 
@@ -313,29 +313,45 @@ impl Store {
         Ok(done.rows_affected() == 1)
     }
 
-    /// Claims the oldest PROCESSING load nobody holds (or whose holder's lease
-    /// ran out) for `worker` until `lease_until`. At most one worker gets it.
+    /// Claims a PROCESSING load nobody holds (or whose holder's lease ran
+    /// out) for `worker` until `lease_until`. At most one worker gets it.
+    /// Fair sharing as for queries (`claim_query`): a load nobody held is
+    /// taken only while `worker` commits fewer than `caps.per_org` loads of
+    /// its org (`caps.per_caller` of its caller), the org with the fewest
+    /// first, then the oldest commit.
     pub async fn claim_load_commit(
         &self,
         worker: &str,
         now: i64,
         lease_until: i64,
+        caps: JobCaps,
     ) -> Result<Option<LoadRecord>> {
         let lock = match self.backend() {
             Backend::Postgres => "FOR UPDATE SKIP LOCKED",
             Backend::Sqlite => "",
         };
+        let running = |also: &str| {
+            format!(
+                "(SELECT count(*) FROM loads r WHERE r.state = 'PROCESSING' \
+                 AND r.lease_owner = $1 AND r.lease_expires_at >= $3 AND r.org = l.org{also})"
+            )
+        };
+        let of_org = running("");
+        let of_caller = running(" AND r.owner_sub = l.owner_sub");
         let sql = format!(
             "UPDATE loads SET lease_owner = $1, lease_expires_at = $2, attempts = attempts + 1 \
-             WHERE id = (SELECT id FROM loads WHERE state = 'PROCESSING' \
-                 AND (lease_owner IS NULL OR lease_expires_at < $3) \
-                 ORDER BY committed_at, id LIMIT 1 {lock}) \
+             WHERE id = (SELECT l.id FROM loads l WHERE l.state = 'PROCESSING' \
+                 AND ((l.lease_owner IS NULL AND {of_org} < $4 AND {of_caller} < $5) \
+                      OR l.lease_expires_at < $3) \
+                 ORDER BY {of_org}, {of_caller}, l.committed_at, l.id LIMIT 1 {lock}) \
              RETURNING {LOAD_COLUMNS}"
         );
         let row = sqlx::query(&sql)
             .bind(worker)
             .bind(lease_until)
             .bind(now)
+            .bind(caps.per_org)
+            .bind(caps.per_caller)
             .fetch_optional(self.pool())
             .await?;
         row.as_ref().map(load_from_row).transpose()

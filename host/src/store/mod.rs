@@ -36,6 +36,22 @@ pub enum Error {
 
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// How many jobs of one org, and of one caller in it, a worker (a replica's
+/// pool) runs at once: fair sharing between orgs and callers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobCaps {
+    pub per_org: i64,
+    pub per_caller: i64,
+}
+
+impl JobCaps {
+    /// No cap beyond the pool's own size.
+    pub const NONE: JobCaps = JobCaps {
+        per_org: i64::MAX,
+        per_caller: i64::MAX,
+    };
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
     Sqlite,

@@ -7,7 +7,7 @@
 use sqlx::Row as _;
 
 use super::{
-    Backend, Error, Result, Store,
+    Backend, Error, JobCaps, Result, Store,
     catalog::{self, LakeTable, NewDataFile},
 };
 
@@ -245,35 +245,73 @@ impl Store {
         row.as_ref().map(job_from_row).transpose()
     }
 
-    /// Claims the oldest QUEUED job, or a RUNNING one whose lease has run out,
-    /// for `worker` until `lease_until`. At most one worker gets each job: the
+    /// Claims a QUEUED job, or a RUNNING one whose lease has run out, for
+    /// `worker` until `lease_until`. At most one worker gets each job: the
     /// claim is one UPDATE, with `FOR UPDATE SKIP LOCKED` on Postgres; SQLite
     /// serialises writers.
+    ///
+    /// Fair sharing: a QUEUED job is taken only while `worker` runs fewer
+    /// than `caps.per_org` jobs of its org and `caps.per_caller` of its
+    /// caller, and the org `worker` runs the fewest jobs of goes first (then
+    /// the caller it runs the fewest of, then the oldest job), so one org's flood interleaves with the others'
+    /// queries instead of holding every worker. A job whose worker died is
+    /// taken over whatever the caps.
     pub async fn claim_query(
         &self,
         worker: &str,
         now: i64,
         lease_until: i64,
+        caps: JobCaps,
     ) -> Result<Option<QueryJob>> {
         let lock = match self.backend() {
             Backend::Postgres => "FOR UPDATE SKIP LOCKED",
             Backend::Sqlite => "",
         };
+        let running = |also: &str| {
+            format!(
+                "(SELECT count(*) FROM query_jobs r WHERE r.state = 'RUNNING' \
+                 AND r.lease_owner = $1 AND r.org = q.org{also})"
+            )
+        };
+        let of_org = running("");
+        let of_caller = running(" AND r.owner_sub = q.owner_sub");
         let sql = format!(
             "UPDATE query_jobs SET state = 'RUNNING', lease_owner = $1, lease_expires_at = $2, \
              started_at = COALESCE(started_at, $3), attempts = attempts + 1 \
-             WHERE id = (SELECT id FROM query_jobs \
-                 WHERE state = 'QUEUED' OR (state = 'RUNNING' AND lease_expires_at < $3) \
-                 ORDER BY submitted_at, id LIMIT 1 {lock}) \
+             WHERE id = (SELECT q.id FROM query_jobs q \
+                 WHERE (q.state = 'QUEUED' AND {of_org} < $4 AND {of_caller} < $5) \
+                    OR (q.state = 'RUNNING' AND q.lease_expires_at < $3) \
+                 ORDER BY {of_org}, {of_caller}, q.submitted_at, q.id LIMIT 1 {lock}) \
              RETURNING {COLUMNS}"
         );
         let row = sqlx::query(&sql)
             .bind(worker)
             .bind(lease_until)
             .bind(now)
+            .bind(caps.per_org)
+            .bind(caps.per_caller)
             .fetch_optional(self.pool())
             .await?;
         row.as_ref().map(job_from_row).transpose()
+    }
+
+    /// How many jobs `worker` runs for `org`, and for `owner_sub` of it.
+    pub async fn running_queries_of(
+        &self,
+        worker: &str,
+        org: &str,
+        owner_sub: &str,
+    ) -> Result<(i64, i64)> {
+        let row = sqlx::query(
+            "SELECT count(*), COALESCE(SUM(CASE WHEN owner_sub = $3 THEN 1 ELSE 0 END), 0) \
+             FROM query_jobs WHERE state = 'RUNNING' AND lease_owner = $1 AND org = $2",
+        )
+        .bind(worker)
+        .bind(org)
+        .bind(owner_sub)
+        .fetch_one(self.pool())
+        .await?;
+        Ok((row.try_get(0)?, row.try_get(1)?))
     }
 
     /// Extends a lease the worker still holds; false when it lost the job.

@@ -6,6 +6,7 @@ mod comotion_sdk;
 mod connections;
 mod dailyrun;
 mod expression_limits;
+mod fair_sharing;
 mod gateway;
 mod idp;
 mod loads;

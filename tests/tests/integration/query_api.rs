@@ -7,7 +7,10 @@ use datafusion::arrow::{
 };
 use lakehost::{
     clock::{Clock as _, ManualClock},
-    store::queries::{NewQuery, QueryState},
+    store::{
+        JobCaps,
+        queries::{NewQuery, QueryState},
+    },
 };
 use lakehost_tests::*;
 use serde_json::{Value, json};
@@ -834,7 +837,12 @@ async fn a_query_running_when_its_server_died_is_run_again_once() {
     let lease_end = clock.now().timestamp_micros() + 30_000_000;
     store.insert_query(&job, now).await.unwrap();
     let claimed = store
-        .claim_query("dead-worker", clock.now().timestamp_micros(), lease_end)
+        .claim_query(
+            "dead-worker",
+            clock.now().timestamp_micros(),
+            lease_end,
+            JobCaps::NONE,
+        )
         .await
         .unwrap()
         .unwrap();

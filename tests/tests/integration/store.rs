@@ -9,7 +9,7 @@ use lakehost_tests::fresh_postgres_url;
 use lakehost::{
     auth::DatabaseKind,
     store::{
-        Error, Store,
+        Error, JobCaps, Store,
         catalog::{LakeTable, NewDataFile},
         dailyrun::{NewDailyRun, RunEnd, RunStatus, StartOutcome},
         queries::{CatalogWrite, Finished, NewQuery, QueryOutcome, QueryState},
@@ -205,13 +205,21 @@ async fn query_jobs_move_through_their_states() {
     for (backend, store, _dir) in backends().await {
         let job = store.insert_query(&query("a", 1), 100).await.unwrap();
         assert_eq!(job.state, QueryState::Queued);
-        let claimed = store.claim_query("w1", 110, 200).await.unwrap().unwrap();
+        let claimed = store
+            .claim_query("w1", 110, 200, JobCaps::NONE)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(
             (claimed.state, claimed.attempts, claimed.started_at),
             (QueryState::Running, 1, Some(110))
         );
         assert!(
-            store.claim_query("w2", 111, 200).await.unwrap().is_none(),
+            store
+                .claim_query("w2", 111, 200, JobCaps::NONE)
+                .await
+                .unwrap()
+                .is_none(),
             "{backend}: nothing left"
         );
 
@@ -254,7 +262,13 @@ async fn query_jobs_move_through_their_states() {
         // Cancel while queued: never claimed.
         let queued = store.insert_query(&query("b", 2), 140).await.unwrap();
         assert!(store.cancel_query(&queued.query.id, 141).await.unwrap());
-        assert!(store.claim_query("w1", 142, 200).await.unwrap().is_none());
+        assert!(
+            store
+                .claim_query("w1", 142, 200, JobCaps::NONE)
+                .await
+                .unwrap()
+                .is_none()
+        );
         assert_eq!(
             store
                 .query_job(&queued.query.id)
@@ -267,7 +281,11 @@ async fn query_jobs_move_through_their_states() {
 
         // Cancel while running: the worker's result is refused afterwards.
         let running = store.insert_query(&query("c", 3), 150).await.unwrap();
-        store.claim_query("w1", 151, 300).await.unwrap().unwrap();
+        store
+            .claim_query("w1", 151, 300, JobCaps::NONE)
+            .await
+            .unwrap()
+            .unwrap();
         assert!(store.cancel_query(&running.query.id, 152).await.unwrap());
         let failed = QueryOutcome::Failed {
             reason: "late".into(),
@@ -284,17 +302,80 @@ async fn query_jobs_move_through_their_states() {
     }
 }
 
+/// Fair sharing in the claim: a queued job is taken only while its org and
+/// caller are under the worker's caps, the org (then caller) it runs the
+/// fewest of first; a dead worker's job is taken over whatever the caps.
+#[tokio::test]
+async fn claims_share_the_workers_between_orgs_and_callers() {
+    let caps = JobCaps {
+        per_org: 2,
+        per_caller: 1,
+    };
+    let job = |id: &str, order: u32, org: &str, caller: &str| NewQuery {
+        org: org.into(),
+        owner_sub: caller.into(),
+        ..query(id, order)
+    };
+    for (backend, store, _dir) in backends().await {
+        // In submission order: three of demo's ann, one of demo's bob, one of
+        // the other org's cy.
+        for (id, order, org, caller) in [
+            ("ann-1", 1, "demo", "ann"),
+            ("ann-2", 2, "demo", "ann"),
+            ("ann-3", 3, "demo", "ann"),
+            ("bob-1", 4, "demo", "bob"),
+            ("cy-1", 5, "other", "cy"),
+        ] {
+            store
+                .insert_query(&job(id, order, org, caller), i64::from(order))
+                .await
+                .unwrap();
+        }
+        let mut claimed = Vec::new();
+        while let Some(job) = store.claim_query("w1", 10, 1_000, caps).await.unwrap() {
+            claimed.push(job.query.id.clone());
+        }
+        assert_eq!(
+            claimed,
+            ["0001-ann-1", "0005-cy-1", "0004-bob-1"],
+            "{backend}: ann is at the caller cap, demo at the org cap"
+        );
+        // Another worker has its own caps.
+        let next = store
+            .claim_query("w2", 11, 1_000, caps)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(next.query.id, "0002-ann-2", "{backend}");
+        // w1 died: its jobs are taken over although w2 is at its caps.
+        let taken = store
+            .claim_query("w2", 2_000, 3_000, caps)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            claimed.contains(&taken.query.id),
+            "{backend}: {}",
+            taken.query.id
+        );
+    }
+}
+
 #[tokio::test]
 async fn an_expired_lease_is_taken_over() {
     for (backend, store, _dir) in backends().await {
         let job = store.insert_query(&query("d", 1), 100).await.unwrap();
         store
-            .claim_query("dead-worker", 100, 110)
+            .claim_query("dead-worker", 100, 110, JobCaps::NONE)
             .await
             .unwrap()
             .unwrap();
         assert!(
-            store.claim_query("w2", 105, 200).await.unwrap().is_none(),
+            store
+                .claim_query("w2", 105, 200, JobCaps::NONE)
+                .await
+                .unwrap()
+                .is_none(),
             "lease still held"
         );
         assert!(
@@ -303,7 +384,11 @@ async fn an_expired_lease_is_taken_over() {
                 .await
                 .unwrap()
         );
-        let taken = store.claim_query("w2", 121, 200).await.unwrap().unwrap();
+        let taken = store
+            .claim_query("w2", 121, 200, JobCaps::NONE)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(
             (taken.query.id.as_str(), taken.attempts),
             (job.query.id.as_str(), 2),
@@ -354,7 +439,7 @@ async fn concurrent_workers_claim_each_job_once() {
             workers.push(tokio::spawn(async move {
                 let mut mine = Vec::new();
                 while let Some(job) = store
-                    .claim_query(&format!("w{w}"), 1000, 2000)
+                    .claim_query(&format!("w{w}"), 1000, 2000, JobCaps::NONE)
                     .await
                     .unwrap()
                 {
@@ -416,7 +501,11 @@ async fn catalog_changes_commit_with_the_final_state_or_not_at_all() {
             .insert_query(&query("ctas-lost", 1), 10)
             .await
             .unwrap();
-        store.claim_query("w1", 11, 100).await.unwrap().unwrap();
+        store
+            .claim_query("w1", 11, 100, JobCaps::NONE)
+            .await
+            .unwrap()
+            .unwrap();
         store.cancel_query(&lost.query.id, 12).await.unwrap();
         assert_eq!(
             store
@@ -436,7 +525,11 @@ async fn catalog_changes_commit_with_the_final_state_or_not_at_all() {
 
         // The holder's finish creates the table and lists its file, at once.
         let won = store.insert_query(&query("ctas-won", 2), 20).await.unwrap();
-        store.claim_query("w1", 21, 100).await.unwrap().unwrap();
+        store
+            .claim_query("w1", 21, 100, JobCaps::NONE)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(
             store
                 .finish_query(&won.query.id, "w1", &outcome, &write, 22)
@@ -457,7 +550,11 @@ async fn catalog_changes_commit_with_the_final_state_or_not_at_all() {
             .insert_query(&query("ctas-again", 3), 30)
             .await
             .unwrap();
-        store.claim_query("w1", 31, 100).await.unwrap().unwrap();
+        store
+            .claim_query("w1", 31, 100, JobCaps::NONE)
+            .await
+            .unwrap()
+            .unwrap();
         assert!(
             store
                 .finish_query(&again.query.id, "w1", &outcome, &write, 32)
@@ -471,7 +568,11 @@ async fn catalog_changes_commit_with_the_final_state_or_not_at_all() {
 
         // A drop releases the file paths for deletion.
         let drop = store.insert_query(&query("drop", 4), 40).await.unwrap();
-        let claimed = store.claim_query("w2", 41, 100).await.unwrap().unwrap();
+        let claimed = store
+            .claim_query("w2", 41, 100, JobCaps::NONE)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(
             claimed.query.id, drop.query.id,
             "`again` still holds its lease"
@@ -588,7 +689,7 @@ async fn load_commits_are_claimed_once_and_end_once_with_their_files() {
             "{backend}: once"
         );
         let claimed = store
-            .claim_load_commit("w1", 120, 1_000)
+            .claim_load_commit("w1", 120, 1_000, JobCaps::NONE)
             .await
             .unwrap()
             .unwrap();
@@ -599,7 +700,7 @@ async fn load_commits_are_claimed_once_and_end_once_with_their_files() {
         );
         assert!(
             store
-                .claim_load_commit("w2", 130, 1_000)
+                .claim_load_commit("w2", 130, 1_000, JobCaps::NONE)
                 .await
                 .unwrap()
                 .is_none(),
@@ -609,7 +710,7 @@ async fn load_commits_are_claimed_once_and_end_once_with_their_files() {
         assert!(!store.renew_load_lease("c1", "w2", 2_000).await.unwrap());
         // The lease runs out: another worker takes it over; the first cannot end it.
         let taken = store
-            .claim_load_commit("w2", 2_001, 5_000)
+            .claim_load_commit("w2", 2_001, 5_000, JobCaps::NONE)
             .await
             .unwrap()
             .unwrap();
@@ -668,7 +769,7 @@ async fn load_commits_are_claimed_once_and_end_once_with_their_files() {
         store.insert_load(&new_load("c2"), 100).await.unwrap();
         store.commit_load("c2", "[]", "{}", 110).await.unwrap();
         store
-            .claim_load_commit("w1", 4_000, 9_000)
+            .claim_load_commit("w1", 4_000, 9_000, JobCaps::NONE)
             .await
             .unwrap()
             .unwrap();
