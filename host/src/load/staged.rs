@@ -22,8 +22,9 @@ use datafusion::{
         file_format::{FileFormat as _, parquet::ParquetFormat},
         listing::{ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl},
     },
+    execution::{memory_pool::FairSpillPool, runtime_env::RuntimeEnvBuilder},
     logical_expr::LogicalPlan,
-    prelude::{SessionContext, lit},
+    prelude::{SessionConfig, SessionContext, lit},
     sql::sqlparser::{
         ast::{self, GroupByExpr, SetExpr, Statement, TableFactor, Visit, Visitor},
         dialect::GenericDialect,
@@ -34,10 +35,15 @@ use futures::StreamExt as _;
 use tokio::runtime::Handle;
 
 use super::{parquet_envelope::check_envelope, staging_path};
+
+/// Memory the staged SQL of one commit step may hold (check_sum aggregates,
+/// the insert), as a query's default limit.
+const STAGED_SQL_MEMORY_BYTES: usize = 1 << 30;
 use crate::{
     auth::ServiceClientScope,
     lake::{self, Lake},
     pipeline::{ColumnInfo, LoadData, StagedFileInfo},
+    query::bounded_functions::bound_functions,
     query::{
         provider::SERVICE_CLIENT_COLUMN,
         result::columns_of,
@@ -119,7 +125,13 @@ impl StagedLoad {
     }
 
     async fn session(&self) -> Result<SessionContext, String> {
-        let context = SessionContext::new();
+        // As a query's: memory bounded by a pool, growing functions bounded.
+        let runtime = RuntimeEnvBuilder::new()
+            .with_memory_pool(Arc::new(FairSpillPool::new(STAGED_SQL_MEMORY_BYTES)))
+            .build_arc()
+            .map_err(|e| e.to_string())?;
+        let context = SessionContext::new_with_config_rt(SessionConfig::new(), runtime);
+        bound_functions(&context);
         let lake_url = self.lake.object_store_url().as_ref();
         context.register_object_store(lake_url, self.lake.object_store());
         let uploaded: Vec<&LoadFile> = self

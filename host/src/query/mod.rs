@@ -7,6 +7,7 @@
 //! This module knows no HTTP; its errors are plain enums that `api/error.rs`
 //! maps to the spec's status codes.
 
+pub mod bounded_functions;
 pub mod execute;
 pub mod expression_limits;
 pub mod provider;

@@ -120,6 +120,7 @@ pub async fn session_for(
         .build();
     let context = SessionContext::new_with_state(state);
     context.register_catalog(CATALOG, Arc::new(catalog));
+    super::bounded_functions::bound_functions(&context);
     Ok(context)
 }
 

@@ -10,6 +10,7 @@ mod fair_sharing;
 mod gateway;
 mod idp;
 mod loads;
+mod memory_limits;
 mod pipeline_data;
 mod query_access;
 mod query_api;
