@@ -29,6 +29,7 @@ builtins![
     "grow_memory": Load,
     "ungranted_import": Load,
     "pause": Load,
+    "misbehave": Load,
     "daily_pause": Daily,
 ];
 
@@ -39,6 +40,7 @@ pub const TEST_STEPS: &[&str] = &[
     "grow_memory",
     "ungranted_import",
     "pause",
+    "misbehave",
     "daily_pause",
 ];
 

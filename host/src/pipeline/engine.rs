@@ -34,8 +34,9 @@ use wasmtime::{
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::{
-    ColumnInfo, DailyData, ErrorItem, LoadData, PipelineKind, PipelineOutcome, RunContext,
-    StepContext, StepError, builtin,
+    ColumnInfo, DailyData, ErrorItem, LOAD_ERROR_TYPES, LoadData, MAX_REPORT_ITEMS,
+    MAX_REPORT_TEXT_BYTES, PipelineKind, PipelineOutcome, RunContext, StepContext, StepError,
+    builtin,
     manifest::{Capability, ComponentSource, Manifest, Step},
 };
 
@@ -74,6 +75,26 @@ struct StepState<D: ?Sized> {
     step: String,
     /// The load id or the daily-run execution name, for log lines.
     job: String,
+    /// What the step has logged so far, against `LOG_BUDGET_BYTES`.
+    logged_bytes: usize,
+}
+
+/// What one run of a step may write to the server's log, and the longest
+/// line kept: a step cannot fill the server's disk.
+const LOG_BUDGET_BYTES: usize = 64 * 1024;
+const LOG_LINE_BYTES: usize = 4096;
+
+/// `text` cut to at most `max` bytes on a character boundary, marked when cut.
+fn cut(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push_str(" [...]");
+    }
+    text
 }
 
 type LoadState = StepState<dyn LoadData>;
@@ -228,10 +249,15 @@ impl lake_sql::Host for DailyState {
 
 impl<D: ?Sized + Send> log::Host for StepState<D> {
     fn write(&mut self, level: log::Level, message: String) {
-        if !self.grants.contains(&Capability::Log) {
+        if !self.grants.contains(&Capability::Log) || self.logged_bytes >= LOG_BUDGET_BYTES {
             return;
         }
+        let message = cut(message, LOG_LINE_BYTES);
+        self.logged_bytes += message.len();
         let (step, job) = (&self.step, &self.job);
+        if self.logged_bytes >= LOG_BUDGET_BYTES {
+            tracing::warn!(%step, %job, "the step's log budget of {LOG_BUDGET_BYTES} bytes is spent; its further lines are dropped");
+        }
         match level {
             log::Level::Debug => tracing::debug!(%step, %job, "{message}"),
             log::Level::Info => tracing::info!(%step, %job, "{message}"),
@@ -442,6 +468,7 @@ impl PipelineEngine {
             data,
             step: step.name.clone(),
             job: job.to_string(),
+            logged_bytes: 0,
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.limits);
@@ -479,7 +506,7 @@ impl PipelineEngine {
         let called = pre
             .instantiate(&mut store)
             .and_then(|instance| instance.call_run(&mut store, &context, &step.config_json));
-        verdict(step, &store, called)
+        verdict(step, &store, called, Some(LOAD_ERROR_TYPES))
     }
 
     /// Runs one daily-run step in a fresh store. Blocks: call it from a
@@ -507,7 +534,7 @@ impl PipelineEngine {
         let called = pre
             .instantiate(&mut store)
             .and_then(|instance| instance.call_run(&mut store, &context, &step.config_json));
-        verdict(step, &store, called)
+        verdict(step, &store, called, None)
     }
 
     /// Runs the manifest's steps in order until one fails the load.
@@ -538,26 +565,47 @@ fn world(kind: PipelineKind) -> &'static str {
 }
 
 /// What a step's call came to: its verdict, or why it gave none (time limit,
-/// memory limit, trap, an error it reported).
+/// memory limit, trap, an error it reported). A FAIL must name one of
+/// `error_types` (when given); its report is kept to `MAX_REPORT_ITEMS`
+/// items of at most `MAX_REPORT_TEXT_BYTES` each.
 fn verdict<D: ?Sized>(
     step: &Step,
     store: &Store<StepState<D>>,
     called: wasmtime::Result<Result<types::Outcome, String>>,
+    error_types: Option<&[&str]>,
 ) -> Result<StepVerdict, StepError> {
     match called {
         Ok(Ok(types::Outcome::Pass)) => Ok(None),
-        Ok(Ok(types::Outcome::Fail(failure))) => Ok(Some((
-            failure.error_type,
-            failure
+        Ok(Ok(types::Outcome::Fail(failure))) => {
+            if error_types.is_some_and(|known| !known.contains(&failure.error_type.as_str())) {
+                return Err(StepError::UnknownErrorType {
+                    step: step.name.clone(),
+                    error_type: cut(failure.error_type, 64),
+                });
+            }
+            let total = failure.items.len();
+            let mut items: Vec<ErrorItem> = failure
                 .items
                 .into_iter()
+                .take(MAX_REPORT_ITEMS)
                 .map(|i| ErrorItem {
-                    error_type: i.error_type,
-                    error_message: i.error_message,
-                    check_result: i.check_result,
+                    error_type: cut(i.error_type, 64),
+                    error_message: cut(i.error_message, MAX_REPORT_TEXT_BYTES),
+                    check_result: i.check_result.map(|c| cut(c, 16)),
                 })
-                .collect(),
-        ))),
+                .collect();
+            if total > MAX_REPORT_ITEMS {
+                items.push(ErrorItem {
+                    error_type: "TRUNCATED".into(),
+                    error_message: format!(
+                        "step {} reported {total} items; the first {MAX_REPORT_ITEMS} are shown",
+                        step.name
+                    ),
+                    check_result: None,
+                });
+            }
+            Ok(Some((failure.error_type, items)))
+        }
         Ok(Err(message)) => Err(StepError::Reported {
             step: step.name.clone(),
             message,
@@ -707,6 +755,46 @@ mod tests {
                 step: "s".into(),
                 limit_bytes: 32 << 20
             })
+        );
+    }
+
+    /// A step writing 64 lines of a megabyte each leaves at most its log
+    /// budget in the server's log.
+    #[test]
+    fn a_step_flooding_the_log_is_held_to_its_budget() {
+        #[derive(Clone, Default)]
+        struct Captured(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Captured {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_max_level(tracing::Level::DEBUG)
+            .finish();
+        let verdict = tracing::subscriber::with_default(subscriber, || {
+            engine().run_step(
+                &step(
+                    "misbehave",
+                    &["log"],
+                    "[steps.config]\nhow = \"flood_logs\"\n",
+                ),
+                &context(),
+                Arc::new(FixedLoad::new()),
+            )
+        });
+        assert!(matches!(verdict, Ok(None)), "{verdict:?}");
+        let logged = captured.0.lock().unwrap().len();
+        assert!(
+            (LOG_BUDGET_BYTES..LOG_BUDGET_BYTES + 8 * 1024).contains(&logged),
+            "{logged} bytes logged"
         );
     }
 

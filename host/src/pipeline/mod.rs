@@ -147,7 +147,29 @@ pub enum StepError {
     Reported { step: String, message: String },
     #[error("step {step} could not be loaded: {message}")]
     Component { step: String, message: String },
+    #[error(
+        "step {step} failed the load with ErrorType {error_type:?}, which is not one of the spec's"
+    )]
+    UnknownErrorType { step: String, error_type: String },
 }
+
+/// The spec's ErrorType values (spec "Load failures"): what a load step's
+/// FAIL may name.
+pub const LOAD_ERROR_TYPES: &[&str] = &[
+    "NoFilesUploaded",
+    "ParquetValidation",
+    "ServiceClientError",
+    "CheckSumError",
+    "ValidationError",
+    "TooManyPartitions",
+    "PermissionsError",
+    "InternalError",
+];
+
+/// The most items of a step's FAIL report kept (one more says how many
+/// were left out), and the longest message or type kept of each.
+pub const MAX_REPORT_ITEMS: usize = 100;
+pub const MAX_REPORT_TEXT_BYTES: usize = 4096;
 
 impl StepError {
     /// The single ErrorMessages item of an InternalError.

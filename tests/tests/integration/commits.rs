@@ -424,6 +424,21 @@ async fn an_orgs_own_manifest_runs_its_steps_within_their_limits() {
             "needed more than its memory limit",
         ),
         ("ungranted_import", "grants = []", "not granted"),
+        (
+            "misbehave",
+            "[steps.config]\nhow = \"recurse\"",
+            "step extra trapped",
+        ),
+        (
+            "misbehave",
+            "[steps.config]\nhow = \"panic\"",
+            "step extra trapped",
+        ),
+        (
+            "misbehave",
+            "[steps.config]\nhow = \"unknown_error_type\"",
+            "step extra failed the load with ErrorType \\\"TotallyFine\\\", which is not one of the spec's",
+        ),
     ] {
         // Changing the org's manifest needs no restart.
         std::fs::write(org_dir.join("load.toml"), manifest(step, limits)).unwrap();
@@ -435,6 +450,56 @@ async fn an_orgs_own_manifest_runs_its_steps_within_their_limits() {
         let (status, _) = app.get(ORG_HOST, SECURITY_METADATA, Some(&admin)).await;
         assert_eq!(status, StatusCode::OK);
     }
+    // A report of five thousand 10 KB items is cut to a hundred short ones
+    // and a note of how many there were.
+    std::fs::write(
+        org_dir.join("load.toml"),
+        manifest("misbehave", "[steps.config]\nhow = \"huge_report\""),
+    )
+    .unwrap();
+    let failed = commit_two_trips(&app, &admin).await;
+    assert_eq!(failed["ErrorType"], "ValidationError", "{failed}");
+    let items = failed["ErrorMessages"].as_array().unwrap();
+    assert_eq!(items.len(), 101);
+    assert!(items.iter().all(|i| i.as_str().unwrap().len() <= 4096 + 6));
+    assert_eq!(
+        items[100],
+        "step extra reported 5000 items; the first 100 are shown"
+    );
+
+    // While one org's step spins to its time limit, another org is served.
+    std::fs::write(
+        org_dir.join("load.toml"),
+        manifest("loop_forever", "time_limit_ms = 4000"),
+    )
+    .unwrap();
+    let id = new_load(&app, &admin, json!({})).await;
+    app.stage_file(&admin, &id, "part_1", &trips_batch(&[1], 2))
+        .await;
+    let (status, _) = app
+        .commit(
+            &admin,
+            &id,
+            &json!({"check_sum": {"count(*)": 2}}).to_string(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let other = app.org_token_for("other", &["ZoneAdmin"], "[0]");
+    let theirs = app.submit_sql(OTHER_ORG_HOST, &other, "SELECT 1").await;
+    app.wait_for(OTHER_ORG_HOST, &other, &theirs, Some("SUCCEEDED"))
+        .await;
+    let (_, spinning) = app
+        .get(ORG_HOST, &format!("{LOAD}/{id}"), Some(&admin))
+        .await;
+    assert_eq!(spinning["LoadStatus"], "PROCESSING", "{spinning}");
+    let failed = app.wait_for_load(&admin, &id).await;
+    assert!(
+        failed["ErrorMessages"]
+            .to_string()
+            .contains("ran past its time limit of 4000 ms"),
+        "{failed}"
+    );
+
     assert_eq!(
         app.submit(
             ORG_HOST,
