@@ -13,6 +13,7 @@
 
 use std::{sync::Arc, time::Duration};
 
+use object_store::{ObjectStoreExt as _, path::Path as ObjectPath};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -35,7 +36,7 @@ use crate::{
     store::{
         Store,
         catalog::standard_databases,
-        loads::{LoadEnd, LoadRecord},
+        loads::{LoadEnd, LoadFile, LoadRecord},
     },
 };
 
@@ -247,6 +248,7 @@ impl LoadCommitter {
             Ok(files) => files,
             Err(e) => return (internal(format!("load files: {e}")), None),
         };
+        let versions = staged_versions(&self.lake, &files).await;
         let scope = grant.access().load_scope();
         let (allowed, any) = match &scope {
             ServiceClientScope::All => (Vec::new(), true),
@@ -287,6 +289,19 @@ impl LoadCommitter {
             tokio::task::spawn_blocking(move || engine.run_pipeline(&manifest, &context, runner))
                 .await;
         let pending = data.take_pending();
+        // The steps validated the files as they were when the commit began;
+        // an upload that started before and finished during the commit must
+        // not slip rows past them.
+        if pending.is_some()
+            && matches!(outcome, Ok(Ok(PipelineOutcome::Passed)))
+            && let Some(key) = first_replaced(&self.lake, &versions).await
+        {
+            let message = format!(
+                "file {key} was replaced while the commit ran (an upload finished after the \
+                 commit began); nothing was written"
+            );
+            return (internal(message), pending);
+        }
         let end = match outcome {
             Err(e) => internal(format!("the pipeline thread failed: {e}")),
             Ok(Err(step_error)) => fail("InternalError", &[step_error.item()]),
@@ -306,4 +321,34 @@ impl LoadCommitter {
         };
         (end, pending)
     }
+}
+
+/// Each uploaded file's staged object and its version (size, ETag, time),
+/// `None` where it is gone.
+type StagedVersions = Vec<(String, ObjectPath, Option<ObjectVersion>)>;
+type ObjectVersion = (u64, Option<String>, i64);
+
+async fn version_of(lake: &Lake, path: &ObjectPath) -> Option<ObjectVersion> {
+    let meta = lake.object_store().head(path).await.ok()?;
+    Some((meta.size, meta.e_tag, meta.last_modified.timestamp_micros()))
+}
+
+async fn staged_versions(lake: &Lake, files: &[LoadFile]) -> StagedVersions {
+    let mut versions = Vec::with_capacity(files.len());
+    for file in files.iter().filter(|f| f.uploaded_at.is_some()) {
+        let path = staging_path(&file.object_key);
+        let version = version_of(lake, &path).await;
+        versions.push((file.file_key.clone(), path, version));
+    }
+    versions
+}
+
+/// The first file whose staged object is no longer the version `before` saw.
+async fn first_replaced(lake: &Lake, before: &StagedVersions) -> Option<String> {
+    for (key, path, version) in before {
+        if &version_of(lake, path).await != version {
+            return Some(key.clone());
+        }
+    }
+    None
 }

@@ -907,3 +907,75 @@ async fn test_steps_run_only_where_the_server_allows_them() {
          this server runs it only with pipeline.test_steps = true"
     );
 }
+
+/// An upload that finishes while the commit runs (its bytes land on the
+/// staged object the steps already checked) fails the commit, and nothing
+/// is written: no unchecked row reaches the lake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_replaced_during_the_commit_fails_it_and_writes_nothing() {
+    use object_store::ObjectStoreExt as _;
+    let pipelines = tempfile::tempdir().unwrap();
+    let org_dir = pipelines.path().join("orgs/demo");
+    std::fs::create_dir_all(&org_dir).unwrap();
+    let default_manifest = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../pipelines/load.toml"
+    ))
+    .unwrap();
+    // The default steps with a pause before the insert.
+    let paused = default_manifest.replace(
+        "[[steps]]\nname = \"insert\"",
+        "[[steps]]\nname = \"pause\"\ncomponent = \"builtin:pause\"\n[steps.config]\nms = 4000\n\n\
+         [[steps]]\nname = \"insert\"",
+    );
+    assert_ne!(paused, default_manifest);
+    std::fs::write(org_dir.join("load.toml"), paused).unwrap();
+    let dir = pipelines.path().to_path_buf();
+    let app = spawn_app_with(|c| c.pipeline.dir = dir).await;
+    let admin = app.token_for(&["ZoneAdmin"], "[0]");
+
+    let id = new_load(&app, &admin, json!({})).await;
+    let descriptor = app.file_descriptor(&admin, &id, Some("part_1")).await;
+    app.stage_file(&admin, &id, "part_1", &trips_batch(&[1], 2))
+        .await;
+    let (status, _) = app
+        .commit(
+            &admin,
+            &id,
+            &json!({"check_sum": {"count(*)": 2}}).to_string(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    // Into the pause: the checks passed on two rows; a late upload lands.
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let mut late = Vec::new();
+    let batch = trips_batch(&[1, 5], 50);
+    let mut writer =
+        datafusion::parquet::arrow::ArrowWriter::try_new(&mut late, batch.schema(), None).unwrap();
+    writer.write(&batch).unwrap();
+    writer.close().unwrap();
+    let path = lakehost::load::staging_path(descriptor["path"].as_str().unwrap());
+    app.lake
+        .object_store()
+        .put(&path, late.into())
+        .await
+        .unwrap();
+
+    let failed = app.wait_for_load(&admin, &id).await;
+    assert_eq!(failed["ErrorType"], "InternalError", "{failed}");
+    assert!(
+        failed["ErrorMessages"][0]
+            .as_str()
+            .unwrap()
+            .contains("file part_1 was replaced while the commit ran"),
+        "{failed}"
+    );
+    let (status, _) = app
+        .submit(
+            ORG_HOST,
+            &admin,
+            &json!({"query": "SELECT count(*) FROM trips"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "no table, no rows");
+}
