@@ -4,6 +4,7 @@
 mod commits;
 mod comotion_sdk;
 mod connections;
+mod corpus;
 mod dailyrun;
 mod expression_limits;
 mod fair_sharing;

@@ -1,0 +1,258 @@
+//! The hostile-input corpus (`tests/corpus/`, see its README): every SQL
+//! case runs over HTTP for every role against a seeded server and must get
+//! the answer it names; every malformed parquet file is uploaded and
+//! committed and must fail its load as INVALID_PARQUET. No case may change
+//! the catalog or the lake's data files.
+
+use std::{collections::BTreeMap, path::Path};
+
+use lakehost_tests::*;
+use serde::Deserialize;
+use serde_json::json;
+
+const ROLES: [&str; 6] = [
+    "Nobody",
+    "PublicConsumer",
+    "OwnServiceClientConsumer",
+    "OwnServiceClientAnalyst",
+    "AllServiceClientAnalyst",
+    "ZoneAdmin",
+];
+const ZONE_HOST: &str = "lab.demo.api.localhost";
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SqlCase {
+    sql: String,
+    answer: String,
+    #[serde(default)]
+    roles: BTreeMap<String, String>,
+    #[serde(default)]
+    host: Option<String>,
+    #[serde(default)]
+    not_in_rows: Vec<String>,
+}
+
+/// The case files of one corpus folder, by name.
+fn cases(folder: &str) -> Vec<(String, String)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("corpus")
+        .join(folder);
+    let mut files: Vec<(String, String)> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "toml"))
+        .map(|path| {
+            let name = path.file_stem().unwrap().to_string_lossy().to_string();
+            (name, std::fs::read_to_string(&path).unwrap())
+        })
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no cases in {}", dir.display());
+    files
+}
+
+/// What a caller got, as the corpus names it; the result's cells when it ran.
+async fn answer_of(app: &TestApp, host: &str, token: &str, sql: &str) -> (String, String) {
+    let (status, body) = app.submit(host, token, &json!({ "query": sql })).await;
+    let message = body["message"].as_str().unwrap_or_default();
+    let named = match status {
+        StatusCode::ACCEPTED => None,
+        StatusCode::BAD_REQUEST => Some("invalid"),
+        StatusCode::FORBIDDEN if message == DATA_DENIED => Some("data"),
+        StatusCode::FORBIDDEN if message == EXECUTE_DENIED => Some("execute"),
+        StatusCode::FORBIDDEN if message == STATEMENT_DENIED => Some("statement"),
+        StatusCode::FORBIDDEN if message == CREATE_DENIED => Some("create"),
+        _ => return (format!("{status} {body}"), String::new()),
+    };
+    if let Some(named) = named {
+        return (named.to_string(), String::new());
+    }
+    let id = body["queryId"].as_str().unwrap();
+    let ended = app.wait_for(host, token, id, None).await;
+    match ended["status"]["state"].as_str() {
+        Some("SUCCEEDED") => {
+            let (_, page) = app.result_page(host, token, id, None).await;
+            ("rows".into(), page.to_string())
+        }
+        _ => {
+            let reason = ended["status"]["stateChangeReason"]
+                .as_str()
+                .unwrap_or_default();
+            let named = match reason {
+                DATA_DENIED => "data".to_string(),
+                EXECUTE_DENIED => "execute".to_string(),
+                _ => format!("FAILED {reason}"),
+            };
+            (named, String::new())
+        }
+    }
+}
+
+/// Every org's and zone's tables, and every data file of the lake (query
+/// results aside): what no case may change.
+async fn lake_state(app: &TestApp) -> (Vec<String>, Vec<String>) {
+    let mut tables = Vec::new();
+    for (org, zone) in [("demo", None), ("demo", Some("lab")), ("other", None)] {
+        for table in app.store.tables_of(org, zone).await.unwrap() {
+            tables.push(format!(
+                "{org}/{zone:?}/{}/{}",
+                table.database_id, table.name
+            ));
+        }
+    }
+    let mut files = Vec::new();
+    let root = app.data_dir.join("lake");
+    let mut dirs = vec![root.clone()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let relative = path.strip_prefix(&root).unwrap().display().to_string();
+            if relative.starts_with("_results") {
+                continue;
+            }
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                files.push(relative);
+            }
+        }
+    }
+    tables.sort();
+    files.sort();
+    (tables, files)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_sql_case_gets_its_answer_for_every_role_and_changes_nothing() {
+    let app = spawn_app().await;
+    seed_demo_lake(&app).await;
+    let before = lake_state(&app).await;
+    let mut wrong = Vec::new();
+    for (name, text) in cases("sql") {
+        let case: SqlCase = toml::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        for role in ROLES {
+            let (host, token) = match case.host.as_deref() {
+                Some("zone") => (ZONE_HOST, app.zone_token_for("lab", &[role], "[1]")),
+                None => (ORG_HOST, app.token_for(&[role], "[1]")),
+                Some(other) => panic!("{name}: unknown host {other}"),
+            };
+            let expected = case.roles.get(role).unwrap_or(&case.answer);
+            let (actual, cells) = answer_of(&app, host, &token, &case.sql).await;
+            if &actual != expected {
+                wrong.push(format!(
+                    "{name} as {role}: expected {expected}, got {actual}"
+                ));
+            }
+            for leak in &case.not_in_rows {
+                if cells.contains(leak.as_str()) {
+                    wrong.push(format!("{name} as {role}: the result holds {leak:?}"));
+                }
+            }
+            if lake_state(&app).await != before {
+                wrong.push(format!("{name} as {role}: the catalog or the lake changed"));
+                break;
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ParquetCase {
+    bytes: Option<String>,
+    head: Option<String>,
+    tail_magic: Option<String>,
+    footer_length: Option<toml::Value>,
+    keep_bytes: Option<String>,
+    garble_footer: Option<bool>,
+}
+
+/// Parquet bytes of two trips of service client 1.
+fn good_parquet() -> Vec<u8> {
+    let batch = trips_batch(&[1], 2);
+    let mut bytes = Vec::new();
+    let mut writer =
+        datafusion::parquet::arrow::ArrowWriter::try_new(&mut bytes, batch.schema(), None).unwrap();
+    writer.write(&batch).unwrap();
+    writer.close().unwrap();
+    bytes
+}
+
+impl ParquetCase {
+    /// The file the case describes (README: one edit of a good file).
+    fn file(&self) -> Vec<u8> {
+        if let Some(bytes) = &self.bytes {
+            return bytes.as_bytes().to_vec();
+        }
+        let mut file = good_parquet();
+        let end = file.len();
+        let footer_at = end - 8;
+        let footer = u32::from_le_bytes(file[footer_at..footer_at + 4].try_into().unwrap());
+        if let Some(head) = &self.head {
+            file[..4].copy_from_slice(head.as_bytes());
+        }
+        if let Some(magic) = &self.tail_magic {
+            file[end - 4..].copy_from_slice(magic.as_bytes());
+        }
+        if let Some(length) = &self.footer_length {
+            let length = match length {
+                toml::Value::Integer(n) => u32::try_from(*n).unwrap(),
+                toml::Value::String(s) if s == "file_size" => end as u32,
+                other => panic!("footer_length {other}"),
+            };
+            file[footer_at..footer_at + 4].copy_from_slice(&length.to_le_bytes());
+        }
+        if self.garble_footer == Some(true) {
+            let start = footer_at - footer as usize;
+            for (i, byte) in file[start..footer_at].iter_mut().enumerate() {
+                *byte = (i * 37 % 251) as u8;
+            }
+        }
+        if self.keep_bytes.as_deref() == Some("half") {
+            file.truncate(end / 2);
+        }
+        file
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_malformed_parquet_case_fails_its_load_as_invalid_parquet() {
+    let app = spawn_app().await;
+    seed_demo_lake(&app).await;
+    let admin = app.token_for(&["ZoneAdmin"], "[0]");
+    let before = lake_state(&app).await;
+    let mut wrong = Vec::new();
+    for (name, text) in cases("parquet") {
+        let case: ParquetCase = toml::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let load = app
+            .create_load(
+                &admin,
+                &json!({"load_type": "APPEND_ONLY", "table_name": "trips"}),
+            )
+            .await;
+        app.stage_bytes_on(ORG_HOST, &admin, &load, "bad", case.file())
+            .await;
+        let body = json!({"check_sum": {"count(*)": 2}}).to_string();
+        let (status, reply) = app.commit(&admin, &load, &body).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{name}: {reply}");
+        let ended = app.wait_for_load(&admin, &load).await;
+        let got = (
+            ended["ErrorType"].as_str().unwrap_or_default(),
+            ended["ErrorDetails"][0]["ErrorType"]
+                .as_str()
+                .unwrap_or_default(),
+        );
+        if got != ("ParquetValidation", "INVALID_PARQUET") {
+            wrong.push(format!("{name}: {ended}"));
+        }
+        if lake_state(&app).await != before {
+            wrong.push(format!("{name}: the catalog or the lake changed"));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    // The server goes on serving.
+    let (status, _) = app.get(ORG_HOST, SECURITY_METADATA, Some(&admin)).await;
+    assert_eq!(status, StatusCode::OK);
+}
