@@ -275,7 +275,7 @@ fn numeric_date(
 
 /// Checks the compact shape (three non-empty base64url parts, size cap) and
 /// returns the payload part.
-fn split_compact(token: &str) -> Result<&str, TokenError> {
+pub(crate) fn split_compact(token: &str) -> Result<&str, TokenError> {
     if token.len() > MAX_TOKEN_BYTES {
         return Err(TokenError::Malformed);
     }
@@ -292,7 +292,7 @@ fn split_compact(token: &str) -> Result<&str, TokenError> {
 }
 
 /// The `iss` of a payload not yet verified, only to compare with the expected one.
-fn unverified_iss(payload: &str) -> Option<String> {
+pub(crate) fn unverified_iss(payload: &str) -> Option<String> {
     let bytes = URL_SAFE_NO_PAD.decode(payload).ok()?;
     let value: Value = serde_json::from_slice(&bytes).ok()?;
     value.get("iss")?.as_str().map(str::to_string)

@@ -120,7 +120,7 @@ enum Condition {
     LengthRange(u64, u64),
 }
 
-struct Policy {
+pub(crate) struct Policy {
     expiration: DateTime<Utc>,
     conditions: Vec<Condition>,
 }
@@ -133,7 +133,7 @@ fn invalid_policy(why: &str) -> S3FormError {
     )
 }
 
-fn parse_policy(encoded: &str) -> Result<Policy, S3FormError> {
+pub(crate) fn parse_policy(encoded: &str) -> Result<Policy, S3FormError> {
     let bytes = STANDARD
         .decode(encoded.trim())
         .map_err(|_| invalid_policy("not base64"))?;
@@ -211,7 +211,7 @@ fn exempt_from_conditions(name: &str) -> bool {
 }
 
 /// Checks the policy's conditions against the form (`bucket` from the URL).
-fn check_conditions(
+pub(crate) fn check_conditions(
     policy: &Policy,
     fields: &BTreeMap<String, String>,
     bucket: &str,

@@ -8,6 +8,7 @@ mod corpus;
 mod dailyrun;
 mod expression_limits;
 mod fair_sharing;
+mod fuzz;
 mod gateway;
 mod idp;
 mod loads;

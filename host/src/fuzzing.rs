@@ -1,0 +1,133 @@
+//! The entry points the fuzz harness (`tests/tests/integration/fuzz.rs`)
+//! drives with mutated bytes: each parser that reads bytes from outside,
+//! called as the server calls it. None may panic, whatever the input; each
+//! returns whether the input was accepted, for the harness's statistics.
+
+use std::collections::BTreeMap;
+
+use base64::{Engine as _, engine::general_purpose::URL_SAFE_NO_PAD};
+use chrono::{DateTime, Utc};
+
+use crate::{
+    auth::{
+        claims::{AccessClaims, parse_service_client_claim},
+        validator::{split_compact, unverified_iss},
+    },
+    config::Config,
+    lake::{
+        presigned::{PresignError, ResultLinks},
+        signing::LinkSigner,
+    },
+    load::parquet_envelope::envelope_problem,
+    pipeline::{PipelineKind, manifest::Manifest},
+    query::{expression_limits, statement::classify},
+    s3::form::{check_conditions, parse_policy},
+};
+
+/// A bearer token up to the signature check: its compact form, header, the
+/// issuer read before verification, and every claim accessor on its payload.
+pub fn token(token: &str) -> bool {
+    let Ok(payload) = split_compact(token) else {
+        return false;
+    };
+    let header = jsonwebtoken::decode_header(token);
+    let _ = unverified_iss(payload);
+    let claims = URL_SAFE_NO_PAD
+        .decode(payload)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<serde_json::Map<_, _>>(&bytes).ok());
+    if let Some(claims) = claims {
+        let claims = AccessClaims::new(claims);
+        let _ = (claims.sub(), claims.jti(), claims.scopes());
+        let _ = claims.service_clients();
+        let _ = claims.roles_for("svc_api");
+        let _ = claims.access("svc_api");
+    }
+    header.is_ok()
+}
+
+/// The `service_client_id` claim's text (`"[12 13]"`).
+pub fn service_client_claim(text: &str) -> bool {
+    parse_service_client_claim(text).is_ok()
+}
+
+/// An S3 form POST's policy document (base64 JSON) and its conditions
+/// against a form's fields; whether the document parsed.
+pub fn form_policy(encoded: &str) -> bool {
+    let Ok(policy) = parse_policy(encoded) else {
+        return false;
+    };
+    let fields = BTreeMap::from([
+        (
+            "key".to_string(),
+            "staging/demo/l1/part_1.parquet".to_string(),
+        ),
+        (
+            "Content-Type".to_string(),
+            "application/octet-stream".to_string(),
+        ),
+    ]);
+    let _ = check_conditions(&policy, &fields, "lakehost-uploads");
+    true
+}
+
+/// A presigned result link's query string (SigV4 query authentication);
+/// whether it was well formed (its signature can only be wrong).
+pub fn presigned_query(query: &str) -> bool {
+    let links = ResultLinks::new(
+        &LinkSigner::new(b"fuzzing key, fixed"),
+        url::Url::parse("http://127.0.0.1:9000").expect("literal URL"),
+        "lakehost-uploads".into(),
+        900,
+    );
+    let now = DateTime::<Utc>::from_timestamp(1_800_000_000, 0).expect("literal time");
+    let path = "/lakehost-uploads/_results/demo/-/u/f/q-1.csv";
+    !matches!(
+        links.verify("GET", "127.0.0.1:9000", path, query, now),
+        Err(PresignError::Malformed(_))
+    )
+}
+
+/// An uploaded file's envelope, then its footer through the parquet crate's
+/// reader when the envelope passed (as the load steps read it).
+pub fn parquet(bytes: &[u8]) -> bool {
+    let size = bytes.len() as u64;
+    let head = bytes.get(..4).unwrap_or_default();
+    let tail = bytes
+        .get(bytes.len().saturating_sub(8)..)
+        .unwrap_or_default();
+    if envelope_problem(size, head, tail).is_some() {
+        return false;
+    }
+    datafusion::parquet::file::metadata::ParquetMetaDataReader::new()
+        .parse_and_finish(&bytes::Bytes::copy_from_slice(bytes))
+        .is_ok()
+}
+
+/// A pipeline manifest of either kind.
+pub fn manifest(text: &str) -> bool {
+    let load = Manifest::parse(
+        PipelineKind::Load,
+        text,
+        "fuzz.toml",
+        std::path::Path::new("."),
+    );
+    let daily = Manifest::parse(
+        PipelineKind::Daily,
+        text,
+        "fuzz.toml",
+        std::path::Path::new("."),
+    );
+    load.is_ok() || daily.is_ok()
+}
+
+/// The server's configuration document.
+pub fn config(text: &str) -> bool {
+    Config::from_toml(text).is_ok()
+}
+
+/// Caller SQL as a query's POST classifies it (statement kind, refusals, the
+/// expression limits).
+pub fn sql(text: &str) -> bool {
+    expression_limits::check_text(text).is_ok() && classify(text).is_ok()
+}

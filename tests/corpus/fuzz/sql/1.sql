@@ -1,0 +1,1 @@
+SELECT * FROM demo_lake_v2.trips WHERE service_client_id IN (1, 2) AND fare > 1.5 ORDER BY trip_id LIMIT 10

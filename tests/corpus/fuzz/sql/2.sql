@@ -1,0 +1,1 @@
+CREATE TABLE demo_sandbox.t AS SELECT 1 AS service_client_id

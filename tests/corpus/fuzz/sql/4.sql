@@ -1,0 +1,1 @@
+DROP TABLE IF EXISTS demo_sandbox.t, demo_sandbox.u

@@ -1,0 +1,1 @@
+ALTER TABLE demo_sandbox.t ADD COLUMN note VARCHAR

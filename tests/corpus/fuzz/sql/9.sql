@@ -1,0 +1,1 @@
+SELECT * FROM '/etc/passwd'
