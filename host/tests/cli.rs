@@ -64,26 +64,42 @@ impl Drop for KillOnDrop {
     }
 }
 
-#[test]
-fn serve_starts_with_the_embedded_default_and_prints_how_to_get_a_token() {
-    let dir = tempfile::tempdir().unwrap();
+type Output = std::io::Lines<BufReader<std::process::ChildStdout>>;
+
+/// `lakehost serve` with the embedded default in `dir`, on free ports, with
+/// `env` besides; the server, the rest of its standard output and its
+/// `http://host:port`.
+fn serve(
+    dir: &std::path::Path,
+    env: &[(&str, &str)],
+    stderr: Stdio,
+) -> (KillOnDrop, Output, String) {
     let mut server = KillOnDrop(
         lakehost()
             .arg("serve")
-            .current_dir(dir.path())
+            .current_dir(dir)
             .env("LAKEHOST_SERVER_LISTEN", "127.0.0.1:0")
             .env("LAKEHOST_STORAGE_S3_LISTEN", "127.0.0.1:0")
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .unwrap(),
     );
     let mut lines = BufReader::new(server.0.stdout.take().unwrap()).lines();
     let first = lines.next().unwrap().unwrap();
-    let addr = first
-        .strip_prefix("lakehost listening on http://")
+    let base = first
+        .strip_prefix("lakehost listening on ")
         .unwrap_or_else(|| panic!("unexpected first line: {first}"))
         .to_string();
+    (server, lines, base)
+}
+
+#[test]
+fn serve_starts_with_the_embedded_default_and_prints_how_to_get_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, mut lines, base) = serve(dir.path(), &[], Stdio::null());
+    let addr = base.strip_prefix("http://").unwrap().to_string();
     let rest: Vec<String> = lines.by_ref().take(5).map(|l| l.unwrap()).collect();
     assert!(
         rest.iter()
@@ -213,27 +229,7 @@ async fn secrets_and_tokens_never_reach_the_log() {
     let dir = tempfile::tempdir().unwrap();
     let log_path = dir.path().join("server.log");
     let log = std::fs::File::create(&log_path).unwrap();
-    let mut server = KillOnDrop(
-        lakehost()
-            .arg("serve")
-            .current_dir(dir.path())
-            .env("LAKEHOST_SERVER_LISTEN", "127.0.0.1:0")
-            .env("LAKEHOST_STORAGE_S3_LISTEN", "127.0.0.1:0")
-            .env("RUST_LOG", "debug")
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .spawn()
-            .unwrap(),
-    );
-    let first = BufReader::new(server.0.stdout.take().unwrap())
-        .lines()
-        .next()
-        .unwrap()
-        .unwrap();
-    let base = first
-        .strip_prefix("lakehost listening on ")
-        .unwrap()
-        .to_string();
+    let (server, _output, base) = serve(dir.path(), &[("RUST_LOG", "debug")], log.into());
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()

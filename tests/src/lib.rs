@@ -714,6 +714,34 @@ async fn json_of(script: &str, command: &str, mut run: tokio::process::Command) 
     })
 }
 
+/// A parquet file of `batch`, as the parquet crate writes it.
+pub fn parquet_bytes(batch: &RecordBatch) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    let mut writer = ArrowWriter::try_new(&mut bytes, batch.schema(), None).unwrap();
+    writer.write(batch).unwrap();
+    writer.close().unwrap();
+    bytes
+}
+
+/// The repository's default load manifest (`pipelines/load.toml`).
+pub fn default_load_manifest() -> String {
+    std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../pipelines/load.toml"
+    ))
+    .expect("pipelines/load.toml")
+}
+
+/// A pipelines folder (for `pipeline.dir`) whose demo org runs `manifest` as
+/// its load pipeline; it lasts as long as the returned directory.
+pub fn demo_load_pipelines(manifest: &str) -> tempfile::TempDir {
+    let pipelines = tempfile::tempdir().expect("temp dir");
+    let org_dir = pipelines.path().join("orgs/demo");
+    std::fs::create_dir_all(&org_dir).expect("orgs/demo");
+    std::fs::write(org_dir.join("load.toml"), manifest).expect("load.toml");
+    pipelines
+}
+
 /// Points `config.pipeline.dir` at a fresh directory whose demo org runs
 /// `manifest` as its daily pipeline.
 pub fn with_daily_manifest(config: &mut Config, manifest: &str) {
@@ -833,11 +861,7 @@ impl TestApp {
         file_key: &str,
         batch: &RecordBatch,
     ) {
-        let mut bytes = Vec::new();
-        let mut writer = ArrowWriter::try_new(&mut bytes, batch.schema(), None).unwrap();
-        writer.write(batch).unwrap();
-        writer.close().unwrap();
-        self.stage_bytes_on(host, token, load_id, file_key, bytes)
+        self.stage_bytes_on(host, token, load_id, file_key, parquet_bytes(batch))
             .await
     }
 
@@ -868,6 +892,28 @@ impl TestApp {
                 .await
                 .unwrap()
         );
+    }
+
+    /// POST /load on `host`, one staged file of `batch`, POST commit (202):
+    /// the loadId of a commit now running.
+    pub async fn start_commit_on(
+        &self,
+        host: &str,
+        token: &str,
+        batch: &RecordBatch,
+        check_sum: Value,
+    ) -> String {
+        let body = json!({"load_type": "APPEND_ONLY", "table_name": "trips"});
+        let (status, created) = self.post_raw(host, LOAD, token, &body.to_string()).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{created}");
+        let id = created["loadId"].as_str().expect("loadId").to_string();
+        self.stage_file_on(host, token, &id, "part_1", batch).await;
+        let commit = json!({ "check_sum": check_sum }).to_string();
+        let (status, reply) = self
+            .post_raw(host, &format!("{LOAD}/{id}/commit"), token, &commit)
+            .await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+        id
     }
 
     /// POST /load/{id}/commit with a raw body.

@@ -138,8 +138,12 @@ fn positions(arg: &ColumnarValue, rows: usize) -> Result<Vec<i128>> {
     let array = column(arg, rows)?;
     match array.data_type() {
         DataType::Date32 | DataType::Date64 | DataType::Timestamp(_, _) => {
-            let nanos = cast(&array, &DataType::Timestamp(TimeUnit::Nanosecond, None))?;
-            integers(&ColumnarValue::Array(nanos), rows)
+            // Milliseconds reach any date; nanoseconds stop at 2262.
+            let millis = cast(&array, &DataType::Timestamp(TimeUnit::Millisecond, None))?;
+            Ok(integers(&ColumnarValue::Array(millis), rows)?
+                .into_iter()
+                .map(|ms| ms * 1_000_000)
+                .collect())
         }
         _ => integers(&ColumnarValue::Array(array), rows),
     }
@@ -340,6 +344,7 @@ mod tests {
             "SELECT cardinality(range(1, 400000000))",
             "SELECT cardinality(generate_series(1, 400000000))",
             "SELECT cardinality(range(DATE '1970-01-01', DATE '2200-01-01', INTERVAL '1 second'))",
+            "SELECT cardinality(range(DATE '1970-01-01', DATE '9999-12-31', INTERVAL '1 minute'))",
             "SELECT length(lpad('x', 1000000000))",
             "SELECT length(rpad('x', 1000000000, 'y'))",
             "SELECT length(replace(repeat('x', 100000), 'x', repeat('y', 10000)))",

@@ -473,17 +473,14 @@ async fn an_orgs_own_manifest_runs_its_steps_within_their_limits() {
         manifest("loop_forever", "time_limit_ms = 4000"),
     )
     .unwrap();
-    let id = new_load(&app, &admin, json!({})).await;
-    app.stage_file(&admin, &id, "part_1", &trips_batch(&[1], 2))
-        .await;
-    let (status, _) = app
-        .commit(
+    let id = app
+        .start_commit_on(
+            ORG_HOST,
             &admin,
-            &id,
-            &json!({"check_sum": {"count(*)": 2}}).to_string(),
+            &trips_batch(&[1], 2),
+            json!({"count(*)": 2}),
         )
         .await;
-    assert_eq!(status, StatusCode::ACCEPTED);
     let other = app.org_token_for("other", &["ZoneAdmin"], "[0]");
     let theirs = app.submit_sql(OTHER_ORG_HOST, &other, "SELECT 1").await;
     app.wait_for(OTHER_ORG_HOST, &other, &theirs, Some("SUCCEEDED"))
@@ -820,47 +817,32 @@ async fn files_of_a_load_may_order_their_columns_differently() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_replaced_during_the_commit_fails_it_and_writes_nothing() {
     use object_store::ObjectStoreExt as _;
-    let pipelines = tempfile::tempdir().unwrap();
-    let org_dir = pipelines.path().join("orgs/demo");
-    std::fs::create_dir_all(&org_dir).unwrap();
-    let default_manifest = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../pipelines/load.toml"
-    ))
-    .unwrap();
     // The default steps with a pause before the insert.
+    let default_manifest = default_load_manifest();
     let paused = default_manifest.replace(
         "[[steps]]\nname = \"insert\"",
         "[[steps]]\nname = \"pause\"\ncomponent = \"builtin:pause\"\n[steps.config]\nms = 4000\n\n\
          [[steps]]\nname = \"insert\"",
     );
     assert_ne!(paused, default_manifest);
-    std::fs::write(org_dir.join("load.toml"), paused).unwrap();
+    let pipelines = demo_load_pipelines(&paused);
     let dir = pipelines.path().to_path_buf();
     let app = spawn_app_with(|c| c.pipeline.dir = dir).await;
     let admin = app.token_for(&["ZoneAdmin"], "[0]");
 
-    let id = new_load(&app, &admin, json!({})).await;
-    let descriptor = app.file_descriptor(&admin, &id, Some("part_1")).await;
-    app.stage_file(&admin, &id, "part_1", &trips_batch(&[1], 2))
-        .await;
-    let (status, _) = app
-        .commit(
+    let id = app
+        .start_commit_on(
+            ORG_HOST,
             &admin,
-            &id,
-            &json!({"check_sum": {"count(*)": 2}}).to_string(),
+            &trips_batch(&[1], 2),
+            json!({"count(*)": 2}),
         )
         .await;
-    assert_eq!(status, StatusCode::ACCEPTED);
     // Into the pause: the checks passed on two rows; a late upload lands.
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
-    let mut late = Vec::new();
-    let batch = trips_batch(&[1, 5], 50);
-    let mut writer =
-        datafusion::parquet::arrow::ArrowWriter::try_new(&mut late, batch.schema(), None).unwrap();
-    writer.write(&batch).unwrap();
-    writer.close().unwrap();
-    let path = lakehost::load::staging_path(descriptor["path"].as_str().unwrap());
+    let late = parquet_bytes(&trips_batch(&[1, 5], 50));
+    let files = app.store.load_files(&id).await.unwrap();
+    let path = lakehost::load::staging_path(&files[0].object_key);
     app.lake
         .object_store()
         .put(&path, late.into())

@@ -13,8 +13,9 @@
 //!   refresh token kept in a file keyring) used by every CLI command after;
 //! - `Query`: wait, `download_csv` byte for byte (the 302 followed by
 //!   urllib3, the link on another origin, `Content-Length` checked by the
-//!   SDK), `get_csv_for_streaming`, `stop`, `state`; the CLI's `start-query`
-//!   and `dash download` of a million rows;
+//!   SDK), `get_csv_for_streaming`, `stop`, `state`; the CLI's `start-query`,
+//!   `dash download` of a million rows, `query-state`, `query-info` and
+//!   `stop-query`;
 //! - `Load`: `upload_df`, `upload_file` (CSV; parquet fails inside the SDK),
 //!   `commit`, `wait_to_complete`, `get_load_info` on SUCCESS and on every
 //!   FAIL type a load can reach; `DashBulkUploader` with DataFrame, file and
@@ -361,6 +362,29 @@ async fn the_cli_logs_in_through_the_browser_and_downloads_a_million_rows() {
     let downloaded = std::fs::read(&file).unwrap();
     assert_eq!(downloaded, sdk.linked_csv(&query_id, &token).await);
     assert_million_rows(&downloaded);
+    for command in ["query-state", "query-info"] {
+        assert_eq!(
+            sdk.cli_ok(&["dash", command, "-q", &query_id]).await,
+            "SUCCEEDED"
+        );
+    }
+
+    // A query that would run for hours, stopped from the CLI.
+    let endless = sdk
+        .cli_ok(&[
+            "dash",
+            "start-query",
+            "SELECT count(*) FROM generate_series(1, 1000000000000)",
+        ])
+        .await;
+    assert_eq!(
+        sdk.cli_ok(&["dash", "stop-query", "-q", &endless]).await,
+        "Query stopped"
+    );
+    assert_eq!(
+        sdk.cli_ok(&["dash", "query-state", "-q", &endless]).await,
+        "CANCELLED"
+    );
 
     // A query that cannot run is an error, and no file is left behind.
     let failed_file = sdk.path("failed.csv");

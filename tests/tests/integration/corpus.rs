@@ -169,24 +169,13 @@ struct ParquetCase {
     garble_footer: Option<bool>,
 }
 
-/// Parquet bytes of two trips of service client 1.
-fn good_parquet() -> Vec<u8> {
-    let batch = trips_batch(&[1], 2);
-    let mut bytes = Vec::new();
-    let mut writer =
-        datafusion::parquet::arrow::ArrowWriter::try_new(&mut bytes, batch.schema(), None).unwrap();
-    writer.write(&batch).unwrap();
-    writer.close().unwrap();
-    bytes
-}
-
 impl ParquetCase {
     /// The file the case describes (README: one edit of a good file).
     fn file(&self) -> Vec<u8> {
         if let Some(bytes) = &self.bytes {
             return bytes.as_bytes().to_vec();
         }
-        let mut file = good_parquet();
+        let mut file = parquet_bytes(&trips_batch(&[1], 2));
         let end = file.len();
         let footer_at = end - 8;
         let footer = u32::from_le_bytes(file[footer_at..footer_at + 4].try_into().unwrap());

@@ -74,26 +74,10 @@ async fn a_flood_of_queries_from_one_org_leaves_room_for_the_others() {
     }
 }
 
-/// A commit of two trips of service client 1 on `host`; the loadId.
-async fn commit_two_trips_on(app: &TestApp, host: &str, token: &str) -> String {
-    let (status, created) = app
-        .post_raw(
-            host,
-            LOAD,
-            token,
-            &json!({"load_type": "APPEND_ONLY", "table_name": "trips"}).to_string(),
-        )
-        .await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{created}");
-    let id = created["loadId"].as_str().unwrap().to_string();
-    app.stage_file_on(host, token, &id, "part_1", &trips_batch(&[1], 2))
-        .await;
-    let body = json!({"check_sum": {"count(*)": 2}}).to_string();
-    let (status, reply) = app
-        .post_raw(host, &format!("{LOAD}/{id}/commit"), token, &body)
-        .await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
-    id
+/// A commit of two trips of service client 1 on `host`, started; the loadId.
+async fn two_trips(app: &TestApp, host: &str, token: &str) -> String {
+    app.start_commit_on(host, token, &trips_batch(&[1], 2), json!({"count(*)": 2}))
+        .await
 }
 
 async fn load_status(app: &TestApp, host: &str, token: &str, id: &str) -> Value {
@@ -105,32 +89,21 @@ async fn load_status(app: &TestApp, host: &str, token: &str, id: &str) -> Value 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_commits_from_one_org_leaves_room_for_the_others() {
     // The demo org's commits take a second and a half each (a pause step).
-    let pipelines = tempfile::tempdir().unwrap();
-    let org_dir = pipelines.path().join("orgs/demo");
-    std::fs::create_dir_all(&org_dir).unwrap();
-    let default_manifest = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../pipelines/load.toml"
-    ))
-    .unwrap();
-    std::fs::write(
-        org_dir.join("load.toml"),
-        format!(
-            "{default_manifest}\n[[steps]]\nname = \"slow\"\ncomponent = \"builtin:pause\"\n\
-             [steps.config]\nms = 1500\n"
-        ),
-    )
-    .unwrap();
+    let pipelines = demo_load_pipelines(&format!(
+        "{}\n[[steps]]\nname = \"slow\"\ncomponent = \"builtin:pause\"\n\
+         [steps.config]\nms = 1500\n",
+        default_load_manifest()
+    ));
     let dir = pipelines.path().to_path_buf();
     let app = spawn_app_with(|c| c.pipeline.dir = dir).await;
 
     let demo = app.token_for(&["ZoneAdmin"], "[0]");
     let mut flood = Vec::new();
     for _ in 0..20 {
-        flood.push(commit_two_trips_on(&app, ORG_HOST, &demo).await);
+        flood.push(two_trips(&app, ORG_HOST, &demo).await);
     }
     let other = app.org_token_for("other", &["ZoneAdmin"], "[0]");
-    let theirs = commit_two_trips_on(&app, OTHER_ORG_HOST, &other).await;
+    let theirs = two_trips(&app, OTHER_ORG_HOST, &other).await;
     let done = loop {
         let body = load_status(&app, OTHER_ORG_HOST, &other, &theirs).await;
         if body["LoadStatus"] != "PROCESSING" {
