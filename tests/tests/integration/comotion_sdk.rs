@@ -692,7 +692,7 @@ async fn the_cli_creates_uploads_commits_and_reads_loads() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sdk_and_the_cli_drive_the_daily_run() {
-    let Some(sdk) = sdk_deployment(Some(pause_manifest(5000))).await else {
+    let Some(sdk) = sdk_deployment(Some(pause_manifest(12000))).await else {
         return;
     };
     let calls = sdk
