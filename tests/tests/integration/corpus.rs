@@ -1,8 +1,9 @@
 //! The hostile-input corpus (`tests/corpus/`, see its README): every SQL
 //! case runs over HTTP for every role against a seeded server and must get
 //! the answer it names; every malformed parquet file is uploaded and
-//! committed and must fail its load as INVALID_PARQUET. No case may change
-//! the catalog or the lake's data files.
+//! committed and must fail its load as INVALID_PARQUET; every token is sent
+//! to the identity endpoint and must get its status. No case may change the
+//! catalog or the lake's data files.
 
 use std::{collections::BTreeMap, path::Path};
 
@@ -244,4 +245,198 @@ async fn every_malformed_parquet_case_fails_its_load_as_invalid_parquet() {
     // The server goes on serving.
     let (status, _) = app.get(ORG_HOST, SECURITY_METADATA, Some(&admin)).await;
     assert_eq!(status, StatusCode::OK);
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokenCase {
+    answer: u16,
+    message: Option<String>,
+    sign: Option<String>,
+    alg: Option<String>,
+    kid: Option<String>,
+    #[serde(default)]
+    header: toml::Table,
+    #[serde(default)]
+    claims: toml::Table,
+    #[serde(default)]
+    remove_claims: Vec<String>,
+    signature: Option<String>,
+    after: Option<String>,
+    raw: Option<String>,
+}
+
+fn b64(bytes: &[u8]) -> String {
+    use base64::{Engine as _, engine::general_purpose::URL_SAFE_NO_PAD};
+    URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// A TOML value of a case as JSON, with its templates filled in: `now+N`
+/// and `now-N` (seconds from the server's clock; quoted, they stay text),
+/// `{issuer}`, `{ISSUER}`, `{issuer_base}`, `{other_issuer}`.
+fn case_value(app: &TestApp, value: &toml::Value) -> serde_json::Value {
+    let now = app.now();
+    match value {
+        toml::Value::String(text) => {
+            let time = |t: &str| {
+                let (sign, n) = match t.strip_prefix("now") {
+                    Some("") => (1, "0"),
+                    Some(rest) => (if rest.starts_with('-') { -1 } else { 1 }, &rest[1..]),
+                    None => return None,
+                };
+                n.parse::<i64>().ok().map(|n| now + sign * n)
+            };
+            if let Some(seconds) = time(text) {
+                return json!(seconds);
+            }
+            if let Some(quoted) = text.strip_prefix('"').and_then(|t| t.strip_suffix('"'))
+                && let Some(seconds) = time(quoted)
+            {
+                return json!(seconds.to_string());
+            }
+            let issuer = app.issuer("demo");
+            let base = issuer.trim_end_matches("/realms/demo").to_string();
+            json!(
+                text.replace("{issuer_base}", &base)
+                    .replace("{issuer}", &issuer)
+                    .replace("{ISSUER}", &issuer.to_uppercase())
+                    .replace("{other_issuer}", &app.issuer("other"))
+            )
+        }
+        toml::Value::Array(items) => items.iter().map(|v| case_value(app, v)).collect(),
+        toml::Value::Table(table) => table
+            .iter()
+            .map(|(k, v)| (k.clone(), case_value(app, v)))
+            .collect::<serde_json::Map<_, _>>()
+            .into(),
+        other => serde_json::to_value(other).unwrap(),
+    }
+}
+
+/// The realm's RSA public key as PEM, and its JWKS modulus.
+fn realm_public_key(app: &TestApp) -> (String, String) {
+    use base64::{Engine as _, engine::general_purpose::URL_SAFE_NO_PAD};
+    use rsa::{
+        pkcs8::{DecodePrivateKey as _, EncodePublicKey as _, LineEnding},
+        traits::PublicKeyParts as _,
+    };
+    let private =
+        rsa::RsaPrivateKey::from_pkcs8_pem(&app.realm_key("demo").private_key_pem).unwrap();
+    let public = rsa::RsaPublicKey::from(&private);
+    let pem = public.to_public_key_pem(LineEnding::LF).unwrap();
+    (pem, URL_SAFE_NO_PAD.encode(public.n().to_bytes_be()))
+}
+
+impl TokenCase {
+    /// The token the case describes (README: one change of a valid token).
+    fn token(&self, app: &TestApp) -> String {
+        use jsonwebtoken::{Algorithm, EncodingKey, crypto::sign};
+        if let Some(raw) = &self.raw {
+            return raw.clone();
+        }
+        let mut claims = app.valid_claims("demo");
+        for (name, value) in &self.claims {
+            claims[name] = case_value(app, value);
+        }
+        for name in &self.remove_claims {
+            claims.as_object_mut().unwrap().remove(name);
+        }
+        let alg = self.alg.as_deref().unwrap_or("RS256");
+        let mut header = json!({"alg": alg, "typ": "JWT"});
+        match self.kid.as_deref() {
+            None => header["kid"] = json!(app.realm_key("demo").kid),
+            Some("none") => {}
+            Some("attacker") => header["kid"] = json!(attacker_key().kid),
+            Some(kid) => header["kid"] = json!(kid),
+        }
+        for (name, value) in &self.header {
+            header[name] = case_value(app, value);
+        }
+        let input = format!(
+            "{}.{}",
+            b64(header.to_string().as_bytes()),
+            b64(claims.to_string().as_bytes())
+        );
+        let rsa = |key: &lakehost::idp::StoredKey| {
+            EncodingKey::from_rsa_pem(key.private_key_pem.as_bytes()).unwrap()
+        };
+        let algorithm = alg.parse::<Algorithm>();
+        let signature = match self.sign.as_deref().unwrap_or("realm") {
+            _ if self.signature.is_some() => self.signature.clone().unwrap(),
+            "none" => String::new(),
+            "realm" => sign(
+                input.as_bytes(),
+                &rsa(&app.realm_key("demo")),
+                algorithm.unwrap(),
+            )
+            .unwrap(),
+            "other_realm" => sign(
+                input.as_bytes(),
+                &rsa(&app.realm_key("other")),
+                algorithm.unwrap(),
+            )
+            .unwrap(),
+            "attacker" => {
+                sign(input.as_bytes(), &rsa(&attacker_key()), algorithm.unwrap()).unwrap()
+            }
+            "hs256_public_pem" | "hs256_public_n" => {
+                let (pem, n) = realm_public_key(app);
+                let secret = match self.sign.as_deref() {
+                    Some("hs256_public_pem") => pem,
+                    _ => n,
+                };
+                sign(
+                    input.as_bytes(),
+                    &EncodingKey::from_secret(secret.as_bytes()),
+                    Algorithm::HS256,
+                )
+                .unwrap()
+            }
+            "es256_attacker" => {
+                let ec = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+                let key = EncodingKey::from_ec_pem(ec.serialize_pem().as_bytes()).unwrap();
+                sign(input.as_bytes(), &key, Algorithm::ES256).unwrap()
+            }
+            other => panic!("unknown sign {other}"),
+        };
+        let token = format!("{input}.{signature}");
+        match self.after.as_deref() {
+            None => token,
+            Some("strip_signature") => format!("{input}."),
+            Some("drop_signature") => input,
+            Some("extra_segment") => format!("{token}.{signature}"),
+            Some("widen_payload") => {
+                claims["service_client_id"] = json!("[0]");
+                let header = input.split('.').next().unwrap();
+                format!(
+                    "{header}.{}.{signature}",
+                    b64(claims.to_string().as_bytes())
+                )
+            }
+            Some(other) => panic!("unknown after {other}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_token_case_gets_its_answer() {
+    let app = spawn_app().await;
+    let mut wrong = Vec::new();
+    for (name, text) in cases("tokens") {
+        let case: TokenCase = toml::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let token = case.token(&app);
+        let (status, body) = app.get(ORG_HOST, SECURITY_METADATA, Some(&token)).await;
+        let message = case.message.clone().unwrap_or_else(|| match case.answer {
+            401 => "Unauthorized".into(),
+            _ => String::new(),
+        });
+        let message_ok = message.is_empty() || body["message"] == message.as_str();
+        if status.as_u16() != case.answer || !message_ok {
+            wrong.push(format!(
+                "{name}: expected {} {message:?}, got {status} {body}",
+                case.answer
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
