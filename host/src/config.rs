@@ -1247,6 +1247,14 @@ mod tests {
             // under running queries.
             ("[query]\ntime_limit_s = 0", "query.time_limit_s"),
             (
+                "[query]\nmax_running_per_org = 0",
+                "query.max_running_per_org",
+            ),
+            (
+                "[pipeline]\nmax_commits_per_caller = 0",
+                "pipeline.max_commits_per_caller",
+            ),
+            (
                 "[storage]\ndatabase_url = \"mysql://x\"",
                 "storage.database_url",
             ),

@@ -14,6 +14,7 @@ pub mod dry_run;
 pub mod grant;
 pub mod parquet_envelope;
 pub mod staged;
+pub mod staged_sql;
 
 use std::sync::Arc;
 

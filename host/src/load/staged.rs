@@ -7,38 +7,28 @@
 //! keeps them as a [`PendingAppend`]: they become visible only when the commit
 //! records them in the catalog, in one transaction with the load's SUCCESS.
 //!
-//! `query` is the staged-sql capability. It runs only one plain SELECT whose
-//! only table is `staged`: no WITH, no joins, no subqueries, no WHERE, no set
-//! operations, no table functions; and a SELECT without GROUP BY must be
-//! aggregates only (a check_sum key is "an aggregate over all uploaded rows",
-//! never a filter or a row dump). Everything else is refused before it runs.
+//! `query` is the staged-sql capability: SQL of the shape `staged_sql.rs`
+//! accepts, over a session with a memory pool and bounded functions.
 
 use std::sync::{Arc, Mutex};
 
 use datafusion::{
     arrow::datatypes::Schema,
-    common::tree_node::{TreeNode, TreeNodeRecursion},
     datasource::{
         file_format::{FileFormat as _, parquet::ParquetFormat},
         listing::{ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl},
     },
     execution::{memory_pool::FairSpillPool, runtime_env::RuntimeEnvBuilder},
-    logical_expr::LogicalPlan,
     prelude::{SessionConfig, SessionContext, lit},
-    sql::sqlparser::{
-        ast::{self, GroupByExpr, SetExpr, Statement, TableFactor, Visit, Visitor},
-        dialect::GenericDialect,
-        parser::Parser,
-    },
 };
 use futures::StreamExt as _;
 use tokio::runtime::Handle;
 
-use super::{parquet_envelope::check_envelope, staging_path};
-
-/// Memory the staged SQL of one commit step may hold (check_sum aggregates,
-/// the insert), as a query's default limit.
-const STAGED_SQL_MEMORY_BYTES: usize = 1 << 30;
+use super::{
+    parquet_envelope::check_envelope,
+    staged_sql::{STAGED_TABLE, check_staged_sql, has_aggregate, has_group_by},
+    staging_path,
+};
 use crate::{
     auth::ServiceClientScope,
     lake::{self, Lake},
@@ -56,8 +46,9 @@ use crate::{
     },
 };
 
-/// The table name of the staged rows in staged-sql.
-pub const STAGED_TABLE: &str = "staged";
+/// Memory the staged SQL of one commit step may hold (check_sum aggregates,
+/// the insert), as a query's default limit.
+const STAGED_SQL_MEMORY_BYTES: usize = 1 << 30;
 
 /// The load a pipeline run is for: its record, its files at commit time and
 /// the database of its table.
@@ -201,90 +192,6 @@ impl StagedLoad {
         let batches = frame.collect().await.map_err(|e| e.to_string())?;
         crate::pipeline::rows_as_text(&batches)
     }
-}
-
-fn has_aggregate(plan: &LogicalPlan) -> bool {
-    let mut found = false;
-    let _ = plan.apply(|node| {
-        if matches!(node, LogicalPlan::Aggregate(_)) {
-            found = true;
-            return Ok(TreeNodeRecursion::Stop);
-        }
-        Ok(TreeNodeRecursion::Continue)
-    });
-    found
-}
-
-fn has_group_by(sql: &str) -> bool {
-    match Parser::parse_sql(&GenericDialect {}, sql).ok().as_deref() {
-        Some([Statement::Query(query)]) => match query.body.as_ref() {
-            SetExpr::Select(select) => match &select.group_by {
-                GroupByExpr::Expressions(exprs, _) => !exprs.is_empty(),
-                GroupByExpr::All(_) => true,
-            },
-            _ => false,
-        },
-        _ => false,
-    }
-}
-
-/// Finds subqueries anywhere in a statement.
-struct SubqueryFinder;
-
-impl Visitor for SubqueryFinder {
-    type Break = ();
-
-    fn pre_visit_query(&mut self, _query: &ast::Query) -> std::ops::ControlFlow<()> {
-        std::ops::ControlFlow::Continue(())
-    }
-
-    fn pre_visit_expr(&mut self, expr: &ast::Expr) -> std::ops::ControlFlow<()> {
-        match expr {
-            ast::Expr::Subquery(_) | ast::Expr::Exists { .. } | ast::Expr::InSubquery { .. } => {
-                std::ops::ControlFlow::Break(())
-            }
-            _ => std::ops::ControlFlow::Continue(()),
-        }
-    }
-}
-
-/// The shape staged-sql accepts: one SELECT over `staged` alone.
-pub fn check_staged_sql(sql: &str) -> Result<(), String> {
-    let refuse = |why: &str| Err(format!("refused: {why}"));
-    crate::query::expression_limits::check_text(sql).map_err(|e| format!("refused: {e}"))?;
-    let statements = Parser::parse_sql(&GenericDialect {}, sql).map_err(|e| e.to_string())?;
-    let [statement @ Statement::Query(query)] = statements.as_slice() else {
-        return refuse("exactly one SELECT statement is accepted");
-    };
-    crate::query::expression_limits::check(statement).map_err(|e| format!("refused: {e}"))?;
-    if query.with.is_some() {
-        return refuse("WITH is not accepted");
-    }
-    let SetExpr::Select(select) = query.body.as_ref() else {
-        return refuse("only a plain SELECT is accepted");
-    };
-    if select.selection.is_some() || select.having.is_some() {
-        return refuse("WHERE and HAVING are not accepted: aggregates cover all uploaded rows");
-    }
-    if select.into.is_some() {
-        return refuse("SELECT INTO is not accepted");
-    }
-    let [from] = select.from.as_slice() else {
-        return refuse("the only table is staged");
-    };
-    if !from.joins.is_empty() {
-        return refuse("joins are not accepted");
-    }
-    match &from.relation {
-        TableFactor::Table {
-            name, args: None, ..
-        } if name.to_string().eq_ignore_ascii_case(STAGED_TABLE) => {}
-        _ => return refuse("the only table is staged"),
-    }
-    if statements[0].visit(&mut SubqueryFinder).is_break() {
-        return refuse("subqueries are not accepted");
-    }
-    Ok(())
 }
 
 impl LoadData for StagedLoad {
@@ -472,38 +379,5 @@ impl StagedLoad {
             rows,
         });
         Ok(rows)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn staged_sql_accepts_plain_selects_over_staged_only() {
-        for ok in [
-            "SELECT count(*) FROM staged",
-            "SELECT sum(fare), count(DISTINCT city) FROM staged",
-            "SELECT service_client_id FROM staged GROUP BY service_client_id",
-            "select COUNT(*) from STAGED",
-        ] {
-            assert_eq!(check_staged_sql(ok), Ok(()), "{ok}");
-        }
-        for refused in [
-            "SELECT count(*) FROM staged; DROP TABLE x",
-            "WITH s AS (SELECT 1) SELECT count(*) FROM staged",
-            "SELECT count(*) FROM staged WHERE fare > 1",
-            "SELECT count(*) FROM staged, other",
-            "SELECT count(*) FROM staged JOIN other ON true",
-            "SELECT count(*) FROM other",
-            "SELECT count(*) FROM read_parquet('/etc/passwd')",
-            "SELECT (SELECT max(x) FROM other) FROM staged",
-            "SELECT count(*) FROM staged UNION SELECT 1",
-            "SELECT count(*) FROM staged GROUP BY city HAVING count(*) > 1",
-            "COPY staged TO '/tmp/x'",
-            "SELECT 1",
-        ] {
-            assert!(check_staged_sql(refused).is_err(), "{refused}");
-        }
     }
 }

@@ -199,16 +199,26 @@ impl LakeTableProvider {
             .collect()
     }
 
+    /// The catalog's files, each with its partition values.
+    fn partitioned_files(&self) -> datafusion::common::Result<Vec<(PartitionedFile, &DataFile)>> {
+        self.files
+            .iter()
+            .map(|file| Ok((self.partitioned_file(file)?, file)))
+            .collect()
+    }
+
     /// The files whose partition values pass every filter of `filters`.
     fn files_passing<'a>(
         &self,
-        files: impl IntoIterator<Item = &'a DataFile>,
+        files: Vec<(PartitionedFile, &'a DataFile)>,
         filters: &[Expr],
     ) -> datafusion::common::Result<Vec<(PartitionedFile, &'a DataFile)>> {
+        if filters.is_empty() {
+            return Ok(files);
+        }
         let partition_schema = DFSchema::try_from(Schema::new(self.partition_fields.clone()))?;
         let mut kept = Vec::new();
-        for file in files {
-            let partitioned = self.partitioned_file(file)?;
+        for (partitioned, file) in files {
             if let Some(partitioned) =
                 datafusion::datasource::listing::helpers::filter_partitioned_file(
                     partitioned,
@@ -296,7 +306,7 @@ impl LakeTableProvider {
         filters: &[Expr],
     ) -> datafusion::common::Result<Vec<(PartitionedFile, &DataFile)>> {
         let client_filters = Self::filters_on(filters, &[SERVICE_CLIENT_COLUMN]);
-        let reachable = self.files_passing(&self.files, &client_filters)?;
+        let reachable = self.files_passing(self.partitioned_files()?, &client_filters)?;
         for (_, file) in &reachable {
             let service_client = file.file.service_client_id.unwrap_or(-1);
             if !self.readable(service_client) {
@@ -318,10 +328,7 @@ impl LakeTableProvider {
             .map(|f| f.name().as_str())
             .collect();
         let partition_filters = Self::filters_on(filters, &partition_names);
-        self.files_passing(
-            reachable.into_iter().map(|(_, file)| file),
-            &partition_filters,
-        )
+        self.files_passing(reachable, &partition_filters)
     }
 }
 
