@@ -77,6 +77,9 @@ impl Drop for TestApp {
 }
 
 /// The test configuration: two orgs, the demo principals, a demo client in `other`.
+/// A schedule whose slots (02:00 on 29 February) no test run meets.
+pub const RARE_DAILY_RUN_SCHEDULE: &str = "0 2 29 2 *";
+
 pub fn test_config(data_dir: &std::path::Path) -> Config {
     let mut config = Config::default();
     config.server.listen = "127.0.0.1:0".parse().unwrap();
@@ -85,10 +88,15 @@ pub fn test_config(data_dir: &std::path::Path) -> Config {
     // The limits tests run the steps that misbehave on purpose.
     config.pipeline.test_steps = true;
     config.orgs[0].zones = vec!["lab".into(), "ops".into()];
+    // The servers' clocks start at the wall clock: a nightly slot would
+    // start runs in whichever tests happen to run between 02:00 and 03:00
+    // UTC. The orgs' slots are on 29 February only; the scheduler's tests
+    // set a nightly schedule and a clock of their own.
+    config.orgs[0].daily_run_schedule = RARE_DAILY_RUN_SCHEDULE.into();
     config.orgs.push(OrgConfig {
         name: "other".into(),
         zones: vec![],
-        daily_run_schedule: "0 2 * * *".into(),
+        daily_run_schedule: RARE_DAILY_RUN_SCHEDULE.into(),
         error_messages: None,
     });
     config.idp.clients.push(IdpPrincipal {

@@ -570,6 +570,9 @@ async fn the_schedule_starts_one_run_per_slot_when_the_flag_is_on() {
     let adjust = |c: &mut lakehost::Config| {
         with_daily_manifest(c, &pause_manifest(0));
         c.dailyrun.tick_ms = 3_600_000;
+        for org in &mut c.orgs {
+            org.daily_run_schedule = "0 2 * * *".into();
+        }
     };
     let app = spawn_in(dir.path().to_path_buf(), clock.clone(), adjust).await;
     let token = daily_token(&app);
