@@ -17,6 +17,7 @@
 //! `LoadService` whether a grant's load still takes files.
 
 pub mod form;
+mod post_policy;
 pub mod results;
 pub mod staging;
 

@@ -1,0 +1,119 @@
+//! The `[pipeline]` section: where the load manifests are, how many commits run
+//! and how they share the workers, their leases and attempts, and the shape of
+//! a failed load's `ErrorMessages`, with their defaults and their checks.
+//!
+//! It holds settings only; manifests are read by `pipeline/`, commits run in
+//! `load/`.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::ConfigError;
+
+/// Load commits: where the pipeline manifests are and how commits run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PipelineConfig {
+    /// The folder with `load.toml` and `orgs/<org>/load.toml`; without a
+    /// `load.toml` there, the built-in default manifest is used.
+    pub dir: PathBuf,
+    /// Commits run at once by this replica; more wait PROCESSING.
+    pub commit_workers: usize,
+    /// Of those, at most this many for one org and for one caller; the next
+    /// commit comes from the org committing the fewest (fair sharing).
+    pub max_commits_per_org: usize,
+    pub max_commits_per_caller: usize,
+    /// How long a worker's claim on a commit lasts without renewal; a crashed
+    /// replica's commits are taken over after it.
+    pub lease_s: u64,
+    /// Runs of one commit (the first plus takeovers after its replica died)
+    /// before it fails; 2, as for queries.
+    pub max_attempts: u32,
+    /// The shape of a failed load's `ErrorMessages` items; an org's
+    /// `[[orgs]] error_messages` overrides it.
+    pub error_messages: ErrorMessagesShape,
+    /// Lets manifests name the built-in steps that misbehave on purpose
+    /// (`loop_forever`, `grow_memory`, `ungranted_import`, `pause`,
+    /// `daily_pause`): for tests and for trying limits, never in production.
+    pub test_steps: bool,
+}
+
+/// How GET /load/{id} shows a FAIL's `ErrorMessages` (each item's full detail
+/// is in `ErrorDetails` either way).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ErrorMessagesShape {
+    /// The spec's shapes: CheckSumError's items are objects with ErrorType,
+    /// ErrorMessage and CheckResult; every other ErrorType's are strings.
+    #[default]
+    Spec,
+    /// Every item a string, CheckSumError's included (the Comotion SDK reads
+    /// `ErrorMessages` as a list of strings).
+    Strings,
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        Self {
+            dir: PathBuf::from("./pipelines"),
+            commit_workers: 2,
+            max_commits_per_org: 1,
+            max_commits_per_caller: 1,
+            lease_s: 30,
+            max_attempts: 2,
+            error_messages: ErrorMessagesShape::Spec,
+            test_steps: false,
+        }
+    }
+}
+
+impl PipelineConfig {
+    /// The fair-sharing caps of the commit workers.
+    pub fn caps(&self) -> crate::store::JobCaps {
+        crate::store::JobCaps {
+            per_org: i64::try_from(self.max_commits_per_org).unwrap_or(i64::MAX),
+            per_caller: i64::try_from(self.max_commits_per_caller).unwrap_or(i64::MAX),
+        }
+    }
+
+    /// Checks the section.
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        for (key, value) in [
+            ("pipeline.commit_workers", self.commit_workers as u64),
+            (
+                "pipeline.max_commits_per_org",
+                self.max_commits_per_org as u64,
+            ),
+            (
+                "pipeline.max_commits_per_caller",
+                self.max_commits_per_caller as u64,
+            ),
+            ("pipeline.max_attempts", u64::from(self.max_attempts)),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::new(key, "must be at least 1"));
+            }
+        }
+        if self.lease_s < 3 {
+            return Err(ConfigError::new(
+                "pipeline.lease_s",
+                "must be at least 3 (leases are renewed every third of it)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::tests::assert_refused_at;
+
+    #[test]
+    fn bad_values_name_the_key() {
+        assert_refused_at(&[(
+            "[pipeline]\nmax_commits_per_caller = 0",
+            "pipeline.max_commits_per_caller",
+        )]);
+    }
+}

@@ -1,0 +1,117 @@
+//! The `[query]` section: the query engine's admission control, fair sharing,
+//! per-query limits, leases and CSV link lifetime, with their defaults and
+//! their checks.
+//!
+//! It holds settings only; the engine that obeys them is `query/`.
+
+use serde::{Deserialize, Serialize};
+
+use super::ConfigError;
+
+/// The query engine's limits: how many queries run at once on this replica,
+/// and what one query may use.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct QueryConfig {
+    /// Queries run at once by this replica; more wait QUEUED (admission control).
+    pub workers: usize,
+    /// Of those, at most this many for one org and for one caller; the next
+    /// queued query comes from the org running the fewest (fair sharing).
+    pub max_running_per_org: usize,
+    pub max_running_per_caller: usize,
+    /// Memory one query may hold; sorts, joins and aggregations spill beyond it.
+    pub memory_limit_bytes: u64,
+    /// A query still running after this long fails.
+    pub time_limit_s: u64,
+    /// How long a worker's claim on a query lasts without renewal; a crashed
+    /// replica's queries are taken over after it.
+    pub lease_s: u64,
+    /// Runs of one query (the first plus takeovers after its replica died)
+    /// before it fails. 2: a query whose run ended with its process is tried
+    /// once more, since the death may have had another cause, and never into
+    /// a second death.
+    pub max_attempts: u32,
+    /// Lifetime of the signed CSV links, at most 900 seconds (spec "Limits").
+    pub csv_link_lifetime_s: u64,
+}
+
+impl Default for QueryConfig {
+    fn default() -> Self {
+        Self {
+            workers: 4,
+            max_running_per_org: 3,
+            max_running_per_caller: 2,
+            memory_limit_bytes: 1 << 30,
+            time_limit_s: 1800,
+            lease_s: 30,
+            max_attempts: 2,
+            csv_link_lifetime_s: 900,
+        }
+    }
+}
+
+/// Longest lifetime of a signed CSV link (spec "Limits": at most 15 minutes).
+pub const MAX_CSV_LINK_LIFETIME_S: u64 = 900;
+
+impl QueryConfig {
+    /// The fair-sharing caps of the query workers.
+    pub fn caps(&self) -> crate::store::JobCaps {
+        crate::store::JobCaps {
+            per_org: i64::try_from(self.max_running_per_org).unwrap_or(i64::MAX),
+            per_caller: i64::try_from(self.max_running_per_caller).unwrap_or(i64::MAX),
+        }
+    }
+
+    /// Checks the section.
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        let at_least_one = [
+            ("query.workers", self.workers as u64),
+            ("query.max_running_per_org", self.max_running_per_org as u64),
+            (
+                "query.max_running_per_caller",
+                self.max_running_per_caller as u64,
+            ),
+            ("query.memory_limit_bytes", self.memory_limit_bytes),
+            ("query.time_limit_s", self.time_limit_s),
+            ("query.lease_s", self.lease_s),
+            ("query.max_attempts", u64::from(self.max_attempts)),
+            ("query.csv_link_lifetime_s", self.csv_link_lifetime_s),
+        ];
+        for (key, value) in at_least_one {
+            if value == 0 {
+                return Err(ConfigError::new(key, "must be at least 1"));
+            }
+        }
+        if self.lease_s < 3 {
+            return Err(ConfigError::new(
+                "query.lease_s",
+                "must be at least 3 (leases are renewed every third of it)",
+            ));
+        }
+        if self.csv_link_lifetime_s > MAX_CSV_LINK_LIFETIME_S {
+            return Err(ConfigError::new(
+                "query.csv_link_lifetime_s",
+                format!("must be at most {MAX_CSV_LINK_LIFETIME_S} (15 minutes)"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::tests::assert_refused_at;
+
+    #[test]
+    fn bad_values_name_the_key() {
+        assert_refused_at(&[
+            // Also the retired-file sweeper's grace: 0 would delete files
+            // under running queries.
+            ("[query]\ntime_limit_s = 0", "query.time_limit_s"),
+            (
+                "[query]\nmax_running_per_org = 0",
+                "query.max_running_per_org",
+            ),
+        ]);
+    }
+}

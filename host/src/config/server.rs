@@ -1,0 +1,134 @@
+//! The `[server]` section: the API listener, its timeouts and connection
+//! guards, the TLS files, the region domain, the default org and the DailyRun
+//! prefix, with their defaults and their checks.
+//!
+//! It checks only its own values: that `server.default_org` names a configured
+//! org is checked with the orgs (`orgs.rs`), and the listener's effect on the
+//! embedded provider's secrets with the provider (`idp.rs`).
+
+use std::{net::SocketAddr, path::PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::{ConfigError, names::check_hostname};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub region_domain: String,
+    pub default_org: String,
+    /// Gateway timeout: a request still running after this many seconds gets 504.
+    pub request_timeout_s: u64,
+    /// Request bodies above this size get 413.
+    pub max_body_bytes: u64,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    /// Extra path prefix under which the DailyRun API is also served.
+    pub dailyrun_prefix: String,
+    /// Open connections per listener (API, upload endpoint); past it new
+    /// connections are closed at once. Lowered to fit the open-file limit.
+    pub max_connections: usize,
+    /// A client must finish the TLS handshake, and each request's headers,
+    /// within this many seconds.
+    pub header_read_timeout_s: u64,
+    /// A connection on which nothing moved for this many seconds is closed;
+    /// more than `request_timeout_s`, since a request may work that long silently.
+    pub idle_timeout_s: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8080".parse().expect("literal address"),
+            region_domain: "localhost".into(),
+            default_org: "demo".into(),
+            request_timeout_s: 30,
+            max_body_bytes: 10 * 1024 * 1024,
+            tls_cert: None,
+            tls_key: None,
+            dailyrun_prefix: "/superset".into(),
+            max_connections: 4096,
+            header_read_timeout_s: 10,
+            idle_timeout_s: 60,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// Checks the section, except `dailyrun_prefix` (see
+    /// `validate_dailyrun_prefix`).
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        check_hostname("server.region_domain", &self.region_domain)?;
+        for (key, value) in [
+            ("server.request_timeout_s", self.request_timeout_s),
+            ("server.max_body_bytes", self.max_body_bytes),
+            ("server.max_connections", self.max_connections as u64),
+            ("server.header_read_timeout_s", self.header_read_timeout_s),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::new(key, "must be at least 1"));
+            }
+        }
+        if self.idle_timeout_s <= self.request_timeout_s {
+            return Err(ConfigError::new(
+                "server.idle_timeout_s",
+                "must be more than server.request_timeout_s (a request may work that long without sending a byte)",
+            ));
+        }
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(_), None) => {
+                return Err(ConfigError::new(
+                    "server.tls_key",
+                    "must be set when server.tls_cert is",
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(ConfigError::new(
+                    "server.tls_cert",
+                    "must be set when server.tls_key is",
+                ));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Checks `server.dailyrun_prefix`. Apart from `validate` because
+    /// `Config::validate` checks it after the `[dailyrun]` section: which error
+    /// a config with several wrong keys reports first must not change.
+    pub(super) fn validate_dailyrun_prefix(&self) -> Result<(), ConfigError> {
+        if !self.dailyrun_prefix.starts_with('/')
+            || self.dailyrun_prefix.ends_with('/')
+            || self.dailyrun_prefix.contains("//")
+        {
+            return Err(ConfigError::new(
+                "server.dailyrun_prefix",
+                "must start with `/` and not end with `/`, e.g. \"/superset\"",
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::tests::assert_refused_at;
+
+    #[test]
+    fn bad_values_name_the_key() {
+        assert_refused_at(&[
+            ("[server]\nlisten = \"nowhere\"", "server.listen"),
+            (
+                "[server]\nrequest_timeout_s = \"slow\"",
+                "server.request_timeout_s",
+            ),
+            (
+                "[server]\nrequest_timeout_s = 0",
+                "server.request_timeout_s",
+            ),
+            ("[server]\ntls_cert = \"c.pem\"", "server.tls_key"),
+            ("[server]\nfoo = 1", "server.foo"),
+        ]);
+    }
+}

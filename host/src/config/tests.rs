@@ -1,0 +1,81 @@
+//! Tests of the configuration as a whole: the embedded default, loading a
+//! file and `LAKEHOST_*` overrides; and the helpers the sections' own tests
+//! share. Each section's rules are tested in its own file.
+
+use std::{collections::BTreeSet, path::PathBuf};
+
+use super::*;
+
+/// `pairs` as the environment `Config::load` reads.
+pub(super) fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Asserts that each TOML document is refused with an error naming its key.
+pub(super) fn assert_refused_at(cases: &[(&str, &str)]) {
+    for (text, key) in cases {
+        let err = Config::from_toml(text).unwrap_err();
+        assert_eq!(err.key, *key, "for {text:?}: {err}");
+    }
+}
+
+#[test]
+fn embedded_default_is_valid_and_matches_design() {
+    let config = Config::load(None, env(&[])).unwrap();
+    assert_eq!(config.server.listen.to_string(), "127.0.0.1:8080");
+    assert_eq!(config.server.default_org, "demo");
+    assert_eq!(config.orgs[0].zones, vec!["lab"]);
+    assert_eq!(config.storage.s3_listen.to_string(), "127.0.0.1:9000");
+    let roles: BTreeSet<_> = config
+        .idp
+        .clients
+        .iter()
+        .flat_map(|c| c.roles["svc_api"].clone())
+        .collect();
+    assert_eq!(roles.len(), 5, "a demo client for every role");
+}
+
+#[test]
+fn env_overrides_single_keys_with_typed_values() {
+    let config = Config::load(
+        None,
+        env(&[
+            ("LAKEHOST_SERVER_LISTEN", "127.0.0.1:0"),
+            ("LAKEHOST_SERVER_REQUEST_TIMEOUT_S", "5"),
+            ("LAKEHOST_IDP_ENABLED", "false"),
+            ("LAKEHOST_STORAGE_DATA_DIR", "/tmp/x"),
+            ("OTHER", "ignored"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(config.server.listen.port(), 0);
+    assert_eq!(config.server.request_timeout_s, 5);
+    assert!(!config.idp.enabled);
+    assert_eq!(config.storage.data_dir, PathBuf::from("/tmp/x"));
+}
+
+#[test]
+fn unknown_env_key_names_the_key() {
+    let err = Config::load(None, env(&[("LAKEHOST_SERVER_LISTN", "x")])).unwrap_err();
+    assert_eq!(err.key, "server.listn");
+    assert!(err.problem.contains("unknown field `listn`"), "{err}");
+    let err = Config::load(None, env(&[("LAKEHOST_NOPE_X", "1")])).unwrap_err();
+    assert!(err.key.contains("LAKEHOST_NOPE_X"), "{err}");
+}
+
+#[test]
+fn a_file_with_its_own_orgs_has_no_demo_principals() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(
+        &path,
+        "[server]\ndefault_org = \"acme\"\n[[orgs]]\nname = \"acme\"\n",
+    )
+    .unwrap();
+    let config = Config::load(Some(&path), env(&[])).unwrap();
+    assert!(config.idp.clients.is_empty());
+    assert!(config.idp.users.is_empty());
+}
