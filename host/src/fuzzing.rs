@@ -14,13 +14,13 @@ use crate::{
         validator::{split_compact, unverified_iss},
     },
     config::Config,
+    engine::{expression_limits, statement::classify},
     lake::{
         presigned::{PresignError, ResultLinks},
         signing::LinkSigner,
     },
     load::parquet_envelope::envelope_problem,
     pipeline::{PipelineKind, manifest::Manifest},
-    query::{expression_limits, statement::classify},
     s3::form::{check_conditions, parse_policy},
 };
 

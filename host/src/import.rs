@@ -4,26 +4,25 @@
 //! Rows are split by their `service_client_id` column into the lake layout,
 //! with one `svc$load_id` (a fresh import id) for the whole import, and become
 //! visible in one catalog transaction. The table is created on the first
-//! import (file columns as in the parquet files, partitioned by
-//! `service_client_id` and `svc$load_id`); later imports must match its columns.
+//! import, laid out as a load's table is (`engine::layout`); later imports
+//! must match its columns.
 
 use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
-use datafusion::{
-    arrow::datatypes::{Schema, SchemaRef},
-    parquet::arrow::ParquetRecordBatchStreamBuilder,
-};
-use futures::TryStreamExt as _;
+use datafusion::{arrow::datatypes::Schema, parquet::arrow::ParquetRecordBatchStreamBuilder};
+use futures::{StreamExt as _, TryStreamExt as _};
 use serde::Serialize;
 
 use crate::{
     auth::ServiceClientScope,
-    lake::{self, Lake},
-    query::{
-        provider::SERVICE_CLIENT_COLUMN,
-        table_writer::{LOAD_ID_COLUMN, TableWriter, delete_paths},
+    engine::{
+        EngineError,
+        layout::TableLayout,
+        table_writer::{TableWriteError, delete_paths},
+        write::write_batches,
     },
+    lake::{self, Lake},
     store::{Store, new_id},
 };
 
@@ -45,24 +44,13 @@ pub struct ImportSummary {
     pub created_table: bool,
 }
 
-/// The columns stored in data files: everything but `service_client_id`.
-fn file_schema_of(schema: &Schema) -> anyhow::Result<SchemaRef> {
-    let service_client = schema
-        .field_with_name(SERVICE_CLIENT_COLUMN)
-        .map_err(|_| anyhow::anyhow!("the files need a {SERVICE_CLIENT_COLUMN} column"))?;
-    if !service_client.data_type().is_integer() {
-        bail!(
-            "{SERVICE_CLIENT_COLUMN} must be an integer column, not {}",
-            service_client.data_type()
-        );
-    }
-    let fields: Vec<_> = schema
-        .fields()
-        .iter()
-        .filter(|f| f.name() != SERVICE_CLIENT_COLUMN)
-        .map(|f| f.as_ref().clone())
-        .collect();
-    Ok(std::sync::Arc::new(Schema::new(fields)))
+/// Same column names and types, in the same order.
+fn same_columns(a: &Schema, b: &Schema) -> bool {
+    a.fields().len() == b.fields().len()
+        && a.fields()
+            .iter()
+            .zip(b.fields())
+            .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type())
 }
 
 pub async fn import_parquet(
@@ -91,8 +79,14 @@ pub async fn import_parquet(
         })?;
     let existing = store.table(&database.id, &request.table).await?;
     let load_id = new_id();
-    let mut writer: Option<(TableWriter, SchemaRef)> = None;
-    let mut rows = 0u64;
+    // The table's layout: the existing table's, else one made from the
+    // first file the way every new lake table's is.
+    let mut layout = match &existing {
+        Some(table) => Some(TableLayout::of(table)?),
+        None => None,
+    };
+    // Every file is opened and its columns checked before any row is written.
+    let mut streams = Vec::with_capacity(request.files.len());
     for path in &request.files {
         let file = tokio::fs::File::open(path)
             .await
@@ -101,75 +95,42 @@ pub async fn import_parquet(
             .await
             .with_context(|| format!("{} is not a parquet file", path.display()))?
             .build()?;
-        let file_schema =
-            file_schema_of(stream.schema()).with_context(|| format!("{}", path.display()))?;
-        let (table_writer, expected) = match &mut writer {
-            Some(w) => w,
-            None => {
-                let (schema, partitions) = match &existing {
-                    Some(table) => (
-                        lake::schema_from_json(&table.schema_json)?,
-                        table.partition_columns.clone(),
-                    ),
-                    None => (
-                        file_schema.clone(),
-                        vec![
-                            SERVICE_CLIENT_COLUMN.to_string(),
-                            LOAD_ID_COLUMN.to_string(),
-                        ],
-                    ),
-                };
-                let table_writer = TableWriter::new(
-                    lake.object_store(),
-                    &database.name,
-                    &request.table,
-                    schema.clone(),
-                    partitions,
-                    &load_id,
-                    ServiceClientScope::All,
-                );
-                writer.insert((table_writer, schema))
-            }
-        };
-        let same_columns = expected.fields().len() == file_schema.fields().len()
-            && expected
-                .fields()
-                .iter()
-                .zip(file_schema.fields())
-                .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type());
-        if !same_columns {
+        let file_layout = TableLayout::for_loads(stream.schema(), &[])
+            .with_context(|| format!("{}", path.display()))?;
+        let expected = layout.get_or_insert(file_layout.clone());
+        if !same_columns(&expected.file_schema, &file_layout.file_schema) {
             bail!(
                 "{} does not have the table's columns (expected {:?})",
                 path.display(),
                 expected
+                    .file_schema
                     .fields()
                     .iter()
                     .map(|f| format!("{} {}", f.name(), f.data_type()))
                     .collect::<Vec<_>>()
             );
         }
-        let mut stream = stream;
-        while let Some(batch) = stream.try_next().await? {
-            rows += batch.num_rows() as u64;
-            table_writer.write(&batch).await?;
-        }
+        streams.push(stream.map_err(|e| EngineError::from(TableWriteError::from(e))));
     }
-    let (table_writer, schema) = writer.expect("at least one file");
-    let files = table_writer.finish().await?;
-    let staged: Vec<String> = files.iter().map(|f| f.path.clone()).collect();
+    let layout = layout.expect("at least one file");
+    let writer = layout.writer(
+        lake.object_store(),
+        (&database.name, &request.table),
+        &load_id,
+        ServiceClientScope::All,
+    );
+    let written = write_batches(futures::stream::iter(streams).flatten(), writer).await?;
+    let staged = written.paths();
+    let (files, rows) = (written.files, written.rows);
     let (table, created_table) = match existing {
         Some(table) => (table, false),
         None => {
-            let partitions = vec![
-                SERVICE_CLIENT_COLUMN.to_string(),
-                LOAD_ID_COLUMN.to_string(),
-            ];
             let created = store
                 .create_table(
                     &database.id,
                     &request.table,
-                    &lake::schema_to_json(&schema),
-                    &partitions,
+                    &lake::schema_to_json(&layout.file_schema),
+                    &layout.partition_columns,
                     now,
                 )
                 .await;

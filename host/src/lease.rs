@@ -1,4 +1,4 @@
-//! Holding a job's lease (load commits, daily runs): lease ends read against
+//! Holding a job's lease (queries, load commits, daily runs): lease ends read against
 //! the injected clock, and running the job's work while the lease is renewed
 //! every third of its length. The store's conditional updates decide whether
 //! a renewal still holds; this only keeps asking.
@@ -39,8 +39,39 @@ impl Lease {
         &self,
         what: &str,
         work: impl Future<Output = T>,
-        mut renew: impl FnMut(i64) -> R,
+        renew: impl FnMut(i64) -> R,
     ) -> T
+    where
+        R: Future<Output = Result<bool, E>>,
+        E: std::fmt::Display,
+    {
+        self.renewing(what, work, renew, WhenLost::GoOn)
+            .await
+            .expect("work that goes on when the lease is lost ends")
+    }
+
+    /// As `hold`, but the work stops (dropped, `None`) as soon as a renewal
+    /// no longer holds: a query cancelled or taken over elsewhere.
+    pub async fn hold_while_held<T, R, E>(
+        &self,
+        what: &str,
+        work: impl Future<Output = T>,
+        renew: impl FnMut(i64) -> R,
+    ) -> Option<T>
+    where
+        R: Future<Output = Result<bool, E>>,
+        E: std::fmt::Display,
+    {
+        self.renewing(what, work, renew, WhenLost::Stop).await
+    }
+
+    async fn renewing<T, R, E>(
+        &self,
+        what: &str,
+        work: impl Future<Output = T>,
+        mut renew: impl FnMut(i64) -> R,
+        when_lost: WhenLost,
+    ) -> Option<T>
     where
         R: Future<Output = Result<bool, E>>,
         E: std::fmt::Display,
@@ -50,13 +81,20 @@ impl Lease {
         every.tick().await;
         loop {
             tokio::select! {
-                done = &mut work => return done,
+                done = &mut work => return Some(done),
                 _ = every.tick() => match renew(self.until()).await {
                     Ok(true) => {}
+                    Ok(false) if when_lost == WhenLost::Stop => return None,
                     Ok(false) => tracing::warn!(job = what, "lease lost: it ended or was taken over"),
                     Err(e) => tracing::warn!(job = what, error = %e, "lease not renewed"),
                 },
             }
         }
     }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WhenLost {
+    GoOn,
+    Stop,
 }

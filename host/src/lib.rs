@@ -8,6 +8,7 @@ pub mod auth;
 pub mod clock;
 pub mod config;
 pub mod dailyrun;
+pub mod engine;
 pub mod fuzzing;
 pub mod idp;
 pub mod import;

@@ -17,8 +17,9 @@ use serde_json::json;
 
 use crate::{
     auth::{ClaimError, TokenError},
+    engine::Denial,
     load::LoadError,
-    query::{Denial, QueryError},
+    query::QueryError,
 };
 
 /// The engine operation a query endpoint stands for, named in its 400 and

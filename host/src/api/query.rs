@@ -23,7 +23,8 @@ use super::{
 };
 use crate::{
     auth::ClaimError,
-    query::{AccessGrant, LakeCaller, service::ResultPage},
+    auth::{AccessGrant, LakeCaller},
+    query::service::ResultPage,
     store::queries::{QueryJob, QueryState},
 };
 

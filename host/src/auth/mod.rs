@@ -1,16 +1,18 @@
 //! Who is calling: OIDC discovery, the per-realm JWKS cache, access-token
-//! validation (RFC 8725), the claims handlers read, the role capability table
+//! validation (RFC 8725), the claims handlers read, the lake caller, the role capability table
 //! and the security metadata built from them.
 //!
 //! Nothing here knows HTTP routing or status codes; `api/` turns these results
 //! into responses.
 
+pub mod caller;
 pub mod claims;
 pub mod jwks;
 pub mod roles;
 pub mod security_metadata;
 pub mod validator;
 
+pub use caller::{AccessGrant, LakeCaller};
 pub use claims::{AccessClaims, ClaimError};
 pub use roles::{Access, DatabaseKind, Role, ServiceClientScope};
 pub use validator::{TokenError, TokenValidator};

@@ -20,16 +20,18 @@ use tokio::runtime::Handle;
 use crate::{
     auth::{Access, ServiceClientScope},
     clock::SharedClock,
-    lake::{self, Lake},
-    pipeline::{DailyData, rows_as_text},
-    query::{
-        execute::{check_table_name, engine_error, new_table_layout, write_rows},
-        provider::SERVICE_CLIENT_COLUMN,
-        session::{SessionScope, checked_dataframe, session_for},
+    engine::{
+        EngineError,
+        layout::{TableLayout, check_table_name},
+        plan_sql,
+        session::{SessionScope, session_for},
         statement::{Action, StatementType, classify},
-        table_writer::{TableWriter, delete_paths},
+        table_writer::delete_paths,
+        write::write_plan,
     },
-    store::{Store, catalog::LakeTable, new_id},
+    lake::Lake,
+    pipeline::{DailyData, rows_as_text},
+    store::{Store, new_id},
 };
 
 /// The `lake-sql` answers for one execution of one org.
@@ -73,13 +75,7 @@ impl LakeTransform {
         let context = session_for(&self.store, &self.lake, &scope)
             .await
             .map_err(|e| e.to_string())?;
-        let frame = checked_dataframe(&context, sql)
-            .await
-            .map_err(|e| engine_error(e).to_string())?;
-        let plan = frame
-            .create_physical_plan()
-            .await
-            .map_err(|e| engine_error(e).to_string())?;
+        let plan = plan_sql(&context, sql).await.map_err(|e| e.to_string())?;
         Ok((context, plan))
     }
 
@@ -97,7 +93,7 @@ impl LakeTransform {
             let Some(batch) = stream.next().await else {
                 break;
             };
-            let batch = batch.map_err(|e| engine_error(e).to_string())?;
+            let batch = batch.map_err(|e| EngineError::run(e).to_string())?;
             let keep = batch.num_rows().min(max_rows as usize - rows);
             rows += keep;
             batches.push(batch.slice(0, keep));
@@ -115,45 +111,41 @@ impl LakeTransform {
             .ok_or_else(|| format!("database {} does not exist", self.insights_database))?;
         let (context, plan) = self.plan(sql).await?;
         let schema = plan.schema();
-        let file_schema = new_table_layout(&schema).map_err(|e| e.to_string())?;
+        let layout = TableLayout::for_rows(&schema).map_err(|e| e.to_string())?;
         let now = self.clock.now().timestamp_micros();
-        let new_table = LakeTable {
-            id: new_id(),
-            database_id: database.id.clone(),
-            name: table.to_string(),
-            schema_json: lake::schema_to_json(&file_schema),
-            partition_columns: vec![SERVICE_CLIENT_COLUMN.to_string()],
-            created_at: now,
-        };
+        let new_table = layout.catalog_entry(&database.id, table, now);
         // A fresh id per refresh: the new files never share a path with the
         // files of the table they replace.
-        let writer = TableWriter::new(
+        let writer = layout.writer(
             self.lake.object_store(),
-            &database.name,
-            table,
-            file_schema,
-            new_table.partition_columns.clone(),
+            (&database.name, table),
             &new_id(),
             ServiceClientScope::All,
         );
-        let (files, rows) = write_rows(&context, plan, writer)
+        let written = write_plan(&context, plan, writer)
             .await
             .map_err(|e| e.to_string())?;
-        let written: Vec<String> = files.iter().map(|f| f.path.clone()).collect();
+        let (rows, paths) = (written.rows, written.paths());
         let swapped = self
             .store
-            .replace_table_for_run(&self.execution, &self.owner, &new_table, &files, now)
+            .replace_table_for_run(
+                &self.execution,
+                &self.owner,
+                &new_table,
+                &written.files,
+                now,
+            )
             .await;
         let store = self.lake.object_store();
         match swapped {
             // The replaced files are retired; the sweeper deletes them.
             Ok(true) => Ok(rows),
             Ok(false) => {
-                delete_paths(store.as_ref(), &written).await;
+                delete_paths(store.as_ref(), &paths).await;
                 Err("the run ended (timed out or aborted) before the table was replaced".into())
             }
             Err(e) => {
-                delete_paths(store.as_ref(), &written).await;
+                delete_paths(store.as_ref(), &paths).await;
                 Err(format!("replacing the table: {e}"))
             }
         }

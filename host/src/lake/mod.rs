@@ -16,16 +16,12 @@ pub mod signing;
 use std::{path::Path, str::FromStr as _, sync::Arc};
 
 use datafusion::{
-    arrow::{
-        array::RecordBatch,
-        datatypes::{DataType, Field, Schema, SchemaRef},
-    },
+    arrow::datatypes::{DataType, Field, Schema, SchemaRef},
     execution::object_store::ObjectStoreUrl,
-    parquet::arrow::AsyncArrowWriter,
 };
 use object_store::{
-    ObjectStore, ObjectStoreExt as _, aws::AmazonS3Builder, local::LocalFileSystem,
-    path::Path as ObjectPath, prefix::PrefixStore, signer::Signer,
+    ObjectStore, aws::AmazonS3Builder, local::LocalFileSystem, path::Path as ObjectPath,
+    prefix::PrefixStore, signer::Signer,
 };
 use serde::{Deserialize, Serialize};
 
@@ -147,33 +143,6 @@ impl Lake {
 
     pub fn object_store_url(&self) -> &ObjectStoreUrl {
         &self.url
-    }
-
-    /// Object size in bytes.
-    pub async fn size(&self, path: &str) -> Result<u64, Error> {
-        Ok(self.store.head(&ObjectPath::from(path)).await?.size)
-    }
-
-    /// Writes record batches as one parquet file at `path`; returns its size.
-    pub async fn write_parquet(
-        &self,
-        path: &str,
-        schema: SchemaRef,
-        batches: &[RecordBatch],
-    ) -> Result<u64, Error> {
-        let mut buffer = Vec::new();
-        {
-            let mut writer = AsyncArrowWriter::try_new(&mut buffer, schema, None)?;
-            for batch in batches {
-                writer.write(batch).await?;
-            }
-            writer.close().await?;
-        }
-        let size = buffer.len() as u64;
-        self.store
-            .put(&ObjectPath::from(path), buffer.into())
-            .await?;
-        Ok(size)
     }
 }
 

@@ -23,16 +23,16 @@ use super::{
     staging_path,
 };
 use crate::{
-    auth::ServiceClientScope,
+    auth::{AccessGrant, ServiceClientScope},
     clock::SharedClock,
     config::PipelineConfig,
+    engine::table_writer::delete_paths,
     lake::Lake,
     lease::Lease,
     pipeline::{
         ErrorItem, PipelineEngine, PipelineKind, PipelineOutcome, StepContext,
         manifest::{Manifest, org_manifest},
     },
-    query::{AccessGrant, table_writer::delete_paths},
     store::{
         Store,
         catalog::standard_databases,

@@ -24,10 +24,11 @@ use serde_json::Value;
 use url::Url;
 
 use crate::{
+    auth::LakeCaller,
     clock::SharedClock,
     config::UploadsConfig,
+    engine::layout::{is_plain_name, is_table_name},
     lake::{Lake, signing::LinkSigner},
-    query::LakeCaller,
     store::{
         self, Store,
         loads::{LoadFile, LoadRecord, LoadState, NewLoad},
@@ -74,22 +75,6 @@ fn missing(name: &str) -> LoadError {
     LoadError::Invalid(format!(
         "MissingParameterError: \"{name}\" parameter missing from request."
     ))
-}
-
-/// Lowercase letters, digits and underscores (the spec's rule for column
-/// names and file keys).
-fn is_snake_name(text: &str) -> bool {
-    !text.is_empty()
-        && text.len() <= 128
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-}
-
-/// The spec's table_name rule: lowercase letters, digits and underscores, not
-/// starting or ending with an underscore.
-pub fn is_table_name(text: &str) -> bool {
-    is_snake_name(text) && !text.starts_with('_') && !text.ends_with('_')
 }
 
 impl LoadRequest {
@@ -154,7 +139,7 @@ fn partition_columns(items: &[Value]) -> Result<Vec<String>, LoadError> {
         let Some(name) = item.as_str() else {
             return Err(invalid("Value should be a list of column names.".into()));
         };
-        if !is_snake_name(name) {
+        if !is_plain_name(name) {
             return Err(invalid(format!(
                 "\"{name}\" should contain only lowercase letters, digits and underscores."
             )));
@@ -185,7 +170,7 @@ impl LoadError {
 
 /// The file_key rule of POST /load/{id}/file.
 pub fn check_file_key(file_key: &str) -> Result<(), LoadError> {
-    if is_snake_name(file_key) {
+    if is_plain_name(file_key) {
         Ok(())
     } else {
         Err(LoadError::bad_file_key())

@@ -13,7 +13,6 @@
 use std::sync::{Arc, Mutex};
 
 use datafusion::{
-    arrow::datatypes::Schema,
     datasource::{
         file_format::{FileFormat as _, parquet::ParquetFormat},
         listing::{ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl},
@@ -21,7 +20,7 @@ use datafusion::{
     execution::{memory_pool::FairSpillPool, runtime_env::RuntimeEnvBuilder},
     prelude::{SessionConfig, SessionContext, lit},
 };
-use futures::StreamExt as _;
+use futures::TryStreamExt as _;
 use tokio::runtime::Handle;
 
 use super::{
@@ -31,16 +30,17 @@ use super::{
 };
 use crate::{
     auth::ServiceClientScope,
+    engine::{
+        EngineError,
+        bounded_functions::bound_functions,
+        columns::columns_of,
+        layout::{SERVICE_CLIENT_COLUMN, TableLayout},
+        write::write_batches,
+    },
     lake::{self, Lake},
     pipeline::{ColumnInfo, LoadData, StagedFileInfo},
-    query::bounded_functions::bound_functions,
-    query::{
-        provider::SERVICE_CLIENT_COLUMN,
-        result::columns_of,
-        table_writer::{LOAD_ID_COLUMN, TableWriter},
-    },
     store::{
-        self, Store,
+        Store,
         catalog::{LakeDatabase, LakeTable, NewDataFile},
         loads::{LoadFile, LoadRecord},
     },
@@ -104,7 +104,6 @@ impl StagedLoad {
             .ok_or_else(|| format!("no uploaded file {file_key}"))
     }
 
-    /// A session whose table `staged` is every uploaded file of the load.
     /// The lake database the load writes to.
     async fn target_database(&self) -> Result<LakeDatabase, String> {
         let load = &self.record.load;
@@ -115,6 +114,7 @@ impl StagedLoad {
             .ok_or_else(|| format!("database {} does not exist", self.database))
     }
 
+    /// A session whose table `staged` is every uploaded file of the load.
     async fn session(&self) -> Result<SessionContext, String> {
         // As a query's: memory bounded by a pool, growing functions bounded.
         let runtime = RuntimeEnvBuilder::new()
@@ -314,64 +314,32 @@ impl StagedLoad {
             .table(&database.id, &load.table_name)
             .await
             .map_err(|e| e.to_string())?;
-        let (file_schema, partitions, new_table, table_id) = match existing {
+        let (layout, new_table, table_id) = match existing {
             Some(table) => (
-                lake::schema_from_json(&table.schema_json).map_err(|e| e.to_string())?,
-                table.partition_columns.clone(),
+                TableLayout::of(&table).map_err(|e| e.to_string())?,
                 None,
                 table.id,
             ),
             None => {
-                let mut partitions = vec![
-                    SERVICE_CLIENT_COLUMN.to_string(),
-                    LOAD_ID_COLUMN.to_string(),
-                ];
-                partitions.extend(load.partitions.iter().cloned());
                 let staged = frame.schema().as_arrow().clone();
-                let fields: Vec<_> = staged
-                    .fields()
-                    .iter()
-                    .filter(|f| !partitions.contains(f.name()))
-                    .map(|f| f.as_ref().clone())
-                    .collect();
-                let file_schema = Arc::new(Schema::new(fields));
-                let table = LakeTable {
-                    id: store::new_id(),
-                    database_id: database.id.clone(),
-                    name: load.table_name.clone(),
-                    schema_json: lake::schema_to_json(&file_schema),
-                    partition_columns: partitions.clone(),
-                    created_at: self.now_micros,
-                };
+                let layout =
+                    TableLayout::for_loads(&staged, &load.partitions).map_err(|e| e.to_string())?;
+                let table = layout.catalog_entry(&database.id, &load.table_name, self.now_micros);
                 let id = table.id.clone();
-                (file_schema, partitions, Some(table), id)
+                (layout, Some(table), id)
             }
         };
-        let mut writer = TableWriter::new(
+        let writer = layout.writer(
             self.lake.object_store(),
-            &database.name,
-            &load.table_name,
-            file_schema,
-            partitions,
+            (&database.name, &load.table_name),
             &load.id,
             self.write_scope.clone(),
         );
-        let mut stream = frame.execute_stream().await.map_err(|e| e.to_string())?;
-        let mut rows = 0u64;
-        while let Some(batch) = stream.next().await {
-            let written = match batch {
-                Ok(batch) => {
-                    rows += batch.num_rows() as u64;
-                    writer.write(&batch).await.map_err(|e| e.to_string())
-                }
-                Err(e) => Err(e.to_string()),
-            };
-            if let Err(e) = written {
-                writer.abort().await;
-                return Err(e);
-            }
-        }
-        let files = writer.finish().await.map_err(|e| e.to_string())?;
+        let stream = frame.execute_stream().await.map_err(|e| e.to_string())?;
+        let written = write_batches(stream.map_err(EngineError::run), writer)
+            .await
+            .map_err(|e| e.to_string())?;
+        let (files, rows) = (written.files, written.rows);
         *self.pending.lock().expect("pending lock") = Some(PendingAppend {
             new_table,
             table_id,

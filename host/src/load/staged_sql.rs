@@ -68,12 +68,12 @@ impl Visitor for SubqueryFinder {
 /// The shape staged-sql accepts: one SELECT over `staged` alone.
 pub fn check_staged_sql(sql: &str) -> Result<(), String> {
     let refuse = |why: &str| Err(format!("refused: {why}"));
-    crate::query::expression_limits::check_text(sql).map_err(|e| format!("refused: {e}"))?;
+    crate::engine::expression_limits::check_text(sql).map_err(|e| format!("refused: {e}"))?;
     let statements = Parser::parse_sql(&GenericDialect {}, sql).map_err(|e| e.to_string())?;
     let [statement @ Statement::Query(query)] = statements.as_slice() else {
         return refuse("exactly one SELECT statement is accepted");
     };
-    crate::query::expression_limits::check(statement).map_err(|e| format!("refused: {e}"))?;
+    crate::engine::expression_limits::check(statement).map_err(|e| format!("refused: {e}"))?;
     if query.with.is_some() {
         return refuse("WITH is not accepted");
     }

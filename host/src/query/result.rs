@@ -1,253 +1,15 @@
-//! Query results: how a finished query's rows are stored and read back.
-//!
-//! A result is written once, as the CSV the spec's signed link serves (header
-//! row, every value quoted, NULL as an empty unquoted field so it stays
-//! distinguishable from an empty string), streamed batch by batch to the object
-//! store: no result is ever held in memory whole. Result pages (1,000 rows, the
-//! spec's JSON shape) are parsed back from that same file starting at a byte
-//! offset, so page N costs one ranged read, not a re-run of the query.
+//! Result pages: a finished query's rows read back from its result CSV
+//! (written by `result_writer`). Pages (1,000 rows, the spec's JSON shape)
+//! are parsed from that same file starting at a byte offset, so page N costs
+//! one ranged read, not a re-run of the query.
 //!
 //! Column metadata (the spec's ColumnInfo) is kept beside the job in the store.
 
-use std::sync::Arc;
-
-use bytes::Bytes;
-use datafusion::arrow::{
-    array::{Array, RecordBatch},
-    datatypes::{DataType, Schema},
-    util::display::{ArrayFormatter, FormatOptions},
-};
 use futures::StreamExt as _;
-use object_store::{GetOptions, GetRange, ObjectStore, buffered::BufWriter, path::Path};
-use serde::{Deserialize, Serialize};
-use tokio::io::AsyncWriteExt as _;
+use object_store::{GetOptions, GetRange, ObjectStore, path::Path};
 
 /// Rows per result page (spec "Limits": first result page up to 1,000 rows).
 pub const PAGE_ROWS: usize = 1000;
-
-/// One result column as the spec's ColumnInfo describes it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ResultColumn {
-    pub name: String,
-    /// Lower-case SQL type name: varchar, bigint, double, decimal, date, timestamp, ...
-    pub sql_type: String,
-    pub precision: i64,
-    pub scale: i64,
-    pub nullable: bool,
-}
-
-impl ResultColumn {
-    /// Text columns compare case-sensitively; others have no case.
-    pub fn case_sensitive(&self) -> bool {
-        self.sql_type == "varchar"
-    }
-}
-
-pub fn columns_of(schema: &Schema) -> Vec<ResultColumn> {
-    schema
-        .fields()
-        .iter()
-        .map(|field| {
-            let (sql_type, precision, scale) = sql_type(field.data_type());
-            ResultColumn {
-                name: field.name().clone(),
-                sql_type: sql_type.to_string(),
-                precision,
-                scale,
-                nullable: field.is_nullable(),
-            }
-        })
-        .collect()
-}
-
-/// The SQL type name, precision and scale of an Arrow type, with the figures
-/// SQL engines report for them (varchar's precision is its maximum length).
-fn sql_type(data_type: &DataType) -> (&'static str, i64, i64) {
-    use DataType::*;
-    match data_type {
-        Boolean => ("boolean", 0, 0),
-        Int8 => ("tinyint", 3, 0),
-        Int16 | UInt8 => ("smallint", 5, 0),
-        Int32 | UInt16 => ("integer", 10, 0),
-        Int64 | UInt32 => ("bigint", 19, 0),
-        UInt64 => ("decimal", 20, 0),
-        Float16 | Float32 => ("float", 7, 0),
-        Float64 => ("double", 17, 0),
-        Decimal32(p, s) | Decimal64(p, s) | Decimal128(p, s) | Decimal256(p, s) => {
-            ("decimal", i64::from(*p), i64::from(*s))
-        }
-        Utf8 | LargeUtf8 | Utf8View => ("varchar", 2_147_483_647, 0),
-        Binary | LargeBinary | BinaryView | FixedSizeBinary(_) => ("varbinary", 1_073_741_824, 0),
-        Date32 | Date64 => ("date", 0, 0),
-        Timestamp(unit, _) => ("timestamp", timestamp_digits(unit), 0),
-        Time32(_) | Time64(_) => ("time", 0, 0),
-        Interval(_) | Duration(_) => ("interval", 0, 0),
-        List(_) | LargeList(_) | ListView(_) | LargeListView(_) | FixedSizeList(_, _) => {
-            ("array", 0, 0)
-        }
-        Struct(_) => ("row", 0, 0),
-        Map(_, _) => ("map", 0, 0),
-        Dictionary(_, value) => sql_type(value),
-        Null => ("unknown", 0, 0),
-        _ => ("varchar", 2_147_483_647, 0),
-    }
-}
-
-fn timestamp_digits(unit: &datafusion::arrow::datatypes::TimeUnit) -> i64 {
-    use datafusion::arrow::datatypes::TimeUnit::*;
-    match unit {
-        Second => 0,
-        Millisecond => 3,
-        Microsecond => 6,
-        Nanosecond => 9,
-    }
-}
-
-/// How cells become strings: SQL-style timestamps, everything else Arrow's text.
-fn format_options() -> FormatOptions<'static> {
-    FormatOptions::new()
-        .with_display_error(true)
-        .with_timestamp_format(Some("%Y-%m-%d %H:%M:%S%.3f"))
-        .with_timestamp_tz_format(Some("%Y-%m-%d %H:%M:%S%.3f %Z"))
-}
-
-/// Appends `value` as one quoted CSV field.
-fn push_quoted(out: &mut Vec<u8>, value: &str) {
-    out.push(b'"');
-    for byte in value.bytes() {
-        if byte == b'"' {
-            out.push(b'"');
-        }
-        out.push(byte);
-    }
-    out.push(b'"');
-}
-
-/// Appends the rows of `batch` as CSV lines (formatters are not `Send`, so
-/// this stays synchronous).
-fn encode_rows(batch: &RecordBatch, out: &mut Vec<u8>) -> std::io::Result<()> {
-    use std::fmt::Write as _;
-    let options = format_options();
-    let formatters = batch
-        .columns()
-        .iter()
-        .map(|column| ArrayFormatter::try_new(column.as_ref(), &options))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(std::io::Error::other)?;
-    let mut cell = String::new();
-    for row in 0..batch.num_rows() {
-        for (i, (column, formatter)) in batch.columns().iter().zip(&formatters).enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            if !column.is_null(row) {
-                cell.clear();
-                write!(cell, "{}", formatter.value(row)).map_err(std::io::Error::other)?;
-                push_quoted(out, &cell);
-            }
-        }
-        out.push(b'\n');
-    }
-    Ok(())
-}
-
-/// Results up to this size are also kept in memory by the writer, so the
-/// replica that ran a query can serve its pages without reading the file.
-pub const SMALL_RESULT_BYTES: usize = 256 * 1024;
-
-/// Streams a result to `path` as CSV.
-pub struct CsvResultWriter {
-    writer: BufWriter,
-    path: Path,
-    rows: u64,
-    bytes: u64,
-    buffer: Vec<u8>,
-    /// Every byte written so far, while the result is small.
-    copy: Option<Vec<u8>>,
-}
-
-/// A finished result file.
-#[derive(Debug, Clone)]
-pub struct WrittenResult {
-    pub rows: u64,
-    pub bytes: u64,
-    /// The whole CSV, when it is at most `SMALL_RESULT_BYTES`.
-    pub small: Option<Bytes>,
-}
-
-impl CsvResultWriter {
-    /// Starts the file and writes the header row (no header for a result
-    /// without columns: its CSV is empty).
-    pub async fn create(
-        store: Arc<dyn ObjectStore>,
-        path: &str,
-        schema: &Schema,
-    ) -> std::io::Result<Self> {
-        let path = Path::from(path);
-        let mut writer = Self {
-            writer: BufWriter::new(store, path.clone()),
-            path,
-            rows: 0,
-            bytes: 0,
-            buffer: Vec::with_capacity(64 * 1024),
-            copy: Some(Vec::new()),
-        };
-        if !schema.fields().is_empty() {
-            for (i, field) in schema.fields().iter().enumerate() {
-                if i > 0 {
-                    writer.buffer.push(b',');
-                }
-                push_quoted(&mut writer.buffer, field.name());
-            }
-            writer.buffer.push(b'\n');
-            writer.flush_buffer().await?;
-        }
-        Ok(writer)
-    }
-
-    async fn flush_buffer(&mut self) -> std::io::Result<()> {
-        if let Some(copy) = &mut self.copy {
-            if copy.len() + self.buffer.len() <= SMALL_RESULT_BYTES {
-                copy.extend_from_slice(&self.buffer);
-            } else {
-                self.copy = None;
-            }
-        }
-        self.writer.write_all(&self.buffer).await?;
-        self.bytes += self.buffer.len() as u64;
-        self.buffer.clear();
-        Ok(())
-    }
-
-    pub async fn write(&mut self, batch: &RecordBatch) -> std::io::Result<()> {
-        if batch.num_columns() == 0 {
-            return Ok(());
-        }
-        encode_rows(batch, &mut self.buffer)?;
-        self.rows += batch.num_rows() as u64;
-        if self.buffer.len() >= 1 << 20 {
-            self.flush_buffer().await?;
-        }
-        Ok(())
-    }
-
-    /// Completes the upload.
-    pub async fn finish(mut self) -> std::io::Result<WrittenResult> {
-        self.flush_buffer().await?;
-        self.writer.shutdown().await?;
-        Ok(WrittenResult {
-            rows: self.rows,
-            bytes: self.bytes,
-            small: self.copy.map(Bytes::from),
-        })
-    }
-
-    /// Abandons the upload (cancellation, failure).
-    pub async fn abort(mut self) {
-        let _ = self.writer.abort().await;
-        tracing::debug!(path = %self.path, "result upload abandoned");
-    }
-}
 
 /// Where a page starts: the row number and the byte offset of that row in the
 /// CSV (after the header).
@@ -449,13 +211,18 @@ pub fn page_from_bytes(csv: &[u8], cursor: PageCursor, limit: usize) -> Result<P
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::sync::Arc;
+
     use datafusion::arrow::{
         array::{
-            Decimal128Array, Float64Array, Int64Array, StringArray, TimestampMicrosecondArray,
+            Decimal128Array, Float64Array, Int64Array, RecordBatch, StringArray,
+            TimestampMicrosecondArray,
         },
-        datatypes::{Field, TimeUnit},
+        datatypes::{DataType, Field, Schema, TimeUnit},
     };
+
+    use super::*;
+    use crate::query::result_writer::{CsvResultWriter, SMALL_RESULT_BYTES};
     use object_store::{ObjectStoreExt as _, memory::InMemory};
 
     fn batch() -> RecordBatch {
@@ -489,34 +256,6 @@ mod tests {
             ],
         )
         .unwrap()
-    }
-
-    #[test]
-    fn column_info_uses_sql_type_names() {
-        let columns = columns_of(batch().schema().as_ref());
-        let described: Vec<(&str, &str, i64, i64, bool)> = columns
-            .iter()
-            .map(|c| {
-                (
-                    c.name.as_str(),
-                    c.sql_type.as_str(),
-                    c.precision,
-                    c.scale,
-                    c.nullable,
-                )
-            })
-            .collect();
-        assert_eq!(
-            described,
-            vec![
-                ("id", "bigint", 19, 0, false),
-                ("name", "varchar", 2_147_483_647, 0, true),
-                ("fare", "double", 17, 0, true),
-                ("amount", "decimal", 12, 2, true),
-                ("at", "timestamp", 6, 0, true),
-            ]
-        );
-        assert!(columns[1].case_sensitive() && !columns[0].case_sensitive());
     }
 
     #[tokio::test]

@@ -442,27 +442,6 @@ impl Store {
 }
 
 impl Store {
-    /// The caller's queries of one org or zone, newest first (at most `limit`).
-    pub async fn queries_of(
-        &self,
-        owner_sub: &str,
-        org: &str,
-        zone: Option<&str>,
-        limit: i64,
-    ) -> Result<Vec<QueryJob>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM query_jobs WHERE owner_sub = $1 AND org = $2 AND zone = $3 \
-             ORDER BY submitted_at DESC LIMIT $4"
-        ))
-        .bind(owner_sub)
-        .bind(org)
-        .bind(zone.unwrap_or(""))
-        .bind(limit)
-        .fetch_all(self.pool())
-        .await?;
-        rows.iter().map(job_from_row).collect()
-    }
-
     /// A secret shared by every replica: created by the first caller with
     /// `generate`, read by all later ones.
     pub async fn shared_secret(

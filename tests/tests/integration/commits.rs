@@ -659,7 +659,7 @@ async fn a_zone_load_lands_in_the_zones_lake() {
 /// fails the load with CheckSumError; one at the cap is computed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_check_sum_key_past_the_expression_cap_fails_the_load_and_one_at_the_cap_passes() {
-    use lakehost::query::expression_limits::MAX_EXPRESSION_DEPTH;
+    use lakehost::engine::expression_limits::MAX_EXPRESSION_DEPTH;
     let app = spawn_app().await;
     let admin = app.token_for(&["ZoneAdmin"], "[0]");
     let deep = format!("count(*){}", "+1".repeat(1500));

@@ -3,7 +3,7 @@
 //! role, a chain at the cap plans and runs to the right answer on the test
 //! runtime's 2 MiB worker stacks, and the server keeps serving throughout.
 
-use lakehost::query::expression_limits::{MAX_EXPRESSION_DEPTH, MAX_OPERATORS};
+use lakehost::engine::expression_limits::{MAX_EXPRESSION_DEPTH, MAX_OPERATORS};
 use lakehost_tests::*;
 use serde_json::json;
 

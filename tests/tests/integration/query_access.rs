@@ -15,13 +15,14 @@ use datafusion::{
 };
 use lakehost::{
     auth::{Access, DatabaseKind},
-    lake::{self, Lake},
-    query::{
-        AccessDenied,
-        session::{SessionScope, checked_dataframe, session_for},
+    engine::{
+        AccessDenied, EngineError, plan_sql,
+        session::{SessionScope, session_for},
     },
+    lake::{self, Lake},
     store::{Store, catalog::NewDataFile},
 };
+use object_store::ObjectStoreExt as _;
 
 struct Fixture {
     store: Store,
@@ -74,8 +75,10 @@ async fn fixture() -> Fixture {
             )
             .unwrap();
             let path = lake::data_file_path(&database.name, table, client, "load1", "part-0");
-            let size = lake
-                .write_parquet(&path, file_schema.clone(), &[batch])
+            let bytes = lakehost_tests::parquet_bytes(&batch);
+            let size = bytes.len();
+            lake.object_store()
+                .put(&object_store::path::Path::from(path.as_str()), bytes.into())
                 .await
                 .unwrap();
             files.push(NewDataFile {
@@ -119,12 +122,17 @@ async fn session(f: &Fixture, role: &str, clients: &[u32]) -> SessionContext {
 
 /// Runs SQL to the end; the first column of the first row as i64, or the refusal.
 async fn run(ctx: &SessionContext, sql: &str) -> Result<Vec<RecordBatch>, AccessDenied> {
-    let outcome = async { checked_dataframe(ctx, sql).await?.collect().await }.await;
+    let outcome = async {
+        let plan = plan_sql(ctx, sql).await?;
+        datafusion::physical_plan::collect(plan, ctx.task_ctx())
+            .await
+            .map_err(EngineError::run)
+    }
+    .await;
     match outcome {
         Ok(batches) => Ok(batches),
-        Err(e) => Err(AccessDenied::find(&e)
-            .cloned()
-            .unwrap_or_else(|| panic!("{sql}: unexpected error {e}"))),
+        Err(EngineError::Refused(denied)) => Err(denied),
+        Err(e) => panic!("{sql}: unexpected error {e}"),
     }
 }
 

@@ -174,18 +174,3 @@ impl SchemaProvider for LakeSchemaProvider {
         self.tables.contains_key(name)
     }
 }
-
-/// Plans `sql` in the session so that every table's access check has run.
-/// `EXPLAIN` reports physical-planning errors as result rows instead of failing,
-/// so its inner plan is planned here first: an EXPLAIN of a read the caller may
-/// not do is refused like the read itself.
-pub async fn checked_dataframe(
-    context: &SessionContext,
-    sql: &str,
-) -> datafusion::error::Result<datafusion::dataframe::DataFrame> {
-    let frame = context.sql(sql).await?;
-    if let datafusion::logical_expr::LogicalPlan::Explain(explain) = frame.logical_plan() {
-        context.state().create_physical_plan(&explain.plan).await?;
-    }
-    Ok(frame)
-}

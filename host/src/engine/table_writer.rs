@@ -22,11 +22,8 @@ use datafusion::{
 };
 use object_store::{ObjectStore, ObjectStoreExt as _, buffered::BufWriter, path::Path};
 
-use super::provider::SERVICE_CLIENT_COLUMN;
+use super::layout::{LOAD_ID_COLUMN, SERVICE_CLIENT_COLUMN};
 use crate::{auth::ServiceClientScope, store::catalog::NewDataFile};
-
-/// The partition column loads fill with their id; SQL writes with the query id.
-pub const LOAD_ID_COLUMN: &str = "svc$load_id";
 
 /// Distinct partition value combinations one statement may write.
 pub const MAX_PARTITIONS: usize = 1000;

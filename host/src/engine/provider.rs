@@ -31,13 +31,11 @@ use datafusion::{
     physical_plan::{ExecutionPlan, empty::EmptyExec},
 };
 
+use super::layout::{SERVICE_CLIENT_COLUMN, partition_field, with_view_types};
 use crate::{
     auth::ServiceClientScope,
     store::catalog::{DataFile, LakeTable},
 };
-
-/// The service-client partition column every lake row carries.
-pub const SERVICE_CLIENT_COLUMN: &str = "service_client_id";
 
 /// Why a scan was refused; carried through DataFusion as an external error.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -51,6 +49,15 @@ pub enum AccessDenied {
 }
 
 impl AccessDenied {
+    /// The spec's refusal: a database the roles cannot use, or rows of
+    /// another service client.
+    pub fn denial(&self) -> super::Denial {
+        match self {
+            AccessDenied::Database { .. } => super::Denial::Execute,
+            AccessDenied::ServiceClient { .. } => super::Denial::Data,
+        }
+    }
+
     /// Finds an access refusal anywhere in a DataFusion error chain.
     pub fn find(error: &DataFusionError) -> Option<&AccessDenied> {
         match error {
@@ -85,51 +92,6 @@ impl fmt::Debug for LakeTableProvider {
             .field("files", &self.files.len())
             .finish()
     }
-}
-
-/// The type of a partition column: `service_client_id` is a bigint, the others
-/// (`svc$load_id`, requested partitions) are strings.
-pub fn partition_field(name: &str) -> FieldRef {
-    let data_type = if name == SERVICE_CLIENT_COLUMN {
-        DataType::Int64
-    } else {
-        DataType::Utf8
-    };
-    Arc::new(Field::new(name, data_type, false))
-}
-
-/// `schema` with its top-level string and binary columns as view types.
-pub fn with_view_types(schema: &Schema) -> SchemaRef {
-    let fields: Vec<FieldRef> = schema
-        .fields()
-        .iter()
-        .map(|field| match field.data_type() {
-            DataType::Utf8 | DataType::LargeUtf8 => {
-                Arc::new(field.as_ref().clone().with_data_type(DataType::Utf8View))
-            }
-            DataType::Binary | DataType::LargeBinary => {
-                Arc::new(field.as_ref().clone().with_data_type(DataType::BinaryView))
-            }
-            _ => field.clone(),
-        })
-        .collect();
-    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
-}
-
-/// `schema` with view types as the plain types the catalog stores.
-pub fn without_view_types(schema: &Schema) -> Schema {
-    let fields: Vec<FieldRef> = schema
-        .fields()
-        .iter()
-        .map(|field| match field.data_type() {
-            DataType::Utf8View => Arc::new(field.as_ref().clone().with_data_type(DataType::Utf8)),
-            DataType::BinaryView => {
-                Arc::new(field.as_ref().clone().with_data_type(DataType::Binary))
-            }
-            _ => field.clone(),
-        })
-        .collect();
-    Schema::new_with_metadata(fields, schema.metadata().clone())
 }
 
 impl LakeTableProvider {

@@ -1,0 +1,294 @@
+//! What a lake table looks like: its naming rules, its partition columns,
+//! how its columns are stored and read, and `TableLayout`, the one way a new
+//! table's layout is made (CREATE TABLE [AS], loads, imports, daily
+//! refreshes) or an existing table's is read back from the catalog.
+//!
+//! Every lake table is partitioned by `service_client_id` first (the access
+//! decision reads it from the catalog, never from a file); tables filled by
+//! loads and imports also by `svc$load_id`, then by the partitions the load
+//! asked for. Files store plain string and binary types; reads use view types.
+//! This module never touches a file or the catalog.
+
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef};
+use object_store::ObjectStore;
+
+use super::{EngineError, table_writer::TableWriter};
+use crate::{
+    auth::ServiceClientScope,
+    lake,
+    store::{self, catalog::LakeTable},
+};
+
+/// The service-client partition column every lake row carries.
+pub const SERVICE_CLIENT_COLUMN: &str = "service_client_id";
+
+/// The partition column loads fill with their id; SQL writes with the query id.
+pub const LOAD_ID_COLUMN: &str = "svc$load_id";
+
+/// The longest table name, column name or file key.
+pub const MAX_NAME_CHARS: usize = 128;
+
+/// Lowercase letters, digits and underscores, at most `MAX_NAME_CHARS` (the
+/// spec's rule for column names and file keys).
+pub fn is_plain_name(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= MAX_NAME_CHARS
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+/// The spec's table_name rule: a plain name not starting or ending with an
+/// underscore.
+pub fn is_table_name(text: &str) -> bool {
+    is_plain_name(text) && !text.starts_with('_') && !text.ends_with('_')
+}
+
+/// `is_table_name` with the engine's message.
+pub fn check_table_name(name: &str) -> Result<(), EngineError> {
+    if is_table_name(name) {
+        Ok(())
+    } else {
+        Err(EngineError::Invalid(format!(
+            "table name '{name}' is not allowed: use lowercase letters, digits and underscores, \
+             not starting or ending with an underscore"
+        )))
+    }
+}
+
+/// Column names a lake table may have: plain names, and `svc$load_id`.
+pub fn check_column_names(schema: &Schema) -> Result<(), EngineError> {
+    for field in schema.fields() {
+        let name = field.name();
+        if !is_plain_name(name) && name != LOAD_ID_COLUMN {
+            return Err(EngineError::Invalid(format!(
+                "column name '{name}' is not allowed in a lake table: use lowercase letters, \
+                 digits and underscores (alias the expression)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The type of a partition column: `service_client_id` is a bigint, the others
+/// (`svc$load_id`, requested partitions) are strings.
+pub fn partition_field(name: &str) -> FieldRef {
+    let data_type = if name == SERVICE_CLIENT_COLUMN {
+        DataType::Int64
+    } else {
+        DataType::Utf8
+    };
+    Arc::new(Field::new(name, data_type, false))
+}
+
+/// `schema` with its top-level string and binary columns as view types.
+pub fn with_view_types(schema: &Schema) -> SchemaRef {
+    let fields: Vec<FieldRef> = schema
+        .fields()
+        .iter()
+        .map(|field| match field.data_type() {
+            DataType::Utf8 | DataType::LargeUtf8 => {
+                Arc::new(field.as_ref().clone().with_data_type(DataType::Utf8View))
+            }
+            DataType::Binary | DataType::LargeBinary => {
+                Arc::new(field.as_ref().clone().with_data_type(DataType::BinaryView))
+            }
+            _ => field.clone(),
+        })
+        .collect();
+    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
+/// `schema` with view types as the plain types the catalog stores.
+pub fn without_view_types(schema: &Schema) -> Schema {
+    let fields: Vec<FieldRef> = schema
+        .fields()
+        .iter()
+        .map(|field| match field.data_type() {
+            DataType::Utf8View => Arc::new(field.as_ref().clone().with_data_type(DataType::Utf8)),
+            DataType::BinaryView => {
+                Arc::new(field.as_ref().clone().with_data_type(DataType::Binary))
+            }
+            _ => field.clone(),
+        })
+        .collect();
+    Schema::new_with_metadata(fields, schema.metadata().clone())
+}
+
+/// A table's columns split into those stored in its files and its partition
+/// columns (whose values live in the paths and the catalog).
+#[derive(Debug, Clone)]
+pub struct TableLayout {
+    pub file_schema: SchemaRef,
+    pub partition_columns: Vec<String>,
+}
+
+impl TableLayout {
+    /// A new table of rows written by SQL (CREATE TABLE AS, a daily
+    /// refresh): partitioned by `service_client_id`.
+    pub fn for_rows(schema: &Schema) -> Result<Self, EngineError> {
+        Self::new(schema, vec![SERVICE_CLIENT_COLUMN.to_string()])
+    }
+
+    /// A new table of loaded rows (a load, an import): partitioned by
+    /// `service_client_id`, `svc$load_id`, then `extra_partitions`.
+    pub fn for_loads(schema: &Schema, extra_partitions: &[String]) -> Result<Self, EngineError> {
+        let mut partitions = vec![
+            SERVICE_CLIENT_COLUMN.to_string(),
+            LOAD_ID_COLUMN.to_string(),
+        ];
+        partitions.extend(extra_partitions.iter().cloned());
+        Self::new(schema, partitions)
+    }
+
+    /// The one way a new table's layout is made: view types stored as plain
+    /// types, every column name allowed, an integer `service_client_id`.
+    fn new(schema: &Schema, partition_columns: Vec<String>) -> Result<Self, EngineError> {
+        let schema = without_view_types(schema);
+        check_column_names(&schema)?;
+        let service_client = schema.field_with_name(SERVICE_CLIENT_COLUMN).map_err(|_| {
+            EngineError::Invalid(
+                "a lake table needs a service_client_id column: every lake row belongs to a service client"
+                    .into(),
+            )
+        })?;
+        if !service_client.data_type().is_integer() {
+            return Err(EngineError::Invalid(format!(
+                "service_client_id must be an integer column, not {}",
+                service_client.data_type()
+            )));
+        }
+        let file_fields: Vec<Field> = schema
+            .fields()
+            .iter()
+            .filter(|f| !partition_columns.contains(f.name()))
+            .map(|f| f.as_ref().clone())
+            .collect();
+        Ok(Self {
+            file_schema: Arc::new(Schema::new(file_fields)),
+            partition_columns,
+        })
+    }
+
+    /// The layout of a catalogued table.
+    pub fn of(table: &LakeTable) -> Result<Self, lake::Error> {
+        Ok(Self {
+            file_schema: lake::schema_from_json(&table.schema_json)?,
+            partition_columns: table.partition_columns.clone(),
+        })
+    }
+
+    /// The catalog entry of a new table `name` with this layout.
+    pub fn catalog_entry(&self, database_id: &str, name: &str, created_at: i64) -> LakeTable {
+        LakeTable {
+            id: store::new_id(),
+            database_id: database_id.to_string(),
+            name: name.to_string(),
+            schema_json: lake::schema_to_json(&self.file_schema),
+            partition_columns: self.partition_columns.clone(),
+            created_at,
+        }
+    }
+
+    /// A writer of new files of table `database.table` in this layout; `write_id`
+    /// names the files (and fills `svc$load_id`).
+    pub fn writer(
+        &self,
+        store: Arc<dyn ObjectStore>,
+        (database, table): (&str, &str),
+        write_id: &str,
+        write_scope: ServiceClientScope,
+    ) -> TableWriter {
+        TableWriter::new(
+            store,
+            database,
+            table,
+            self.file_schema.clone(),
+            self.partition_columns.clone(),
+            write_id,
+            write_scope,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn schema(fields: &[(&str, DataType)]) -> Schema {
+        Schema::new(
+            fields
+                .iter()
+                .map(|(name, t)| Field::new(*name, t.clone(), true))
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    #[test]
+    fn table_names_follow_the_spec_rule_with_one_length_cap() {
+        for good in ["t", "sales_2026", "a_b"] {
+            assert!(is_table_name(good), "{good}");
+        }
+        let long = "a".repeat(MAX_NAME_CHARS + 1);
+        for bad in ["", "_t", "t_", "Sales", "a-b", "a$b", long.as_str()] {
+            assert!(!is_table_name(bad), "{bad}");
+            assert!(check_table_name(bad).is_err(), "{bad}");
+        }
+        assert!(is_table_name(&"a".repeat(MAX_NAME_CHARS)));
+    }
+
+    #[test]
+    fn a_new_table_is_made_one_way_for_rows_and_for_loads() {
+        let rows = schema(&[
+            ("service_client_id", DataType::Int64),
+            ("name", DataType::Utf8View),
+            ("region", DataType::Utf8),
+        ]);
+        let for_rows = TableLayout::for_rows(&rows).unwrap();
+        assert_eq!(for_rows.partition_columns, ["service_client_id"]);
+        let stored: Vec<_> = for_rows
+            .file_schema
+            .fields()
+            .iter()
+            .map(|f| (f.name().as_str(), f.data_type().clone()))
+            .collect();
+        assert_eq!(
+            stored,
+            [("name", DataType::Utf8), ("region", DataType::Utf8)],
+            "view types are stored as plain types"
+        );
+        let for_loads = TableLayout::for_loads(&rows, &["region".into()]).unwrap();
+        assert_eq!(
+            for_loads.partition_columns,
+            ["service_client_id", "svc$load_id", "region"]
+        );
+        assert_eq!(for_loads.file_schema.fields().len(), 1);
+    }
+
+    #[test]
+    fn a_new_table_needs_allowed_names_and_an_integer_service_client() {
+        let refused = [
+            schema(&[("name", DataType::Utf8)]),
+            schema(&[("service_client_id", DataType::Utf8)]),
+            schema(&[
+                ("service_client_id", DataType::Int64),
+                ("Name", DataType::Utf8),
+            ]),
+            schema(&[
+                ("service_client_id", DataType::Int64),
+                ("a b", DataType::Utf8),
+            ]),
+        ];
+        for schema in &refused {
+            assert!(TableLayout::for_rows(schema).is_err(), "{schema:?}");
+            assert!(TableLayout::for_loads(schema, &[]).is_err(), "{schema:?}");
+        }
+        let with_load_id = schema(&[
+            ("service_client_id", DataType::Int32),
+            ("svc$load_id", DataType::Utf8),
+        ]);
+        assert!(TableLayout::for_rows(&with_load_id).is_ok());
+    }
+}

@@ -1,0 +1,36 @@
+//! The runtime statements execute on, apart from the one serving HTTP: a
+//! statement that never yields cannot stall requests, and shutting the
+//! service down never blocks inside another runtime.
+
+/// A multi-thread tokio runtime sized for `workers` concurrent statements.
+pub struct EngineRuntime(Option<tokio::runtime::Runtime>);
+
+impl EngineRuntime {
+    /// One thread per core for each worker: a query uses up to one thread per
+    /// core (its partitions), and one query that never yields must not hold
+    /// the threads another worker's query needs; the OS shares the cores.
+    pub fn new(workers: usize) -> std::io::Result<Self> {
+        let cores = std::thread::available_parallelism().map_or(2, usize::from);
+        let threads = (cores * workers).clamp(cores, 64);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .thread_name("lakehost-query")
+            .enable_all()
+            .build()?;
+        Ok(Self(Some(runtime)))
+    }
+
+    pub fn handle(&self) -> &tokio::runtime::Handle {
+        self.0.as_ref().expect("runtime lives until drop").handle()
+    }
+}
+
+impl Drop for EngineRuntime {
+    fn drop(&mut self) {
+        // Dropping a runtime blocks, which is not allowed inside another
+        // runtime (tests drop the service from async code).
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
+}

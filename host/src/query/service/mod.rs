@@ -1,0 +1,476 @@
+//! `QueryService`: the query lifecycle behind the five query endpoints.
+//!
+//! Submission classifies and plans the statement with the caller's access (so
+//! SQL and permission errors answer the POST). At most `query.workers` queries
+//! run at once per replica (admission control). When one of those slots is
+//! free, the job is stored RUNNING under this replica's lease and the plan
+//! made for the POST runs at once; otherwise it is stored QUEUED, and a worker
+//! claims it with a lease when a slot frees, plans it again with the access
+//! stored in the job, and runs it. Plans run on a dedicated runtime so a heavy
+//! query cannot starve the HTTP server. Each query has its own memory pool (spilling past
+//! `query.memory_limit_bytes`) and a time limit.
+//!
+//! Restarts: a job RUNNING on a replica that died keeps its lease until it
+//! expires; then any replica claims it again and runs it from the start (at
+//! most `query.max_attempts` runs in all). Results are written per attempt and
+//! catalog changes are committed in the same transaction as SUCCEEDED, so a
+//! rerun never duplicates rows and no query is lost.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use tokio::sync::{Notify, Semaphore};
+use tokio_util::sync::CancellationToken;
+use url::Url;
+
+use super::{
+    Denial, QueryError,
+    execute::{Execution, execute},
+    page_tokens::PageTokens,
+    prepare::{Prepared, Target, prepare},
+    recent_results::RecentResults,
+    result::{PAGE_ROWS, PageCursor, page_from_bytes, read_page},
+};
+use crate::{
+    auth::{Access, LakeCaller},
+    clock::SharedClock,
+    config::{MAX_CSV_LINK_LIFETIME_S, QueryConfig},
+    engine::{
+        EngineError,
+        columns::ResultColumn,
+        runtime::EngineRuntime,
+        session::{SessionScope, session_for},
+        statement::StatementType,
+        statement::classify,
+        table_writer::delete_paths,
+    },
+    lake::{self, Lake, presigned::ResultLinks, signing::LinkSigner},
+    lease::Lease,
+    store::{
+        Store,
+        catalog::standard_databases,
+        queries::{NewQuery, QueryJob, QueryState},
+    },
+};
+
+/// How often idle workers look for jobs submitted to other replicas and for
+/// expired leases (jobs submitted here wake a worker at once).
+const POLL_INTERVAL: Duration = Duration::from_millis(250);
+
+const LINK_KEY: &str = "link-signing-key";
+
+/// A planned statement, ready to execute.
+struct Planned {
+    context: datafusion::prelude::SessionContext,
+    prepared: Prepared,
+    access: Access,
+}
+
+/// A statement executing on the engine runtime; dropping it aborts it.
+struct Started {
+    task: tokio::task::JoinHandle<Result<Execution, QueryError>>,
+    _abort: AbortOnDrop,
+}
+
+impl Started {
+    async fn outcome(self) -> Result<Execution, QueryError> {
+        let Started { task, _abort } = self;
+        match task.await {
+            Ok(outcome) => outcome,
+            Err(e) => Err(QueryError::Internal(format!("query task: {e}"))),
+        }
+    }
+}
+
+/// One page of a SUCCEEDED query's result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResultPage {
+    pub columns: Vec<ResultColumn>,
+    /// True on the first page: the spec's header row comes first.
+    pub first: bool,
+    pub rows: Vec<Vec<Option<String>>>,
+    pub next_token: Option<String>,
+}
+
+mod worker;
+
+pub struct QueryService {
+    store: Store,
+    lake: Lake,
+    clock: SharedClock,
+    limits: QueryConfig,
+    lease: Lease,
+    engine: EngineRuntime,
+    wake: Notify,
+    /// One permit per query that may run at once on this replica.
+    slots: Arc<Semaphore>,
+    running: Mutex<HashMap<String, CancellationToken>>,
+    /// Small results this replica wrote lately, by result path: their pages
+    /// are served without reading the file back.
+    recent_results: Mutex<RecentResults>,
+    page_tokens: PageTokens,
+    /// Presigned GETs of results on the storage endpoint (lake on disk).
+    result_links: ResultLinks,
+    worker_id: String,
+    metadata_cache: Arc<datafusion::execution::cache::cache_manager::FileMetadataCache>,
+}
+
+impl std::fmt::Debug for QueryService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueryService")
+            .field("worker_id", &self.worker_id)
+            .finish()
+    }
+}
+
+fn micros(clock: &SharedClock) -> i64 {
+    clock.now().timestamp_micros()
+}
+
+impl QueryService {
+    pub async fn new(
+        store: Store,
+        lake: Lake,
+        clock: SharedClock,
+        limits: QueryConfig,
+        storage_endpoint: (Url, String),
+    ) -> anyhow::Result<Arc<Self>> {
+        let key = store
+            .shared_secret(LINK_KEY, LinkSigner::generate_key, micros(&clock))
+            .await?;
+        let signer = LinkSigner::new(key.as_bytes());
+        let (endpoint, bucket) = storage_endpoint;
+        let result_links = ResultLinks::new(&signer, endpoint, bucket, MAX_CSV_LINK_LIFETIME_S);
+        let workers = limits.workers;
+        let engine = EngineRuntime::new(workers)?;
+        let metadata_cache = datafusion::execution::runtime_env::RuntimeEnv::default()
+            .cache_manager
+            .get_file_metadata_cache();
+        Ok(Arc::new(Self {
+            store,
+            lake,
+            lease: Lease::new(clock.clone(), limits.lease_s),
+            clock,
+            limits,
+            engine,
+            wake: Notify::new(),
+            slots: Arc::new(Semaphore::new(workers)),
+            running: Mutex::new(HashMap::new()),
+            recent_results: Mutex::new(RecentResults::default()),
+            page_tokens: PageTokens::new(signer),
+            result_links,
+            worker_id: uuid::Uuid::new_v4().simple().to_string(),
+            metadata_cache,
+        }))
+    }
+
+    /// Starts the worker pool; the workers stop when `stop` is cancelled.
+    pub fn start_workers(self: &Arc<Self>, stop: CancellationToken) {
+        for _ in 0..self.limits.workers {
+            let service = self.clone();
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = stop.cancelled() => {}
+                    _ = service.work() => {}
+                }
+            });
+        }
+    }
+
+    fn now(&self) -> i64 {
+        micros(&self.clock)
+    }
+
+    fn default_database(caller: &LakeCaller) -> String {
+        standard_databases(&caller.org, caller.zone.as_deref())
+            .into_iter()
+            .next()
+            .map(|(name, _)| name)
+            .expect("every org and zone has a lake database")
+    }
+
+    /// Checks `sql` against `access` and plans it in a session of the org
+    /// (or zone) whose unqualified names resolve in `database`: at submission,
+    /// and again when a worker runs a stored job.
+    async fn plan(
+        &self,
+        (org, zone): (&str, Option<&str>),
+        database: &str,
+        access: Access,
+        sql: &str,
+    ) -> Result<(Planned, StatementType), QueryError> {
+        let classified = classify(sql).map_err(|e| QueryError::Invalid(e.to_string()))?;
+        let scope = SessionScope {
+            org,
+            zone,
+            access: &access,
+            default_database: database,
+            memory_limit: Some(self.limits.memory_limit_bytes as usize),
+            metadata_cache: Some(self.metadata_cache.clone()),
+        };
+        let context = session_for(&self.store, &self.lake, &scope)
+            .await
+            .map_err(EngineError::from)?;
+        let target = Target {
+            store: &self.store,
+            org,
+            zone,
+            default_database: database,
+            access: &access,
+        };
+        let prepared = prepare(&context, &target, sql, &classified, self.now()).await?;
+        let planned = Planned {
+            context,
+            prepared,
+            access,
+        };
+        Ok((planned, classified.statement_type))
+    }
+
+    /// POST /query: checks and plans `sql`, then runs it at once when a slot
+    /// is free, else queues it. Returns the id.
+    pub async fn submit(
+        self: &Arc<Self>,
+        caller: &LakeCaller,
+        sql: &str,
+        database: Option<&str>,
+    ) -> Result<String, QueryError> {
+        let database = database
+            .map(str::to_string)
+            .unwrap_or_else(|| Self::default_database(caller));
+        let (planned, statement_type) = self
+            .plan(
+                (&caller.org, caller.zone.as_deref()),
+                &database,
+                caller.grant.access(),
+                sql,
+            )
+            .await?;
+        let id = uuid::Uuid::new_v4().to_string();
+        let query = NewQuery {
+            id: id.clone(),
+            org: caller.org.clone(),
+            zone: caller.zone.clone(),
+            owner_sub: caller.sub.clone(),
+            access_fingerprint: caller.grant.fingerprint(),
+            sql: sql.to_string(),
+            database,
+            statement_type: statement_type.as_str().to_string(),
+            access_json: serde_json::to_string(&caller.grant).expect("grant serialises"),
+        };
+        // Run now when a slot is free and the org and caller are under their
+        // caps (fair sharing); else queue, where the fairest job goes next.
+        let slot = match self.slots.clone().try_acquire_owned() {
+            Ok(slot) if self.under_caps(&query).await? => Some(slot),
+            _ => None,
+        };
+        let Some(slot) = slot else {
+            self.store.insert_query(&query, self.now()).await?;
+            self.wake.notify_one();
+            return Ok(id);
+        };
+        // The plan starts now, while the job is stored: its result file and
+        // any lake files stay unlisted until the job's end is recorded, which
+        // needs the stored job and this replica's lease.
+        let result_path = Self::result_path_of(&query, 1);
+        let started = self.start_engine(planned, &id, &result_path);
+        let now = self.now();
+        let job = match self
+            .store
+            .insert_running_query(&query, &self.worker_id, now, self.lease.until())
+            .await
+        {
+            Ok(job) => job,
+            Err(e) => {
+                drop(started);
+                delete_paths(self.lake.object_store().as_ref(), &[result_path]).await;
+                return Err(e.into());
+            }
+        };
+        let service = self.clone();
+        tokio::spawn(async move {
+            service.run(job, Some(started)).await;
+            drop(slot);
+        });
+        Ok(id)
+    }
+
+    fn result_path_of(query: &NewQuery, attempt: i64) -> String {
+        lake::result_path(
+            &query.org,
+            query.zone.as_deref(),
+            &query.owner_sub,
+            &query.access_fingerprint,
+            &query.id,
+            attempt,
+        )
+    }
+
+    /// Starts executing `planned` on the engine runtime; dropping the
+    /// returned handle aborts it.
+    fn start_engine(&self, planned: Planned, id: &str, result_path: &str) -> Started {
+        let Planned {
+            context,
+            prepared,
+            access,
+        } = planned;
+        let lake = self.lake.clone();
+        let id = id.to_string();
+        let path = result_path.to_string();
+        let task = self
+            .engine
+            .handle()
+            .spawn(async move { execute(&context, prepared, &lake, &access, &id, &path).await });
+        let abort = AbortOnDrop(task.abort_handle());
+        Started {
+            task,
+            _abort: abort,
+        }
+    }
+
+    /// The caller's own query on this API, or NotFound (also for another
+    /// user's query: its existence is not revealed).
+    pub async fn get(&self, caller: &LakeCaller, id: &str) -> Result<QueryJob, QueryError> {
+        let not_found = || QueryError::NotFound(id.to_string());
+        let job = self.store.query_job(id).await?.ok_or_else(not_found)?;
+        let q = &job.query;
+        if q.owner_sub != caller.sub || q.org != caller.org || q.zone != caller.zone {
+            return Err(not_found());
+        }
+        Ok(job)
+    }
+
+    /// DELETE /query: cancels a QUEUED or RUNNING query and stops its work; a
+    /// final query stays as it is.
+    pub async fn cancel(&self, caller: &LakeCaller, id: &str) -> Result<(), QueryError> {
+        let job = self.get(caller, id).await?;
+        if job.state.is_final() {
+            return Ok(());
+        }
+        if self.store.cancel_query(id, self.now()).await? {
+            let token = self
+                .running
+                .lock()
+                .expect("running map lock")
+                .get(id)
+                .cloned();
+            if let Some(token) = token {
+                token.cancel();
+            }
+        }
+        Ok(())
+    }
+
+    /// A SUCCEEDED query the caller may still read (same roles and service
+    /// clients as at submission).
+    async fn readable(&self, caller: &LakeCaller, id: &str) -> Result<QueryJob, QueryError> {
+        let job = self.get(caller, id).await?;
+        match job.state {
+            QueryState::Succeeded => {}
+            QueryState::Queued | QueryState::Running => {
+                return Err(QueryError::NoResult(format!(
+                    "Query has not yet finished. Current state: {}",
+                    job.state.as_str()
+                )));
+            }
+            QueryState::Failed | QueryState::Cancelled => {
+                return Err(QueryError::NoResult(format!(
+                    "Query did not succeed. Current state: {}",
+                    job.state.as_str()
+                )));
+            }
+        }
+        if job.query.access_fingerprint != caller.grant.fingerprint() {
+            return Err(QueryError::Denied(Denial::Data));
+        }
+        Ok(job)
+    }
+
+    /// GET /query/{id}/result: the first page, or the one `next_token` names.
+    pub async fn page(
+        &self,
+        caller: &LakeCaller,
+        id: &str,
+        next_token: Option<&str>,
+    ) -> Result<ResultPage, QueryError> {
+        let job = self.readable(caller, id).await?;
+        let (Some(path), Some(bytes), Some(columns)) = (
+            job.result_path.as_deref(),
+            job.result_bytes,
+            job.result_columns_json.as_deref(),
+        ) else {
+            return Err(QueryError::Internal(format!("query {id} has no result")));
+        };
+        let columns: Vec<ResultColumn> = serde_json::from_str(columns)
+            .map_err(|e| QueryError::Internal(format!("result columns: {e}")))?;
+        let cursor = match next_token {
+            Some(token) => self.page_tokens.cursor(id, token)?,
+            None => PageCursor { row: 0, offset: 0 },
+        };
+        let kept = self
+            .recent_results
+            .lock()
+            .expect("recent results lock")
+            .get(path);
+        let page = match kept {
+            Some(csv) => page_from_bytes(&csv, cursor, PAGE_ROWS),
+            None => {
+                read_page(
+                    self.lake.object_store().as_ref(),
+                    path,
+                    bytes as u64,
+                    cursor,
+                    PAGE_ROWS,
+                )
+                .await
+            }
+        }
+        .map_err(|e| QueryError::Internal(format!("result page: {e}")))?;
+        Ok(ResultPage {
+            columns,
+            first: cursor.offset == 0,
+            rows: page.rows,
+            next_token: page.next.map(|next| self.page_tokens.token(id, next)),
+        })
+    }
+
+    /// GET /query/{id}/csv: a signed link to the whole result, valid for
+    /// `query.csv_link_lifetime_s`: S3's own presigned GET when the lake is on
+    /// S3, else the storage endpoint's presigned GET (`lake::presigned`).
+    pub async fn csv_link(&self, caller: &LakeCaller, id: &str) -> Result<Url, QueryError> {
+        let job = self.readable(caller, id).await?;
+        let path = job
+            .result_path
+            .ok_or_else(|| QueryError::Internal(format!("query {id} has no result")))?;
+        let lifetime = Duration::from_secs(self.limits.csv_link_lifetime_s);
+        let presigned = self
+            .lake
+            .presigned_get(&path, lifetime)
+            .await
+            .map_err(|e| QueryError::Internal(format!("presigning the result: {e}")))?;
+        match presigned {
+            Some(url) => Ok(url),
+            None => self
+                .result_links
+                .sign(&path, self.limits.csv_link_lifetime_s, self.clock.now())
+                .map_err(|e| QueryError::Internal(format!("presigning the result: {e}"))),
+        }
+    }
+
+    /// The storage endpoint's presigned result links (it serves them).
+    pub fn result_links(&self) -> ResultLinks {
+        self.result_links.clone()
+    }
+}
+
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

@@ -1,0 +1,224 @@
+//! The worker side of the query service: claiming stored jobs fairly,
+//! running each under its lease, time limit and cancellation, and recording
+//! its end with the catalog changes it made (or deleting what it wrote).
+
+use std::{sync::Arc, time::Duration};
+
+use tokio::sync::OwnedSemaphorePermit;
+use tokio_util::sync::CancellationToken;
+
+use super::{POLL_INTERVAL, Planned, QueryService, Started};
+use crate::{
+    auth::AccessGrant,
+    engine::table_writer::delete_paths,
+    query::{QueryError, execute::Execution},
+    store::queries::{Finished, NewQuery, QueryJob, QueryOutcome},
+};
+
+impl QueryService {
+    /// Whether this replica runs fewer than the caps' queries of the job's
+    /// org and caller.
+    pub(super) async fn under_caps(&self, query: &NewQuery) -> Result<bool, QueryError> {
+        let caps = self.limits.caps();
+        let (of_org, of_caller) = self
+            .store
+            .running_queries_of(&self.worker_id, &query.org, &query.owner_sub)
+            .await?;
+        Ok(of_org < caps.per_org && of_caller < caps.per_caller)
+    }
+
+    /// One worker: wait for a free slot, claim, run, repeat; sleep when there
+    /// is nothing to do.
+    pub(super) async fn work(self: Arc<Self>) {
+        loop {
+            let slot: OwnedSemaphorePermit = match self.slots.clone().acquire_owned().await {
+                Ok(slot) => slot,
+                Err(_) => return,
+            };
+            let now = self.now();
+            let lease_until = self.lease.until();
+            match self
+                .store
+                .claim_query(&self.worker_id, now, lease_until, self.limits.caps())
+                .await
+            {
+                Ok(Some(job)) => {
+                    self.run(job, None).await;
+                    drop(slot);
+                }
+                Ok(None) => {
+                    drop(slot);
+                    tokio::select! {
+                        _ = self.wake.notified() => {}
+                        _ = tokio::time::sleep(POLL_INTERVAL) => {}
+                    }
+                }
+                Err(e) => {
+                    drop(slot);
+                    tracing::warn!(error = %e, "claiming a query failed");
+                    tokio::time::sleep(POLL_INTERVAL).await;
+                }
+            }
+        }
+    }
+
+    /// Runs a job this worker holds: `started` when the submission's plan is
+    /// already executing, else planned again from the job and started.
+    pub(super) async fn run(self: &Arc<Self>, job: QueryJob, started: Option<Started>) {
+        let id = job.query.id.clone();
+        let span = tracing::info_span!("query", query = %id, attempt = job.attempts);
+        let _guard = span.enter();
+        if job.attempts > i64::from(self.limits.max_attempts) {
+            let reason = format!(
+                "The query was interrupted {} times (server restarts) and was not run again.",
+                job.attempts - 1
+            );
+            self.record(&id, Err(QueryError::Failed(reason)), None)
+                .await;
+            return;
+        }
+        let token = CancellationToken::new();
+        self.running
+            .lock()
+            .expect("running map lock")
+            .insert(id.clone(), token.clone());
+        let result_path = Self::result_path_of(&job.query, job.attempts);
+        let time_limit = Duration::from_secs(self.limits.time_limit_s);
+        // Stops when the lease is lost: cancelled or taken over elsewhere.
+        let held =
+            self.lease
+                .hold_while_held(&id, self.run_job(&job, started, &result_path), |until| {
+                    self.store.renew_query_lease(&id, &self.worker_id, until)
+                });
+        let outcome = tokio::select! {
+            outcome = held => outcome,
+            _ = token.cancelled() => None,
+            _ = tokio::time::sleep(time_limit) => Some(Err(QueryError::Failed(format!(
+                "Query exhausted its time limit of {} seconds.",
+                self.limits.time_limit_s
+            )))),
+        };
+        self.running.lock().expect("running map lock").remove(&id);
+        match outcome {
+            Some(outcome) => self.record(&id, outcome, Some(&result_path)).await,
+            None => {
+                tracing::info!("query stopped: cancelled or taken over");
+                delete_paths(self.lake.object_store().as_ref(), &[result_path]).await;
+            }
+        }
+    }
+
+    /// Plans the job with the submitter's access (store work, on this runtime)
+    /// and starts it on the engine runtime, unless `started` already is; then
+    /// waits for it. Dropping this future (cancel, time limit) aborts it.
+    async fn run_job(
+        &self,
+        job: &QueryJob,
+        started: Option<Started>,
+        result_path: &str,
+    ) -> Result<Execution, QueryError> {
+        let started = match started {
+            Some(started) => started,
+            None => {
+                let planned = self.plan_job(job).await?;
+                self.start_engine(planned, &job.query.id, result_path)
+            }
+        };
+        started.outcome().await
+    }
+
+    /// Plans a claimed job again, with the access stored in it.
+    async fn plan_job(&self, job: &QueryJob) -> Result<Planned, QueryError> {
+        let q = &job.query;
+        let grant: AccessGrant = serde_json::from_str(&q.access_json)
+            .map_err(|e| QueryError::Internal(format!("stored access: {e}")))?;
+        let (planned, _) = self
+            .plan(
+                (&q.org, q.zone.as_deref()),
+                &q.database,
+                grant.access(),
+                &q.sql,
+            )
+            .await
+            .map_err(|e| match e {
+                QueryError::Invalid(message) => QueryError::Failed(message),
+                other => other,
+            })?;
+        Ok(planned)
+    }
+
+    /// Records a run's end; deletes files that did not become part of the lake.
+    async fn record(
+        &self,
+        id: &str,
+        outcome: Result<Execution, QueryError>,
+        result_path: Option<&str>,
+    ) {
+        let store = self.lake.object_store();
+        let (job_outcome, write, staged, small_result) = match outcome {
+            Ok(execution) => (
+                QueryOutcome::Succeeded {
+                    result_path: result_path.unwrap_or_default().to_string(),
+                    rows: execution.rows as i64,
+                    bytes: execution.bytes as i64,
+                    columns_json: serde_json::to_string(&execution.columns)
+                        .expect("columns serialise"),
+                },
+                execution.write,
+                execution.staged,
+                execution.small_result,
+            ),
+            Err(error) => {
+                if let QueryError::Internal(why) = &error {
+                    tracing::error!(error = %why, "query failed unexpectedly");
+                }
+                (
+                    QueryOutcome::Failed {
+                        reason: error.reason(),
+                    },
+                    crate::store::queries::CatalogWrite::None,
+                    Vec::new(),
+                    None,
+                )
+            }
+        };
+        let succeeded = matches!(job_outcome, QueryOutcome::Succeeded { .. });
+        // Kept before the end is recorded, so the first GET after SUCCEEDED finds it.
+        if let (Some(csv), Some(path)) = (small_result, result_path) {
+            self.recent_results
+                .lock()
+                .expect("recent results lock")
+                .insert(path.to_string(), csv);
+        }
+        match self
+            .store
+            .finish_query(id, &self.worker_id, &job_outcome, &write, self.now())
+            .await
+        {
+            Ok(Finished::Recorded) => {
+                if !succeeded && let Some(path) = result_path {
+                    delete_paths(store.as_ref(), &[path.to_string()]).await;
+                }
+            }
+            Ok(Finished::Lost) => {
+                delete_paths(store.as_ref(), &staged).await;
+                if let Some(path) = result_path {
+                    delete_paths(store.as_ref(), &[path.to_string()]).await;
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "recording the end of a query failed");
+                delete_paths(store.as_ref(), &staged).await;
+                // A catalog conflict (say, a table created meanwhile) fails the query.
+                let failed = QueryOutcome::Failed {
+                    reason: format!("The query's changes could not be committed: {e}"),
+                };
+                let none = crate::store::queries::CatalogWrite::None;
+                let _ = self
+                    .store
+                    .finish_query(id, &self.worker_id, &failed, &none, self.now())
+                    .await;
+            }
+        }
+    }
+}
