@@ -31,8 +31,7 @@ use crate::{
     lease::Lease,
     periodic::spawn_every,
     pipeline::{
-        PipelineEngine, PipelineKind, RunContext,
-        manifest::{Manifest, org_manifest},
+        PipelineEngine, PipelineKind, RunContext, Stopped, manifest::org_manifest, run_steps,
     },
     store::{
         self, Store,
@@ -40,9 +39,6 @@ use crate::{
         dailyrun::{DailyRun, NewDailyRun, RunEnd, RunStatus, StartOutcome},
     },
 };
-
-/// The default daily-run manifest, for a server started away from `pipelines/`.
-const BUILTIN_DAILY_MANIFEST: &str = include_str!("../../../pipelines/daily.toml");
 
 /// What a manual start came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -246,16 +242,6 @@ impl DailyRunService {
         }
     }
 
-    fn manifest(&self, org: &str) -> Result<Manifest, String> {
-        org_manifest(
-            PipelineKind::Daily,
-            &self.pipeline_dir,
-            org,
-            BUILTIN_DAILY_MANIFEST,
-            self.test_steps,
-        )
-    }
-
     /// The run's steps in order; how the run ends.
     async fn steps(&self, run: &DailyRun) -> RunEnd {
         let failed = |error: &str, cause: String| RunEnd {
@@ -263,23 +249,21 @@ impl DailyRunService {
             error: Some(error.to_string()),
             cause: Some(cause),
         };
-        let manifest = match self.manifest(&run.org) {
+        let manifest = match org_manifest(
+            PipelineKind::Daily,
+            &self.pipeline_dir,
+            &run.org,
+            self.test_steps,
+        ) {
             Ok(manifest) => manifest,
             Err(e) => return failed("ManifestError", e),
         };
         let databases = standard_databases(&run.org, None);
-        let database_of = |kind| {
-            databases
-                .iter()
-                .find(|(_, k)| *k == kind)
-                .map(|(name, _)| name.clone())
-                .expect("every org has the standard databases")
-        };
         let context = RunContext {
             execution_name: run.name.clone(),
             org: run.org.clone(),
-            lake_database: database_of(crate::auth::DatabaseKind::Lake),
-            insights_database: database_of(crate::auth::DatabaseKind::Insights),
+            lake_database: databases.lake,
+            insights_database: databases.insights,
             scheduled: run.scheduled_for.is_some(),
         };
         let data = Arc::new(LakeTransform {
@@ -294,40 +278,52 @@ impl DailyRunService {
             memory_limit: self.memory_limit,
             runtime: tokio::runtime::Handle::current(),
         });
-        for step in manifest.steps {
+        let ran = run_steps(
+            &manifest,
             // Stop between steps once the run was ended by someone else.
-            match self
-                .store
-                .renew_daily_run(&run.name, &self.owner, self.lease.until())
-                .await
-            {
-                Ok(true) => {}
-                Ok(false) => return failed("Ended", "the run ended before its last step".into()),
-                Err(e) => return failed("InternalError", format!("store: {e}")),
-            }
-            let engine = self.engine.clone();
-            let (context, data) = (context.clone(), data.clone());
-            let name = step.name.clone();
-            let verdict =
-                tokio::task::spawn_blocking(move || engine.run_daily_step(&step, &context, data))
-                    .await;
-            match verdict {
-                Ok(Ok(None)) => {}
-                Ok(Ok(Some((error_type, items)))) => {
-                    let messages: Vec<&str> =
-                        items.iter().map(|i| i.error_message.as_str()).collect();
-                    return failed(&error_type, format!("step {name}: {}", messages.join("; ")));
+            move || async move {
+                match self
+                    .store
+                    .renew_daily_run(&run.name, &self.owner, self.lease.until())
+                    .await
+                {
+                    Ok(true) => Ok(()),
+                    Ok(false) => Err(failed("Ended", "the run ended before its last step".into())),
+                    Err(e) => Err(failed("InternalError", format!("store: {e}"))),
                 }
-                Ok(Err(step_error)) => return failed("InternalError", step_error.to_string()),
-                Err(e) => {
-                    return failed("InternalError", format!("step {name}: thread failed: {e}"));
+            },
+            |step| {
+                let engine = self.engine.clone();
+                let (step, context, data) = (step.clone(), context.clone(), data.clone());
+                async move {
+                    let name = step.name.clone();
+                    tokio::task::spawn_blocking(move || {
+                        engine.run_daily_step(&step, &context, data)
+                    })
+                    .await
+                    .map_err(|e| {
+                        failed("InternalError", format!("step {name}: thread failed: {e}"))
+                    })
                 }
+            },
+        )
+        .await;
+        match ran.stopped {
+            None => RunEnd {
+                status: RunStatus::Succeeded,
+                error: None,
+                cause: None,
+            },
+            Some(Stopped::Failed {
+                step,
+                error_type,
+                items,
+            }) => {
+                let messages: Vec<&str> = items.iter().map(|i| i.error_message.as_str()).collect();
+                failed(&error_type, format!("step {step}: {}", messages.join("; ")))
             }
-        }
-        RunEnd {
-            status: RunStatus::Succeeded,
-            error: None,
-            cause: None,
+            Some(Stopped::Error(step_error)) => failed("InternalError", step_error.to_string()),
+            Some(Stopped::Halted(end)) => end,
         }
     }
 }

@@ -31,7 +31,7 @@ use crate::{
     lease::Lease,
     pipeline::{
         ErrorItem, PipelineEngine, PipelineKind, PipelineOutcome, StepContext,
-        manifest::{Manifest, org_manifest},
+        manifest::org_manifest,
     },
     store::{
         Store,
@@ -39,9 +39,6 @@ use crate::{
         loads::{LoadEnd, LoadFile, LoadRecord},
     },
 };
-
-/// The default load manifest, for a server started away from `pipelines/`.
-const BUILTIN_LOAD_MANIFEST: &str = include_str!("../../../pipelines/load.toml");
 
 /// How often an idle worker looks for commits (a commit on this replica wakes
 /// it at once).
@@ -208,16 +205,6 @@ impl LoadCommitter {
             .await
     }
 
-    fn manifest(&self, org: &str) -> Result<Manifest, String> {
-        org_manifest(
-            PipelineKind::Load,
-            &self.config.dir,
-            org,
-            BUILTIN_LOAD_MANIFEST,
-            self.config.test_steps,
-        )
-    }
-
     async fn pipeline(&self, record: &LoadRecord) -> (LoadEnd, Option<PendingAppend>) {
         let load = &record.load;
         let grant: AccessGrant = match record
@@ -240,7 +227,12 @@ impl LoadCommitter {
             Ok(None) => Vec::new(),
             Err(e) => return (internal(format!("stored check_sum: {e}")), None),
         };
-        let manifest = match self.manifest(&load.org) {
+        let manifest = match org_manifest(
+            PipelineKind::Load,
+            &self.config.dir,
+            &load.org,
+            self.config.test_steps,
+        ) {
             Ok(manifest) => manifest,
             Err(e) => return (internal(format!("pipeline manifest: {e}")), None),
         };
@@ -266,11 +258,7 @@ impl LoadCommitter {
             allowed_service_clients: allowed,
             any_service_client: any,
         };
-        let database = standard_databases(&load.org, load.zone.as_deref())
-            .into_iter()
-            .next()
-            .map(|(name, _)| name)
-            .expect("every org and zone has a lake database");
+        let database = standard_databases(&load.org, load.zone.as_deref()).lake;
         let data = Arc::new(StagedLoad::new(
             self.store.clone(),
             self.lake.clone(),

@@ -20,7 +20,8 @@ use crate::{
     auth::ServiceClientScope,
     lake::Lake,
     pipeline::{
-        ErrorItem, PipelineEngine, PipelineKind, StepContext, StepError, manifest::Manifest,
+        ErrorItem, PipelineEngine, PipelineKind, StepContext, StepError, Stopped,
+        manifest::Manifest, run_steps_blocking,
     },
     store::{
         Store,
@@ -113,11 +114,7 @@ pub async fn dry_run(request: &DryRunRequest) -> anyhow::Result<DryRunOutcome> {
         store.record_upload(&load.id, &file_key, size, now).await?;
     }
     let files = store.load_files(&load.id).await?;
-    let database = standard_databases(ORG, None)
-        .into_iter()
-        .next()
-        .map(|(name, _)| name)
-        .expect("an org has a lake database");
+    let database = standard_databases(ORG, None).lake;
     let data = Arc::new(StagedLoad::new(
         store.clone(),
         lake,
@@ -144,25 +141,27 @@ pub async fn dry_run(request: &DryRunRequest) -> anyhow::Result<DryRunOutcome> {
     let runner = data.clone();
     let steps = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<StepReport>> {
         let engine = PipelineEngine::shared().map_err(|e| anyhow::anyhow!(e))?;
-        let mut reports = Vec::new();
-        for step in &manifest.steps {
-            let report = match engine.run_step(step, &context, runner.clone()) {
-                Ok(None) => StepReport::Passed {
-                    step: step.name.clone(),
-                },
-                Ok(Some((error_type, items))) => StepReport::Failed {
-                    step: step.name.clone(),
-                    error_type,
-                    items,
-                },
-                Err(e) => StepReport::Error(e),
-            };
-            let passed = matches!(report, StepReport::Passed { .. });
-            reports.push(report);
-            if !passed {
-                break;
-            }
-        }
+        let ran = run_steps_blocking(&manifest, |step| {
+            engine.run_step(step, &context, runner.clone())
+        });
+        let mut reports: Vec<StepReport> = ran
+            .passed
+            .into_iter()
+            .map(|step| StepReport::Passed { step })
+            .collect();
+        reports.extend(ran.stopped.map(|stopped| match stopped {
+            Stopped::Failed {
+                step,
+                error_type,
+                items,
+            } => StepReport::Failed {
+                step,
+                error_type,
+                items,
+            },
+            Stopped::Error(e) => StepReport::Error(e),
+            Stopped::Halted(never) => match never {},
+        }));
         Ok(reports)
     })
     .await??;

@@ -1,6 +1,8 @@
-//! The components built into the host: `build.rs` compiles `../plugins/` for
-//! wasm32-wasip2 and this module embeds the results. Manifests name them as
-//! `builtin:<name>`; each belongs to one pipeline (its WIT world).
+//! What is built into the host: the components, which `build.rs` compiles
+//! from `../plugins/` for wasm32-wasip2 and this module embeds (manifests
+//! name them as `builtin:<name>`; each belongs to one pipeline, its WIT
+//! world), and the default manifests of `pipelines/`, which a server started
+//! away from that folder runs. Nothing else in the host embeds either.
 
 use super::PipelineKind;
 
@@ -55,4 +57,13 @@ pub fn component(name: &str) -> Option<(PipelineKind, &'static [u8])> {
         .iter()
         .find(|(n, _, _)| *n == name)
         .map(|(_, kind, bytes)| (*kind, *bytes))
+}
+
+/// The repository's default manifest of a `kind` pipeline
+/// (`pipelines/load.toml` / `pipelines/daily.toml`), as compiled in.
+pub fn manifest(kind: PipelineKind) -> &'static str {
+    match kind {
+        PipelineKind::Load => include_str!("../../../pipelines/load.toml"),
+        PipelineKind::Daily => include_str!("../../../pipelines/daily.toml"),
+    }
 }

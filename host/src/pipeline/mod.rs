@@ -1,8 +1,10 @@
 //! The pipelines (DESIGN.md "Load pipeline as WebAssembly components"): the
 //! load pipeline of a commit and the daily run's pipeline. Manifests name
-//! steps in order; each step is a WASI component run by `engine.rs` in a fresh
-//! sandbox with a time limit, a memory limit and only the capabilities its
-//! manifest entry grants. Knows no HTTP.
+//! steps in order (`manifest/`, which also picks an org's manifest); each step
+//! is a WASI component run by `engine/` in a fresh sandbox with a time limit,
+//! a memory limit and only the capabilities its manifest entry grants;
+//! `sequence.rs` runs a manifest's steps in order for every caller. This file
+//! holds the vocabulary they share. Knows no HTTP.
 //!
 //! Steps carry the policy and the host does the data work: what a capability
 //! answers comes from a [`LoadData`] of the load being committed, or from a
@@ -16,8 +18,10 @@ use datafusion::arrow::{
 pub mod builtin;
 mod engine;
 pub mod manifest;
+mod sequence;
 
 pub use engine::PipelineEngine;
+pub use sequence::{StepsRun, Stopped, run_steps, run_steps_blocking};
 
 /// Which pipeline a manifest or a component belongs to: each is its own WIT
 /// world with its own capabilities.
@@ -120,6 +124,9 @@ pub struct ErrorItem {
     #[serde(rename = "CheckResult", skip_serializing_if = "Option::is_none")]
     pub check_result: Option<String>,
 }
+
+/// A step's verdict: `None` to go on, or the ErrorType and items of a failure.
+pub type StepVerdict = Option<(String, Vec<ErrorItem>)>;
 
 /// How a pipeline run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -72,8 +72,30 @@ fn parse_kind(name: &str) -> Result<DatabaseKind> {
 
 /// The databases every org (zone `None`) or zone has: `<org>_lake_v2` or
 /// `<zone>_lake` (the default), and the insights, data-input and sandbox family.
-/// Hyphens of DNS names become underscores so names are plain SQL identifiers.
-pub fn standard_databases(org: &str, zone: Option<&str>) -> Vec<(String, DatabaseKind)> {
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StandardDatabases {
+    /// The default database of queries and loads.
+    pub lake: String,
+    pub insights: String,
+    pub data_input: String,
+    pub sandbox: String,
+}
+
+impl StandardDatabases {
+    /// Each database with its kind, the lake first.
+    pub fn all(&self) -> [(&str, DatabaseKind); 4] {
+        [
+            (&self.lake, DatabaseKind::Lake),
+            (&self.insights, DatabaseKind::Insights),
+            (&self.data_input, DatabaseKind::DataInput),
+            (&self.sandbox, DatabaseKind::Sandbox),
+        ]
+    }
+}
+
+/// The standard databases' names of an org or zone. Hyphens of DNS names
+/// become underscores so names are plain SQL identifiers.
+pub fn standard_databases(org: &str, zone: Option<&str>) -> StandardDatabases {
     let (stem, lake) = match zone {
         None => {
             let stem = org.replace('-', "_");
@@ -86,12 +108,12 @@ pub fn standard_databases(org: &str, zone: Option<&str>) -> Vec<(String, Databas
             (stem, lake)
         }
     };
-    vec![
-        (lake, DatabaseKind::Lake),
-        (format!("{stem}_insights"), DatabaseKind::Insights),
-        (format!("{stem}_data_input"), DatabaseKind::DataInput),
-        (format!("{stem}_sandbox"), DatabaseKind::Sandbox),
-    ]
+    StandardDatabases {
+        lake,
+        insights: format!("{stem}_insights"),
+        data_input: format!("{stem}_data_input"),
+        sandbox: format!("{stem}_sandbox"),
+    }
 }
 
 fn database_from_row(row: &sqlx::any::AnyRow) -> Result<LakeDatabase> {
@@ -143,7 +165,7 @@ impl Store {
         org: &str,
         zone: Option<&str>,
     ) -> Result<Vec<LakeDatabase>> {
-        for (name, kind) in standard_databases(org, zone) {
+        for (name, kind) in standard_databases(org, zone).all() {
             sqlx::query(
                 "INSERT INTO lake_databases (id, org, zone, name, kind) VALUES ($1, $2, $3, $4, $5) \
                  ON CONFLICT (org, zone, name) DO NOTHING",
@@ -151,7 +173,7 @@ impl Store {
             .bind(new_id())
             .bind(org)
             .bind(zone.unwrap_or(""))
-            .bind(&name)
+            .bind(name)
             .bind(kind_name(kind))
             .execute(self.pool())
             .await?;

@@ -186,11 +186,7 @@ impl QueryService {
     }
 
     fn default_database(caller: &LakeCaller) -> String {
-        standard_databases(&caller.org, caller.zone.as_deref())
-            .into_iter()
-            .next()
-            .map(|(name, _)| name)
-            .expect("every org and zone has a lake database")
+        standard_databases(&caller.org, caller.zone.as_deref()).lake
     }
 
     /// Checks `sql` against `access` and plans it in a session of the org

@@ -19,6 +19,10 @@
 //! replaces it for one org; `daily.toml` likewise for the daily run. An
 //! unknown key, a missing key, a bad value, a capability or a built-in of the
 //! other pipeline is an error naming the file and the key.
+//!
+//! This module reads manifest text into a [`Manifest`] and nothing more; which
+//! manifest an org runs (its own, the shared one or the built-in default) is
+//! `org.rs`'s. It never runs or compiles a step.
 
 use std::{
     collections::BTreeSet,
@@ -28,6 +32,12 @@ use std::{
 use serde::Deserialize;
 
 use super::PipelineKind;
+
+mod org;
+#[cfg(test)]
+mod tests;
+
+pub use org::{manifest_path, org_manifest};
 
 /// The manifest format this host reads.
 pub const MANIFEST_VERSION: u32 = 1;
@@ -279,234 +289,5 @@ impl Manifest {
             origin: origin.to_string(),
             steps,
         })
-    }
-}
-
-/// The `kind` manifest an org's pipelines run: its own or the shared one
-/// under `dir` (`manifest_path`), else `builtin` (the repository's default,
-/// compiled in). A broken manifest's error names the file relative to `dir`:
-/// it reaches the caller in the load's or run's failure, and the server's
-/// own paths stay in the server's log. The built-in test steps are refused
-/// unless `test_steps` (`pipeline.test_steps`) allows them.
-pub fn org_manifest(
-    kind: PipelineKind,
-    dir: &Path,
-    org: &str,
-    builtin: &str,
-    test_steps: bool,
-) -> Result<Manifest, String> {
-    let path = manifest_path(dir, org, kind);
-    if !path.exists() {
-        let origin = format!("built-in pipelines/{}", kind.file_name());
-        return Manifest::parse(kind, builtin, &origin, Path::new(".")).map_err(|e| e.to_string());
-    }
-    let shown = path
-        .strip_prefix(dir)
-        .unwrap_or(Path::new(kind.file_name()))
-        .display()
-        .to_string();
-    let manifest = Manifest::load(kind, &path).map_err(|mut e| {
-        tracing::warn!(%org, error = %e, "a pipeline manifest is broken");
-        e.file = shown.clone();
-        e.to_string()
-    })?;
-    if !test_steps {
-        for (i, step) in manifest.steps.iter().enumerate() {
-            if let ComponentSource::Builtin(name) = &step.component
-                && super::builtin::TEST_STEPS.contains(&name.as_str())
-            {
-                return Err(ManifestError {
-                    file: shown,
-                    key: format!("steps[{i}].component"),
-                    problem: format!(
-                        "`{name}` is a test step; this server runs it only with pipeline.test_steps = true"
-                    ),
-                }
-                .to_string());
-            }
-        }
-    }
-    Ok(manifest)
-}
-
-/// The `kind` manifest of `org`: `<dir>/orgs/<org>/<load|daily>.toml` when it
-/// exists, else `<dir>/<load|daily>.toml`. Read at each use, so an operator's
-/// change takes effect without a restart or a rebuild.
-pub fn manifest_path(dir: &Path, org: &str, kind: PipelineKind) -> PathBuf {
-    let own = dir.join("orgs").join(org).join(kind.file_name());
-    if own.exists() {
-        own
-    } else {
-        dir.join(kind.file_name())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(text: &str) -> Result<Manifest, ManifestError> {
-        Manifest::parse(
-            PipelineKind::Load,
-            text,
-            "test.toml",
-            Path::new("/manifests"),
-        )
-    }
-
-    #[test]
-    fn the_shipped_manifests_parse() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../pipelines");
-        let manifest = Manifest::load(PipelineKind::Load, &dir.join("load.toml")).unwrap();
-        let names: Vec<&str> = manifest.steps.iter().map(|s| s.name.as_str()).collect();
-        assert_eq!(
-            names,
-            [
-                "validate_parquet",
-                "enforce_service_clients",
-                "verify_checksums",
-                "match_schema",
-                "insert"
-            ]
-        );
-        let insert = manifest.steps.last().unwrap();
-        assert!(insert.grants.contains(&Capability::LakeAppend));
-        assert!(
-            manifest.steps[..4]
-                .iter()
-                .all(|s| !s.grants.contains(&Capability::LakeAppend)),
-            "only the insert step may append"
-        );
-        let daily = Manifest::load(PipelineKind::Daily, &dir.join("daily.toml")).unwrap();
-        assert!(
-            daily
-                .steps
-                .iter()
-                .any(|s| s.component == ComponentSource::Builtin("sql_transform".into())),
-            "the default daily run refreshes insights with SQL"
-        );
-    }
-
-    #[test]
-    fn each_pipeline_takes_only_its_own_capabilities_and_builtins() {
-        let daily_step_in_load =
-            parse("version = 1\n[[steps]]\nname = \"a\"\ncomponent = \"builtin:sql_transform\"\n")
-                .unwrap_err();
-        assert_eq!(daily_step_in_load.key, "steps[0].component");
-        assert!(
-            daily_step_in_load
-                .problem
-                .contains("not one of the built-in load steps"),
-            "{daily_step_in_load}"
-        );
-        let lake_sql_in_load = parse(
-            "version = 1\n[[steps]]\nname = \"a\"\ncomponent = \"builtin:insert\"\ngrants = [\"log\", \"lake-sql\"]\n",
-        )
-        .unwrap_err();
-        assert_eq!(lake_sql_in_load.key, "steps[0].grants[1]");
-        assert!(
-            lake_sql_in_load
-                .problem
-                .contains("`lake-sql` is not a capability of load steps"),
-            "{lake_sql_in_load}"
-        );
-        let daily =
-            |text: &str| Manifest::parse(PipelineKind::Daily, text, "daily.toml", Path::new("/m"));
-        let append_in_daily = daily(
-            "version = 1\n[[steps]]\nname = \"a\"\ncomponent = \"builtin:sql_transform\"\ngrants = [\"lake-append\"]\n",
-        )
-        .unwrap_err();
-        assert!(
-            append_in_daily.problem.contains("daily-run steps"),
-            "{append_in_daily}"
-        );
-        let load_step_in_daily =
-            daily("version = 1\n[[steps]]\nname = \"a\"\ncomponent = \"builtin:insert\"\n")
-                .unwrap_err();
-        assert!(
-            load_step_in_daily.problem.contains("sql_transform"),
-            "the message lists the daily built-ins: {load_step_in_daily}"
-        );
-        let good = daily(
-            "version = 1\n[[steps]]\nname = \"a\"\ncomponent = \"builtin:sql_transform\"\ngrants = [\"lake-sql\", \"log\"]\n",
-        )
-        .unwrap();
-        assert_eq!(good.kind, PipelineKind::Daily);
-    }
-
-    #[test]
-    fn a_valid_manifest_with_a_file_component_and_config() {
-        let manifest = parse(
-            r#"
-            version = 1
-            [[steps]]
-            name = "reject_columns"
-            component = "steps/reject.wasm"
-            grants = ["staged-files", "log"]
-            time_limit_ms = 500
-            [steps.config]
-            forbidden = ["ssn"]
-            "#,
-        )
-        .unwrap();
-        let step = &manifest.steps[0];
-        assert_eq!(
-            step.component,
-            ComponentSource::File(PathBuf::from("/manifests/steps/reject.wasm"))
-        );
-        assert_eq!(step.time_limit_ms, 500);
-        assert_eq!(step.memory_limit_bytes, DEFAULT_MEMORY_LIMIT_BYTES);
-        assert_eq!(step.config_json, r#"{"forbidden":["ssn"]}"#);
-    }
-
-    #[test]
-    fn invalid_manifests_name_the_file_and_the_key() {
-        let cases = [
-            (
-                "version = 1\nsteps = []\nextra = 1\n",
-                "extra",
-                "unknown field `extra`",
-            ),
-            ("steps = []\n", "<root>", "missing field `version`"),
-            ("version = 2\nsteps = []\n", "version", "not supported"),
-            ("version = 1\nsteps = []\n", "steps", "at least one step"),
-            (
-                "version = 1\n[[steps]]\nname = \"a\"\ncomponent = \"builtin:insert\"\ntimeout = 1\n",
-                "steps[0].timeout",
-                "unknown field `timeout`",
-            ),
-            (
-                "version = 1\n[[steps]]\nname = \"a\"\ncomponent = \"builtin:insert\"\ngrants = [\"network\"]\n",
-                "steps[0].grants[0]",
-                "unknown variant `network`",
-            ),
-            (
-                "version = 1\n[[steps]]\nname = \"a\"\ncomponent = \"builtin:nope\"\n",
-                "steps[0].component",
-                "no built-in component `nope`",
-            ),
-            (
-                "version = 1\n[[steps]]\nname = \"a\"\ncomponent = \"http://x/y\"\n",
-                "steps[0].component",
-                ".wasm",
-            ),
-            (
-                "version = 1\n[[steps]]\nname = \"a\"\ncomponent = \"builtin:insert\"\n[[steps]]\nname = \"a\"\ncomponent = \"builtin:insert\"\n",
-                "steps[1].name",
-                "listed twice",
-            ),
-            (
-                "version = 1\n[[steps]]\nname = \"a\"\ncomponent = \"builtin:insert\"\nmemory_limit_bytes = 10\n",
-                "steps[0].memory_limit_bytes",
-                "at least",
-            ),
-            ("version = ", "<toml>", "not valid TOML"),
-        ];
-        for (text, key, problem) in cases {
-            let error = parse(text).unwrap_err();
-            assert_eq!(error.file, "test.toml", "{text}");
-            assert_eq!(error.key, key, "{text}: {error}");
-            assert!(error.problem.contains(problem), "{text}: {error}");
-        }
     }
 }

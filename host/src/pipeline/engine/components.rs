@@ -1,0 +1,143 @@
+//! Compiling components once per process: a component is compiled the first
+//! time a manifest names it (built-ins at startup) and kept as an
+//! `InstancePre` of its world, so a run only instantiates. A `.wasm` file is
+//! compiled again when its size or modification time changes, so an operator
+//! can swap it without a restart.
+//!
+//! It must never hand out a component for a world it was not built for, nor
+//! put the server's directories into a message (they reach the caller).
+
+use std::{
+    collections::HashMap,
+    path::PathBuf,
+    sync::{Arc, Mutex, OnceLock},
+};
+
+use wasmtime::component::{Component, InstancePre, Linker};
+
+use super::{
+    PipelineEngine, bindings, daily_bindings,
+    sandbox::{DailyState, LoadState},
+};
+use crate::pipeline::{PipelineKind, builtin, manifest::ComponentSource};
+
+/// What identifies a compiled component: a built-in name, or a file with its
+/// size and modification time.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum ComponentKey {
+    Builtin(String),
+    File(PathBuf, u64, Option<std::time::SystemTime>),
+}
+
+/// Compiled components of one world. Each key gets a cell that is filled
+/// once: two servers asking for the same component at once compile it once.
+pub(super) struct ComponentCache<P> {
+    cells: Mutex<HashMap<ComponentKey, Arc<CompiledCell<P>>>>,
+}
+
+/// A component compiled once (or the reason it does not compile).
+type CompiledCell<P> = OnceLock<Result<P, String>>;
+
+impl<P: Clone> ComponentCache<P> {
+    pub(super) fn new() -> Self {
+        Self {
+            cells: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn get_or_compile(
+        &self,
+        key: ComponentKey,
+        compile: impl FnOnce() -> Result<P, String>,
+    ) -> Result<P, String> {
+        let cell = self
+            .cells
+            .lock()
+            .expect("component cache lock")
+            .entry(key)
+            .or_default()
+            .clone();
+        cell.get_or_init(compile).clone()
+    }
+}
+
+impl PipelineEngine {
+    /// The compiled component of `source` for a `kind` pipeline, through
+    /// `linker`; `finish` checks its exports against the world.
+    fn prepared<T: 'static, P: Clone>(
+        &self,
+        kind: PipelineKind,
+        source: &ComponentSource,
+        cache: &ComponentCache<P>,
+        linker: &Linker<T>,
+        finish: impl FnOnce(InstancePre<T>) -> wasmtime::Result<P>,
+    ) -> Result<P, String> {
+        let key = match source {
+            ComponentSource::Builtin(name) => ComponentKey::Builtin(name.clone()),
+            ComponentSource::File(path) => {
+                // Messages name the file, not the server's directories.
+                let shown = path.file_name().unwrap_or_default().to_string_lossy();
+                let meta = std::fs::metadata(path).map_err(|e| format!("{shown}: {e}"))?;
+                ComponentKey::File(path.clone(), meta.len(), meta.modified().ok())
+            }
+        };
+        cache.get_or_compile(key, || {
+            let component = match source {
+                ComponentSource::Builtin(name) => match builtin::component(name) {
+                    Some((builtin_kind, bytes)) if builtin_kind == kind => {
+                        Component::new(&self.engine, bytes)
+                    }
+                    Some(_) => {
+                        return Err(format!(
+                            "built-in {name} is not one of the {}",
+                            kind.steps_name()
+                        ));
+                    }
+                    None => return Err(format!("no built-in component {name}")),
+                },
+                ComponentSource::File(path) => std::fs::read(path)
+                    .map_err(wasmtime::Error::from)
+                    .and_then(|bytes| Component::new(&self.engine, bytes)),
+            }
+            .map_err(|e| format!("not a usable component: {e:#}"))?;
+            let instance_pre = linker
+                .instantiate_pre(&component)
+                .map_err(|e| format!("imports do not match the {} world: {e:#}", world(kind)))?;
+            finish(instance_pre)
+                .map_err(|e| format!("exports do not match the {} world: {e:#}", world(kind)))
+        })
+    }
+
+    pub(super) fn load_step(
+        &self,
+        source: &ComponentSource,
+    ) -> Result<bindings::StepPre<LoadState>, String> {
+        self.prepared(
+            PipelineKind::Load,
+            source,
+            &self.load_steps,
+            &self.load_linker,
+            bindings::StepPre::new,
+        )
+    }
+
+    pub(super) fn daily_step(
+        &self,
+        source: &ComponentSource,
+    ) -> Result<daily_bindings::DailyStepPre<DailyState>, String> {
+        self.prepared(
+            PipelineKind::Daily,
+            source,
+            &self.daily_steps,
+            &self.daily_linker,
+            daily_bindings::DailyStepPre::new,
+        )
+    }
+}
+
+fn world(kind: PipelineKind) -> &'static str {
+    match kind {
+        PipelineKind::Load => "step",
+        PipelineKind::Daily => "daily-step",
+    }
+}

@@ -1,0 +1,221 @@
+//! The wasmtime side of the pipelines: the one place that runs `bindgen!`
+//! (for the `step` world of loads and the `daily-step` world of daily runs,
+//! which shares its `types` and `log` interfaces), and the engine that runs
+//! one step of either world.
+//!
+//! - **One engine per process** ([`PipelineEngine::shared`]), serving every
+//!   server of the process, with the thread that ticks its epoch.
+//! - **Compiled once** (`components.rs`): a run only instantiates.
+//! - **A box per run** (`sandbox.rs`): a fresh `Store`, a time limit by epoch
+//!   interruption, a memory limit, an empty WASI context.
+//! - **Capabilities** (`imports.rs`): every WIT import is linked, but each one
+//!   first checks the step's grants and answers `not-granted` instead of data.
+//! - **What comes back is held** (`verdict.rs`): report items, ErrorTypes and
+//!   text are bounded before anyone reads them.
+//!
+//! Which steps run, in which order and where a run stops is not this
+//! module's: `sequence.rs` decides it for every caller. Nothing else in the
+//! host may run `bindgen!` or create a wasmtime `Engine`.
+
+use std::sync::{Arc, OnceLock};
+
+use wasmtime::{
+    Config, Engine,
+    component::{HasSelf, Linker},
+};
+
+use super::{
+    DailyData, LOAD_ERROR_TYPES, LoadData, PipelineKind, PipelineOutcome, RunContext, StepContext,
+    StepError, StepVerdict, Stopped, builtin,
+    manifest::{ComponentSource, Manifest, Step},
+    run_steps_blocking,
+};
+
+mod components;
+mod imports;
+mod sandbox;
+#[cfg(test)]
+mod tests;
+mod verdict;
+
+use components::ComponentCache;
+use sandbox::{DailyState, LoadState, TICK};
+use verdict::verdict;
+
+mod bindings {
+    wasmtime::component::bindgen!({ path: "../wit", world: "step" });
+}
+
+mod daily_bindings {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "daily-step",
+        with: {
+            "lakehost:pipeline/types": super::bindings::lakehost::pipeline::types,
+            "lakehost:pipeline/log": super::bindings::lakehost::pipeline::log,
+        },
+    });
+}
+
+use bindings::lakehost::pipeline::types;
+
+/// Compiles and runs steps. One per process ([`PipelineEngine::shared`]).
+pub struct PipelineEngine {
+    engine: Engine,
+    load_linker: Linker<LoadState>,
+    daily_linker: Linker<DailyState>,
+    load_steps: ComponentCache<bindings::StepPre<LoadState>>,
+    daily_steps: ComponentCache<daily_bindings::DailyStepPre<DailyState>>,
+}
+
+impl std::fmt::Debug for PipelineEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PipelineEngine")
+    }
+}
+
+impl PipelineEngine {
+    /// The process's engine, created on first use (with its epoch thread).
+    pub fn shared() -> Result<Arc<Self>, String> {
+        static SHARED: OnceLock<Result<Arc<PipelineEngine>, String>> = OnceLock::new();
+        SHARED
+            .get_or_init(|| {
+                Self::new()
+                    .map(Arc::new)
+                    .map_err(|e| format!("starting the WebAssembly engine: {e:#}"))
+            })
+            .clone()
+    }
+
+    fn new() -> wasmtime::Result<Self> {
+        let mut config = Config::new();
+        config.wasm_component_model(true);
+        // Time limits: the guest checks the epoch at loop heads and calls.
+        config.epoch_interruption(true);
+        let engine = Engine::new(&config)?;
+        let mut load_linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut load_linker)?;
+        bindings::Step::add_to_linker::<LoadState, HasSelf<LoadState>>(&mut load_linker, |s| s)?;
+        let mut daily_linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut daily_linker)?;
+        daily_bindings::DailyStep::add_to_linker::<DailyState, HasSelf<DailyState>>(
+            &mut daily_linker,
+            |s| s,
+        )?;
+        {
+            let engine = engine.clone();
+            std::thread::Builder::new()
+                .name("pipeline-epoch".into())
+                .spawn(move || {
+                    loop {
+                        std::thread::sleep(TICK);
+                        engine.increment_epoch();
+                    }
+                })
+                .map_err(|e| wasmtime::Error::msg(format!("epoch thread: {e}")))?;
+        }
+        Ok(Self {
+            engine,
+            load_linker,
+            daily_linker,
+            load_steps: ComponentCache::new(),
+            daily_steps: ComponentCache::new(),
+        })
+    }
+
+    /// Compiles every built-in component now, so no run waits for it.
+    pub fn precompile_builtins(&self) -> Result<(), String> {
+        for (name, kind) in builtin::names() {
+            let source = ComponentSource::Builtin(name.to_string());
+            match kind {
+                PipelineKind::Load => self.load_step(&source).map(drop)?,
+                PipelineKind::Daily => self.daily_step(&source).map(drop)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs one load step in a fresh store. Blocks: call it from a blocking thread.
+    pub fn run_step(
+        &self,
+        step: &Step,
+        context: &StepContext,
+        data: Arc<dyn LoadData>,
+    ) -> Result<StepVerdict, StepError> {
+        let pre = self
+            .load_step(&step.component)
+            .map_err(|message| StepError::Component {
+                step: step.name.clone(),
+                message,
+            })?;
+        let mut store = self.sandbox(step, data, &context.load_id);
+        let context = types::LoadContext {
+            load_id: context.load_id.clone(),
+            org: context.org.clone(),
+            zone: context.zone.clone(),
+            table_name: context.table_name.clone(),
+            load_as_service_client_id: context.load_as_service_client_id.clone(),
+            partitions: context.partitions.clone(),
+            check_sum: context.check_sum.clone(),
+            allowed_service_clients: context.allowed_service_clients.clone(),
+            any_service_client: context.any_service_client,
+        };
+        let called = pre
+            .instantiate(&mut store)
+            .and_then(|instance| instance.call_run(&mut store, &context, &step.config_json));
+        verdict(step, &store, called, Some(LOAD_ERROR_TYPES))
+    }
+
+    /// Runs one daily-run step in a fresh store. Blocks: call it from a
+    /// blocking thread.
+    pub fn run_daily_step(
+        &self,
+        step: &Step,
+        context: &RunContext,
+        data: Arc<dyn DailyData>,
+    ) -> Result<StepVerdict, StepError> {
+        let pre = self
+            .daily_step(&step.component)
+            .map_err(|message| StepError::Component {
+                step: step.name.clone(),
+                message,
+            })?;
+        let mut store = self.sandbox(step, data, &context.execution_name);
+        let context = types::RunContext {
+            execution_name: context.execution_name.clone(),
+            org: context.org.clone(),
+            lake_database: context.lake_database.clone(),
+            insights_database: context.insights_database.clone(),
+            scheduled: context.scheduled,
+        };
+        let called = pre
+            .instantiate(&mut store)
+            .and_then(|instance| instance.call_run(&mut store, &context, &step.config_json));
+        verdict(step, &store, called, None)
+    }
+
+    /// Runs the manifest's steps in order until one fails the load. Blocks:
+    /// call it from a blocking thread.
+    pub fn run_pipeline(
+        &self,
+        manifest: &Manifest,
+        context: &StepContext,
+        data: Arc<dyn LoadData>,
+    ) -> Result<PipelineOutcome, StepError> {
+        let ran = run_steps_blocking(manifest, |step| self.run_step(step, context, data.clone()));
+        match ran.stopped {
+            None => Ok(PipelineOutcome::Passed),
+            Some(Stopped::Failed {
+                step,
+                error_type,
+                items,
+            }) => Ok(PipelineOutcome::Failed {
+                step,
+                error_type,
+                items,
+            }),
+            Some(Stopped::Error(error)) => Err(error),
+            Some(Stopped::Halted(never)) => match never {},
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! A step's box: what one run's `Store` holds, the memory limit, the epoch
+//! deadline of the time limit, and the grant check every import makes first.
+//!
+//! - **A fresh `Store` per step run**: no state leaks from one load (or step)
+//!   to the next.
+//! - **Time limit by epoch interruption**: a thread of the engine ticks its
+//!   epoch every `TICK`; a store's deadline is its step's `time_limit_ms` in
+//!   ticks, after which the guest traps with `Trap::Interrupt` wherever it is.
+//! - **Memory limit by a `ResourceLimiter`** (like wasmtime's `StoreLimits`,
+//!   but it remembers that it refused a growth, so the failure can say why).
+//! - **WASI** is linked with an empty context: no files, no environment, no
+//!   network, no inherited stdio; only clocks and randomness work.
+//!
+//! It must never give a step a file, a socket, a variable of the server's
+//! environment or a store another run used.
+
+use std::{collections::BTreeSet, sync::Arc, time::Duration};
+
+use wasmtime::{ResourceLimiter, Store, component::ResourceTable};
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use super::{PipelineEngine, types::CapabilityError};
+use crate::pipeline::{
+    DailyData, LoadData,
+    manifest::{Capability, Step},
+};
+
+/// How often the epoch advances: the granularity of time limits.
+pub(super) const TICK: Duration = Duration::from_millis(10);
+
+/// What one step run's store holds; `D` is the data side of its pipeline
+/// (`dyn LoadData` or `dyn DailyData`).
+pub(super) struct StepState<D: ?Sized> {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub(super) limits: StepLimits,
+    pub(super) grants: BTreeSet<Capability>,
+    pub(super) data: Arc<D>,
+    pub(super) step: String,
+    /// The load id or the daily-run execution name, for log lines.
+    pub(super) job: String,
+    /// What the step has logged so far, against `LOG_BUDGET_BYTES`.
+    pub(super) logged_bytes: usize,
+}
+
+pub(super) type LoadState = StepState<dyn LoadData>;
+pub(super) type DailyState = StepState<dyn DailyData>;
+
+impl<D: ?Sized + Send + Sync> WasiView for StepState<D> {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// Refuses memory growth past the step's limit, and remembers that it did.
+pub(super) struct StepLimits {
+    memory_bytes: usize,
+    pub(super) refused: bool,
+}
+
+impl ResourceLimiter for StepLimits {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.memory_bytes {
+            self.refused = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 100_000)
+    }
+
+    fn instances(&self) -> usize {
+        100
+    }
+
+    fn memories(&self) -> usize {
+        10
+    }
+
+    fn tables(&self) -> usize {
+        100
+    }
+}
+
+impl<D: ?Sized> StepState<D> {
+    pub(super) fn grant(&self, capability: Capability) -> Result<(), CapabilityError> {
+        if self.grants.contains(&capability) {
+            Ok(())
+        } else {
+            Err(CapabilityError::NotGranted(format!(
+                "step {} was not granted {} in its manifest",
+                self.step,
+                capability.name()
+            )))
+        }
+    }
+}
+
+impl PipelineEngine {
+    /// A fresh store for one run of `step`, with its limits and grants.
+    pub(super) fn sandbox<D: ?Sized>(
+        &self,
+        step: &Step,
+        data: Arc<D>,
+        job: &str,
+    ) -> Store<StepState<D>> {
+        let state = StepState {
+            wasi: WasiCtxBuilder::new().build(),
+            table: ResourceTable::new(),
+            limits: StepLimits {
+                memory_bytes: usize::try_from(step.memory_limit_bytes).unwrap_or(usize::MAX),
+                refused: false,
+            },
+            grants: step.grants.clone(),
+            data,
+            step: step.name.clone(),
+            job: job.to_string(),
+            logged_bytes: 0,
+        };
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|state| &mut state.limits);
+        let ticks = step.time_limit_ms.div_ceil(TICK.as_millis() as u64).max(1);
+        store.set_epoch_deadline(ticks);
+        store.epoch_deadline_trap();
+        store
+    }
+}

@@ -1,0 +1,267 @@
+//! The engine against the real built-in components, with a fixed
+//! `LoadData` standing in for a load (the data side has its own tests).
+//! Tests only: nothing here is compiled into the server.
+
+use std::sync::Mutex;
+
+use super::{imports::LOG_BUDGET_BYTES, *};
+use crate::pipeline::{ColumnInfo, ErrorItem, StagedFileInfo};
+
+/// A load of two uploaded files whose columns and SQL answers are given.
+struct FixedLoad {
+    files: Vec<StagedFileInfo>,
+    columns: Result<Vec<ColumnInfo>, String>,
+    answer: Vec<Vec<Option<String>>>,
+    appended: Mutex<u32>,
+}
+
+impl FixedLoad {
+    fn new() -> Self {
+        Self {
+            files: vec![StagedFileInfo {
+                file_key: "part_1".into(),
+                size_bytes: 10,
+                uploaded: true,
+            }],
+            columns: Ok(vec![
+                column("trip_id", "bigint"),
+                column("service_client_id", "bigint"),
+            ]),
+            answer: vec![vec![Some("100".into())]],
+            appended: Mutex::new(0),
+        }
+    }
+}
+
+fn column(name: &str, sql_type: &str) -> ColumnInfo {
+    ColumnInfo {
+        name: name.into(),
+        sql_type: sql_type.into(),
+        nullable: true,
+    }
+}
+
+impl LoadData for FixedLoad {
+    fn list_files(&self) -> Result<Vec<StagedFileInfo>, String> {
+        Ok(self.files.clone())
+    }
+    fn parquet_columns(&self, _file_key: &str) -> Result<Vec<ColumnInfo>, String> {
+        self.columns.clone()
+    }
+    fn query(&self, _sql: &str, _max_rows: u32) -> Result<Vec<Vec<Option<String>>>, String> {
+        Ok(self.answer.clone())
+    }
+    fn table_columns(&self) -> Result<Option<Vec<ColumnInfo>>, String> {
+        Ok(None)
+    }
+    fn append_staged(&self) -> Result<u64, String> {
+        *self.appended.lock().unwrap() += 1;
+        Ok(100)
+    }
+}
+
+fn step(component: &str, grants: &[&str], extra: &str) -> Step {
+    let grants = grants
+        .iter()
+        .map(|g| format!("\"{g}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let text = format!(
+        "version = 1\n[[steps]]\nname = \"s\"\ncomponent = \"builtin:{component}\"\ngrants = [{grants}]\n{extra}"
+    );
+    Manifest::parse(
+        PipelineKind::Load,
+        &text,
+        "test.toml",
+        std::path::Path::new("."),
+    )
+    .unwrap()
+    .steps
+    .remove(0)
+}
+
+fn engine() -> Arc<PipelineEngine> {
+    PipelineEngine::shared().expect("engine")
+}
+
+fn context() -> StepContext {
+    StepContext {
+        load_id: "l1".into(),
+        table_name: "trips".into(),
+        check_sum: vec![("count(*)".into(), "100".into())],
+        any_service_client: true,
+        ..StepContext::default()
+    }
+}
+
+#[test]
+fn a_step_that_loops_forever_is_stopped_by_its_time_limit() {
+    let result = engine().run_step(
+        &step("loop_forever", &[], "time_limit_ms = 200\n"),
+        &context(),
+        Arc::new(FixedLoad::new()),
+    );
+    assert_eq!(
+        result,
+        Err(StepError::TimeLimit {
+            step: "s".into(),
+            limit_ms: 200
+        })
+    );
+}
+
+#[test]
+fn a_step_that_grows_without_bound_is_stopped_by_its_memory_limit() {
+    let result = engine().run_step(
+        &step("grow_memory", &[], "memory_limit_bytes = 33554432\n"),
+        &context(),
+        Arc::new(FixedLoad::new()),
+    );
+    assert_eq!(
+        result,
+        Err(StepError::MemoryLimit {
+            step: "s".into(),
+            limit_bytes: 32 << 20
+        })
+    );
+}
+
+/// A step writing 64 lines of a megabyte each leaves at most its log
+/// budget in the server's log.
+#[test]
+fn a_step_flooding_the_log_is_held_to_its_budget() {
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Captured {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_max_level(tracing::Level::DEBUG)
+        .finish();
+    let verdict = tracing::subscriber::with_default(subscriber, || {
+        engine().run_step(
+            &step(
+                "misbehave",
+                &["log"],
+                "[steps.config]\nhow = \"flood_logs\"\n",
+            ),
+            &context(),
+            Arc::new(FixedLoad::new()),
+        )
+    });
+    assert!(matches!(verdict, Ok(None)), "{verdict:?}");
+    let logged = captured.0.lock().unwrap().len();
+    assert!(
+        (LOG_BUDGET_BYTES..LOG_BUDGET_BYTES + 8 * 1024).contains(&logged),
+        "{logged} bytes logged"
+    );
+}
+
+#[test]
+fn an_ungranted_import_answers_an_error_and_no_data() {
+    let load = Arc::new(FixedLoad::new());
+    let (_, items) = engine()
+        .run_step(&step("ungranted_import", &[], ""), &context(), load.clone())
+        .unwrap()
+        .expect("the test step always reports");
+    for item in &items {
+        assert!(
+            item.error_message.contains("not granted"),
+            "{}",
+            item.error_message
+        );
+    }
+    assert_eq!(*load.appended.lock().unwrap(), 0, "append never ran");
+
+    // Granted, the same calls reach the data.
+    let (_, items) = engine()
+        .run_step(
+            &step(
+                "ungranted_import",
+                &["staged-files", "staged-sql", "lake-schema", "lake-append"],
+                "",
+            ),
+            &context(),
+            load.clone(),
+        )
+        .unwrap()
+        .unwrap();
+    assert!(
+        items.iter().all(|i| i.error_message.contains(": data ")),
+        "{items:?}"
+    );
+    assert_eq!(*load.appended.lock().unwrap(), 1);
+}
+
+#[test]
+fn validate_parquet_reports_missing_files_and_bad_columns() {
+    let validate = |load: FixedLoad| {
+        engine().run_step(
+            &step("validate_parquet", &["staged-files"], ""),
+            &context(),
+            Arc::new(load),
+        )
+    };
+    let mut load = FixedLoad::new();
+    load.files[0].uploaded = false;
+    let (error_type, items) = validate(load).unwrap().unwrap();
+    assert_eq!(error_type, "NoFilesUploaded");
+    assert!(items.iter().all(|i| i.error_type == "MISSING_FILE"));
+
+    let mut load = FixedLoad::new();
+    load.columns = Ok(vec![column("Trip-Id", "bigint")]);
+    let (error_type, items) = validate(load).unwrap().unwrap();
+    assert_eq!(error_type, "ParquetValidation");
+    assert_eq!(items[0].error_type, "INVALID_PARQUET");
+
+    let mut load = FixedLoad::new();
+    load.columns = Err("not a parquet file".into());
+    let (error_type, _) = validate(load).unwrap().unwrap();
+    assert_eq!(error_type, "ParquetValidation");
+
+    assert_eq!(validate(FixedLoad::new()), Ok(None));
+}
+
+#[test]
+fn verify_checksums_names_the_aggregate_and_both_values() {
+    let mut context = context();
+    context.check_sum = vec![("count(*)".into(), "99".into())];
+    let (error_type, items) = engine()
+        .run_step(
+            &step("verify_checksums", &["staged-sql"], ""),
+            &context,
+            Arc::new(FixedLoad::new()),
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(error_type, "CheckSumError");
+    assert_eq!(
+        items,
+        [ErrorItem {
+            error_type: "CHECKSUM_MISMATCH".into(),
+            error_message: "Checksum mismatch for count(*): expected 99, actual 100".into(),
+            check_result: Some("FAIL".into()),
+        }]
+    );
+}
+
+#[test]
+fn the_default_pipeline_passes_a_good_load_and_appends_once() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../pipelines");
+    let manifest = Manifest::load(PipelineKind::Load, &dir.join("load.toml")).unwrap();
+    let load = Arc::new(FixedLoad::new());
+    let outcome = engine()
+        .run_pipeline(&manifest, &context(), load.clone())
+        .unwrap();
+    assert_eq!(outcome, PipelineOutcome::Passed);
+    assert_eq!(*load.appended.lock().unwrap(), 1);
+}

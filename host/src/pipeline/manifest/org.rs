@@ -1,0 +1,72 @@
+//! Which manifest an org runs: `<dir>/orgs/<org>/<kind>.toml`, else the
+//! shared `<dir>/<kind>.toml`, else the built-in default
+//! ([`builtin::manifest`]), read at each use. The one place that decides it
+//! for the load commits and the daily runs.
+//!
+//! It must never let the server's own directories into a broken manifest's
+//! message (that message reaches the caller), and never hand out a manifest
+//! naming a built-in test step unless `pipeline.test_steps` allows it.
+
+use std::path::{Path, PathBuf};
+
+use super::{ComponentSource, Manifest, ManifestError};
+use crate::pipeline::{PipelineKind, builtin};
+
+/// The `kind` manifest an org's pipelines run: its own or the shared one
+/// under `dir` (`manifest_path`), else the repository's default, compiled
+/// in. A broken manifest's error names the file relative to `dir`:
+/// it reaches the caller in the load's or run's failure, and the server's
+/// own paths stay in the server's log. The built-in test steps are refused
+/// unless `test_steps` (`pipeline.test_steps`) allows them.
+pub fn org_manifest(
+    kind: PipelineKind,
+    dir: &Path,
+    org: &str,
+    test_steps: bool,
+) -> Result<Manifest, String> {
+    let path = manifest_path(dir, org, kind);
+    if !path.exists() {
+        let origin = format!("built-in pipelines/{}", kind.file_name());
+        return Manifest::parse(kind, builtin::manifest(kind), &origin, Path::new("."))
+            .map_err(|e| e.to_string());
+    }
+    let shown = path
+        .strip_prefix(dir)
+        .unwrap_or(Path::new(kind.file_name()))
+        .display()
+        .to_string();
+    let manifest = Manifest::load(kind, &path).map_err(|mut e| {
+        tracing::warn!(%org, error = %e, "a pipeline manifest is broken");
+        e.file = shown.clone();
+        e.to_string()
+    })?;
+    if !test_steps {
+        for (i, step) in manifest.steps.iter().enumerate() {
+            if let ComponentSource::Builtin(name) = &step.component
+                && builtin::TEST_STEPS.contains(&name.as_str())
+            {
+                return Err(ManifestError {
+                    file: shown,
+                    key: format!("steps[{i}].component"),
+                    problem: format!(
+                        "`{name}` is a test step; this server runs it only with pipeline.test_steps = true"
+                    ),
+                }
+                .to_string());
+            }
+        }
+    }
+    Ok(manifest)
+}
+
+/// The `kind` manifest of `org`: `<dir>/orgs/<org>/<load|daily>.toml` when it
+/// exists, else `<dir>/<load|daily>.toml`. Read at each use, so an operator's
+/// change takes effect without a restart or a rebuild.
+pub fn manifest_path(dir: &Path, org: &str, kind: PipelineKind) -> PathBuf {
+    let own = dir.join("orgs").join(org).join(kind.file_name());
+    if own.exists() {
+        own
+    } else {
+        dir.join(kind.file_name())
+    }
+}
