@@ -150,8 +150,11 @@ async fn main() -> std::process::ExitCode {
             let check_sum = match serde_json::from_str(&check_sum)
                 .map_err(|e| e.to_string())
                 .and_then(|body: serde_json::Value| {
-                    lakehost::load::check_sums(&serde_json::json!({ "check_sum": body }))
-                        .map_err(|e| e.to_string())
+                    let body = serde_json::json!({ "check_sum": body });
+                    lakehost::api::load_body::check_sums(Some(&body)).map_err(|e| match e {
+                        lakehost::api::error::ApiError::BadRequest(message) => message,
+                        other => other.to_string(),
+                    })
                 }) {
                 Ok(pairs) => pairs,
                 Err(e) => {

@@ -1,7 +1,8 @@
 //! The DailyRun API (spec "GET/POST /dailyRun/dailyRun_enabled", "GET
 //! /dailyRun/execution_status", "POST /dailyRun/start_execution", "DailyRun
 //! errors"), served under `/dailyRun` and under `server.dailyrun_prefix`.
-//! Thin: extract, call the store or the daily-run service, shape the body.
+//! Thin: extract, call the daily-run service, shape the body
+//! (`dailyrun_body.rs`).
 //! Everything is the org's whose host was called.
 
 use std::collections::HashMap;
@@ -16,6 +17,10 @@ use axum::{
 use serde_json::{Value, json};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
+use super::dailyrun_body::{
+    INVALID_MODE, StatusMode, execution_arn, execution_json, iso_date, requested_flag,
+    state_machine_arn, status_limit, status_mode,
+};
 use super::{
     AppState,
     error::ApiError,
@@ -24,10 +29,7 @@ use super::{
         DailyRunExecutionWrite,
     },
 };
-use crate::dailyrun::{
-    INVALID_MODE, StartResult, StatusMode, execution_arn, execution_json, iso_date, requested_flag,
-    state_machine_arn, status_limit, status_mode,
-};
+use crate::dailyrun::StartResult;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -55,8 +57,8 @@ async fn get_flag(
     caller: Caller<DailyRunEnabledRead>,
 ) -> Result<Json<Value>, ApiError> {
     let flag = state
-        .store
-        .daily_run_flag(&caller.target.org)
+        .daily_runs
+        .flag(&caller.target.org)
         .await
         .map_err(|e| ApiError::DailyRunStore {
             message: "Error reading ClientMetaData",
@@ -89,10 +91,9 @@ async fn set_flag(
     let flag = requested_flag(&body).ok_or_else(|| {
         ApiError::BadRequest("Body must be valid JSON with 'dailyRun' set to true or false.".into())
     })?;
-    let now = state.clock.now().timestamp_micros();
     state
-        .store
-        .set_daily_run_flag(&caller.target.org, flag, now)
+        .daily_runs
+        .set_flag(&caller.target.org, flag)
         .await
         .map_err(|e| ApiError::DailyRunStore {
             message: "Error updating ClientMetaData",
@@ -144,24 +145,24 @@ async fn execution_status(
     let body = match mode {
         StatusMode::List => {
             let runs = state
-                .store
-                .daily_runs(org, limit, false)
+                .daily_runs
+                .executions(org, limit, false)
                 .await
                 .map_err(read_error)?;
             json!({ "executions": runs.iter().map(execution_json).collect::<Vec<_>>() })
         }
         StatusMode::Latest => {
             let runs = state
-                .store
-                .daily_runs(org, 1, false)
+                .daily_runs
+                .executions(org, 1, false)
                 .await
                 .map_err(read_error)?;
             runs.first().map(execution_json).unwrap_or(Value::Null)
         }
         StatusMode::LastSuccessful => {
             let runs = state
-                .store
-                .daily_runs(org, 1, true)
+                .daily_runs
+                .executions(org, 1, true)
                 .await
                 .map_err(read_error)?;
             runs.first().map(execution_json).unwrap_or_else(

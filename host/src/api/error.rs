@@ -130,7 +130,7 @@ impl ApiError {
 impl From<LoadError> for ApiError {
     fn from(e: LoadError) -> Self {
         match e {
-            LoadError::Invalid(message) => ApiError::BadRequest(message),
+            LoadError::BadFileKey => ApiError::BadRequest(super::load_body::BAD_FILE_KEY.into()),
             LoadError::NotFound => ApiError::LoadNotFound,
             LoadError::AlreadyCommitted => {
                 ApiError::BadRequest("InvalidParameter: Load Already Committed.".into())

@@ -4,7 +4,6 @@
 
 use axum::{
     Json,
-    body::Bytes,
     extract::{Path, State},
     http::StatusCode,
     response::{IntoResponse, Response},
@@ -15,12 +14,13 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::{
     AppState,
     error::ApiError,
+    json_body::JsonBody,
+    load_body,
     principal::{Caller, LoadRead, LoadWrite},
-    query::lake_caller,
 };
 use crate::{
     config::ErrorMessagesShape,
-    load::{LoadError, LoadRequest, UploadDescriptor, check_sums},
+    load::UploadDescriptor,
     store::loads::{LoadRecord, LoadState},
 };
 
@@ -30,10 +30,6 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(get_load))
         .routes(routes!(add_file))
         .routes(routes!(commit_load))
-}
-
-fn not_json() -> ApiError {
-    ApiError::BadRequest("JSON not well formed.".into())
 }
 
 /// The Load resource (spec "Resources: Load"): LoadStatus, and on FAIL the
@@ -102,11 +98,10 @@ fn error_message_item(error_type: &str, detail: &Value, shape: ErrorMessagesShap
 async fn create_load(
     State(state): State<AppState>,
     caller: Caller<LoadWrite>,
-    body: Bytes,
+    body: JsonBody,
 ) -> Result<Response, ApiError> {
-    let caller = lake_caller(&caller)?;
-    let body: Value = serde_json::from_slice(&body).map_err(|_| not_json())?;
-    let request = LoadRequest::from_json(&body)?;
+    let caller = caller.lake_caller()?;
+    let request = load_body::load_request(&body.object()?)?;
     let record = state.loads.create(&caller, request).await?;
     Ok((
         StatusCode::ACCEPTED,
@@ -140,7 +135,7 @@ async fn get_load(
     caller: Caller<LoadRead>,
     Path(load_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let caller = lake_caller(&caller)?;
+    let caller = caller.lake_caller()?;
     let record = state.loads.get(&caller, &load_id).await?;
     let shape = state.config.error_messages_of(&caller.org);
     Ok(Json(load_resource(&record, shape)?))
@@ -197,22 +192,14 @@ async fn add_file(
     State(state): State<AppState>,
     caller: Caller<LoadWrite>,
     Path(load_id): Path<String>,
-    body: Bytes,
+    body: JsonBody,
 ) -> Result<Json<Value>, ApiError> {
-    let caller = lake_caller(&caller)?;
-    let file_key = if body.iter().all(u8::is_ascii_whitespace) {
-        None
-    } else {
-        let body: Value = serde_json::from_slice(&body).map_err(|_| not_json())?;
-        let body = body.as_object().ok_or_else(not_json)?;
-        match body.get("file_key") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(key)) => Some(key.clone()),
-            Some(_) => {
-                return Err(LoadError::bad_file_key().into());
-            }
-        }
+    let caller = caller.lake_caller()?;
+    let body = match body.0 {
+        None => None,
+        Some(_) => Some(body.object()?),
     };
+    let file_key = load_body::file_key(body)?;
     let descriptor = state
         .loads
         .add_file(&caller, &load_id, file_key.as_deref())
@@ -242,16 +229,16 @@ async fn commit_load(
     State(state): State<AppState>,
     caller: Caller<LoadWrite>,
     Path(load_id): Path<String>,
-    body: Bytes,
+    body: Result<JsonBody, Response>,
 ) -> Result<Response, ApiError> {
-    let caller = lake_caller(&caller)?;
+    let caller = caller.lake_caller()?;
+    // An unknown load is 404 whatever the body.
     state.loads.get(&caller, &load_id).await?;
-    let body: Value = if body.iter().all(u8::is_ascii_whitespace) {
-        json!({})
-    } else {
-        serde_json::from_slice(&body).map_err(|_| not_json())?
+    let body = match body {
+        Ok(body) => body,
+        Err(rejection) => return Ok(rejection),
     };
-    let check_sum = check_sums(&body)?;
+    let check_sum = load_body::check_sums(body.0.as_ref())?;
     state.loads.commit(&caller, &load_id, &check_sum).await?;
     state.commits.wake();
     Ok((

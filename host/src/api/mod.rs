@@ -3,10 +3,13 @@
 //! domain function, return. Only this module (with `idp/`) knows HTTP.
 
 pub mod dailyrun;
+mod dailyrun_body;
 pub mod error;
 pub mod gateway;
 pub mod identity;
+pub mod json_body;
 pub mod load;
+pub mod load_body;
 pub mod migration;
 pub mod openapi;
 pub mod principal;

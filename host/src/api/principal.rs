@@ -14,7 +14,7 @@ use super::{
     error::ApiError,
     routing::{ApiKind, ApiTarget},
 };
-use crate::auth::{AccessClaims, validator::Expected};
+use crate::auth::{AccessClaims, AccessGrant, ClaimError, LakeCaller, validator::Expected};
 
 /// The scope an endpoint needs (spec "Scopes per endpoint").
 pub trait RequiredScope: Send + Sync + 'static {
@@ -116,6 +116,35 @@ impl<S: RequiredScope> FromRequestParts<AppState> for Caller<S> {
             target,
             api_client,
             _scope: PhantomData,
+        })
+    }
+}
+
+impl<S: RequiredScope> Caller<S> {
+    /// The caller as the query and load services need it. Claims a query
+    /// endpoint cannot do without (service clients, resource access) missing
+    /// or malformed → 500, as the spec says; no roles on this API's client →
+    /// no recognised role.
+    pub fn lake_caller(&self) -> Result<LakeCaller, ApiError> {
+        let claim_error = |e: ClaimError| ApiError::Internal(format!("token claims: {e}"));
+        let sub = self.claims.sub().map_err(claim_error)?.to_string();
+        let service_clients = self.claims.service_clients().map_err(claim_error)?;
+        let roles = match self.claims.roles_for(&self.api_client) {
+            Ok(roles) => roles,
+            Err(ClaimError::MissingClientRoles { .. }) => Vec::new(),
+            Err(other) => return Err(claim_error(other)),
+        };
+        Ok(LakeCaller {
+            sub,
+            org: self.target.org.clone(),
+            zone: match &self.target.kind {
+                ApiKind::Zone(zone) => Some(zone.clone()),
+                ApiKind::Org | ApiKind::DailyRun => None,
+            },
+            grant: AccessGrant {
+                roles,
+                service_clients,
+            },
         })
     }
 }

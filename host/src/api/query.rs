@@ -5,7 +5,6 @@
 
 use axum::{
     Json,
-    body::Bytes,
     extract::{Path, Query, State},
     http::{HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
@@ -18,12 +17,10 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::{
     AppState,
     error::{ApiError, QueryOperation},
-    principal::{Caller, QueryRead, QueryWrite, RequiredScope},
-    routing::ApiKind,
+    json_body::JsonBody,
+    principal::{Caller, QueryRead, QueryWrite},
 };
 use crate::{
-    auth::ClaimError,
-    auth::{AccessGrant, LakeCaller},
     query::service::ResultPage,
     store::queries::{QueryJob, QueryState},
 };
@@ -34,32 +31,6 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(get_query, cancel_query))
         .routes(routes!(get_result))
         .routes(routes!(get_csv))
-}
-
-/// The caller as the query and load services need it. Claims a query endpoint cannot
-/// do without (service clients, resource access) missing or malformed → 500,
-/// as the spec says; no roles on this API's client → no recognised role.
-pub(super) fn lake_caller<S: RequiredScope>(caller: &Caller<S>) -> Result<LakeCaller, ApiError> {
-    let claim_error = |e: ClaimError| ApiError::Internal(format!("token claims: {e}"));
-    let sub = caller.claims.sub().map_err(claim_error)?.to_string();
-    let service_clients = caller.claims.service_clients().map_err(claim_error)?;
-    let roles = match caller.claims.roles_for(&caller.api_client) {
-        Ok(roles) => roles,
-        Err(ClaimError::MissingClientRoles { .. }) => Vec::new(),
-        Err(other) => return Err(claim_error(other)),
-    };
-    Ok(LakeCaller {
-        sub,
-        org: caller.target.org.clone(),
-        zone: match &caller.target.kind {
-            ApiKind::Zone(zone) => Some(zone.clone()),
-            ApiKind::Org | ApiKind::DailyRun => None,
-        },
-        grant: AccessGrant {
-            roles,
-            service_clients,
-        },
-    })
 }
 
 /// The spec's date format: `MM-DD-YYYY HH:MM:SS`, UTC.
@@ -113,12 +84,10 @@ fn query_resource(job: &QueryJob) -> Value {
 async fn submit_query(
     State(state): State<AppState>,
     caller: Caller<QueryWrite>,
-    body: Bytes,
+    body: JsonBody,
 ) -> Result<Response, ApiError> {
-    let caller = lake_caller(&caller)?;
-    let not_json = || ApiError::BadRequest("JSON not well formed.".into());
-    let body: Value = serde_json::from_slice(&body).map_err(|_| not_json())?;
-    let body = body.as_object().ok_or_else(not_json)?;
+    let caller = caller.lake_caller()?;
+    let body = body.object()?;
     let sql = match body.get("query") {
         None | Some(Value::Null) => None,
         Some(Value::String(text)) if text.trim().is_empty() => None,
@@ -171,7 +140,7 @@ async fn get_query(
     caller: Caller<QueryRead>,
     Path(query_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let caller = lake_caller(&caller)?;
+    let caller = caller.lake_caller()?;
     let job = state
         .queries
         .get(&caller, &query_id)
@@ -201,7 +170,7 @@ async fn cancel_query(
     caller: Caller<QueryWrite>,
     Path(query_id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    let caller = lake_caller(&caller)?;
+    let caller = caller.lake_caller()?;
     state
         .queries
         .cancel(&caller, &query_id)
@@ -289,7 +258,7 @@ async fn get_result(
     Path(query_id): Path<String>,
     Query(params): Query<PageParams>,
 ) -> Result<Json<Value>, ApiError> {
-    let caller = lake_caller(&caller)?;
+    let caller = caller.lake_caller()?;
     let page = state
         .queries
         .page(&caller, &query_id, params.next_token.as_deref())
@@ -322,7 +291,9 @@ async fn get_csv(
         ApiError::Internal(why) => ApiError::CsvFailure(why),
         other => other,
     })?;
-    let caller = lake_caller(&caller).map_err(|e| ApiError::CsvFailure(e.to_string()))?;
+    let caller = caller
+        .lake_caller()
+        .map_err(|e| ApiError::CsvFailure(e.to_string()))?;
     let location = state
         .queries
         .csv_link(&caller, &query_id)

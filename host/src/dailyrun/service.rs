@@ -122,6 +122,28 @@ impl DailyRunService {
         self.lease.now()
     }
 
+    /// The org's flag; `None` until it was first set.
+    pub async fn flag(&self, org: &str) -> Result<Option<bool>, store::Error> {
+        self.store.daily_run_flag(org).await
+    }
+
+    /// Switches the org's scheduled runs on or off.
+    pub async fn set_flag(&self, org: &str, enabled: bool) -> Result<(), store::Error> {
+        let now = self.clock.now().timestamp_micros();
+        self.store.set_daily_run_flag(org, enabled, now).await
+    }
+
+    /// The org's executions, newest first: at most `limit`, only SUCCEEDED
+    /// ones when `succeeded_only`.
+    pub async fn executions(
+        &self,
+        org: &str,
+        limit: u32,
+        succeeded_only: bool,
+    ) -> Result<Vec<DailyRun>, store::Error> {
+        self.store.daily_runs(org, limit, succeeded_only).await
+    }
+
     /// POST /dailyRun/start_execution: starts a run now unless one is RUNNING.
     pub async fn start_manual(self: &Arc<Self>, org: &str) -> Result<StartResult, StartError> {
         match self.start(org, None).await? {

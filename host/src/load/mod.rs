@@ -20,14 +20,13 @@ use std::sync::Arc;
 
 use futures::StreamExt as _;
 use object_store::{ObjectStoreExt as _, path::Path as ObjectPath};
-use serde_json::Value;
 use url::Url;
 
 use crate::{
     auth::LakeCaller,
     clock::SharedClock,
     config::UploadsConfig,
-    engine::layout::{is_plain_name, is_table_name},
+    engine::layout::is_plain_name,
     lake::{Lake, signing::LinkSigner},
     store::{
         self, Store,
@@ -44,9 +43,9 @@ pub const STAGING_PREFIX: &str = "_staging";
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    /// 400 with the spec's message, ready to show.
-    #[error("{0}")]
-    Invalid(String),
+    /// A file_key that breaks the rule of POST /load/{id}/file.
+    #[error("the file_key breaks the rule")]
+    BadFileKey,
     /// Unknown load, or another user's.
     #[error("load not found")]
     NotFound,
@@ -63,7 +62,7 @@ impl From<store::Error> for LoadError {
     }
 }
 
-/// A POST /load body, checked.
+/// A POST /load request, checked at the edge (`api/load_body.rs`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoadRequest {
     pub table_name: String,
@@ -71,140 +70,14 @@ pub struct LoadRequest {
     pub partitions: Vec<String>,
 }
 
-fn missing(name: &str) -> LoadError {
-    LoadError::Invalid(format!(
-        "MissingParameterError: \"{name}\" parameter missing from request."
-    ))
-}
-
-impl LoadRequest {
-    /// Checks a POST /load body in the spec's order: missing fields, then
-    /// load_type, then table_name, then the optional fields.
-    pub fn from_json(body: &Value) -> Result<Self, LoadError> {
-        let body = body
-            .as_object()
-            .ok_or_else(|| LoadError::Invalid("JSON not well formed.".into()))?;
-        let text = |name: &str| match body.get(name) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.as_str())),
-            Some(_) => Err(LoadError::Invalid(format!(
-                "InvalidParameterError: {name} - Value should be a string."
-            ))),
-        };
-        let load_type = text("load_type")?;
-        let table_name = text("table_name")?;
-        let load_type = load_type.ok_or_else(|| missing("load_type"))?;
-        let table_name = table_name.ok_or_else(|| missing("table_name"))?;
-        if load_type != APPEND_ONLY {
-            return Err(LoadError::Invalid(
-                "InvalidParameterError: invalid load_type parameter".into(),
-            ));
-        }
-        if !is_table_name(table_name) {
-            return Err(LoadError::Invalid(
-                "InvalidParameterError: table_name - Value should be in lowercase and contain \
-                 only lowercase letters and underscores."
-                    .into(),
-            ));
-        }
-        let load_as_service_client_id = text("load_as_service_client_id")?
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(String::from);
-        let partitions = match body.get("partitions") {
-            None | Some(Value::Null) => Vec::new(),
-            Some(Value::Array(items)) => partition_columns(items)?,
-            Some(_) => {
-                return Err(LoadError::Invalid(
-                    "InvalidParameterError: partitions - Value should be a list of column names."
-                        .into(),
-                ));
-            }
-        };
-        Ok(Self {
-            table_name: table_name.to_string(),
-            load_as_service_client_id,
-            partitions,
-        })
-    }
-}
-
-/// The extra partition columns: column names, each once, not the two every
-/// lake table is partitioned by anyway.
-fn partition_columns(items: &[Value]) -> Result<Vec<String>, LoadError> {
-    let invalid =
-        |why: String| LoadError::Invalid(format!("InvalidParameterError: partitions - {why}"));
-    let mut columns: Vec<String> = Vec::with_capacity(items.len());
-    for item in items {
-        let Some(name) = item.as_str() else {
-            return Err(invalid("Value should be a list of column names.".into()));
-        };
-        if !is_plain_name(name) {
-            return Err(invalid(format!(
-                "\"{name}\" should contain only lowercase letters, digits and underscores."
-            )));
-        }
-        if name == "service_client_id" {
-            return Err(invalid(
-                "service_client_id is always a partition; do not list it.".into(),
-            ));
-        }
-        if columns.iter().any(|c| c == name) {
-            return Err(invalid(format!("\"{name}\" is listed twice.")));
-        }
-        columns.push(name.to_string());
-    }
-    Ok(columns)
-}
-
-impl LoadError {
-    /// 400 for a file_key that breaks the rule of POST /load/{id}/file.
-    pub fn bad_file_key() -> Self {
-        LoadError::Invalid(
-            "InvalidParameterError: file_key - Value should contain only lowercase letters, \
-             digits and underscores (at most 128)."
-                .into(),
-        )
-    }
-}
-
-/// The file_key rule of POST /load/{id}/file.
+/// The file_key rule of POST /load/{id}/file: a plain name, so an object
+/// key never gains a level or leaves its load's prefix.
 pub fn check_file_key(file_key: &str) -> Result<(), LoadError> {
     if is_plain_name(file_key) {
         Ok(())
     } else {
-        Err(LoadError::bad_file_key())
+        Err(LoadError::BadFileKey)
     }
-}
-
-/// The check_sum of POST /load/{id}/commit: an object with at least one
-/// entry whose values are strings, integers or floats. Returns the entries
-/// as (expression, expected value as JSON text), in the object's order.
-pub fn check_sums(body: &Value) -> Result<Vec<(String, String)>, LoadError> {
-    let missing = || {
-        LoadError::Invalid(
-            "MissingParameter: missing check_sum parameter. At least one check_sum is required"
-                .into(),
-        )
-    };
-    let invalid = || LoadError::Invalid("Invalid checksum data provided.".into());
-    let check_sum = match body.as_object().and_then(|b| b.get("check_sum")) {
-        None | Some(Value::Null) => return Err(missing()),
-        Some(Value::Object(entries)) => entries,
-        Some(_) => return Err(invalid()),
-    };
-    if check_sum.is_empty() {
-        return Err(missing());
-    }
-    check_sum
-        .iter()
-        .map(|(expression, expected)| match expected {
-            Value::String(_) | Value::Number(_) if !expression.trim().is_empty() => {
-                Ok((expression.clone(), expected.to_string()))
-            }
-            _ => Err(invalid()),
-        })
-        .collect()
 }
 
 /// An upload descriptor (spec "Upload descriptor").
@@ -511,68 +384,6 @@ pub fn parts_prefix(load_id: &str) -> ObjectPath {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
-    fn message(result: Result<LoadRequest, LoadError>) -> String {
-        match result {
-            Err(LoadError::Invalid(m)) => m,
-            other => panic!("expected a 400, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn requests_are_checked_in_the_specs_order() {
-        let ok = LoadRequest::from_json(&json!({
-            "load_type": "APPEND_ONLY", "table_name": "trips_2024",
-            "load_as_service_client_id": "12", "partitions": ["day"]
-        }))
-        .unwrap();
-        assert_eq!(ok.load_as_service_client_id.as_deref(), Some("12"));
-        assert_eq!(ok.partitions, ["day"]);
-        assert_eq!(
-            message(LoadRequest::from_json(&json!({"table_name": "t"}))),
-            "MissingParameterError: \"load_type\" parameter missing from request."
-        );
-        assert_eq!(
-            message(LoadRequest::from_json(&json!({"load_type": "APPEND"}))),
-            "MissingParameterError: \"table_name\" parameter missing from request."
-        );
-        assert_eq!(
-            message(LoadRequest::from_json(
-                &json!({"load_type": "OVERWRITE", "table_name": "t"})
-            )),
-            "InvalidParameterError: invalid load_type parameter"
-        );
-        for bad in ["Trips", "_trips", "trips_", "tr-ips", "", "trips.x"] {
-            assert!(
-                message(LoadRequest::from_json(
-                    &json!({"load_type": "APPEND_ONLY", "table_name": bad})
-                ))
-                .starts_with("InvalidParameterError: table_name - "),
-                "{bad}"
-            );
-        }
-        for partitions in [
-            json!("day"),
-            json!([1]),
-            json!(["Day"]),
-            json!(["day", "day"]),
-            json!(["service_client_id"]),
-        ] {
-            assert!(
-                message(LoadRequest::from_json(&json!({
-                    "load_type": "APPEND_ONLY", "table_name": "t", "partitions": partitions
-                })))
-                .starts_with("InvalidParameterError: partitions - ")
-            );
-        }
-        assert!(
-            message(LoadRequest::from_json(&json!({
-                "load_type": "APPEND_ONLY", "table_name": "t", "load_as_service_client_id": 12
-            })))
-            .starts_with("InvalidParameterError: load_as_service_client_id - ")
-        );
-    }
 
     #[test]
     fn file_keys_are_snake_names() {
