@@ -112,7 +112,7 @@ impl Application {
         .await
         .context("starting the load service")?;
         let workers = tokio_util::sync::CancellationToken::new();
-        queries.start_workers(workers.clone());
+        queries.start(workers.clone());
         loads.start_sweeper(workers.clone());
         // A query planned on a dropped or replaced table's file list may run
         // for up to the query time limit; its files are kept that long.

@@ -34,7 +34,7 @@ use crate::{
         PipelineEngine, PipelineKind, RunContext, Stopped, manifest::org_manifest, run_steps,
     },
     store::{
-        self, Store,
+        self, Finished, Store,
         catalog::standard_databases,
         dailyrun::{DailyRun, NewDailyRun, RunEnd, RunStatus, StartOutcome},
     },
@@ -70,7 +70,7 @@ pub struct DailyRunService {
     schedules: Vec<(String, Cron)>,
     memory_limit: usize,
     /// Who holds the runs this server started.
-    owner: String,
+    holder: String,
     /// Cancelled when the server stops: its runs are abandoned then (and end
     /// ABORTED once their hold lapses), like a crash.
     stop: CancellationToken,
@@ -79,7 +79,7 @@ pub struct DailyRunService {
 impl std::fmt::Debug for DailyRunService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DailyRunService")
-            .field("owner", &self.owner)
+            .field("holder", &self.holder)
             .finish_non_exhaustive()
     }
 }
@@ -113,7 +113,7 @@ impl DailyRunService {
             test_steps: config.pipeline.test_steps,
             schedules,
             memory_limit: usize::try_from(config.query.memory_limit_bytes).unwrap_or(usize::MAX),
-            owner: format!("dailyrun-{}", store::new_id()),
+            holder: format!("dailyrun-{}", store::new_id()),
             stop,
         })
     }
@@ -173,7 +173,7 @@ impl DailyRunService {
                 scheduled_for,
                 started_at,
                 deadline_at: started_at.saturating_add(max_duration),
-                owner: &self.owner,
+                holder: &self.holder,
                 lease_until: self.lease.until(),
             })
             .await?;
@@ -238,21 +238,21 @@ impl DailyRunService {
         let end = self
             .lease
             .hold(&run.name, self.steps(&run), |until| {
-                self.store.renew_daily_run(&run.name, &self.owner, until)
+                self.store.renew_daily_run(&run.name, &self.holder, until)
             })
             .await;
         match self
             .store
-            .finish_daily_run(&run.name, &self.owner, &end, self.now())
+            .finish_daily_run(&run.name, &self.holder, &end, self.now())
             .await
         {
-            Ok(true) => tracing::info!(
+            Ok(Finished::Recorded) => tracing::info!(
                 execution = %run.name,
                 status = end.status.as_str(),
                 cause = end.cause.as_deref().unwrap_or(""),
                 "daily run ended"
             ),
-            Ok(false) => tracing::warn!(
+            Ok(Finished::Lost) => tracing::warn!(
                 execution = %run.name,
                 "daily run had already ended (timed out or aborted)"
             ),
@@ -296,7 +296,7 @@ impl DailyRunService {
             lake_database: context.lake_database.clone(),
             insights_database: context.insights_database.clone(),
             execution: run.name.clone(),
-            owner: self.owner.clone(),
+            holder: self.holder.clone(),
             memory_limit: self.memory_limit,
             runtime: tokio::runtime::Handle::current(),
         });
@@ -306,7 +306,7 @@ impl DailyRunService {
             move || async move {
                 match self
                     .store
-                    .renew_daily_run(&run.name, &self.owner, self.lease.until())
+                    .renew_daily_run(&run.name, &self.holder, self.lease.until())
                     .await
                 {
                     Ok(true) => Ok(()),

@@ -44,7 +44,7 @@ pub struct LakeTransform {
     pub insights_database: String,
     /// The execution and the server holding it.
     pub execution: String,
-    pub owner: String,
+    pub holder: String,
     /// Memory one statement may hold before it spills (`query.memory_limit_bytes`).
     pub memory_limit: usize,
     pub runtime: Handle,
@@ -130,7 +130,7 @@ impl LakeTransform {
             .store
             .replace_table_for_run(
                 &self.execution,
-                &self.owner,
+                &self.holder,
                 &new_table,
                 &written.files,
                 now,

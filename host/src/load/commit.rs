@@ -34,7 +34,7 @@ use crate::{
         manifest::org_manifest,
     },
     store::{
-        Store,
+        Finished, Store,
         catalog::standard_databases,
         loads::{LoadEnd, LoadFile, LoadRecord},
     },
@@ -51,14 +51,14 @@ pub struct LoadCommitter {
     engine: Arc<PipelineEngine>,
     config: PipelineConfig,
     lease: Lease,
-    worker: String,
+    holder: String,
     wake: Notify,
 }
 
 impl std::fmt::Debug for LoadCommitter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LoadCommitter")
-            .field("worker", &self.worker)
+            .field("holder", &self.holder)
             .finish_non_exhaustive()
     }
 }
@@ -95,7 +95,7 @@ impl LoadCommitter {
             lease: Lease::new(clock, config.lease_s),
             engine,
             config,
-            worker: format!("commit-{}", crate::store::new_id()),
+            holder: format!("commit-{}", crate::store::new_id()),
             wake: Notify::new(),
         })
     }
@@ -140,7 +140,7 @@ impl LoadCommitter {
         let Some(record) = self
             .store
             .claim_load_commit(
-                &self.worker,
+                &self.holder,
                 self.now(),
                 self.lease.until(),
                 self.config.caps(),
@@ -170,10 +170,10 @@ impl LoadCommitter {
             .unwrap_or_default();
         match self
             .store
-            .finish_load(&id, &self.worker, &end, self.now())
+            .finish_load(&id, &self.holder, &end, self.now())
             .await
         {
-            Ok(true) => {
+            Ok(Finished::Recorded) => {
                 if matches!(end, LoadEnd::Fail { .. }) {
                     delete_paths(self.lake.object_store().as_ref(), &written).await;
                 }
@@ -183,7 +183,7 @@ impl LoadCommitter {
                     }
                 }
             }
-            Ok(false) => {
+            Ok(Finished::Lost) => {
                 tracing::warn!(load = %id, "commit lost its lease; another worker runs it");
                 delete_paths(self.lake.object_store().as_ref(), &written).await;
             }
@@ -200,7 +200,7 @@ impl LoadCommitter {
         let id = &record.load.id;
         self.lease
             .hold(id, self.pipeline(record), |until| {
-                self.store.renew_load_lease(id, &self.worker, until)
+                self.store.renew_load_lease(id, &self.holder, until)
             })
             .await
     }

@@ -7,7 +7,7 @@
 use sqlx::Row as _;
 
 use super::{
-    Error, Result, Store,
+    Error, Finished, Result, Store,
     catalog::{self, LakeTable, NewDataFile},
 };
 
@@ -60,7 +60,7 @@ pub struct DailyRun {
     pub cause: Option<String>,
 }
 
-/// An execution to start, held by `owner` until `lease_until`.
+/// An execution to start, held by `holder` until `lease_until`.
 #[derive(Debug, Clone)]
 pub struct NewDailyRun<'a> {
     pub name: &'a str,
@@ -68,7 +68,7 @@ pub struct NewDailyRun<'a> {
     pub scheduled_for: Option<i64>,
     pub started_at: i64,
     pub deadline_at: i64,
-    pub owner: &'a str,
+    pub holder: &'a str,
     pub lease_until: i64,
 }
 
@@ -149,7 +149,7 @@ impl Store {
             .bind(run.scheduled_for)
             .bind(run.started_at)
             .bind(run.deadline_at)
-            .bind(run.owner)
+            .bind(run.holder)
             .bind(run.lease_until)
             .execute(self.pool())
             .await?;
@@ -232,12 +232,17 @@ impl Store {
 
     /// Extends the runner's hold on a RUNNING execution; false when it no
     /// longer holds it (ended meanwhile: TIMED_OUT or ABORTED).
-    pub async fn renew_daily_run(&self, name: &str, owner: &str, lease_until: i64) -> Result<bool> {
+    pub async fn renew_daily_run(
+        &self,
+        name: &str,
+        holder: &str,
+        lease_until: i64,
+    ) -> Result<bool> {
         self.renew_lease(
             "UPDATE daily_runs SET lease_expires_at = $1 \
              WHERE name = $2 AND lease_owner = $3 AND status = 'RUNNING'",
             name,
-            owner,
+            holder,
             lease_until,
         )
         .await
@@ -248,10 +253,10 @@ impl Store {
     pub async fn finish_daily_run(
         &self,
         name: &str,
-        owner: &str,
+        holder: &str,
         end: &RunEnd,
         now: i64,
-    ) -> Result<bool> {
+    ) -> Result<Finished> {
         let finished = sqlx::query(
             "UPDATE daily_runs SET status = $1, stopped_at = $2, error = $3, cause = $4, \
              lease_owner = NULL, lease_expires_at = NULL \
@@ -262,10 +267,14 @@ impl Store {
         .bind(end.error.as_deref())
         .bind(end.cause.as_deref())
         .bind(name)
-        .bind(owner)
+        .bind(holder)
         .execute(self.pool())
         .await?;
-        Ok(finished.rows_affected() == 1)
+        Ok(if finished.rows_affected() == 1 {
+            Finished::Recorded
+        } else {
+            Finished::Lost
+        })
     }
 
     /// Ends every RUNNING execution past its deadline TIMED_OUT, then every
@@ -306,14 +315,14 @@ impl Store {
 
     /// Replaces table `table.name` of `table.database_id` by `table` with
     /// `files`, in one transaction that also checks that the run `name` is
-    /// still RUNNING, held by `owner` and within its deadline. The replaced
+    /// still RUNNING, held by `holder` and within its deadline. The replaced
     /// table's files are retired (the sweeper deletes them later, so queries
     /// planned on them finish). False when the run no longer holds (nothing
     /// changed then).
     pub async fn replace_table_for_run(
         &self,
         name: &str,
-        owner: &str,
+        holder: &str,
         table: &LakeTable,
         files: &[NewDataFile],
         now: i64,
@@ -324,7 +333,7 @@ impl Store {
              WHERE name = $1 AND lease_owner = $2 AND status = 'RUNNING' AND deadline_at > $3",
         )
         .bind(name)
-        .bind(owner)
+        .bind(holder)
         .bind(now)
         .execute(&mut *tx)
         .await?;

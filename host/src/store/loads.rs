@@ -7,7 +7,7 @@
 use sqlx::Row as _;
 
 use super::{
-    Backend, Error, JobCaps, Result, Store,
+    Backend, Error, Finished, JobCaps, Result, Store,
     catalog::{self, LakeTable, NewDataFile},
 };
 
@@ -314,14 +314,14 @@ impl Store {
     }
 
     /// Claims a PROCESSING load nobody holds (or whose holder's lease ran
-    /// out) for `worker` until `lease_until`. At most one worker gets it.
+    /// out) for `holder` until `lease_until`. At most one worker gets it.
     /// Fair sharing as for queries (`claim_query`): a load nobody held is
-    /// taken only while `worker` commits fewer than `caps.per_org` loads of
+    /// taken only while `holder` commits fewer than `caps.per_org` loads of
     /// its org (`caps.per_caller` of its caller), the org with the fewest
     /// first, then the oldest commit.
     pub async fn claim_load_commit(
         &self,
-        worker: &str,
+        holder: &str,
         now: i64,
         lease_until: i64,
         caps: JobCaps,
@@ -347,7 +347,7 @@ impl Store {
              RETURNING {LOAD_COLUMNS}"
         );
         let row = sqlx::query(&sql)
-            .bind(worker)
+            .bind(holder)
             .bind(lease_until)
             .bind(now)
             .bind(caps.per_org)
@@ -358,12 +358,12 @@ impl Store {
     }
 
     /// Extends a commit lease the worker still holds; false when it lost it.
-    pub async fn renew_load_lease(&self, id: &str, worker: &str, lease_until: i64) -> Result<bool> {
+    pub async fn renew_load_lease(&self, id: &str, holder: &str, lease_until: i64) -> Result<bool> {
         self.renew_lease(
             "UPDATE loads SET lease_expires_at = $1 \
              WHERE id = $2 AND lease_owner = $3 AND state = 'PROCESSING'",
             id,
-            worker,
+            holder,
             lease_until,
         )
         .await
@@ -375,10 +375,10 @@ impl Store {
     pub async fn finish_load(
         &self,
         id: &str,
-        worker: &str,
+        holder: &str,
         end: &LoadEnd,
         now: i64,
-    ) -> Result<bool> {
+    ) -> Result<Finished> {
         let (state, error_type, messages) = match end {
             LoadEnd::Success { .. } => ("SUCCESS", None, None),
             LoadEnd::Fail {
@@ -401,12 +401,12 @@ impl Store {
         .bind(messages)
         .bind(now)
         .bind(id)
-        .bind(worker)
+        .bind(holder)
         .execute(&mut *tx)
         .await?;
         if done.rows_affected() != 1 {
             tx.rollback().await?;
-            return Ok(false);
+            return Ok(Finished::Lost);
         }
         if let LoadEnd::Success {
             new_table,
@@ -420,6 +420,6 @@ impl Store {
             catalog::insert_files(&mut tx, table_id, files, now).await?;
         }
         tx.commit().await?;
-        Ok(true)
+        Ok(Finished::Recorded)
     }
 }

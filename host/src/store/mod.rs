@@ -36,6 +36,18 @@ pub enum Error {
 
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// How the end of a job (a query, a load commit, a daily run) went: every
+/// end is conditional on its holder still holding the job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finished {
+    /// Recorded (a dropped table's files are retired, not deleted: see
+    /// `retired_files`).
+    Recorded,
+    /// The holder no longer holds the job (cancelled, ended or taken over):
+    /// nothing was written.
+    Lost,
+}
+
 /// How many jobs of one org, and of one caller in it, a worker (a replica's
 /// pool) runs at once: fair sharing between orgs and callers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,7 +7,7 @@
 use sqlx::Row as _;
 
 use super::{
-    Backend, Error, JobCaps, Result, Store,
+    Backend, Error, Finished, JobCaps, Result, Store,
     catalog::{self, LakeTable, NewDataFile},
 };
 
@@ -126,16 +126,6 @@ pub enum CatalogWrite {
     },
 }
 
-/// How `finish_query` went.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Finished {
-    /// Recorded (a dropped table's files are retired, not deleted: see
-    /// `retired_files`).
-    Recorded,
-    /// The worker no longer holds the job (cancelled, or taken over).
-    Lost,
-}
-
 const COLUMNS: &str = "id, org, zone, owner_sub, access_fingerprint, sql_text, database_name, \
     statement_type, state, state_change_reason, submitted_at, started_at, completed_at, \
     result_path, result_rows, result_bytes, result_columns_json, access_json, \
@@ -174,16 +164,16 @@ impl Store {
         self.insert_job(query, now, None).await
     }
 
-    /// Inserts a job already RUNNING, held by `worker` until `lease_until`
+    /// Inserts a job already RUNNING, held by `holder` until `lease_until`
     /// (the submitting replica has a free worker and runs it at once).
     pub async fn insert_running_query(
         &self,
         query: &NewQuery,
-        worker: &str,
+        holder: &str,
         now: i64,
         lease_until: i64,
     ) -> Result<QueryJob> {
-        self.insert_job(query, now, Some((worker, lease_until)))
+        self.insert_job(query, now, Some((holder, lease_until)))
             .await
     }
 
@@ -217,7 +207,7 @@ impl Store {
         .bind(state.as_str())
         .bind(now)
         .bind(started_at)
-        .bind(holder.map(|(worker, _)| worker))
+        .bind(holder.map(|(holder, _)| holder))
         .bind(holder.map(|(_, until)| until))
         .bind(attempts)
         .execute(self.pool())
@@ -246,19 +236,19 @@ impl Store {
     }
 
     /// Claims a QUEUED job, or a RUNNING one whose lease has run out, for
-    /// `worker` until `lease_until`. At most one worker gets each job: the
+    /// `holder` until `lease_until`. At most one worker gets each job: the
     /// claim is one UPDATE, with `FOR UPDATE SKIP LOCKED` on Postgres; SQLite
     /// serialises writers.
     ///
-    /// Fair sharing: a QUEUED job is taken only while `worker` runs fewer
+    /// Fair sharing: a QUEUED job is taken only while `holder` runs fewer
     /// than `caps.per_org` jobs of its org and `caps.per_caller` of its
-    /// caller, and the org `worker` runs the fewest jobs of goes first (then
+    /// caller, and the org `holder` runs the fewest jobs of goes first (then
     /// the caller it runs the fewest of, then the oldest job), so one org's flood interleaves with the others'
     /// queries instead of holding every worker. A job whose worker died is
     /// taken over whatever the caps.
     pub async fn claim_query(
         &self,
-        worker: &str,
+        holder: &str,
         now: i64,
         lease_until: i64,
         caps: JobCaps,
@@ -285,7 +275,7 @@ impl Store {
              RETURNING {COLUMNS}"
         );
         let row = sqlx::query(&sql)
-            .bind(worker)
+            .bind(holder)
             .bind(lease_until)
             .bind(now)
             .bind(caps.per_org)
@@ -295,10 +285,10 @@ impl Store {
         row.as_ref().map(job_from_row).transpose()
     }
 
-    /// How many jobs `worker` runs for `org`, and for `owner_sub` of it.
+    /// How many jobs `holder` runs for `org`, and for `owner_sub` of it.
     pub async fn running_queries_of(
         &self,
-        worker: &str,
+        holder: &str,
         org: &str,
         owner_sub: &str,
     ) -> Result<(i64, i64)> {
@@ -306,7 +296,7 @@ impl Store {
             "SELECT count(*), COALESCE(SUM(CASE WHEN owner_sub = $3 THEN 1 ELSE 0 END), 0) \
              FROM query_jobs WHERE state = 'RUNNING' AND lease_owner = $1 AND org = $2",
         )
-        .bind(worker)
+        .bind(holder)
         .bind(org)
         .bind(owner_sub)
         .fetch_one(self.pool())
@@ -318,14 +308,14 @@ impl Store {
     pub async fn renew_query_lease(
         &self,
         id: &str,
-        worker: &str,
+        holder: &str,
         lease_until: i64,
     ) -> Result<bool> {
         self.renew_lease(
             "UPDATE query_jobs SET lease_expires_at = $1 \
              WHERE id = $2 AND lease_owner = $3 AND state = 'RUNNING'",
             id,
-            worker,
+            holder,
             lease_until,
         )
         .await
@@ -337,7 +327,7 @@ impl Store {
     pub async fn finish_query(
         &self,
         id: &str,
-        worker: &str,
+        holder: &str,
         outcome: &QueryOutcome,
         write: &CatalogWrite,
         now: i64,
@@ -374,7 +364,7 @@ impl Store {
         .bind(columns)
         .bind(now)
         .bind(id)
-        .bind(worker);
+        .bind(holder);
         if matches!(write, CatalogWrite::None) {
             // Nothing else to write: one statement is its own transaction.
             let done = end.execute(self.pool()).await?;

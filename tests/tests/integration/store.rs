@@ -9,10 +9,10 @@ use lakehost_tests::fresh_postgres_url;
 use lakehost::{
     auth::DatabaseKind,
     store::{
-        Error, JobCaps, Store,
+        Error, Finished, JobCaps, Store,
         catalog::{LakeTable, NewDataFile},
         dailyrun::{NewDailyRun, RunEnd, RunStatus, StartOutcome},
-        queries::{CatalogWrite, Finished, NewQuery, QueryOutcome, QueryState},
+        queries::{CatalogWrite, NewQuery, QueryOutcome, QueryState},
     },
 };
 
@@ -735,25 +735,28 @@ async fn load_commits_are_claimed_once_and_end_once_with_their_files() {
                 load_id: Some("c1".into()),
             }],
         };
-        assert!(
-            !store
+        assert_eq!(
+            store
                 .finish_load("c1", "w1", &success, 3_000)
                 .await
                 .unwrap(),
+            Finished::Lost,
             "{backend}: lost"
         );
         assert!(store.table(&database.id, "trips").await.unwrap().is_none());
-        assert!(
+        assert_eq!(
             store
                 .finish_load("c1", "w2", &success, 3_000)
                 .await
-                .unwrap()
+                .unwrap(),
+            Finished::Recorded
         );
-        assert!(
-            !store
+        assert_eq!(
+            store
                 .finish_load("c1", "w2", &success, 3_001)
                 .await
                 .unwrap(),
+            Finished::Lost,
             "{backend}: once"
         );
         let record = store.load("c1").await.unwrap().unwrap();
@@ -777,7 +780,10 @@ async fn load_commits_are_claimed_once_and_end_once_with_their_files() {
             error_type: "CheckSumError".into(),
             error_messages_json: "[]".into(),
         };
-        assert!(store.finish_load("c2", "w1", &fail, 4_100).await.unwrap());
+        assert_eq!(
+            store.finish_load("c2", "w1", &fail, 4_100).await.unwrap(),
+            Finished::Recorded
+        );
         let record = store.load("c2").await.unwrap().unwrap();
         assert_eq!(record.state, LoadState::Fail, "{backend}");
         assert_eq!(record.error_type.as_deref(), Some("CheckSumError"));
@@ -820,7 +826,7 @@ fn new_run<'a>(name: &'a str, org: &'a str, slot: Option<i64>, at: i64) -> NewDa
         scheduled_for: slot,
         started_at: at,
         deadline_at: at + 1_000,
-        owner: "replica-1",
+        holder: "replica-1",
         lease_until: at + 100,
     }
 }
@@ -860,23 +866,26 @@ async fn daily_runs_one_running_per_org_one_per_slot_ended_once() {
             error: None,
             cause: None,
         };
-        assert!(
-            !store
+        assert_eq!(
+            store
                 .finish_daily_run("run-1", "replica-2", &succeeded, 1_050)
                 .await
-                .unwrap()
+                .unwrap(),
+            Finished::Lost
         );
-        assert!(
+        assert_eq!(
             store
                 .finish_daily_run("run-1", "replica-1", &succeeded, 1_050)
                 .await
-                .unwrap()
+                .unwrap(),
+            Finished::Recorded
         );
-        assert!(
-            !store
+        assert_eq!(
+            store
                 .finish_daily_run("run-1", "replica-1", &succeeded, 1_060)
                 .await
                 .unwrap(),
+            Finished::Lost,
             "{backend}: ended once"
         );
         let ended = store.daily_run("run-1").await.unwrap().unwrap();
@@ -955,11 +964,12 @@ async fn daily_runs_one_running_per_org_one_per_slot_ended_once() {
                 .await
                 .unwrap()
         );
-        assert!(
-            !store
+        assert_eq!(
+            store
                 .finish_daily_run("run-3", "replica-1", &succeeded, 3_100)
                 .await
-                .unwrap()
+                .unwrap(),
+            Finished::Lost
         );
 
         // Most recent first, limited; SUCCEEDED only on request.

@@ -114,14 +114,15 @@ pub struct QueryService {
     page_tokens: PageTokens,
     /// Presigned GETs of results on the storage endpoint (lake on disk).
     result_links: ResultLinks,
-    worker_id: String,
+    /// This replica's name as the holder of the leases it takes.
+    holder: String,
     metadata_cache: Arc<datafusion::execution::cache::cache_manager::FileMetadataCache>,
 }
 
 impl std::fmt::Debug for QueryService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("QueryService")
-            .field("worker_id", &self.worker_id)
+            .field("worker_id", &self.holder)
             .finish()
     }
 }
@@ -162,13 +163,13 @@ impl QueryService {
             recent_results: Mutex::new(RecentResults::default()),
             page_tokens: PageTokens::new(signer),
             result_links,
-            worker_id: uuid::Uuid::new_v4().simple().to_string(),
+            holder: uuid::Uuid::new_v4().simple().to_string(),
             metadata_cache,
         }))
     }
 
     /// Starts the worker pool; the workers stop when `stop` is cancelled.
-    pub fn start_workers(self: &Arc<Self>, stop: CancellationToken) {
+    pub fn start(self: &Arc<Self>, stop: CancellationToken) {
         for _ in 0..self.limits.workers {
             let service = self.clone();
             let stop = stop.clone();
@@ -277,7 +278,7 @@ impl QueryService {
         let now = self.now();
         let job = match self
             .store
-            .insert_running_query(&query, &self.worker_id, now, self.lease.until())
+            .insert_running_query(&query, &self.holder, now, self.lease.until())
             .await
         {
             Ok(job) => job,

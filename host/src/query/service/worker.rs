@@ -12,7 +12,10 @@ use crate::{
     auth::AccessGrant,
     engine::table_writer::delete_paths,
     query::{QueryError, execute::Execution},
-    store::queries::{Finished, NewQuery, QueryJob, QueryOutcome},
+    store::{
+        Finished,
+        queries::{NewQuery, QueryJob, QueryOutcome},
+    },
 };
 
 impl QueryService {
@@ -22,7 +25,7 @@ impl QueryService {
         let caps = self.limits.caps();
         let (of_org, of_caller) = self
             .store
-            .running_queries_of(&self.worker_id, &query.org, &query.owner_sub)
+            .running_queries_of(&self.holder, &query.org, &query.owner_sub)
             .await?;
         Ok(of_org < caps.per_org && of_caller < caps.per_caller)
     }
@@ -39,7 +42,7 @@ impl QueryService {
             let lease_until = self.lease.until();
             match self
                 .store
-                .claim_query(&self.worker_id, now, lease_until, self.limits.caps())
+                .claim_query(&self.holder, now, lease_until, self.limits.caps())
                 .await
             {
                 Ok(Some(job)) => {
@@ -88,7 +91,7 @@ impl QueryService {
         let held =
             self.lease
                 .hold_while_held(&id, self.run_job(&job, started, &result_path), |until| {
-                    self.store.renew_query_lease(&id, &self.worker_id, until)
+                    self.store.renew_query_lease(&id, &self.holder, until)
                 });
         let outcome = tokio::select! {
             outcome = held => outcome,
@@ -192,7 +195,7 @@ impl QueryService {
         }
         match self
             .store
-            .finish_query(id, &self.worker_id, &job_outcome, &write, self.now())
+            .finish_query(id, &self.holder, &job_outcome, &write, self.now())
             .await
         {
             Ok(Finished::Recorded) => {
@@ -216,7 +219,7 @@ impl QueryService {
                 let none = crate::store::queries::CatalogWrite::None;
                 let _ = self
                     .store
-                    .finish_query(id, &self.worker_id, &failed, &none, self.now())
+                    .finish_query(id, &self.holder, &failed, &none, self.now())
                     .await;
             }
         }
