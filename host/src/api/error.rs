@@ -3,7 +3,7 @@
 //! become `ApiError` here and only here.
 //!
 //! 5xx variants keep their source for the log; callers see only the spec's text.
-//! The generic 500 body gains the request code in `gateway::internal_errors`,
+//! The generic 500 body gains the request code in `gateway::request_context`,
 //! which is also where it is logged, once.
 
 use std::sync::Arc;

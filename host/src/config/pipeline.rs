@@ -95,6 +95,12 @@ impl PipelineConfig {
                 return Err(ConfigError::new(key, "must be at least 1"));
             }
         }
+        if self.test_steps && !crate::pipeline::builtin::HAS_TEST_STEPS {
+            return Err(ConfigError::new(
+                "pipeline.test_steps",
+                "this build holds no test steps (they are built with the `test-steps` feature)",
+            ));
+        }
         if self.lease_s < 3 {
             return Err(ConfigError::new(
                 "pipeline.lease_s",

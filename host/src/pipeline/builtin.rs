@@ -6,16 +6,16 @@
 
 use super::PipelineKind;
 
-macro_rules! builtins {
+/// (name, pipeline, component bytes) of built-in components.
+type Components = &'static [(&'static str, PipelineKind, &'static [u8])];
+
+macro_rules! components {
     ($($name:literal: $kind:ident),* $(,)?) => {
-        /// (name, pipeline, component bytes) of every built-in component.
-        const COMPONENTS: &[(&str, PipelineKind, &[u8])] = &[
-            $(($name, PipelineKind::$kind, include_bytes!(concat!(env!("OUT_DIR"), "/", $name, ".wasm")))),*
-        ];
+        &[$(($name, PipelineKind::$kind, include_bytes!(concat!(env!("OUT_DIR"), "/", $name, ".wasm")))),*]
     };
 }
 
-builtins![
+const COMPONENTS: Components = components![
     // The default load pipeline's steps.
     "validate_parquet": Load,
     "enforce_service_clients": Load,
@@ -26,7 +26,12 @@ builtins![
     "reject_columns": Load,
     // The daily run's SQL transform.
     "sql_transform": Daily,
-    // Steps that misbehave or dawdle on purpose, for tests and for trying limits.
+];
+
+/// Steps that misbehave or dawdle on purpose: only in builds with the
+/// `test-steps` feature (the test suite's), never in a production binary.
+#[cfg(any(test, feature = "test-steps"))]
+const TEST_COMPONENTS: Components = components![
     "loop_forever": Load,
     "grow_memory": Load,
     "ungranted_import": Load,
@@ -34,8 +39,13 @@ builtins![
     "misbehave": Load,
     "daily_pause": Daily,
 ];
+#[cfg(not(any(test, feature = "test-steps")))]
+const TEST_COMPONENTS: Components = &[];
 
-/// The steps that misbehave or dawdle on purpose: a manifest names them only
+/// Whether this build holds the test steps (`pipeline.test_steps` needs them).
+pub const HAS_TEST_STEPS: bool = !TEST_COMPONENTS.is_empty();
+
+/// The names of the test steps, in every build: a manifest names them only
 /// where `pipeline.test_steps` allows it.
 pub const TEST_STEPS: &[&str] = &[
     "loop_forever",
@@ -46,15 +56,18 @@ pub const TEST_STEPS: &[&str] = &[
     "daily_pause",
 ];
 
+fn all() -> impl Iterator<Item = &'static (&'static str, PipelineKind, &'static [u8])> {
+    COMPONENTS.iter().chain(TEST_COMPONENTS)
+}
+
 /// The names manifests may use after `builtin:`, with their pipeline.
 pub fn names() -> impl Iterator<Item = (&'static str, PipelineKind)> {
-    COMPONENTS.iter().map(|(name, kind, _)| (*name, *kind))
+    all().map(|(name, kind, _)| (*name, *kind))
 }
 
 /// The pipeline and the bytes of a built-in component.
 pub fn component(name: &str) -> Option<(PipelineKind, &'static [u8])> {
-    COMPONENTS
-        .iter()
+    all()
         .find(|(n, _, _)| *n == name)
         .map(|(_, kind, bytes)| (*kind, *bytes))
 }
