@@ -24,6 +24,16 @@ pub fn not_json() -> ApiError {
 pub struct JsonBody(pub Option<Value>);
 
 impl JsonBody {
+    /// A body already read: `None` when it is empty, else JSON or the 400.
+    pub fn parse(bytes: &[u8]) -> Result<Self, ApiError> {
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Self(None));
+        }
+        serde_json::from_slice(bytes)
+            .map(|value| Self(Some(value)))
+            .map_err(|_| not_json())
+    }
+
     /// The body as a JSON object, which it must be.
     pub fn object(self) -> Result<Map<String, Value>, ApiError> {
         match self.0 {
@@ -40,11 +50,6 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
         let bytes = Bytes::from_request(request, state)
             .await
             .map_err(|rejection| rejection.into_response())?;
-        if bytes.iter().all(u8::is_ascii_whitespace) {
-            return Ok(Self(None));
-        }
-        serde_json::from_slice(&bytes)
-            .map(|value| Self(Some(value)))
-            .map_err(|_| not_json().into_response())
+        Self::parse(&bytes).map_err(|e| e.into_response())
     }
 }

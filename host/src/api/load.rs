@@ -4,6 +4,7 @@
 
 use axum::{
     Json,
+    body::Bytes,
     extract::{Path, State},
     http::StatusCode,
     response::{IntoResponse, Response},
@@ -16,7 +17,7 @@ use super::{
     error::ApiError,
     json_body::JsonBody,
     load_body,
-    principal::{Caller, LoadRead, LoadWrite},
+    principal::{LakeCallerOf, LoadRead, LoadWrite},
 };
 use crate::{
     config::ErrorMessagesShape,
@@ -97,10 +98,9 @@ fn error_message_item(error_type: &str, detail: &Value, shape: ErrorMessagesShap
 )]
 async fn create_load(
     State(state): State<AppState>,
-    caller: Caller<LoadWrite>,
+    LakeCallerOf(caller, _): LakeCallerOf<LoadWrite>,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
-    let caller = caller.lake_caller()?;
     let request = load_body::load_request(&body.object()?)?;
     let record = state.loads.create(&caller, request).await?;
     Ok((
@@ -132,10 +132,9 @@ ErrorType (CHECKSUM_MISMATCH, MISSING_COLUMN, ...), ErrorMessage and, on checksu
 )]
 async fn get_load(
     State(state): State<AppState>,
-    caller: Caller<LoadRead>,
+    LakeCallerOf(caller, _): LakeCallerOf<LoadRead>,
     Path(load_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let caller = caller.lake_caller()?;
     let record = state.loads.get(&caller, &load_id).await?;
     let shape = state.config.error_messages_of(&caller.org);
     Ok(Json(load_resource(&record, shape)?))
@@ -190,11 +189,10 @@ fn descriptor_body(descriptor: &UploadDescriptor) -> Value {
 )]
 async fn add_file(
     State(state): State<AppState>,
-    caller: Caller<LoadWrite>,
+    LakeCallerOf(caller, _): LakeCallerOf<LoadWrite>,
     Path(load_id): Path<String>,
     body: JsonBody,
 ) -> Result<Json<Value>, ApiError> {
-    let caller = caller.lake_caller()?;
     let body = match body.0 {
         None => None,
         Some(_) => Some(body.object()?),
@@ -227,17 +225,13 @@ async fn add_file(
 )]
 async fn commit_load(
     State(state): State<AppState>,
-    caller: Caller<LoadWrite>,
+    LakeCallerOf(caller, _): LakeCallerOf<LoadWrite>,
     Path(load_id): Path<String>,
-    body: Result<JsonBody, Response>,
+    body: Bytes,
 ) -> Result<Response, ApiError> {
-    let caller = caller.lake_caller()?;
     // An unknown load is 404 whatever the body.
     state.loads.get(&caller, &load_id).await?;
-    let body = match body {
-        Ok(body) => body,
-        Err(rejection) => return Ok(rejection),
-    };
+    let body = JsonBody::parse(&body)?;
     let check_sum = load_body::check_sums(body.0.as_ref())?;
     state.loads.commit(&caller, &load_id, &check_sum).await?;
     state.commits.wake();

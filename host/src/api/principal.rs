@@ -148,3 +148,17 @@ impl<S: RequiredScope> Caller<S> {
         })
     }
 }
+
+/// The caller of a query or load endpoint as the domain sees it: `Caller<S>`
+/// then `Caller::lake_caller`, in one extractor, so handlers never convert it
+/// and a token's missing claims answer before the body is read.
+pub struct LakeCallerOf<S: RequiredScope>(pub LakeCaller, pub PhantomData<S>);
+
+impl<S: RequiredScope> FromRequestParts<AppState> for LakeCallerOf<S> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let caller = Caller::<S>::from_request_parts(parts, state).await?;
+        Ok(Self(caller.lake_caller()?, PhantomData))
+    }
+}

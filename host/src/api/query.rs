@@ -18,7 +18,7 @@ use super::{
     AppState,
     error::{ApiError, QueryOperation},
     json_body::JsonBody,
-    principal::{Caller, QueryRead, QueryWrite},
+    principal::{Caller, LakeCallerOf, QueryRead, QueryWrite},
 };
 use crate::{
     query::service::ResultPage,
@@ -83,10 +83,9 @@ fn query_resource(job: &QueryJob) -> Value {
 )]
 async fn submit_query(
     State(state): State<AppState>,
-    caller: Caller<QueryWrite>,
+    LakeCallerOf(caller, _): LakeCallerOf<QueryWrite>,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
-    let caller = caller.lake_caller()?;
     let body = body.object()?;
     let sql = match body.get("query") {
         None | Some(Value::Null) => None,
@@ -137,10 +136,9 @@ async fn submit_query(
 )]
 async fn get_query(
     State(state): State<AppState>,
-    caller: Caller<QueryRead>,
+    LakeCallerOf(caller, _): LakeCallerOf<QueryRead>,
     Path(query_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let caller = caller.lake_caller()?;
     let job = state
         .queries
         .get(&caller, &query_id)
@@ -167,10 +165,9 @@ async fn get_query(
 )]
 async fn cancel_query(
     State(state): State<AppState>,
-    caller: Caller<QueryWrite>,
+    LakeCallerOf(caller, _): LakeCallerOf<QueryWrite>,
     Path(query_id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    let caller = caller.lake_caller()?;
     state
         .queries
         .cancel(&caller, &query_id)
@@ -254,11 +251,10 @@ fn result_body(page: &ResultPage) -> Value {
 )]
 async fn get_result(
     State(state): State<AppState>,
-    caller: Caller<QueryRead>,
+    LakeCallerOf(caller, _): LakeCallerOf<QueryRead>,
     Path(query_id): Path<String>,
     Query(params): Query<PageParams>,
 ) -> Result<Json<Value>, ApiError> {
-    let caller = caller.lake_caller()?;
     let page = state
         .queries
         .page(&caller, &query_id, params.next_token.as_deref())

@@ -52,17 +52,23 @@ pub fn check_table_name(name: &str) -> Result<(), EngineError> {
         Ok(())
     } else {
         Err(EngineError::Invalid(format!(
-            "table name '{name}' is not allowed: use lowercase letters, digits and underscores, \
-             not starting or ending with an underscore"
+            "table name '{name}' is not allowed: use lowercase letters, digits and underscores \
+             (at most {MAX_NAME_CHARS}), not starting or ending with an underscore"
         )))
     }
 }
 
-/// Column names a lake table may have: plain names, and `svc$load_id`.
+/// Column names a lake table may have: lowercase letters, digits,
+/// underscores and `$` (for `svc$load_id`). Uploaded files' columns meet the
+/// spec's stricter rule in the load pipeline's `validate_parquet` step.
 pub fn check_column_names(schema: &Schema) -> Result<(), EngineError> {
     for field in schema.fields() {
         let name = field.name();
-        if !is_plain_name(name) && name != LOAD_ID_COLUMN {
+        let allowed = !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'$');
+        if !allowed {
             return Err(EngineError::Invalid(format!(
                 "column name '{name}' is not allowed in a lake table: use lowercase letters, \
                  digits and underscores (alias the expression)"
@@ -127,25 +133,32 @@ pub struct TableLayout {
 
 impl TableLayout {
     /// A new table of rows written by SQL (CREATE TABLE AS, a daily
-    /// refresh): partitioned by `service_client_id`.
+    /// refresh): partitioned by `service_client_id`, an integer column.
     pub fn for_rows(schema: &Schema) -> Result<Self, EngineError> {
-        Self::new(schema, vec![SERVICE_CLIENT_COLUMN.to_string()])
+        Self::new(schema, vec![SERVICE_CLIENT_COLUMN.to_string()], false)
     }
 
     /// A new table of loaded rows (a load, an import): partitioned by
-    /// `service_client_id`, `svc$load_id`, then `extra_partitions`.
+    /// `service_client_id`, `svc$load_id`, then `extra_partitions`. Uploaded
+    /// files may carry `service_client_id` as text (the load pipeline accepts
+    /// it; the writer reads each value as a number).
     pub fn for_loads(schema: &Schema, extra_partitions: &[String]) -> Result<Self, EngineError> {
         let mut partitions = vec![
             SERVICE_CLIENT_COLUMN.to_string(),
             LOAD_ID_COLUMN.to_string(),
         ];
         partitions.extend(extra_partitions.iter().cloned());
-        Self::new(schema, partitions)
+        Self::new(schema, partitions, true)
     }
 
     /// The one way a new table's layout is made: view types stored as plain
-    /// types, every column name allowed, an integer `service_client_id`.
-    fn new(schema: &Schema, partition_columns: Vec<String>) -> Result<Self, EngineError> {
+    /// types, every column name allowed, a `service_client_id` column of
+    /// integers (or, for loaded files, text).
+    fn new(
+        schema: &Schema,
+        partition_columns: Vec<String>,
+        service_client_as_text: bool,
+    ) -> Result<Self, EngineError> {
         let schema = without_view_types(schema);
         check_column_names(&schema)?;
         let service_client = schema.field_with_name(SERVICE_CLIENT_COLUMN).map_err(|_| {
@@ -154,7 +167,12 @@ impl TableLayout {
                     .into(),
             )
         })?;
-        if !service_client.data_type().is_integer() {
+        let text = matches!(
+            service_client.data_type(),
+            DataType::Utf8 | DataType::LargeUtf8
+        );
+        let allowed = service_client.data_type().is_integer() || (service_client_as_text && text);
+        if !allowed {
             return Err(EngineError::Invalid(format!(
                 "service_client_id must be an integer column, not {}",
                 service_client.data_type()
@@ -268,10 +286,10 @@ mod tests {
     }
 
     #[test]
-    fn a_new_table_needs_allowed_names_and_an_integer_service_client() {
+    fn a_new_table_needs_allowed_names_and_a_numeric_service_client() {
         let refused = [
             schema(&[("name", DataType::Utf8)]),
-            schema(&[("service_client_id", DataType::Utf8)]),
+            schema(&[("service_client_id", DataType::Float64)]),
             schema(&[
                 ("service_client_id", DataType::Int64),
                 ("Name", DataType::Utf8),
@@ -285,6 +303,17 @@ mod tests {
             assert!(TableLayout::for_rows(schema).is_err(), "{schema:?}");
             assert!(TableLayout::for_loads(schema, &[]).is_err(), "{schema:?}");
         }
+        // Uploaded files may carry the service client as text; SQL may not.
+        let text_client = schema(&[("service_client_id", DataType::Utf8)]);
+        assert!(TableLayout::for_loads(&text_client, &[]).is_ok());
+        assert!(TableLayout::for_rows(&text_client).is_err());
+        // The length cap is for table names and file keys, not columns.
+        let long = "c".repeat(MAX_NAME_CHARS + 1);
+        let long_column = schema(&[
+            ("service_client_id", DataType::Int64),
+            (&long, DataType::Utf8),
+        ]);
+        assert!(TableLayout::for_rows(&long_column).is_ok());
         let with_load_id = schema(&[
             ("service_client_id", DataType::Int32),
             ("svc$load_id", DataType::Utf8),

@@ -86,6 +86,13 @@ pub enum EngineError {
     /// Rows could not be written as lake files.
     #[error(transparent)]
     Write(TableWriteError),
+    /// An input file (an import's) could not be read.
+    #[error("{file}: {source}")]
+    Read {
+        file: String,
+        #[source]
+        source: datafusion::parquet::errors::ParquetError,
+    },
     /// The session could not be built.
     #[error(transparent)]
     Session(#[from] SessionError),

@@ -1,11 +1,13 @@
-//! `TableWriter`: rows written by SQL (CREATE TABLE AS, INSERT) become parquet
+//! `TableWriter`: rows written into a lake table (by CREATE TABLE AS and
+//! INSERT, a load's insert step, an import, a daily refresh) become parquet
 //! files in the lake layout, one file per partition value combination.
 //!
-//! The writer only stages files; they become visible when the query's job
-//! commits them to the catalog in the same transaction as its SUCCEEDED state.
-//! Every row must carry a `service_client_id` the writer may write; one that
-//! does not fails the whole statement (nothing is committed, staged files are
-//! deleted). `svc$load_id`, where the table has it, is the writing query's id.
+//! The writer only stages files; they become visible when the writing job
+//! commits them to the catalog with its end. Every row must carry a
+//! `service_client_id` the writer may write; one that does not fails the
+//! whole write (nothing is committed, staged files are deleted).
+//! `svc$load_id`, where the table has it, is the writing load's, import's or
+//! query's id.
 
 use std::{
     collections::{BTreeMap, HashMap},

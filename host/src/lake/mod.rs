@@ -1,5 +1,5 @@
-//! The lake's object store: where data files live, how they are named, and the
-//! parquet writer. Local disk under `data_dir/lake` by default; `lake_url`
+//! The lake's object store: where data files live and how they are named.
+//! Local disk under `data_dir/lake` by default; `lake_url`
 //! `s3://bucket/prefix` puts it on S3 (or any S3-compatible store, configured by
 //! the standard `AWS_*` variables: `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
 //! `AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`), or `file:///path` on

@@ -13,6 +13,7 @@
 use std::sync::{Arc, Mutex};
 
 use datafusion::{
+    arrow::datatypes::Schema,
     datasource::{
         file_format::{FileFormat as _, parquet::ParquetFormat},
         listing::{ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl},
@@ -34,10 +35,10 @@ use crate::{
         EngineError,
         bounded_functions::bound_functions,
         columns::columns_of,
-        layout::{SERVICE_CLIENT_COLUMN, TableLayout},
+        layout::{SERVICE_CLIENT_COLUMN, TableLayout, partition_field},
         write::write_batches,
     },
-    lake::{self, Lake},
+    lake::Lake,
     pipeline::{ColumnInfo, LoadData, StagedFileInfo},
     store::{
         Store,
@@ -244,8 +245,15 @@ impl LoadData for StagedLoad {
             else {
                 return Ok(None);
             };
-            let schema = lake::schema_from_json(&table.schema_json).map_err(|e| e.to_string())?;
-            let mut columns: Vec<ColumnInfo> = columns_of(&schema)
+            // The file columns, then the partition columns as queries see them.
+            let layout = TableLayout::of(&table).map_err(|e| e.to_string())?;
+            let mut fields: Vec<_> = layout.file_schema.fields().iter().cloned().collect();
+            for partition in &layout.partition_columns {
+                if !fields.iter().any(|f| f.name() == partition) {
+                    fields.push(partition_field(partition));
+                }
+            }
+            let columns = columns_of(&Schema::new(fields))
                 .into_iter()
                 .map(|c| ColumnInfo {
                     name: c.name,
@@ -253,19 +261,6 @@ impl LoadData for StagedLoad {
                     nullable: c.nullable,
                 })
                 .collect();
-            for partition in &table.partition_columns {
-                if !columns.iter().any(|c| &c.name == partition) {
-                    columns.push(ColumnInfo {
-                        name: partition.clone(),
-                        sql_type: if partition == "service_client_id" {
-                            "bigint".into()
-                        } else {
-                            "varchar".into()
-                        },
-                        nullable: false,
-                    });
-                }
-            }
             Ok(Some(columns))
         })
     }

@@ -80,3 +80,12 @@ pub fn manifest(kind: PipelineKind) -> &'static str {
         PipelineKind::Daily => include_str!("../../../pipelines/daily.toml"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_test_steps_are_named_once_and_embedded_in_test_builds() {
+        let embedded: Vec<&str> = super::TEST_COMPONENTS.iter().map(|(n, _, _)| *n).collect();
+        assert_eq!(embedded, super::TEST_STEPS);
+    }
+}

@@ -63,7 +63,9 @@ impl From<EngineError> for QueryError {
             EngineError::Plan(_) => QueryError::Invalid(error.to_string()),
             EngineError::Refused(denied) => QueryError::Denied(denied.denial()),
             EngineError::WriteDenied(_) => QueryError::Denied(Denial::Data),
-            EngineError::Run(_) | EngineError::Write(_) => QueryError::Failed(error.to_string()),
+            EngineError::Run(_) | EngineError::Write(_) | EngineError::Read { .. } => {
+                QueryError::Failed(error.to_string())
+            }
             EngineError::Session(SessionError::UnknownDatabase(name)) => {
                 QueryError::Invalid(format!("Database '{name}' does not exist"))
             }

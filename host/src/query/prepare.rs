@@ -310,11 +310,11 @@ pub async fn prepare(
                     }
                     // Files written before the change read the new column as NULL.
                     let added = added.with_nullable(true);
+                    check_column_names(&Schema::new(vec![added.clone()]))?;
                     let mut fields: Vec<Field> =
                         schema.fields().iter().map(|f| f.as_ref().clone()).collect();
                     fields.push(added);
                     let new_schema = Schema::new(fields);
-                    check_column_names(&new_schema)?;
                     Ok(Prepared::Alter {
                         table_id: existing.id,
                         new_name: None,

@@ -248,8 +248,8 @@ impl Store {
         .await
     }
 
-    /// Records how the runner's execution ended; false when it no longer held
-    /// it (the record is left as the other party ended it).
+    /// Records how the holder's execution ended; `Lost` when it no longer
+    /// held it (the record is left as the other party ended it).
     pub async fn finish_daily_run(
         &self,
         name: &str,

@@ -369,9 +369,9 @@ impl Store {
         .await
     }
 
-    /// Ends a commit the worker holds, with its rows (SUCCESS) or its report
-    /// (FAIL), in one transaction; false (nothing written) when the worker no
-    /// longer holds it.
+    /// Ends a commit the holder holds, with its rows (SUCCESS) or its report
+    /// (FAIL), in one transaction; `Lost` (nothing written) when it no longer
+    /// holds it.
     pub async fn finish_load(
         &self,
         id: &str,

@@ -122,7 +122,7 @@ pub struct QueryService {
 impl std::fmt::Debug for QueryService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("QueryService")
-            .field("worker_id", &self.holder)
+            .field("holder", &self.holder)
             .finish()
     }
 }
