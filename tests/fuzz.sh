@@ -11,6 +11,6 @@ cd "$(dirname "$0")/.."
 filters=("$@")
 if [ ${#filters[@]} -eq 0 ]; then filters=(""); fi
 for target in "${filters[@]}"; do
-  LAKEHOST_FUZZ_SECONDS="${SECONDS_EACH:-600}" \
+  LAKEHOST_TEST_FUZZ_SECONDS="${SECONDS_EACH:-600}" \
     cargo test -p lakehost-tests --test integration --locked -- "fuzz::fuzz_${target}" --nocapture
 done

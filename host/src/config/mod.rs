@@ -106,6 +106,10 @@ impl Default for Config {
 /// Environment variable naming the config file when `--config` is not given.
 pub const CONFIG_FILE_ENV: &str = "LAKEHOST_CONFIG";
 const ENV_PREFIX: &str = "LAKEHOST_";
+/// The test suite's own variables (`LAKEHOST_TEST_LOG`, `..._DATABASE_URL`,
+/// `..._PYTHON`, `..._FUZZ_SECONDS`, ...): no config key, so a server started
+/// from the same shell skips them.
+const TEST_ENV_PREFIX: &str = "LAKEHOST_TEST_";
 const SECTIONS: &[&str] = &[
     "server", "storage", "auth", "idp", "query", "uploads", "pipeline", "dailyrun",
 ];
@@ -215,7 +219,11 @@ fn apply_env_overrides(
 ) -> Result<(), ConfigError> {
     let mut vars: Vec<(String, String)> = env
         .into_iter()
-        .filter(|(name, _)| name.starts_with(ENV_PREFIX) && name != CONFIG_FILE_ENV)
+        .filter(|(name, _)| {
+            name.starts_with(ENV_PREFIX)
+                && name != CONFIG_FILE_ENV
+                && !name.starts_with(TEST_ENV_PREFIX)
+        })
         .collect();
     vars.sort();
     for (name, raw) in vars {

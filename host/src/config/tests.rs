@@ -67,6 +67,23 @@ fn unknown_env_key_names_the_key() {
 }
 
 #[test]
+fn the_test_suites_own_variables_are_not_config_keys() {
+    let config = Config::load(
+        None,
+        env(&[
+            ("LAKEHOST_TEST_DATABASE_URL", "postgres://x"),
+            ("LAKEHOST_TEST_FUZZ_SECONDS", "60"),
+            ("LAKEHOST_SERVER_MAX_BODY_BYTES", "1234"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(config.server.max_body_bytes, 1234);
+    // A near miss is still an unknown key, not skipped.
+    let err = Config::load(None, env(&[("LAKEHOST_TESTS_X", "1")])).unwrap_err();
+    assert!(err.key.contains("LAKEHOST_TESTS_X"), "{err}");
+}
+
+#[test]
 fn a_file_with_its_own_orgs_has_no_demo_principals() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c.toml");

@@ -1,7 +1,7 @@
 //! A mutational fuzzer over every parser that reads bytes from outside
 //! (`lakehost::fuzzing`): from the checked-in seeds in `tests/corpus/fuzz/
 //! <target>/`, it mutates inputs (bit flips, interesting bytes, insertions,
-//! deletions, duplicated and spliced chunks) for `LAKEHOST_FUZZ_SECONDS` per
+//! deletions, duplicated and spliced chunks) for `LAKEHOST_TEST_FUZZ_SECONDS` per
 //! target (3 by default; `.ci/run` gives each 60) and fails on any panic,
 //! saving the input under `target/fuzz-crashes/`.
 //!
@@ -103,7 +103,7 @@ fn mutate(rng: &mut StdRng, input: &mut Vec<u8>, seeds: &[Vec<u8>]) {
 }
 
 fn budget() -> Duration {
-    let seconds = std::env::var("LAKEHOST_FUZZ_SECONDS")
+    let seconds = std::env::var("LAKEHOST_TEST_FUZZ_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(3);
