@@ -29,8 +29,6 @@ use serde::{Deserialize, Serialize};
 pub enum Error {
     #[error("object store: {0}")]
     ObjectStore(#[from] object_store::Error),
-    #[error("parquet: {0}")]
-    Parquet(#[from] datafusion::parquet::errors::ParquetError),
     #[error("schema: {0}")]
     Schema(String),
     #[error("lake directory: {0}")]

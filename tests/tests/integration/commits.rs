@@ -869,3 +869,68 @@ async fn a_file_replaced_during_the_commit_fails_it_and_writes_nothing() {
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "no table, no rows");
 }
+
+/// Uploaded files may carry `service_client_id` as text, which the default
+/// pipeline accepts: a load of them creates its table and reads back as
+/// numbers; a value that is not a number fails the load and writes nothing.
+#[tokio::test]
+async fn a_text_service_client_id_loads_into_a_new_table() {
+    let app = spawn_app().await;
+    let admin = app.token_for(&["ZoneAdmin"], "[0]");
+    let cells = |rows: &[&[&str]]| -> Vec<Vec<Option<String>>> {
+        rows.iter()
+            .map(|row| row.iter().map(|c| Some(c.to_string())).collect())
+            .collect()
+    };
+    let batch = |owners: Vec<&str>| {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("trip_id", DataType::Int64, false),
+            Field::new("service_client_id", DataType::Utf8, false),
+        ]));
+        let ids: Vec<i64> = (0..owners.len() as i64).collect();
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(Int64Array::from(ids)),
+                Arc::new(StringArray::from(owners)),
+            ],
+        )
+        .unwrap()
+    };
+    let id = app
+        .start_commit_on(
+            ORG_HOST,
+            &admin,
+            &batch(vec!["1", "2", "2"]),
+            json!({"count(*)": 3}),
+        )
+        .await;
+    let done = app.wait_for_load(&admin, &id).await;
+    assert_eq!(done["LoadStatus"], "SUCCESS", "{done}");
+    assert_eq!(
+        app.rows_of(
+            ORG_HOST,
+            &admin,
+            "SELECT service_client_id, count(*) AS n FROM trips GROUP BY 1 ORDER BY 1"
+        )
+        .await,
+        cells(&[&["1", "1"], &["2", "2"]])
+    );
+
+    let id = app
+        .start_commit_on(
+            ORG_HOST,
+            &admin,
+            &batch(vec!["3", "three"]),
+            json!({"count(*)": 2}),
+        )
+        .await;
+    let failed = app.wait_for_load(&admin, &id).await;
+    assert_eq!(failed["LoadStatus"], "FAIL", "{failed}");
+    assert_eq!(
+        app.rows_of(ORG_HOST, &admin, "SELECT count(*) AS n FROM trips")
+            .await,
+        cells(&[&["3"]]),
+        "nothing of the failed load is visible"
+    );
+}

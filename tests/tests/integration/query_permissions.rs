@@ -456,6 +456,24 @@ async fn created_tables_need_a_service_client_column_and_a_plain_name() {
     }
     assert_missing(&app, &token, "demo_sandbox.no_owner").await;
     assert_missing(&app, &token, "demo_sandbox.text_owner").await;
+
+    // One length cap for table names, as loads have: 128 characters pass,
+    // 129 are refused with the rule in the message, and nothing is created.
+    let longest = "t".repeat(128);
+    let sql =
+        format!("CREATE TABLE demo_sandbox.{longest} AS SELECT 1 AS x, 1 AS service_client_id");
+    assert_eq!(outcome(&app, ORG_HOST, &token, &sql).await, count(1));
+    let too_long = "t".repeat(129);
+    let sql =
+        format!("CREATE TABLE demo_sandbox.{too_long} AS SELECT 1 AS x, 1 AS service_client_id");
+    assert_eq!(
+        invalid(&app, ORG_HOST, &token, &sql).await,
+        format!(
+            "table name '{too_long}' is not allowed: use lowercase letters, digits and \
+             underscores (at most 128), not starting or ending with an underscore"
+        )
+    );
+    assert_missing(&app, &token, &format!("demo_sandbox.{too_long}")).await;
 }
 
 #[tokio::test]
