@@ -28,6 +28,7 @@ use super::{
         Caller, DailyRunEnabledRead, DailyRunEnabledWrite, DailyRunExecutionRead,
         DailyRunExecutionWrite,
     },
+    schemas,
 };
 use crate::dailyrun::StartResult;
 
@@ -45,11 +46,11 @@ pub fn router() -> OpenApiRouter<AppState> {
     tag = "dailyRun",
     security(("bearer" = ["dailyrun:enabled:read"])),
     responses(
-        (status = 200, description = "{dailyRun: boolean}"),
-        (status = 401, description = "Missing or invalid token"),
-        (status = 403, description = "Missing scope"),
-        (status = 404, description = "DailyRun not found: the flag was never set"),
-        (status = 500, description = "Error reading ClientMetaData"),
+        (status = 200, description = "The flag", body = schemas::DailyRunFlag),
+        (status = 401, description = "Missing or invalid token", body = schemas::ErrorBody),
+        (status = 403, description = "Missing scope", body = schemas::ErrorBody),
+        (status = 404, description = "DailyRun not found: the flag was never set", body = schemas::ErrorBody),
+        (status = 500, description = "Error reading ClientMetaData", body = schemas::ErrorBody),
     )
 )]
 async fn get_flag(
@@ -74,13 +75,13 @@ async fn get_flag(
     path = "/dailyRun/dailyRun_enabled",
     tag = "dailyRun",
     security(("bearer" = ["dailyrun:enabled:write"])),
-    request_body(content = Value, description = "dailyRun: true or false (also \"true\", \"false\", \"yes\", \"no\", 1, 0)"),
+    request_body(content = schemas::DailyRunFlagRequest),
     responses(
-        (status = 200, description = "{dailyRun: the value written}"),
-        (status = 400, description = "Body missing, not JSON, or no recognised dailyRun value"),
-        (status = 401, description = "Missing or invalid token"),
-        (status = 403, description = "Missing scope"),
-        (status = 500, description = "Error updating ClientMetaData"),
+        (status = 200, description = "The value written", body = schemas::DailyRunFlag),
+        (status = 400, description = "Body missing, not JSON, or no recognised dailyRun value", body = schemas::ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = schemas::ErrorBody),
+        (status = 403, description = "Missing scope", body = schemas::ErrorBody),
+        (status = 500, description = "Error updating ClientMetaData", body = schemas::ErrorBody),
     )
 )]
 async fn set_flag(
@@ -109,17 +110,17 @@ async fn set_flag(
     tag = "dailyRun",
     security(("bearer" = ["dailyrun:execution:read"])),
     params(
-        ("mode" = Option<String>, Query, description = "list (default), latest or last_successful; any case"),
+        ("mode" = Option<String>, Query, pattern = "^([Ll][Ii][Ss][Tt]|[Ll][Aa][Tt][Ee][Ss][Tt]|[Ll][Aa][Ss][Tt]_[Ss][Uu][Cc][Cc][Ee][Ss][Ss][Ff][Uu][Ll])$", description = "list (default), latest or last_successful; any case"),
         ("limit" = Option<i64>, Query, description = "mode=list: at most this many, default 50, clamped to 1..200"),
     ),
     responses(
         (status = 200, description = "list: {executions: [...]}, most recent first; latest: one execution or null; \
             last_successful: one SUCCEEDED execution or {message}. An execution is {name, status, startDate, \
-            stopDate, error, cause}"),
-        (status = 400, description = "mode is not valid, mode should be one of: list, latest, last_successful; or limit is not an integer"),
-        (status = 401, description = "Missing or invalid token"),
-        (status = 403, description = "Missing scope"),
-        (status = 500, description = "Error reading DailyRun executions"),
+            stopDate, error, cause}", body = Option<schemas::ExecutionStatusBody>),
+        (status = 400, description = "mode is not valid, mode should be one of: list, latest, last_successful; or limit is not an integer", body = schemas::ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = schemas::ErrorBody),
+        (status = 403, description = "Missing scope", body = schemas::ErrorBody),
+        (status = 500, description = "Error reading DailyRun executions", body = schemas::ErrorBody),
     )
 )]
 async fn execution_status(
@@ -180,11 +181,11 @@ async fn execution_status(
     tag = "dailyRun",
     security(("bearer" = ["dailyrun:execution:write"])),
     responses(
-        (status = 200, description = "{message, started: true, executionArn, startDate, executionName, stateMachineArn}"),
-        (status = 401, description = "Missing or invalid token"),
-        (status = 403, description = "Missing scope"),
-        (status = 409, description = "{message, started: false, executionName: null, runningExecution: {name, status, startDate}, stateMachineArn}"),
-        (status = 500, description = "Error starting Daily ETL pipeline execution"),
+        (status = 200, description = "Started", body = schemas::ExecutionStarted),
+        (status = 401, description = "Missing or invalid token", body = schemas::ErrorBody),
+        (status = 403, description = "Missing scope", body = schemas::ErrorBody),
+        (status = 409, description = "{message, started: false, executionName: null, runningExecution: {name, status, startDate}, stateMachineArn}", body = schemas::ExecutionNotStarted),
+        (status = 500, description = "Error starting Daily ETL pipeline execution", body = schemas::ErrorBody),
     )
 )]
 async fn start_execution(

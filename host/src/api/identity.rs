@@ -8,6 +8,7 @@ use super::{
     AppState,
     error::ApiError,
     principal::{AnyScope, Caller},
+    schemas,
 };
 use crate::auth::security_metadata::{SecurityMetadata, security_metadata};
 
@@ -23,9 +24,9 @@ pub fn router() -> OpenApiRouter<AppState> {
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The caller's filter and access hash", body = SecurityMetadata),
-        (status = 401, description = "Missing or invalid token"),
-        (status = 403, description = "A required claim is missing or malformed"),
-        (status = 500, description = "There was a problem returning the security metadata"),
+        (status = 401, description = "Missing or invalid token", body = schemas::ErrorBody),
+        (status = 403, description = "A required claim is missing or malformed", body = schemas::ErrorBody),
+        (status = 500, description = "There was a problem returning the security metadata", body = schemas::ErrorBody),
     )
 )]
 async fn get_security_metadata(

@@ -18,6 +18,7 @@ use super::{
     json_body::JsonBody,
     load_body,
     principal::{LakeCallerOf, LoadRead, LoadWrite},
+    schemas,
 };
 use crate::{
     config::ErrorMessagesShape,
@@ -87,13 +88,17 @@ fn error_message_item(error_type: &str, detail: &Value, shape: ErrorMessagesShap
     path = "/v2/load",
     tag = "load",
     security(("bearer" = ["load:write"])),
-    request_body(content = Value, description = "load_type (APPEND_ONLY), table_name, load_as_service_client_id (string, optional), partitions (string[], optional)"),
+    request_body(content = schemas::LoadRequest),
     responses(
-        (status = 202, description = "Accepted: {loadId}"),
-        (status = 400, description = "A parameter missing or invalid"),
-        (status = 401, description = "Missing or invalid token"),
-        (status = 403, description = "Missing scope"),
-        (status = 500, description = "Unexpected error"),
+        (status = 202, description = "Accepted", body = schemas::LoadAccepted, links(
+            ("GetLoad" = (operation_id = "get_load", parameters(("load_id" = "$response.body#/loadId")))),
+            ("AddFile" = (operation_id = "add_file", parameters(("load_id" = "$response.body#/loadId")))),
+            ("CommitLoad" = (operation_id = "commit_load", parameters(("load_id" = "$response.body#/loadId")))),
+        )),
+        (status = 400, description = "A parameter missing or invalid", body = schemas::ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = schemas::ErrorBody),
+        (status = 403, description = "Missing scope", body = schemas::ErrorBody),
+        (status = 500, description = "Unexpected error", body = schemas::ErrorBody),
     )
 )]
 async fn create_load(
@@ -123,11 +128,11 @@ ErrorMessages items: with `pipeline.error_messages = \"spec\"` (the default) Che
 {ErrorType, ErrorMessage, CheckResult: \"FAIL\"} and every other ErrorType's are strings; with \"strings\" (for the \
 Comotion SDK, settable per org) every item is a string, a checksum item ending \"(CheckResult: FAIL)\". \
 ErrorDetails (not in the spec; clients may ignore it) always holds each item as an object with the recap's \
-ErrorType (CHECKSUM_MISMATCH, MISSING_COLUMN, ...), ErrorMessage and, on checksum items, CheckResult."),
-        (status = 401, description = "Missing or invalid token"),
-        (status = 403, description = "Missing scope"),
-        (status = 404, description = "Unknown load, or another user's"),
-        (status = 500, description = "Unexpected error"),
+ErrorType (CHECKSUM_MISMATCH, MISSING_COLUMN, ...), ErrorMessage and, on checksum items, CheckResult.", body = schemas::LoadResource),
+        (status = 401, description = "Missing or invalid token", body = schemas::ErrorBody),
+        (status = 403, description = "Missing scope", body = schemas::ErrorBody),
+        (status = 404, description = "Unknown load, or another user's", body = schemas::ErrorBody),
+        (status = 500, description = "Unexpected error", body = schemas::ErrorBody),
     )
 )]
 async fn get_load(
@@ -177,14 +182,14 @@ fn descriptor_body(descriptor: &UploadDescriptor) -> Value {
     tag = "load",
     security(("bearer" = ["load:write"])),
     params(("load_id" = String, Path, description = "The loadId of POST /load")),
-    request_body(content = Option<Value>, description = "file_key (optional): lowercase letters, digits, underscores"),
+    request_body(content = Option<schemas::FileRequest>, description = "Optional; without a body the file gets a fresh name"),
     responses(
-        (status = 200, description = "The upload descriptor"),
-        (status = 400, description = "A bad file_key, or the load no longer takes files"),
-        (status = 401, description = "Missing or invalid token"),
-        (status = 403, description = "Missing scope"),
-        (status = 404, description = "Unknown load, or another user's"),
-        (status = 500, description = "Unexpected error"),
+        (status = 200, description = "The upload descriptor", body = schemas::UploadDescriptor),
+        (status = 400, description = "A bad file_key, or the load no longer takes files", body = schemas::ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = schemas::ErrorBody),
+        (status = 403, description = "Missing scope", body = schemas::ErrorBody),
+        (status = 404, description = "Unknown load, or another user's", body = schemas::ErrorBody),
+        (status = 500, description = "Unexpected error", body = schemas::ErrorBody),
     )
 )]
 async fn add_file(
@@ -194,7 +199,7 @@ async fn add_file(
     body: JsonBody,
 ) -> Result<Json<Value>, ApiError> {
     let body = match body.0 {
-        None => None,
+        None | Some(Value::Null) => None,
         Some(_) => Some(body.object()?),
     };
     let file_key = load_body::file_key(body)?;
@@ -213,14 +218,14 @@ async fn add_file(
     tag = "load",
     security(("bearer" = ["load:write"])),
     params(("load_id" = String, Path, description = "The loadId of POST /load")),
-    request_body(content = Value, description = "check_sum: an object, at least one entry; keys are SQL aggregates over the uploaded rows, values the expected results (string, integer or float)"),
+    request_body(content = schemas::CommitRequest),
     responses(
-        (status = 202, description = "Commit initiated: {message}"),
-        (status = 400, description = "check_sum missing, empty or malformed; load already committed"),
-        (status = 401, description = "Missing or invalid token"),
-        (status = 403, description = "Missing scope"),
-        (status = 404, description = "Unknown load, or another user's"),
-        (status = 500, description = "Unexpected error"),
+        (status = 202, description = "Commit initiated", body = schemas::MessageBody),
+        (status = 400, description = "check_sum missing, empty or malformed; load already committed", body = schemas::ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = schemas::ErrorBody),
+        (status = 403, description = "Missing scope", body = schemas::ErrorBody),
+        (status = 404, description = "Unknown load, or another user's", body = schemas::ErrorBody),
+        (status = 500, description = "Unexpected error", body = schemas::ErrorBody),
     )
 )]
 async fn commit_load(

@@ -15,6 +15,7 @@ use super::{
     AppState,
     error::ApiError,
     principal::{AnyScope, Caller},
+    schemas,
 };
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -42,7 +43,7 @@ const NOTHING_TO_MIGRATE: &str =
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The migration state: always Completed", body = MigrationStatus),
-        (status = 401, description = "Missing or invalid token"),
+        (status = 401, description = "Missing or invalid token", body = schemas::ErrorBody),
     )
 )]
 async fn get_migration(_caller: Caller<AnyScope>) -> Json<MigrationStatus> {
@@ -61,8 +62,8 @@ async fn get_migration(_caller: Caller<AnyScope>) -> Json<MigrationStatus> {
     tag = "migration",
     security(("bearer" = [])),
     responses(
-        (status = 409, description = "{message}: there is nothing to migrate"),
-        (status = 401, description = "Missing or invalid token"),
+        (status = 409, description = "{message}: there is nothing to migrate", body = schemas::ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = schemas::ErrorBody),
     )
 )]
 async fn start_migration(_caller: Caller<AnyScope>) -> ApiError {

@@ -15,11 +15,12 @@ pub mod openapi;
 pub mod principal;
 pub mod query;
 pub mod routing;
+pub mod schemas;
 
 use std::{sync::Arc, time::Duration};
 
 use axum::{
-    Json, Router,
+    Extension, Json, Router,
     extract::DefaultBodyLimit,
     middleware::{from_fn, from_fn_with_state},
     routing::get,
@@ -36,7 +37,7 @@ use crate::{
     query::QueryService,
     store::Store,
 };
-use routing::HostRouters;
+use routing::{ApiTarget, HostRouters};
 
 /// Everything handlers share; cheap to clone.
 #[derive(Clone)]
@@ -54,7 +55,7 @@ pub struct AppState {
 
 /// The Org API's routes (paths under `/v2`).
 fn org_api() -> OpenApiRouter<AppState> {
-    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+    described()
         .merge(identity::router())
         .merge(query::router())
         .merge(load::router())
@@ -63,7 +64,7 @@ fn org_api() -> OpenApiRouter<AppState> {
 
 /// The Zone API's routes: the Org API's query and load paths, without identity.
 fn zone_api() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new()
+    described()
         .merge(query::router())
         .merge(load::router())
         .merge(migration::router())
@@ -71,7 +72,19 @@ fn zone_api() -> OpenApiRouter<AppState> {
 
 /// The DailyRun API's routes (paths under `/dailyRun`).
 fn dailyrun_api() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().merge(dailyrun::router())
+    described().merge(dailyrun::router())
+}
+
+/// An empty router carrying the document's title, description and bearer scheme.
+fn described() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+}
+
+/// A router's OpenAPI document as the JSON its host serves.
+fn document(doc: &utoipa::openapi::OpenApi) -> Arc<serde_json::Value> {
+    let mut doc = serde_json::to_value(doc).expect("OpenAPI document serialises");
+    openapi::spell_link_fields(&mut doc);
+    Arc::new(doc)
 }
 
 /// Adds the fallbacks and the `/v2/openapi.json` route to one API's router.
@@ -80,7 +93,9 @@ fn finish(router: Router<AppState>, doc: &Arc<serde_json::Value>, state: &AppSta
     router
         .route(
             "/v2/openapi.json",
-            get(move || async move { Json(doc.as_ref().clone()) }),
+            get(move |Extension(target): Extension<ApiTarget>| async move {
+                Json(openapi::for_target(&doc, &target))
+            }),
         )
         .fallback(gateway::not_found)
         .method_not_allowed_fallback(gateway::method_not_allowed)
@@ -90,11 +105,13 @@ fn finish(router: Router<AppState>, doc: &Arc<serde_json::Value>, state: &AppSta
 /// The whole HTTP application: host routing, APIs, identity provider, gateway.
 pub fn app(state: AppState, idp: Option<Arc<Idp>>) -> Router {
     let config = state.config.clone();
-    let (org_routes, mut doc) = org_api().split_for_parts();
-    let (zone_routes, _) = zone_api().split_for_parts();
+    // Each host's document lists the paths that host answers: the bare host
+    // serves the default org's Org and DailyRun APIs together.
+    let (org_routes, org_doc) = org_api().split_for_parts();
+    let (zone_routes, zone_doc) = zone_api().split_for_parts();
     let (dailyrun_routes, dailyrun_doc) = dailyrun_api().split_for_parts();
-    doc.merge(dailyrun_doc);
-    let doc = Arc::new(serde_json::to_value(&doc).expect("OpenAPI document serialises"));
+    let mut default_doc = org_doc.clone();
+    default_doc.merge(dailyrun_doc.clone());
 
     // The DailyRun API answers under /dailyRun and under the configured prefix.
     let dailyrun_routes = dailyrun_routes
@@ -103,7 +120,7 @@ pub fn app(state: AppState, idp: Option<Arc<Idp>>) -> Router {
 
     let mut default = finish(
         org_routes.clone().merge(dailyrun_routes.clone()),
-        &doc,
+        &document(&default_doc),
         &state,
     );
     if let Some(idp) = idp {
@@ -111,9 +128,9 @@ pub fn app(state: AppState, idp: Option<Arc<Idp>>) -> Router {
     }
     let routers = HostRouters {
         config: config.clone(),
-        org: finish(org_routes, &doc, &state),
-        zone: finish(zone_routes, &doc, &state),
-        dailyrun: finish(dailyrun_routes, &doc, &state),
+        org: finish(org_routes, &document(&org_doc), &state),
+        zone: finish(zone_routes, &document(&zone_doc), &state),
+        dailyrun: finish(dailyrun_routes, &document(&dailyrun_doc), &state),
         default,
     };
 

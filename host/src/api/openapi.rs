@@ -2,6 +2,10 @@
 //! requests, so every endpoint that exists is in it. Served without auth at
 //! `GET /v2/openapi.json`.
 
+use serde_json::Value;
+
+use super::routing::{ApiKind, ApiTarget};
+use crate::store::catalog::standard_databases;
 use utoipa::{
     Modify, OpenApi,
     openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme},
@@ -33,5 +37,50 @@ impl Modify for BearerAuth {
                     .build(),
             ),
         );
+    }
+}
+
+/// The document a host serves: `doc` with the `database` of POST /query
+/// naming the databases of the org or zone the host is for.
+pub fn for_target(doc: &Value, target: &ApiTarget) -> Value {
+    let zone = match &target.kind {
+        ApiKind::Zone(zone) => Some(zone.as_str()),
+        ApiKind::Org | ApiKind::DailyRun => None,
+    };
+    let databases = standard_databases(&target.org, zone);
+    let mut names: Vec<Value> = databases
+        .all()
+        .iter()
+        .map(|(name, _)| Value::from(*name))
+        .collect();
+    names.push(Value::Null);
+    let mut doc = doc.clone();
+    if let Some(database) = doc.pointer_mut("/components/schemas/QueryRequest/properties/database")
+    {
+        database["enum"] = Value::Array(names);
+    }
+    doc
+}
+
+/// utoipa 5.5 writes a link's `operationId` as `operation_id` (its `Link`
+/// lacks the rename), which OpenAPI tools then read as a link to nothing;
+/// this writes it as OpenAPI 3.1 spells it.
+pub fn spell_link_fields(doc: &mut Value) {
+    let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let links = paths
+        .values_mut()
+        .filter_map(Value::as_object_mut)
+        .flat_map(|operations| operations.values_mut())
+        .filter_map(|operation| operation.get_mut("responses")?.as_object_mut())
+        .flat_map(|responses| responses.values_mut())
+        .filter_map(|response| response.get_mut("links")?.as_object_mut())
+        .flat_map(|links| links.values_mut())
+        .filter_map(Value::as_object_mut);
+    for link in links {
+        if let Some(id) = link.remove("operation_id") {
+            link.insert("operationId".into(), id);
+        }
     }
 }

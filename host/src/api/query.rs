@@ -19,6 +19,7 @@ use super::{
     error::{ApiError, QueryOperation},
     json_body::JsonBody,
     principal::{Caller, LakeCallerOf, QueryRead, QueryWrite},
+    schemas,
 };
 use crate::{
     query::service::ResultPage,
@@ -71,14 +72,19 @@ fn query_resource(job: &QueryJob) -> Value {
     path = "/v2/query",
     tag = "query",
     security(("bearer" = ["query:write"])),
-    request_body(content = Value, description = "query (string, required); database (string, optional)"),
+    request_body(content = schemas::QueryRequest, description = "The statement, and optionally the database its unqualified names resolve in"),
     responses(
-        (status = 202, description = "Accepted: {queryId}"),
-        (status = 400, description = "JSON not well formed, parameter missing, or SQL rejected"),
-        (status = 401, description = "Missing or invalid token"),
-        (status = 403, description = "Missing scope or a permissions problem"),
-        (status = 409, description = "CREATE TABLE AS target already holds data"),
-        (status = 500, description = "Unexpected error"),
+        (status = 202, description = "Accepted", body = schemas::QueryAccepted, links(
+            ("GetQuery" = (operation_id = "get_query", parameters(("query_id" = "$response.body#/queryId")))),
+            ("GetQueryResult" = (operation_id = "get_result", parameters(("query_id" = "$response.body#/queryId")))),
+            ("GetQueryCsv" = (operation_id = "get_csv", parameters(("query_id" = "$response.body#/queryId")))),
+            ("CancelQuery" = (operation_id = "cancel_query", parameters(("query_id" = "$response.body#/queryId")))),
+        )),
+        (status = 400, description = "JSON not well formed, parameter missing, or SQL rejected", body = schemas::ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = schemas::ErrorBody),
+        (status = 403, description = "Missing scope or a permissions problem", body = schemas::ErrorBody),
+        (status = 409, description = "CREATE TABLE AS target already holds data", body = schemas::ErrorBody),
+        (status = 500, description = "Unexpected error", body = schemas::ErrorBody),
     )
 )]
 async fn submit_query(
@@ -127,11 +133,11 @@ async fn submit_query(
     security(("bearer" = ["query:read"])),
     params(("query_id" = String, Path, description = "The queryId of POST /query")),
     responses(
-        (status = 200, description = "The Query resource"),
-        (status = 401, description = "Missing or invalid token"),
-        (status = 403, description = "Missing scope"),
-        (status = 404, description = "Unknown query"),
-        (status = 500, description = "Unexpected error"),
+        (status = 200, description = "The Query resource", body = schemas::QueryResource),
+        (status = 401, description = "Missing or invalid token", body = schemas::ErrorBody),
+        (status = 403, description = "Missing scope", body = schemas::ErrorBody),
+        (status = 404, description = "Unknown query", body = schemas::ErrorBody),
+        (status = 500, description = "Unexpected error", body = schemas::ErrorBody),
     )
 )]
 async fn get_query(
@@ -157,10 +163,10 @@ async fn get_query(
     params(("query_id" = String, Path, description = "The queryId of POST /query")),
     responses(
         (status = 200, description = "Cancelled (empty body)"),
-        (status = 401, description = "Missing or invalid token"),
-        (status = 403, description = "Missing scope"),
-        (status = 404, description = "Unknown query"),
-        (status = 500, description = "Unexpected error"),
+        (status = 401, description = "Missing or invalid token", body = schemas::ErrorBody),
+        (status = 403, description = "Missing scope", body = schemas::ErrorBody),
+        (status = 404, description = "Unknown query", body = schemas::ErrorBody),
+        (status = 500, description = "Unexpected error", body = schemas::ErrorBody),
     )
 )]
 async fn cancel_query(
@@ -241,12 +247,12 @@ fn result_body(page: &ResultPage) -> Value {
         ("next_token" = Option<String>, Query, description = "nextToken of the previous page"),
     ),
     responses(
-        (status = 200, description = "A result page"),
-        (status = 400, description = "Query not SUCCEEDED, or a next_token not issued for it"),
-        (status = 401, description = "Missing or invalid token"),
-        (status = 403, description = "Missing scope, or the caller's access changed since submission"),
-        (status = 404, description = "Unknown query"),
-        (status = 500, description = "Unexpected error"),
+        (status = 200, description = "A result page", body = schemas::ResultPage),
+        (status = 400, description = "Query not SUCCEEDED, or a next_token not issued for it", body = schemas::ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = schemas::ErrorBody),
+        (status = 403, description = "Missing scope, or the caller's access changed since submission", body = schemas::ErrorBody),
+        (status = 404, description = "Unknown query", body = schemas::ErrorBody),
+        (status = 500, description = "Unexpected error", body = schemas::ErrorBody),
     )
 )]
 async fn get_result(
@@ -272,10 +278,10 @@ async fn get_result(
     security(("bearer" = ["query:read"])),
     params(("query_id" = String, Path, description = "The queryId of POST /query")),
     responses(
-        (status = 302, description = "Location (and body.location): an S3-style presigned GET of the CSV on the storage endpoint (or on S3 when the lake is there), valid `query.csv_link_lifetime_s` (at most 15 minutes); it answers Range (206) and HEAD"),
-        (status = 401, description = "Missing or invalid token"),
-        (status = 403, description = "Missing scope"),
-        (status = 500, description = "Any other problem"),
+        (status = 302, body = schemas::CsvLocation, headers(("Location" = String, description = "The link")), description = "Location (and body.location): an S3-style presigned GET of the CSV on the storage endpoint (or on S3 when the lake is there), valid `query.csv_link_lifetime_s` (at most 15 minutes); it answers Range (206) and HEAD"),
+        (status = 401, description = "Missing or invalid token", body = schemas::ErrorBody),
+        (status = 403, description = "Missing scope", body = schemas::ErrorBody),
+        (status = 500, description = "Any other problem", body = schemas::ErrorBody),
     )
 )]
 async fn get_csv(

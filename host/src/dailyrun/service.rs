@@ -20,6 +20,7 @@
 
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
+use chrono::{DateTime, Utc};
 use croner::Cron;
 use tokio_util::sync::CancellationToken;
 
@@ -145,23 +146,32 @@ impl DailyRunService {
     }
 
     /// POST /dailyRun/start_execution: starts a run now unless one is RUNNING.
+    /// A name is the start to the microsecond; when a run that has already
+    /// ended holds it (two starts in one microsecond, or a clock that stands
+    /// still), the start moves on a microsecond, a few times at most.
     pub async fn start_manual(self: &Arc<Self>, org: &str) -> Result<StartResult, StartError> {
-        match self.start(org, None).await? {
-            StartOutcome::Started(run) => Ok(StartResult::Started(run)),
-            StartOutcome::AlreadyRunning(run) => Ok(StartResult::AlreadyRunning(run)),
-            StartOutcome::Taken => Err(StartError::NameTaken),
+        const NAME_ATTEMPTS: i64 = 16;
+        let now = self.clock.now();
+        for step in 0..NAME_ATTEMPTS {
+            let at = now + chrono::Duration::microseconds(step);
+            match self.start(org, at, None).await? {
+                StartOutcome::Started(run) => return Ok(StartResult::Started(run)),
+                StartOutcome::AlreadyRunning(run) => return Ok(StartResult::AlreadyRunning(run)),
+                StartOutcome::Taken => continue,
+            }
         }
+        Err(StartError::NameTaken)
     }
 
     /// Inserts a RUNNING execution and, when that won, runs it in the background.
     async fn start(
         self: &Arc<Self>,
         org: &str,
+        at: DateTime<Utc>,
         scheduled_for: Option<i64>,
     ) -> Result<StartOutcome, store::Error> {
-        let now = self.clock.now();
-        let name = super::execution_name(org, now);
-        let started_at = now.timestamp_micros();
+        let name = super::execution_name(org, at);
+        let started_at = at.timestamp_micros();
         let max_duration = i64::try_from(self.config.max_duration_s)
             .unwrap_or(i64::MAX / 2_000_000)
             .saturating_mul(1_000_000);
@@ -222,7 +232,7 @@ impl DailyRunService {
             if self.store.daily_run_flag(org).await? != Some(true) {
                 continue;
             }
-            match self.start(org, Some(slot.timestamp_micros())).await? {
+            match self.start(org, now, Some(slot.timestamp_micros())).await? {
                 StartOutcome::Started(_) | StartOutcome::Taken => {}
                 StartOutcome::AlreadyRunning(running) => tracing::debug!(
                     execution = %running.name,

@@ -838,3 +838,25 @@ async fn transforms_that_write_elsewhere_or_lack_a_service_client_fail_and_write
         vec![vec![Some("6".to_string())]]
     );
 }
+
+#[tokio::test]
+async fn manual_starts_in_one_microsecond_get_names_of_their_own() {
+    // The test clock stands still, so every start happens in one microsecond:
+    // the name of an ended run must not make the next start a 500.
+    let app = spawn_app().await;
+    let daily = daily_token(&app);
+    let mut names = Vec::new();
+    for _ in 0..3 {
+        let (code, started) = start(&app, &daily).await;
+        assert_eq!(code, StatusCode::OK, "{started}");
+        let name = started["executionName"].as_str().unwrap().to_string();
+        assert_execution_name(&name);
+        assert_eq!(wait_until_ended(&app, &daily).await["name"], name);
+        names.push(name);
+    }
+    names.dedup();
+    assert_eq!(names.len(), 3, "{names:?}");
+    let (code, list) = status(&app, &daily, "?mode=list").await;
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(list["executions"].as_array().unwrap().len(), 3, "{list}");
+}

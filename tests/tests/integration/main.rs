@@ -4,6 +4,7 @@
 mod commits;
 mod comotion_sdk;
 mod connections;
+mod contract;
 mod corpus;
 mod dailyrun;
 mod expression_limits;
