@@ -162,7 +162,7 @@ async fn get_query(
     security(("bearer" = ["query:write"])),
     params(("query_id" = String, Path, description = "The queryId of POST /query")),
     responses(
-        (status = 200, description = "Cancelled (empty body)"),
+        (status = 200, description = "Cancelled (empty body). The query is not deleted: GET still answers it, CANCELLED (or as it ended, when it had ended before)"),
         (status = 401, description = "Missing or invalid token", body = schemas::ErrorBody),
         (status = 403, description = "Missing scope", body = schemas::ErrorBody),
         (status = 404, description = "Unknown query", body = schemas::ErrorBody),
