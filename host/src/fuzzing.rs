@@ -19,7 +19,10 @@ use crate::{
         presigned::{PresignError, ResultLinks},
         signing::LinkSigner,
     },
-    load::parquet_envelope::envelope_problem,
+    load::{
+        parquet_envelope::{envelope_problem, footer_range},
+        parquet_schema_depth::schema_depth_problem,
+    },
     pipeline::{PipelineKind, manifest::Manifest},
     s3::form::{check_conditions, parse_policy},
 };
@@ -97,6 +100,10 @@ pub fn parquet(bytes: &[u8]) -> bool {
         .get(bytes.len().saturating_sub(8)..)
         .unwrap_or_default();
     if envelope_problem(size, head, tail).is_some() {
+        return false;
+    }
+    let footer = footer_range(size, tail);
+    if schema_depth_problem(&bytes[footer.start as usize..footer.end as usize]).is_some() {
         return false;
     }
     datafusion::parquet::file::metadata::ParquetMetaDataReader::new()

@@ -13,6 +13,7 @@ pub mod commit;
 pub mod dry_run;
 pub mod grant;
 pub mod parquet_envelope;
+pub mod parquet_schema_depth;
 pub mod staged;
 pub mod staged_sql;
 

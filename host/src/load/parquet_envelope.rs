@@ -1,10 +1,14 @@
 //! The envelope of an uploaded parquet file, checked before any parquet
-//! reader sees it: `PAR1` at both ends and a footer length that fits in the
-//! file. The parquet crate trusts the footer length it reads (a length past
-//! the file's start panics on an overflow in a debug build and wraps in a
-//! release one), so a caller's bytes never reach it unchecked.
+//! reader sees it: `PAR1` at both ends, a footer length that fits in the
+//! file, and a schema the readers can build (`parquet_schema_depth`). The
+//! parquet crate trusts the footer length it reads (a length past the file's
+//! start panics on an overflow in a debug build and wraps in a release one)
+//! and builds the schema recursively, so a caller's bytes never reach it
+//! unchecked.
 
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt as _, path::Path};
+
+use super::parquet_schema_depth::schema_depth_problem;
 
 const MAGIC: &[u8; 4] = b"PAR1";
 /// Leading magic, footer length, trailing magic.
@@ -33,6 +37,12 @@ pub fn envelope_problem(size: u64, head: &[u8], tail: &[u8]) -> Option<String> {
     None
 }
 
+/// Where the metadata of a file lies whose envelope passed.
+pub fn footer_range(size: u64, tail: &[u8]) -> std::ops::Range<u64> {
+    let footer = u64::from(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]));
+    size - 8 - footer..size - 8
+}
+
 /// Reads both ends of `path` and checks them; the file's metadata when they
 /// are a parquet file's.
 pub async fn check_envelope(store: &dyn ObjectStore, path: &Path) -> Result<ObjectMeta, String> {
@@ -49,7 +59,17 @@ pub async fn check_envelope(store: &dyn ObjectStore, path: &Path) -> Result<Obje
             .get_range(path, size - 8..size)
             .await
             .map_err(|e| e.to_string())?;
-        envelope_problem(size, &head, &tail)
+        match envelope_problem(size, &head, &tail) {
+            Some(problem) => Some(problem),
+            None => {
+                let footer = footer_range(size, &tail);
+                let footer = store
+                    .get_range(path, footer)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                schema_depth_problem(&footer)
+            }
+        }
     };
     match problem {
         None => Ok(meta),
