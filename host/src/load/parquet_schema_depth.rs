@@ -247,7 +247,7 @@ mod tests {
 
     use datafusion::arrow::{
         array::{ArrayRef, Int64Array, StructArray},
-        datatypes::{DataType, Field},
+        datatypes::Field,
         record_batch::RecordBatch,
     };
     use datafusion::parquet::arrow::{ArrowWriter, arrow_writer::ArrowWriterOptions};
