@@ -15,6 +15,7 @@ pub mod grant;
 pub mod parquet_envelope;
 pub mod parquet_schema_depth;
 pub mod staged;
+mod staged_scan;
 pub mod staged_sql;
 
 use std::sync::Arc;

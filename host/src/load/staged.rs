@@ -26,6 +26,7 @@ use tokio::runtime::Handle;
 
 use super::{
     parquet_envelope::check_envelope,
+    staged_scan::{EveryRowRead, staged_session_state},
     staged_sql::{STAGED_TABLE, check_staged_sql, has_aggregate, has_group_by},
     staging_path,
 };
@@ -122,7 +123,9 @@ impl StagedLoad {
             .with_memory_pool(Arc::new(FairSpillPool::new(STAGED_SQL_MEMORY_BYTES)))
             .build_arc()
             .map_err(|e| e.to_string())?;
-        let context = SessionContext::new_with_config_rt(SessionConfig::new(), runtime);
+        // Every answer read from the rows, never a footer's (`staged_scan`).
+        let context =
+            SessionContext::new_with_state(staged_session_state(SessionConfig::new(), runtime));
         bound_functions(&context);
         let lake_url = self.lake.object_store_url().as_ref();
         context.register_object_store(lake_url, self.lake.object_store());
@@ -163,6 +166,9 @@ impl StagedLoad {
             .await
             .map_err(|e| e.to_string())?;
         let table = ListingTable::try_new(config).map_err(|e| e.to_string())?;
+        let table = EveryRowRead {
+            inner: Arc::new(table),
+        };
         context
             .register_table(STAGED_TABLE, Arc::new(table))
             .map_err(|e| e.to_string())?;
