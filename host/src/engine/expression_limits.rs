@@ -18,11 +18,17 @@
 //! than [`MAX_OPERATORS`] plus that limit, which drops safely on a 2 MiB stack.
 //! The tree check then applies the real caps, never descending deeper than
 //! them.
+//!
+//! Relations nest as expressions do: each JOIN (or comma), each CTE reading
+//! the one before and each UNION, INTERSECT or EXCEPT adds a level to the
+//! plan, and a 2,000-table chain of any of them overflowed the stack the same
+//! way. The tree check counts table references; set operations, which parse
+//! into a left-deep tree of their own, are counted in the text.
 
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::{
-    ast::{Expr, Query, Statement, Visit, Visitor},
+    ast::{Expr, Query, Statement, TableFactor, Visit, Visitor},
     dialect::GenericDialect,
     keywords::Keyword,
     tokenizer::{Token, Tokenizer},
@@ -38,6 +44,11 @@ pub const MAX_EXPRESSION_DEPTH: usize = 256;
 /// The most expression nodes one statement may hold (a 20,000-value IN list
 /// counts about 20,000): bounds planning time and memory, not the stack.
 pub const MAX_EXPRESSION_NODES: usize = 100_000;
+
+/// The most relations one statement may combine: table references (tables,
+/// subqueries, VALUES, table functions, CTEs read) and, counted apart, set
+/// operations (UNION, INTERSECT, EXCEPT).
+pub const MAX_RELATIONS: usize = 256;
 
 /// The most operators (symbols such as `+` or `::`, and keywords such as
 /// `OR` or `IS`) one statement's text may hold; literals, names, commas and
@@ -60,6 +71,11 @@ pub enum ExpressionLimitError {
         "the statement has more than {MAX_EXPRESSION_NODES} expression nodes; split the statement"
     )]
     TooLarge,
+    #[error(
+        "the statement combines more than {MAX_RELATIONS} tables, subqueries or set operations \
+         (JOIN, UNION, a chain of CTEs ...); split the statement"
+    )]
+    TooManyRelations,
 }
 
 /// Refuses SQL text with more than [`MAX_OPERATORS`] operators, before any
@@ -73,7 +89,27 @@ pub fn check_text(sql: &str) -> Result<(), ExpressionLimitError> {
     if operators > MAX_OPERATORS {
         return Err(ExpressionLimitError::TooManyOperators);
     }
+    let set_operations = tokens
+        .iter()
+        .filter(|token| is_set_operation(token))
+        .count();
+    if set_operations > MAX_RELATIONS {
+        return Err(ExpressionLimitError::TooManyRelations);
+    }
     Ok(())
+}
+
+/// UNION, INTERSECT, EXCEPT or MINUS: each adds a level to the left-deep tree
+/// the parser builds in a loop.
+fn is_set_operation(token: &Token) -> bool {
+    matches!(
+        token,
+        Token::Word(word) if word.quote_style.is_none()
+            && matches!(
+                word.keyword,
+                Keyword::UNION | Keyword::INTERSECT | Keyword::EXCEPT | Keyword::MINUS
+            )
+    )
 }
 
 /// Whether a token can join two operands into a deeper expression: any symbol
@@ -126,6 +162,7 @@ pub fn check(statement: &Statement) -> Result<(), ExpressionLimitError> {
 struct ExpressionMeter {
     depth: usize,
     nodes: usize,
+    relations: usize,
 }
 
 impl ExpressionMeter {
@@ -151,6 +188,14 @@ impl Visitor for ExpressionMeter {
 
     fn post_visit_expr(&mut self, _: &Expr) -> ControlFlow<Self::Break> {
         self.depth -= 1;
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_table_factor(&mut self, _: &TableFactor) -> ControlFlow<Self::Break> {
+        self.relations += 1;
+        if self.relations > MAX_RELATIONS {
+            return ControlFlow::Break(ExpressionLimitError::TooManyRelations);
+        }
         ControlFlow::Continue(())
     }
 
@@ -190,6 +235,28 @@ mod tests {
         assert_eq!(check(&at_cap), Ok(()));
         let over = parsed(&format!("SELECT {}", chain(MAX_EXPRESSION_DEPTH, "+")));
         assert_eq!(check(&over), Err(ExpressionLimitError::TooDeep));
+    }
+
+    #[test]
+    fn relations_past_the_cap_are_refused_in_the_text_or_the_tree() {
+        let unions = |selects: usize| vec!["SELECT 1"; selects].join(" UNION ALL ");
+        assert_eq!(check_text(&unions(MAX_RELATIONS + 1)), Ok(()));
+        assert_eq!(
+            check_text(&unions(MAX_RELATIONS + 2)),
+            Err(ExpressionLimitError::TooManyRelations)
+        );
+        let commas = |tables: usize| {
+            let from = (0..tables).map(|i| format!("t{i}")).collect::<Vec<_>>();
+            format!("SELECT 1 FROM {}", from.join(", "))
+        };
+        assert_eq!(check(&parsed(&commas(MAX_RELATIONS))), Ok(()));
+        assert_eq!(
+            check(&parsed(&commas(MAX_RELATIONS + 1))),
+            Err(ExpressionLimitError::TooManyRelations)
+        );
+        // A quoted "union" is a name, not a set operation.
+        let names = vec!["\"union\""; MAX_RELATIONS + 1].join(", ");
+        assert_eq!(check_text(&format!("SELECT {names} FROM t")), Ok(()));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! role, a chain at the cap plans and runs to the right answer on the test
 //! runtime's 2 MiB worker stacks, and the server keeps serving throughout.
 
-use lakehost::engine::expression_limits::{MAX_EXPRESSION_DEPTH, MAX_OPERATORS};
+use lakehost::engine::expression_limits::{MAX_EXPRESSION_DEPTH, MAX_OPERATORS, MAX_RELATIONS};
 use lakehost_tests::*;
 use serde_json::json;
 
@@ -36,6 +36,82 @@ fn too_many_operators_message() -> String {
          operation: the statement has more than {MAX_OPERATORS} operators and keywords; \
          split the statement"
     )
+}
+
+/// Chains of relations, each `count` long, that each count one row per
+/// relation joined or united: JOINs, comma joins, CTEs reading the one before,
+/// and UNION ALLs.
+fn relation_chains(count: usize) -> [String; 4] {
+    let tables = |separator: &str| {
+        (0..count)
+            .map(|i| format!("(VALUES (1)) AS t{i}(x{i})"))
+            .collect::<Vec<_>>()
+            .join(separator)
+    };
+    let joins = (1..count)
+        .map(|i| format!(" JOIN (VALUES (1)) AS t{i}(x{i}) ON true"))
+        .collect::<String>();
+    let ctes = (1..count)
+        .map(|i| format!(", c{i} AS (SELECT x FROM c{})", i - 1))
+        .collect::<String>();
+    [
+        format!("SELECT count(*) AS n FROM (VALUES (1)) AS t0(x0){joins}"),
+        format!("SELECT count(*) AS n FROM {}", tables(", ")),
+        format!(
+            "WITH c0 AS (SELECT 1 AS x){ctes} SELECT count(*) AS n FROM c{}",
+            count - 1
+        ),
+        format!(
+            "SELECT count(*) AS n FROM ({}) AS u",
+            vec!["SELECT 1 AS x"; count].join(" UNION ALL ")
+        ),
+    ]
+}
+
+fn too_many_relations_message() -> String {
+    format!(
+        "An error occurred (InvalidRequestException) when calling the StartQueryExecution \
+         operation: the statement combines more than {MAX_RELATIONS} tables, subqueries or set \
+         operations (JOIN, UNION, a chain of CTEs ...); split the statement"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relation_chains_past_the_cap_are_refused_and_at_the_cap_run() {
+    // Each of these at 2,000 relations overflowed the stack at submission
+    // and took the process down.
+    let app = spawn_app().await;
+    let consumer = app.token_for(&["PublicConsumer"], "[1]");
+    for count in [MAX_RELATIONS + 2, 2_000, 5_000] {
+        for sql in relation_chains(count) {
+            let (status, body) = app
+                .submit(ORG_HOST, &consumer, &json!({ "query": sql }))
+                .await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{count}: {body}");
+            let message = body["message"].as_str().unwrap();
+            assert!(
+                message == too_many_relations_message() || message == too_many_operators_message(),
+                "{count}: {message}"
+            );
+        }
+    }
+    // At the cap (one relation of each chain is the FROM's own; the union
+    // subquery is one more), each plans and counts its rows.
+    let [joins, commas, ctes, _] = relation_chains(MAX_RELATIONS);
+    let [_, _, _, unions] = relation_chains(MAX_RELATIONS + 1);
+    for (sql, rows) in [
+        (joins, 1),
+        (commas, 1),
+        (ctes, 1),
+        (unions, MAX_RELATIONS + 1),
+    ] {
+        assert_eq!(
+            app.rows_of(ORG_HOST, &consumer, &sql).await,
+            vec![vec![Some(rows.to_string())]],
+            "{}",
+            &sql[..60]
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
