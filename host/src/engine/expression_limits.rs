@@ -24,11 +24,21 @@
 //! plan, and a 2,000-table chain of any of them overflowed the stack the same
 //! way. The tree check counts table references; set operations, which parse
 //! into a left-deep tree of their own, are counted in the text.
+//!
+//! Types nest too, and the parser, the planner and Arrow build and walk them
+//! recursively: `CAST(NULL AS ARRAY<ARRAY<...>>)` (or `INT[][]...`, or
+//! `STRUCT<a STRUCT<...>>`) 3,000 levels deep, or `arrow_cast(x, 'List(List(
+//! ...))')`, overflowed the stack while parsing. The text check measures the
+//! type syntax before parsing; the tree check the type strings of
+//! `arrow_cast` and `arrow_try_cast`.
 
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::{
-    ast::{Expr, Query, Statement, TableFactor, Visit, Visitor},
+    ast::{
+        Expr, FunctionArg, FunctionArgExpr, FunctionArguments, Query, Statement, TableFactor,
+        Value, Visit, Visitor,
+    },
     dialect::GenericDialect,
     keywords::Keyword,
     tokenizer::{Token, Tokenizer},
@@ -49,6 +59,10 @@ pub const MAX_EXPRESSION_NODES: usize = 100_000;
 /// subqueries, VALUES, table functions, CTEs read) and, counted apart, set
 /// operations (UNION, INTERSECT, EXCEPT).
 pub const MAX_RELATIONS: usize = 256;
+
+/// The deepest type a statement may name: `ARRAY<ARRAY<INT>>` is 2 levels
+/// (the same cap as an uploaded parquet file's schema).
+pub const MAX_TYPE_DEPTH: usize = crate::load::parquet_schema_depth::MAX_SCHEMA_DEPTH;
 
 /// The most operators (symbols such as `+` or `::`, and keywords such as
 /// `OR` or `IS`) one statement's text may hold; literals, names, commas and
@@ -76,6 +90,8 @@ pub enum ExpressionLimitError {
          (JOIN, UNION, a chain of CTEs ...); split the statement"
     )]
     TooManyRelations,
+    #[error("the statement names a type nesting more than {MAX_TYPE_DEPTH} levels deep")]
+    TypeTooDeep,
 }
 
 /// Refuses SQL text with more than [`MAX_OPERATORS`] operators, before any
@@ -96,7 +112,101 @@ pub fn check_text(sql: &str) -> Result<(), ExpressionLimitError> {
     if set_operations > MAX_RELATIONS {
         return Err(ExpressionLimitError::TooManyRelations);
     }
+    if type_depth(&tokens) > MAX_TYPE_DEPTH {
+        return Err(ExpressionLimitError::TypeTooDeep);
+    }
     Ok(())
+}
+
+/// How deep the type syntax of a token stream nests: `<` after ARRAY, STRUCT
+/// or MAP opens a level and `>` (or `>>`) closes it; each `[]` after a type
+/// adds one more. Stops counting once past the cap.
+fn type_depth(tokens: &[Token]) -> usize {
+    let mut tokens = tokens
+        .iter()
+        .filter(|token| !matches!(token, Token::Whitespace(_)))
+        .peekable();
+    let mut open = 0usize;
+    let mut deepest = 0usize;
+    let mut brackets = 0usize;
+    let mut after_constructor = false;
+    while let Some(token) = tokens.next() {
+        match token {
+            Token::Lt if after_constructor => open += 1,
+            Token::Gt => open = open.saturating_sub(1),
+            Token::ShiftRight => open = open.saturating_sub(2),
+            Token::LBracket if tokens.peek().is_some_and(|next| **next == Token::RBracket) => {
+                tokens.next();
+                brackets += 1;
+                deepest = deepest.max(open + brackets);
+                after_constructor = false;
+                continue;
+            }
+            _ => {}
+        }
+        brackets = 0;
+        deepest = deepest.max(open);
+        after_constructor = is_type_constructor(token);
+        if deepest > MAX_TYPE_DEPTH {
+            break;
+        }
+    }
+    deepest
+}
+
+/// ARRAY, STRUCT or MAP: a `<` after one opens a type.
+fn is_type_constructor(token: &Token) -> bool {
+    matches!(
+        token,
+        Token::Word(word) if matches!(word.keyword, Keyword::ARRAY | Keyword::STRUCT | Keyword::MAP)
+    )
+}
+
+/// The functions that read a type from a string argument.
+const TYPE_STRING_FUNCTIONS: [&str; 2] = ["arrow_cast", "arrow_try_cast"];
+
+/// How deep the parentheses of an Arrow type string nest (`List(Int64)` is 1).
+fn type_string_depth(text: &str) -> usize {
+    let mut open = 0usize;
+    let mut deepest = 0;
+    for character in text.chars() {
+        match character {
+            '(' => {
+                open += 1;
+                deepest = deepest.max(open);
+            }
+            ')' => open = open.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// Whether an expression is `arrow_cast(..., '<type>')` (or try) with a type
+/// string past the cap.
+fn names_too_deep_a_type(expr: &Expr) -> bool {
+    let Expr::Function(function) = expr else {
+        return false;
+    };
+    let name = function.name.to_string().to_ascii_lowercase();
+    if !TYPE_STRING_FUNCTIONS
+        .iter()
+        .any(|f| name == *f || name.ends_with(&format!(".{f}")))
+    {
+        return false;
+    }
+    let FunctionArguments::List(list) = &function.args else {
+        return false;
+    };
+    list.args.iter().any(|arg| match arg {
+        FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Value(value))) => match &value.value {
+            Value::SingleQuotedString(text) | Value::DoubleQuotedString(text) => {
+                type_string_depth(text) > MAX_TYPE_DEPTH
+            }
+            _ => false,
+        },
+        _ => false,
+    })
 }
 
 /// UNION, INTERSECT, EXCEPT or MINUS: each adds a level to the left-deep tree
@@ -182,7 +292,10 @@ impl ExpressionMeter {
 impl Visitor for ExpressionMeter {
     type Break = ExpressionLimitError;
 
-    fn pre_visit_expr(&mut self, _: &Expr) -> ControlFlow<Self::Break> {
+    fn pre_visit_expr(&mut self, expr: &Expr) -> ControlFlow<Self::Break> {
+        if names_too_deep_a_type(expr) {
+            return ControlFlow::Break(ExpressionLimitError::TypeTooDeep);
+        }
         self.enter()
     }
 
@@ -257,6 +370,61 @@ mod tests {
         // A quoted "union" is a name, not a set operation.
         let names = vec!["\"union\""; MAX_RELATIONS + 1].join(", ");
         assert_eq!(check_text(&format!("SELECT {names} FROM t")), Ok(()));
+    }
+
+    #[test]
+    fn types_past_the_cap_are_refused_before_parsing_or_planning() {
+        let nested = |open: &str, close: &str, levels: usize| {
+            format!(
+                "SELECT CAST(NULL AS {}INT{})",
+                open.repeat(levels),
+                close.repeat(levels)
+            )
+        };
+        for (open, close) in [("ARRAY<", ">"), ("STRUCT<a ", ">"), ("MAP<INT, ", ">")] {
+            assert_eq!(
+                check_text(&nested(open, close, MAX_TYPE_DEPTH)),
+                Ok(()),
+                "{open}"
+            );
+            for levels in [MAX_TYPE_DEPTH + 1, 1_000] {
+                assert_eq!(
+                    check_text(&nested(open, close, levels)),
+                    Err(ExpressionLimitError::TypeTooDeep),
+                    "{open}{levels}"
+                );
+            }
+        }
+        let brackets = |levels: usize| format!("SELECT CAST(NULL AS INT{})", "[]".repeat(levels));
+        assert_eq!(check_text(&brackets(MAX_TYPE_DEPTH)), Ok(()));
+        assert_eq!(
+            check_text(&brackets(MAX_TYPE_DEPTH + 1)),
+            Err(ExpressionLimitError::TypeTooDeep)
+        );
+        // Comparisons and array literals are not types.
+        let comparisons = (0..100).map(|i| format!("a < {i}")).collect::<Vec<_>>();
+        assert_eq!(
+            check_text(&format!(
+                "SELECT * FROM t WHERE {}",
+                comparisons.join(" AND ")
+            )),
+            Ok(())
+        );
+        let arrays = vec!["[1, 2]"; 100].join(", ");
+        assert_eq!(check_text(&format!("SELECT {arrays}")), Ok(()));
+        // arrow_cast's type string.
+        let cast = |levels: usize| {
+            format!(
+                "SELECT arrow_cast(NULL, '{}Int64{}')",
+                "List(".repeat(levels),
+                ")".repeat(levels)
+            )
+        };
+        assert_eq!(check(&parsed(&cast(MAX_TYPE_DEPTH))), Ok(()));
+        assert_eq!(
+            check(&parsed(&cast(MAX_TYPE_DEPTH + 1))),
+            Err(ExpressionLimitError::TypeTooDeep)
+        );
     }
 
     #[test]

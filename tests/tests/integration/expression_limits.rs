@@ -3,7 +3,9 @@
 //! role, a chain at the cap plans and runs to the right answer on the test
 //! runtime's 2 MiB worker stacks, and the server keeps serving throughout.
 
-use lakehost::engine::expression_limits::{MAX_EXPRESSION_DEPTH, MAX_OPERATORS, MAX_RELATIONS};
+use lakehost::engine::expression_limits::{
+    MAX_EXPRESSION_DEPTH, MAX_OPERATORS, MAX_RELATIONS, MAX_TYPE_DEPTH,
+};
 use lakehost_tests::*;
 use serde_json::json;
 
@@ -110,6 +112,56 @@ async fn relation_chains_past_the_cap_are_refused_and_at_the_cap_run() {
             vec![vec![Some(rows.to_string())]],
             "{}",
             &sql[..60]
+        );
+    }
+}
+
+/// Types nesting `levels` deep, in each way SQL can name one.
+fn nested_types(levels: usize) -> [String; 4] {
+    [
+        format!(
+            "SELECT CAST(NULL AS {}INT{}) AS v",
+            "ARRAY<".repeat(levels),
+            ">".repeat(levels)
+        ),
+        format!("SELECT CAST(NULL AS INT{}) AS v", "[]".repeat(levels)),
+        format!(
+            "SELECT CAST(NULL AS {}INT{}) AS v",
+            "STRUCT<a ".repeat(levels),
+            ">".repeat(levels)
+        ),
+        format!(
+            "SELECT arrow_cast(NULL, '{}Int64{}') AS v",
+            "List(".repeat(levels),
+            ")".repeat(levels)
+        ),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn types_past_the_cap_are_refused_and_at_the_cap_run() {
+    // Each of these 3,000 levels deep overflowed the stack while parsing.
+    let app = spawn_app().await;
+    let consumer = app.token_for(&["PublicConsumer"], "[1]");
+    let refused = format!(
+        "An error occurred (InvalidRequestException) when calling the StartQueryExecution \
+         operation: the statement names a type nesting more than {MAX_TYPE_DEPTH} levels deep"
+    );
+    for levels in [MAX_TYPE_DEPTH + 1, 3_000] {
+        for sql in nested_types(levels) {
+            let (status, body) = app
+                .submit(ORG_HOST, &consumer, &json!({ "query": sql }))
+                .await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{levels}: {body}");
+            assert_eq!(body, json!({ "message": refused }), "{levels}");
+        }
+    }
+    for sql in nested_types(MAX_TYPE_DEPTH) {
+        assert_eq!(
+            app.rows_of(ORG_HOST, &consumer, &sql).await,
+            vec![vec![None]],
+            "{}",
+            &sql[..40]
         );
     }
 }
