@@ -198,11 +198,14 @@ pub async fn post_object(
         .loads
         .grants()
         .verify(token, access_key, now)
+        // S3's statuses for these codes, as the SigV4 route (s3s) answers.
         .map_err(|e| match e {
-            GrantError::Expired => {
-                denied("The provided token has expired.").with_code("ExpiredToken")
-            }
-            other => denied(other.to_string()).with_code("InvalidToken"),
+            GrantError::Expired => error(
+                StatusCode::BAD_REQUEST,
+                "ExpiredToken",
+                "The provided token has expired.",
+            ),
+            other => error(StatusCode::BAD_REQUEST, "InvalidToken", other.to_string()),
         })?;
     if grant.bucket != bucket || grant.object_key != key {
         return Err(denied(
