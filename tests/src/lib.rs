@@ -4,6 +4,12 @@
 //! writing the key file before start, the format `idp::keys` documents).
 //!
 //! Orgs of the test server: `demo` (zones `lab`, `ops`) and `other`.
+//!
+//! `raw_http` and `s3_signing` send requests as an attacker writes them
+//! (targets byte for byte, S3 signatures computed here).
+
+pub mod raw_http;
+pub mod s3_signing;
 
 use std::{
     collections::BTreeMap,

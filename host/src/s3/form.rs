@@ -22,7 +22,7 @@ use axum::{
     http::{HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
-use object_store::{ObjectStore, ObjectStoreExt as _};
+use object_store::ObjectStore;
 
 // Re-exported: the fuzz harness (`fuzzing.rs`) reaches the policy parser here.
 pub(crate) use super::post_policy::{check_conditions, parse_policy};
@@ -198,11 +198,14 @@ pub async fn post_object(
         .loads
         .grants()
         .verify(token, access_key, now)
+        // S3's statuses for these codes, as the SigV4 route (s3s) answers.
         .map_err(|e| match e {
-            GrantError::Expired => {
-                denied("The provided token has expired.").with_code("ExpiredToken")
-            }
-            other => denied(other.to_string()).with_code("InvalidToken"),
+            GrantError::Expired => error(
+                StatusCode::BAD_REQUEST,
+                "ExpiredToken",
+                "The provided token has expired.",
+            ),
+            other => error(StatusCode::BAD_REQUEST, "InvalidToken", other.to_string()),
         })?;
     if grant.bucket != bucket || grant.object_key != key {
         return Err(denied(
@@ -223,7 +226,9 @@ pub async fn post_object(
     }
 
     let limit = max.min(state.loads.config().max_file_bytes);
-    let size = stream_to_object(&state.store, &staging_path(&grant.object_key), file, limit)
+    let path = staging_path(&grant.object_key);
+    // Sizes outside the range abort the new object: the staged file stays.
+    let size = stream_to_object(&state.store, &path, file, min..=limit)
         .await
         .map_err(|e| match e {
             StreamError::TooLarge => error(
@@ -231,19 +236,16 @@ pub async fn post_object(
                 "EntityTooLarge",
                 "Your proposed upload exceeds the maximum allowed size.",
             ),
+            StreamError::TooSmall => error(
+                StatusCode::BAD_REQUEST,
+                "EntityTooSmall",
+                "Your proposed upload is smaller than the minimum allowed size.",
+            ),
             StreamError::Body(why) => error(StatusCode::BAD_REQUEST, "IncompleteBody", why),
             StreamError::Store(why) => {
                 error(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", why)
             }
         })?;
-    if size < min {
-        let _ = state.store.delete(&staging_path(&grant.object_key)).await;
-        return Err(error(
-            StatusCode::BAD_REQUEST,
-            "EntityTooSmall",
-            "Your proposed upload is smaller than the minimum allowed size.",
-        ));
-    }
     let recorded = state.loads.record_upload(&grant, size).await.map_err(|e| {
         error(
             StatusCode::INTERNAL_SERVER_ERROR,

@@ -9,7 +9,7 @@
 //! held in memory whole. Multipart parts wait under `_staging/_parts/<load>/`
 //! and are concatenated into the object when the upload completes.
 
-use std::sync::Arc;
+use std::{ops::RangeInclusive, sync::Arc};
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt as _};
@@ -233,18 +233,20 @@ impl StagedObject {
     }
 }
 
-/// Streams `body` into a new object at `path` (see [`StagedObject`]).
+/// Streams `body` into a new object at `path` (see [`StagedObject`]) whose
+/// size must be within `sizes`: a body outside them leaves the previous
+/// object (or none).
 pub async fn stream_to_object<S, E>(
     store: &Arc<dyn ObjectStore>,
     path: &ObjectPath,
     mut body: S,
-    max_bytes: u64,
+    sizes: RangeInclusive<u64>,
 ) -> Result<u64, StreamError>
 where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
     E: std::fmt::Display,
 {
-    let mut object = StagedObject::create(store, path, max_bytes).await?;
+    let mut object = StagedObject::create(store, path, *sizes.end()).await?;
     while let Some(chunk) = body.next().await {
         let written = match chunk {
             Ok(chunk) => object.write(chunk).await,
@@ -255,6 +257,10 @@ where
             return Err(e);
         }
     }
+    if object.size < *sizes.start() {
+        object.abort().await;
+        return Err(StreamError::TooSmall);
+    }
     object.finish().await
 }
 
@@ -264,6 +270,8 @@ pub enum StreamError {
     Body(String),
     #[error("the object is larger than allowed")]
     TooLarge,
+    #[error("the object is smaller than allowed")]
+    TooSmall,
     #[error("storage: {0}")]
     Store(String),
 }
@@ -273,6 +281,10 @@ fn s3_stream_error(e: StreamError) -> s3s::S3Error {
         StreamError::TooLarge => s3_error!(
             EntityTooLarge,
             "Your proposed upload exceeds the maximum allowed object size."
+        ),
+        StreamError::TooSmall => s3_error!(
+            EntityTooSmall,
+            "Your proposed upload is smaller than the minimum allowed object size."
         ),
         StreamError::Body(why) => s3_error!(IncompleteBody, "{why}"),
         StreamError::Store(why) => s3_error!(InternalError, "{why}"),
@@ -316,7 +328,7 @@ impl S3 for StagingBucket {
             &self.store,
             &staging_path(&grant.object_key),
             body,
-            self.max_bytes(),
+            0..=self.max_bytes(),
         )
         .await
         .map_err(s3_stream_error)?;
@@ -361,7 +373,7 @@ impl S3 for StagingBucket {
             &self.store,
             &part_path(&grant, upload_id, input.part_number),
             body,
-            self.max_bytes(),
+            0..=self.max_bytes(),
         )
         .await
         .map_err(s3_stream_error)?;

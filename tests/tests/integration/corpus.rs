@@ -2,14 +2,19 @@
 //! case runs over HTTP for every role against a seeded server and must get
 //! the answer it names; every malformed parquet file is uploaded and
 //! committed and must fail its load as INVALID_PARQUET; every token is sent
-//! to the identity endpoint and must get its status. No case may change the
-//! catalog or the lake's data files.
+//! to the identity endpoint and must get its status; every upload-tampering
+//! request must get its refusal (`corpus/upload_cases.rs`). No case may
+//! change the catalog or the lake's files.
+
+mod upload_cases;
 
 use std::{collections::BTreeMap, path::Path};
 
 use lakehost_tests::*;
 use serde::Deserialize;
 use serde_json::json;
+use sha2::{Digest as _, Sha256};
+use upload_cases::{MAX_FILE_BYTES, Scene, UploadCase, upload_state};
 
 const ROLES: [&str; 6] = [
     "Nobody",
@@ -90,8 +95,9 @@ async fn answer_of(app: &TestApp, host: &str, token: &str, sql: &str) -> (String
     }
 }
 
-/// Every org's and zone's tables, and every data file of the lake (query
-/// results aside): what no case may change.
+/// Every org's and zone's tables, and every file of the lake with the
+/// SHA-256 of its bytes (query results aside; staged uploads included):
+/// what no case may change.
 async fn lake_state(app: &TestApp) -> (Vec<String>, Vec<String>) {
     let mut tables = Vec::new();
     for (org, zone) in [("demo", None), ("demo", Some("lab")), ("other", None)] {
@@ -115,7 +121,8 @@ async fn lake_state(app: &TestApp) -> (Vec<String>, Vec<String>) {
             if path.is_dir() {
                 dirs.push(path);
             } else {
-                files.push(relative);
+                let bytes = std::fs::read(&path).unwrap_or_default();
+                files.push(format!("{relative} {:x}", Sha256::digest(&bytes)));
             }
         }
     }
@@ -436,6 +443,51 @@ async fn every_token_case_gets_its_answer() {
                 "{name}: expected {} {message:?}, got {status} {body}",
                 case.answer
             ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// The items of `before` and `after` that are not in both, marked - and +.
+fn differences(before: &[String], after: &[String]) -> Vec<String> {
+    let gone = before
+        .iter()
+        .filter(|b| !after.contains(b))
+        .map(|b| format!("-{b}"));
+    let new = after
+        .iter()
+        .filter(|a| !before.contains(a))
+        .map(|a| format!("+{a}"));
+    gone.chain(new).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_upload_tampering_case_gets_its_answer_and_changes_nothing() {
+    let app = spawn_app_with(|config| {
+        config.uploads.max_file_bytes = MAX_FILE_BYTES;
+        // Cases move the clock; no staged file may be swept meanwhile.
+        config.uploads.staging_ttl_s = 365 * 24 * 3600;
+    })
+    .await;
+    seed_demo_lake(&app).await;
+    let mut wrong = Vec::new();
+    for (name, text) in cases("uploads") {
+        let case = UploadCase::parse(&name, &text);
+        let scene = Scene::build(&app, &case).await;
+        let before = upload_state(&app, &scene).await;
+        let response = scene.attack(&app, &case).await;
+        if let Err(why) = scene.judge(&case, &response) {
+            wrong.push(format!("{name}: {why}"));
+        }
+        let after = upload_state(&app, &scene).await;
+        if after != before {
+            let changed = [
+                differences(&before.0, &after.0),
+                differences(&before.1, &after.1),
+                differences(&before.2, &after.2),
+            ]
+            .concat();
+            wrong.push(format!("{name}: changed {changed:?}"));
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
