@@ -175,6 +175,39 @@ struct ParquetCase {
     footer_length: Option<toml::Value>,
     keep_bytes: Option<String>,
     garble_footer: Option<bool>,
+    nest: Option<usize>,
+    claim_rows: Option<u8>,
+    /// The commit's check_sum; `{"count(*)": 2}` unless given.
+    check_sum: Option<toml::Table>,
+    /// The load's ErrorType; ParquetValidation (INVALID_PARQUET) unless given.
+    answer: Option<String>,
+}
+
+/// A parquet file with a service_client_id and a column of `levels` structs
+/// nested around an integer, without the Arrow schema in its metadata (so
+/// only the parquet schema, which readers build recursively, describes it).
+fn nested_file(levels: usize) -> Vec<u8> {
+    use datafusion::arrow::{
+        array::{ArrayRef, Int64Array, StructArray},
+        datatypes::Field,
+        record_batch::RecordBatch,
+    };
+    use datafusion::parquet::arrow::{ArrowWriter, arrow_writer::ArrowWriterOptions};
+    let mut array: ArrayRef = std::sync::Arc::new(Int64Array::from(vec![1, 2]));
+    for _ in 0..levels {
+        let field = std::sync::Arc::new(Field::new("f", array.data_type().clone(), true));
+        array = std::sync::Arc::new(StructArray::from(vec![(field, array)]));
+    }
+    let clients: ArrayRef = std::sync::Arc::new(Int64Array::from(vec![1, 1]));
+    let batch =
+        RecordBatch::try_from_iter(vec![("service_client_id", clients), ("deep", array)]).unwrap();
+    let mut bytes = Vec::new();
+    let options = ArrowWriterOptions::new().with_skip_arrow_metadata(true);
+    let mut writer =
+        ArrowWriter::try_new_with_options(&mut bytes, batch.schema(), options).unwrap();
+    writer.write(&batch).unwrap();
+    writer.close().unwrap();
+    bytes
 }
 
 impl ParquetCase {
@@ -182,6 +215,15 @@ impl ParquetCase {
     fn file(&self) -> Vec<u8> {
         if let Some(bytes) = &self.bytes {
             return bytes.as_bytes().to_vec();
+        }
+        if let Some(levels) = self.nest {
+            // Arrow's writer recurses per level too: a thread with room.
+            return std::thread::Builder::new()
+                .stack_size(256 << 20)
+                .spawn(move || nested_file(levels))
+                .unwrap()
+                .join()
+                .unwrap();
         }
         let mut file = parquet_bytes(&trips_batch(&[1], 2));
         let end = file.len();
@@ -207,10 +249,42 @@ impl ParquetCase {
                 *byte = (i * 37 % 251) as u8;
             }
         }
+        if let Some(rows) = self.claim_rows {
+            // Every count of 2 in the footer (the file's and the row group's
+            // num_rows, each column chunk's num_values: an i64 field after
+            // the one before it, zigzag 2 = 0x04) made `rows`, the same width.
+            assert!(rows < 64, "a one-byte zigzag count");
+            let start = footer_at - footer as usize;
+            let mut at = start;
+            while at + 1 < footer_at {
+                if file[at..at + 2] == [0x16, 0x04] {
+                    file[at + 1] = rows * 2;
+                    at += 2;
+                } else {
+                    at += 1;
+                }
+            }
+        }
         if self.keep_bytes.as_deref() == Some("half") {
             file.truncate(end / 2);
         }
         file
+    }
+
+    fn check_sum(&self) -> serde_json::Value {
+        match &self.check_sum {
+            Some(table) => serde_json::to_value(table).unwrap(),
+            None => json!({"count(*)": 2}),
+        }
+    }
+
+    /// The ErrorType and the first item's detail the load must end with.
+    fn answer(&self) -> (&str, &str) {
+        match self.answer.as_deref() {
+            None | Some("ParquetValidation") => ("ParquetValidation", "INVALID_PARQUET"),
+            Some("CheckSumError") => ("CheckSumError", "CHECKSUM_MISMATCH"),
+            Some(other) => panic!("answer {other}"),
+        }
     }
 }
 
@@ -231,7 +305,7 @@ async fn every_malformed_parquet_case_fails_its_load_as_invalid_parquet() {
             .await;
         app.stage_bytes_on(ORG_HOST, &admin, &load, "bad", case.file())
             .await;
-        let body = json!({"check_sum": {"count(*)": 2}}).to_string();
+        let body = json!({"check_sum": case.check_sum()}).to_string();
         let (status, reply) = app.commit(&admin, &load, &body).await;
         assert_eq!(status, StatusCode::ACCEPTED, "{name}: {reply}");
         let ended = app.wait_for_load(&admin, &load).await;
@@ -241,7 +315,7 @@ async fn every_malformed_parquet_case_fails_its_load_as_invalid_parquet() {
                 .as_str()
                 .unwrap_or_default(),
         );
-        if got != ("ParquetValidation", "INVALID_PARQUET") {
+        if got != case.answer() {
             wrong.push(format!("{name}: {ended}"));
         }
         if lake_state(&app).await != before {
