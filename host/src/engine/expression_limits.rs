@@ -31,13 +31,18 @@
 //! ...))')`, overflowed the stack while parsing. The text check measures the
 //! type syntax before parsing; the tree check the type strings of
 //! `arrow_cast` and `arrow_try_cast`.
+//!
+//! And one GROUP BY can ask for exponentially many groupings: `CUBE` of 30
+//! columns is 2^30 grouping sets, which the planner expanded at submission,
+//! holding the request and 15 GB of memory outside any query's pool. The
+//! tree check counts the sets each GROUP BY expands to.
 
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::{
     ast::{
-        Expr, FunctionArg, FunctionArgExpr, FunctionArguments, Query, Statement, TableFactor,
-        Value, Visit, Visitor,
+        Expr, FunctionArg, FunctionArgExpr, FunctionArguments, GroupByExpr, GroupByWithModifier,
+        Query, Select, SetExpr, Statement, TableFactor, Value, Visit, Visitor,
     },
     dialect::GenericDialect,
     keywords::Keyword,
@@ -63,6 +68,10 @@ pub const MAX_RELATIONS: usize = 256;
 /// The deepest type a statement may name: `ARRAY<ARRAY<INT>>` is 2 levels
 /// (the same cap as an uploaded parquet file's schema).
 pub const MAX_TYPE_DEPTH: usize = crate::load::parquet_schema_depth::MAX_SCHEMA_DEPTH;
+
+/// The most grouping sets one GROUP BY may expand to: CUBE of n columns is
+/// 2^n, ROLLUP n+1, GROUPING SETS what it lists, and several multiply.
+pub const MAX_GROUPING_SETS: u64 = 4096;
 
 /// The most operators (symbols such as `+` or `::`, and keywords such as
 /// `OR` or `IS`) one statement's text may hold; literals, names, commas and
@@ -92,6 +101,11 @@ pub enum ExpressionLimitError {
     TooManyRelations,
     #[error("the statement names a type nesting more than {MAX_TYPE_DEPTH} levels deep")]
     TypeTooDeep,
+    #[error(
+        "a GROUP BY expands to more than {MAX_GROUPING_SETS} grouping sets (CUBE of n columns \
+         is 2^n); group by fewer columns"
+    )]
+    TooManyGroupingSets,
 }
 
 /// Refuses SQL text with more than [`MAX_OPERATORS`] operators, before any
@@ -160,6 +174,51 @@ fn is_type_constructor(token: &Token) -> bool {
         token,
         Token::Word(word) if matches!(word.keyword, Keyword::ARRAY | Keyword::STRUCT | Keyword::MAP)
     )
+}
+
+/// How many grouping sets a GROUP BY expands to (saturating).
+fn grouping_sets(group_by: &GroupByExpr) -> u64 {
+    let GroupByExpr::Expressions(exprs, modifiers) = group_by else {
+        return 1;
+    };
+    let power_of_two = |n: usize| {
+        u32::try_from(n)
+            .ok()
+            .and_then(|n| 1u64.checked_shl(n))
+            .unwrap_or(u64::MAX)
+    };
+    let sets = exprs.iter().fold(1u64, |sets, expr| {
+        sets.saturating_mul(match expr {
+            Expr::Cube(columns) => power_of_two(columns.len()),
+            Expr::Rollup(columns) => columns.len() as u64 + 1,
+            Expr::GroupingSets(listed) => listed.len() as u64,
+            _ => 1,
+        })
+    });
+    modifiers.iter().fold(sets, |sets, modifier| {
+        sets.saturating_mul(match modifier {
+            GroupByWithModifier::Cube => power_of_two(exprs.len()),
+            GroupByWithModifier::Rollup => exprs.len() as u64 + 1,
+            _ => 1,
+        })
+    })
+}
+
+/// The selects of a query's body (not of its subqueries, which are queries
+/// of their own), walked without recursion.
+fn selects_of(query: &Query) -> Vec<&Select> {
+    let mut selects = Vec::new();
+    let mut bodies: Vec<&SetExpr> = vec![&query.body];
+    while let Some(body) = bodies.pop() {
+        match body {
+            SetExpr::Select(select) => selects.push(select.as_ref()),
+            SetExpr::SetOperation { left, right, .. } => {
+                bodies.extend([left.as_ref(), right.as_ref()])
+            }
+            _ => {}
+        }
+    }
+    selects
 }
 
 /// The functions that read a type from a string argument.
@@ -313,7 +372,13 @@ impl Visitor for ExpressionMeter {
     }
 
     // A subquery is planned recursively too: it counts as a level.
-    fn pre_visit_query(&mut self, _: &Query) -> ControlFlow<Self::Break> {
+    fn pre_visit_query(&mut self, query: &Query) -> ControlFlow<Self::Break> {
+        if selects_of(query)
+            .iter()
+            .any(|select| grouping_sets(&select.group_by) > MAX_GROUPING_SETS)
+        {
+            return ControlFlow::Break(ExpressionLimitError::TooManyGroupingSets);
+        }
         self.enter()
     }
 
@@ -424,6 +489,43 @@ mod tests {
         assert_eq!(
             check(&parsed(&cast(MAX_TYPE_DEPTH + 1))),
             Err(ExpressionLimitError::TypeTooDeep)
+        );
+    }
+
+    #[test]
+    fn grouping_sets_past_the_cap_are_refused() {
+        let cube = |columns: usize| {
+            let names = (0..columns).map(|i| format!("c{i}")).collect::<Vec<_>>();
+            format!("SELECT count(*) FROM t GROUP BY CUBE({})", names.join(", "))
+        };
+        assert_eq!(check(&parsed(&cube(12))), Ok(()));
+        for columns in [13, 30, 64, 100] {
+            assert_eq!(
+                check(&parsed(&cube(columns))),
+                Err(ExpressionLimitError::TooManyGroupingSets),
+                "{columns}"
+            );
+        }
+        // Two cubes multiply; a rollup of many columns is few sets.
+        assert_eq!(
+            check(&parsed(
+                "SELECT 1 FROM t GROUP BY CUBE(a, b, c, d, e, f, g), CUBE(h, i, j, k, l, m)"
+            )),
+            Err(ExpressionLimitError::TooManyGroupingSets)
+        );
+        let names = (0..200).map(|i| format!("c{i}")).collect::<Vec<_>>();
+        let rollup = format!("SELECT 1 FROM t GROUP BY ROLLUP({})", names.join(", "));
+        assert_eq!(check(&parsed(&rollup)), Ok(()));
+        // In a subquery and a union too.
+        let nested = format!("SELECT * FROM ({}) s", cube(20));
+        assert_eq!(
+            check(&parsed(&nested)),
+            Err(ExpressionLimitError::TooManyGroupingSets)
+        );
+        let union = format!("SELECT 1 UNION ALL {}", cube(20));
+        assert_eq!(
+            check(&parsed(&union)),
+            Err(ExpressionLimitError::TooManyGroupingSets)
         );
     }
 

@@ -4,7 +4,7 @@
 //! runtime's 2 MiB worker stacks, and the server keeps serving throughout.
 
 use lakehost::engine::expression_limits::{
-    MAX_EXPRESSION_DEPTH, MAX_OPERATORS, MAX_RELATIONS, MAX_TYPE_DEPTH,
+    MAX_EXPRESSION_DEPTH, MAX_GROUPING_SETS, MAX_OPERATORS, MAX_RELATIONS, MAX_TYPE_DEPTH,
 };
 use lakehost_tests::*;
 use serde_json::json;
@@ -164,6 +164,52 @@ async fn types_past_the_cap_are_refused_and_at_the_cap_run() {
             &sql[..40]
         );
     }
+}
+
+/// `GROUP BY CUBE` of `columns` columns over one row: 2^columns grouping sets.
+fn cube_of(columns: usize) -> String {
+    let values = (0..columns)
+        .map(|i| format!("1 AS c{i}"))
+        .collect::<Vec<_>>();
+    let names = (0..columns).map(|i| format!("c{i}")).collect::<Vec<_>>();
+    format!(
+        "SELECT count(*) AS n FROM (SELECT {}) AS t GROUP BY CUBE({})",
+        values.join(", "),
+        names.join(", ")
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grouping_sets_past_the_cap_are_refused_and_at_the_cap_run() {
+    // CUBE of 30 columns held the submission for a minute and took 15 GB
+    // while the planner expanded 2^30 grouping sets.
+    let app = spawn_app().await;
+    let consumer = app.token_for(&["PublicConsumer"], "[1]");
+    let (status, body) = app
+        .submit(ORG_HOST, &consumer, &json!({ "query": cube_of(30) }))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(
+        body["message"],
+        format!(
+            "An error occurred (InvalidRequestException) when calling the StartQueryExecution \
+             operation: a GROUP BY expands to more than {MAX_GROUPING_SETS} grouping sets \
+             (CUBE of n columns is 2^n); group by fewer columns"
+        )
+    );
+    // 12 columns: 4,096 sets, each counting the one row.
+    let counted = format!(
+        "SELECT count(*) AS sets, min(n) AS low, max(n) AS high FROM ({}) AS g",
+        cube_of(12)
+    );
+    assert_eq!(
+        app.rows_of(ORG_HOST, &consumer, &counted).await,
+        vec![vec![
+            Some(MAX_GROUPING_SETS.to_string()),
+            Some("1".into()),
+            Some("1".into())
+        ]]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
