@@ -1,0 +1,109 @@
+//! Caps on how deep and how large the expressions of one SQL statement may be,
+//! checked on the parsed statement before anything plans it.
+//!
+//! The SQL parser's recursion limit covers parentheses and subqueries, but a
+//! chain such as `1+1+...+1` or `a = 0 OR a = 1 OR ...` parses in a loop into a
+//! left-deep tree, and planning, optimising and evaluating that tree recurse
+//! once per term. A 2 KB chain overflowed a worker thread's stack and took the
+//! whole process down. Every path that turns caller-supplied SQL into a plan
+//! (queries, check_sum keys, daily SQL steps) calls [`check_text`] before
+//! parsing and [`check`] on the parsed statement.
+//!
+//! Two steps, because the parsed tree is a hazard by itself: dropping (or
+//! walking) a 100,000-term chain recurses 100,000 times. The text check counts
+//! operators (symbols and keywords) with the tokenizer, which is iterative:
+//! every level of a chain the parser builds in its loop costs at least one
+//! operator, and everything else it builds recursively is bounded by its own
+//! recursion limit, so a statement that passes cannot parse into a tree deeper
+//! than [`MAX_OPERATORS`] plus that limit, which drops safely on a 2 MiB stack.
+//! The tree check then applies the real caps, never descending deeper than
+//! them.
+//!
+//! Relations nest as expressions do: each JOIN (or comma), each CTE reading
+//! the one before and each UNION, INTERSECT or EXCEPT adds a level to the
+//! plan, and a 2,000-table chain of any of them overflowed the stack the same
+//! way. The tree check counts table references; set operations, which parse
+//! into a left-deep tree of their own, are counted in the text.
+//!
+//! Types nest too, and the parser, the planner and Arrow build and walk them
+//! recursively: `CAST(NULL AS ARRAY<ARRAY<...>>)` (or `INT[][]...`, or
+//! `STRUCT<a STRUCT<...>>`) 3,000 levels deep, or `arrow_cast(x, 'List(List(
+//! ...))')`, overflowed the stack while parsing. The text check measures the
+//! type syntax before parsing; the tree check the type strings of
+//! `arrow_cast` and `arrow_try_cast`.
+//!
+//! And one GROUP BY can ask for exponentially many groupings: `CUBE` of 30
+//! columns is 2^30 grouping sets, which the planner expanded at submission,
+//! holding the request and 15 GB of memory outside any query's pool. The
+//! tree check counts the sets each GROUP BY expands to.
+//!
+//! `text.rs` holds the checks on the token stream, `tree.rs` those on the
+//! parsed statement.
+
+mod text;
+mod tree;
+
+pub use text::check_text;
+pub use tree::check;
+
+/// The deepest expression nesting accepted: a chain of this many operators,
+/// or this many levels of nested calls and subqueries. Chosen so that
+/// planning and running the deepest accepted expression fits comfortably in
+/// a 2 MiB thread stack (tested in `tests/.../query_limits.rs`), the smallest
+/// one lakehost's code runs on.
+pub const MAX_EXPRESSION_DEPTH: usize = 256;
+
+/// The most expression nodes one statement may hold (a 20,000-value IN list
+/// counts about 20,000): bounds planning time and memory, not the stack.
+pub const MAX_EXPRESSION_NODES: usize = 100_000;
+
+/// The most relations one statement may combine: table references (tables,
+/// subqueries, VALUES, table functions, CTEs read) and, counted apart, set
+/// operations (UNION, INTERSECT, EXCEPT).
+pub const MAX_RELATIONS: usize = 256;
+
+/// The deepest type a statement may name: `ARRAY<ARRAY<INT>>` is 2 levels
+/// (the same cap as an uploaded parquet file's schema).
+pub const MAX_TYPE_DEPTH: usize = crate::load::parquet_schema_depth::MAX_SCHEMA_DEPTH;
+
+/// The most grouping sets one GROUP BY may expand to: CUBE of n columns is
+/// 2^n, ROLLUP n+1, GROUPING SETS what it lists, and several multiply.
+pub const MAX_GROUPING_SETS: u64 = 4096;
+
+/// The most operators (symbols such as `+` or `::`, and keywords such as
+/// `OR` or `IS`) one statement's text may hold; literals, names, commas and
+/// parentheses do not count. Checked before parsing.
+pub const MAX_OPERATORS: usize = 10_000;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExpressionLimitError {
+    #[error(
+        "the statement has more than {MAX_OPERATORS} operators and keywords; split the statement"
+    )]
+    TooManyOperators,
+    #[error(
+        "the statement's expressions nest more than {MAX_EXPRESSION_DEPTH} levels deep \
+         (long chains such as a OR b OR c ... count one level per operator); \
+         use IN (...) lists or split the statement"
+    )]
+    TooDeep,
+    #[error(
+        "the statement has more than {MAX_EXPRESSION_NODES} expression nodes; split the statement"
+    )]
+    TooLarge,
+    #[error(
+        "the statement combines more than {MAX_RELATIONS} tables, subqueries or set operations \
+         (JOIN, UNION, a chain of CTEs ...); split the statement"
+    )]
+    TooManyRelations,
+    #[error("the statement names a type nesting more than {MAX_TYPE_DEPTH} levels deep")]
+    TypeTooDeep,
+    #[error(
+        "a GROUP BY expands to more than {MAX_GROUPING_SETS} grouping sets (CUBE of n columns \
+         is 2^n); group by fewer columns"
+    )]
+    TooManyGroupingSets,
+}
+
+#[cfg(test)]
+mod tests;
