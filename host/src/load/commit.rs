@@ -10,6 +10,8 @@
 //! paths are simply written again) and ends it exactly once, since the end is
 //! conditional on holding the lease. After `pipeline.max_attempts` runs it
 //! fails with InternalError. Staged files are removed once the load ended.
+//! A commit's work dropped (the server stopping) stops its step at once,
+//! even inside a capability call, and leaves the load to be run again.
 
 use std::{sync::Arc, time::Duration};
 
@@ -26,11 +28,11 @@ use crate::{
     auth::{AccessGrant, ServiceClientScope},
     clock::SharedClock,
     config::PipelineConfig,
-    engine::table_writer::delete_paths,
+    engine::{runtime::EngineRuntime, table_writer::delete_paths},
     lake::Lake,
     lease::Lease,
     pipeline::{
-        ErrorItem, PipelineEngine, PipelineKind, PipelineOutcome, StepContext,
+        ErrorItem, PipelineEngine, PipelineKind, PipelineOutcome, RunControl, StepContext,
         manifest::org_manifest,
     },
     store::{
@@ -49,6 +51,8 @@ pub struct LoadCommitter {
     store: Store,
     lake: Lake,
     engine: Arc<PipelineEngine>,
+    /// Where the steps' SQL runs.
+    runtime: Arc<EngineRuntime>,
     config: PipelineConfig,
     lease: Lease,
     holder: String,
@@ -86,7 +90,7 @@ impl LoadCommitter {
         store: Store,
         lake: Lake,
         clock: SharedClock,
-        engine: Arc<PipelineEngine>,
+        (engine, runtime): (Arc<PipelineEngine>, Arc<EngineRuntime>),
         config: PipelineConfig,
     ) -> Arc<Self> {
         Arc::new(Self {
@@ -94,6 +98,7 @@ impl LoadCommitter {
             lake,
             lease: Lease::new(clock, config.lease_s),
             engine,
+            runtime,
             config,
             holder: format!("commit-{}", crate::store::new_id()),
             wake: Notify::new(),
@@ -269,13 +274,17 @@ impl LoadCommitter {
             },
             scope,
             self.now(),
-            tokio::runtime::Handle::current(),
         ));
+        // Dropping this work (the server stopping) stops the running step.
+        let stop = CancellationToken::new();
+        let _stop_when_dropped = stop.clone().drop_guard();
+        let control = RunControl::new(self.runtime.clone(), stop);
         let engine = self.engine.clone();
         let runner = data.clone();
-        let outcome =
-            tokio::task::spawn_blocking(move || engine.run_pipeline(&manifest, &context, runner))
-                .await;
+        let outcome = tokio::task::spawn_blocking(move || {
+            engine.run_pipeline(&manifest, &context, runner, &control)
+        })
+        .await;
         let pending = data.take_pending();
         // The steps validated the files as they were when the commit began;
         // an upload that started before and finished during the commit must
