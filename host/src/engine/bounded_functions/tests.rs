@@ -151,6 +151,8 @@ async fn bounding_changes_neither_values_nor_column_names() {
         "SELECT 'a' || 'b', 'a' || NULL, NULL || 'b', repeat('ab', 2) || 'c'",
         "SELECT v || w, v || 'x' AS named FROM (VALUES ('a', 'b'), (NULL, 'c')) t(v, w)",
         "SELECT CAST('ab' AS BYTEA) || CAST('cd' AS BYTEA)",
+        "SELECT arrow_cast(v, 'Dictionary(Int32, Utf8)') || 'b', arrow_cast(v, 'Utf8View') || v, \
+         arrow_cast(v, 'LargeUtf8') || 'c' FROM (VALUES ('a'), (NULL)) t(v)",
         "SELECT [1, 2] || [3], [1] || 2, 0 || [1], make_array(1, 2)",
         "SELECT concat('a', NULL, 'b'), concat_ws('-', 'a', NULL, 'b'), encode('ab', 'hex')",
         "SELECT array_to_string([1, NULL, 3], ',', '?'), string_to_array('a,b', ','), translate('abc', 'b', 'x')",
