@@ -934,3 +934,61 @@ async fn a_text_service_client_id_loads_into_a_new_table() {
         "nothing of the failed load is visible"
     );
 }
+
+/// A check_sum key the per-call bounds allow that would run for minutes over
+/// sixteen million staged rows (a 2,000-value list sorted per row): the step's
+/// time limit ends it in the middle of its SQL, the load fails with the
+/// step's time-limit reason, another org is served meanwhile, and nothing is
+/// written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_sum_key_running_past_its_steps_time_limit_fails_the_load_at_the_limit() {
+    let manifest = default_load_manifest().replace(
+        "component = \"builtin:verify_checksums\"\n",
+        "component = \"builtin:verify_checksums\"\ntime_limit_ms = 500\n",
+    );
+    let pipelines = demo_load_pipelines(&manifest);
+    let dir = pipelines.path().to_path_buf();
+    let app = spawn_app_with(|config| config.pipeline.dir = dir).await;
+    let admin = app.token_for(&["ZoneAdmin"], "[0]");
+    let trips: Vec<i64> = (0..8192).map(|i| i % 7).collect();
+    let batch = bigint_batch(&[("trip_id", &trips), ("service_client_id", &[1; 8192])]);
+    let id = new_load(&app, &admin, json!({})).await;
+    app.stage_bytes_on(
+        ORG_HOST,
+        &admin,
+        &id,
+        "part_1",
+        parquet_bytes_repeated(&batch, 2000),
+    )
+    .await;
+    let key = "sum(cardinality(array_sort(range(trip_id + 2000, 0, -1))))";
+    let (status, body) = app
+        .commit(&admin, &id, &json!({ "check_sum": { key: 1 } }).to_string())
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+
+    let other = app.org_token_for("other", &["ZoneAdmin"], "[0]");
+    let theirs = app.submit_sql(OTHER_ORG_HOST, &other, "SELECT 1").await;
+    app.wait_for(OTHER_ORG_HOST, &other, &theirs, Some("SUCCEEDED"))
+        .await;
+    let failed = app.wait_for_load(&admin, &id).await;
+    assert_eq!(failed["LoadStatus"], "FAIL", "{failed}");
+    assert_eq!(failed["ErrorType"], "InternalError", "{failed}");
+    assert_eq!(
+        failed["ErrorMessages"],
+        json!(["step verify_checksums ran past its time limit of 500 ms"]),
+        "{failed}"
+    );
+    let (status, body) = app
+        .submit(
+            ORG_HOST,
+            &admin,
+            &json!({"query": "SELECT count(*) FROM trips"}),
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_REQUEST,
+        "nothing was written: {body}"
+    );
+}

@@ -806,3 +806,46 @@ async fn transforms_that_write_elsewhere_or_lack_a_service_client_fail_and_write
         vec![vec![Some("6".to_string())]]
     );
 }
+
+/// A daily SQL the per-call bounds allow that would run for minutes (a
+/// 2,000-value list sorted for each of sixteen million rows): the step's
+/// time limit ends it in the middle of its SQL, the run fails with the step's
+/// time-limit reason, another org is served meanwhile, and nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daily_sql_running_past_its_steps_time_limit_fails_the_run_at_the_limit() {
+    let sql = "SELECT 1 AS service_client_id, \
+               sum(cardinality(array_sort(range(value % 7 + 2000, 0, -1)))) AS n \
+               FROM generate_series(1, 16000000)";
+    let manifest = refresh_manifest_with("sorted", sql, "time_limit_ms = 500");
+    let app = spawn_app_with(|c| with_daily_manifest(c, &manifest)).await;
+    let token = app.daily_token();
+    assert_eq!(app.start_daily_run(&token).await.0, StatusCode::OK);
+
+    let other = app.org_token_for("other", &["ZoneAdmin"], "[0]");
+    let theirs = app.submit_sql(OTHER_ORG_HOST, &other, "SELECT 1").await;
+    app.wait_for(OTHER_ORG_HOST, &other, &theirs, Some("SUCCEEDED"))
+        .await;
+    let ended = app.wait_for_daily_run(&token).await;
+    assert_eq!(
+        (&ended["status"], &ended["error"], &ended["cause"]),
+        (
+            &json!("FAILED"),
+            &json!("InternalError"),
+            &json!("step refresh ran past its time limit of 500 ms")
+        ),
+        "{ended}"
+    );
+    let admin = app.token_for(&["ZoneAdmin"], "[0]");
+    let (status, body) = app
+        .submit(
+            ORG_HOST,
+            &admin,
+            &json!({"query": "SELECT count(*) FROM demo_insights.sorted"}),
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_REQUEST,
+        "nothing was written: {body}"
+    );
+}
