@@ -1,40 +1,50 @@
 //! What the bounded calls of one session returned and is still in memory,
-//! charged to the session's memory pool, so that the query memory limit
-//! covers function results as it covers sorts, joins and aggregations: many
-//! calls each under the per-call cap (twelve 200 MB `repeat`s in one row)
-//! stop at the pool's limit with the pool's own "Resources exhausted"
-//! message instead of taking the server's memory.
+//! held to the session's memory limit, so that the query memory limit
+//! covers function results as the pool covers sorts, joins and
+//! aggregations: many calls each under the per-call cap (twelve 200 MB
+//! `repeat`s in one row) stop at the limit with "Resources exhausted"
+//! instead of taking the server's memory.
 //!
-//! A result is charged until nothing but this ledger holds its buffers
-//! (whoever else kept them, a batch on its way or an operator's buffer, has
-//! let go); dead results are dropped and their charge given back at the next
-//! charge. A call makes room for what it expects to return before it runs.
+//! A result counts until nothing but this ledger holds its buffers (whoever
+//! else kept them, a batch on its way or an operator's buffer, has let go);
+//! dead results are dropped and stop counting at the next call. A call
+//! counts what it expects to return before it runs.
+//!
+//! A budget of its own, not a share of the pool: an operator that keeps
+//! results (a sort, a join's build side) already counts them in the pool,
+//! and counting them there twice would fail queries the limit allows.
 //!
 //! It must never hold a result after its session ends (it lives in the
-//! session's functions), nor charge anything the pool does not see.
+//! session's functions).
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use datafusion::{
-    arrow::{array::ArrayData, array::ArrayRef, buffer::Buffer},
-    common::Result,
-    execution::memory_pool::{MemoryConsumer, MemoryPool, MemoryReservation},
+    arrow::{
+        array::{ArrayData, ArrayRef},
+        buffer::Buffer,
+    },
+    common::{DataFusionError, Result},
+    execution::memory_pool::{MemoryLimit, MemoryPool},
 };
 
 /// The bounded calls' results of one session that are still alive.
 #[derive(Debug)]
 pub(super) struct LiveResults {
+    /// The session's memory limit; `None` when it has none.
+    limit: Option<usize>,
     held: Mutex<Held>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Held {
-    reservation: MemoryReservation,
+    /// Bytes of the results alive and of the calls running.
+    bytes: usize,
     results: Vec<LiveResult>,
 }
 
 /// One result's buffers (clones: they keep its memory until dropped) and
-/// the bytes charged for it.
+/// the bytes counted for it.
 #[derive(Debug)]
 struct LiveResult {
     buffers: Vec<Buffer>,
@@ -49,7 +59,7 @@ impl LiveResult {
 }
 
 impl Held {
-    /// Drops the results nobody else holds and gives their charge back.
+    /// Drops the results nobody else holds; they stop counting.
     fn release_dead(&mut self) {
         let mut released = 0;
         self.results.retain(|result| {
@@ -59,11 +69,11 @@ impl Held {
             }
             keep
         });
-        self.reservation.shrink(released);
+        self.bytes -= released;
     }
 }
 
-/// Room made for a call's result while it runs; given back when dropped.
+/// Room counted for a call's result while it runs; given back when dropped.
 pub(super) struct Room<'a> {
     live: &'a LiveResults,
     bytes: usize,
@@ -71,44 +81,56 @@ pub(super) struct Room<'a> {
 
 impl Drop for Room<'_> {
     fn drop(&mut self) {
-        self.live.lock().reservation.shrink(self.bytes);
+        self.live.lock().bytes -= self.bytes;
     }
 }
 
 impl LiveResults {
+    /// A ledger held to `pool`'s limit.
     pub(super) fn new(pool: &Arc<dyn MemoryPool>) -> Self {
-        let reservation = MemoryConsumer::new("function results").register(pool);
+        let limit = match pool.memory_limit() {
+            MemoryLimit::Finite(bytes) => Some(bytes),
+            MemoryLimit::Infinite | MemoryLimit::Unknown => None,
+        };
         Self {
-            held: Mutex::new(Held {
-                reservation,
-                results: Vec::new(),
-            }),
+            limit,
+            held: Mutex::new(Held::default()),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
+    fn lock(&self) -> MutexGuard<'_, Held> {
         // A panic while holding the lock leaves only counts behind.
         self.held
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Makes room in the pool for `bytes` a call is about to return; the
-    /// pool's error when it has none.
-    pub(super) fn make_room(&self, bytes: usize) -> Result<Room<'_>> {
-        let mut held = self.lock();
+    /// Counts `bytes` more for `what`, refused past the limit.
+    fn count(&self, held: &mut Held, bytes: usize, what: &str) -> Result<()> {
         held.release_dead();
-        held.reservation.try_grow(bytes)?;
+        let total = held.bytes.saturating_add(bytes);
+        if let Some(limit) = self.limit.filter(|&limit| total > limit) {
+            return Err(DataFusionError::ResourcesExhausted(format!(
+                "{what} would bring the function results this query holds to {total} bytes, \
+                 more than its memory limit ({limit} bytes)"
+            )));
+        }
+        held.bytes = total;
+        Ok(())
+    }
+
+    /// Counts `bytes` `what` is about to return, while it runs.
+    pub(super) fn make_room(&self, bytes: usize, what: &str) -> Result<Room<'_>> {
+        self.count(&mut self.lock(), bytes, what)?;
         Ok(Room { live: self, bytes })
     }
 
-    /// Charges a returned array while it lives; the pool's error when it
-    /// does not fit (the array is then dropped by the caller).
-    pub(super) fn charge(&self, result: &ArrayRef) -> Result<()> {
+    /// Counts a returned array while it lives; refused past the limit (the
+    /// caller then drops it).
+    pub(super) fn charge(&self, result: &ArrayRef, what: &str) -> Result<()> {
         let bytes = result.get_array_memory_size();
         let mut held = self.lock();
-        held.release_dead();
-        held.reservation.try_grow(bytes)?;
+        self.count(&mut held, bytes, what)?;
         let mut buffers = Vec::new();
         buffers_of(&result.to_data(), &mut buffers);
         held.results.push(LiveResult { buffers, bytes });
@@ -124,5 +146,38 @@ fn buffers_of(data: &ArrayData, into: &mut Vec<Buffer>) {
     }
     for child in data.child_data() {
         buffers_of(child, into);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::{arrow::array::StringArray, execution::memory_pool::FairSpillPool};
+
+    use super::*;
+
+    fn text_of(bytes: usize) -> ArrayRef {
+        Arc::new(StringArray::from(vec!["x".repeat(bytes)]))
+    }
+
+    #[test]
+    fn results_count_against_the_limit_while_alive_and_never_in_the_pool() {
+        let pool: Arc<dyn MemoryPool> = Arc::new(FairSpillPool::new(1 << 20));
+        let live = LiveResults::new(&pool);
+        let first = text_of(400_000);
+        live.charge(&first, "f").unwrap();
+        live.charge(&text_of(400_000), "g").unwrap();
+        // The pool is the operators': a sort keeping `first` counts it
+        // there, and the ledger must not count it there a second time.
+        assert_eq!(pool.reserved(), 0);
+        // `first` is alive, the second result is not: 400 KB more fit, 800 do not.
+        let refused = live.charge(&text_of(800_000), "h").unwrap_err();
+        assert!(
+            refused.to_string().contains("Resources exhausted"),
+            "{refused}"
+        );
+        let room = live.make_room(400_000, "h").unwrap();
+        drop(room);
+        drop(first);
+        live.charge(&text_of(800_000), "h").unwrap();
     }
 }

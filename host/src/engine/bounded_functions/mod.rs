@@ -10,12 +10,12 @@
 //!
 //! - works out the result's size from the arguments first (`growth.rs`)
 //!   and refuses past `MAX_RESULT_BYTES` with DataFusion's "Resources
-//!   exhausted" error, and makes room for it in the session's memory pool;
+//!   exhausted" error, and counts it against the session's memory limit;
 //! - checks what the function returned against the same cap, so a chain of
 //!   calls that each double their input stops at the cap too;
-//! - charges what it returned to the session's memory pool while it lives
-//!   (`live_results.rs`), so many calls each under the cap stop at the
-//!   query's memory limit with the pool's "Resources exhausted" message;
+//! - counts what it returned against the session's memory limit while it
+//!   lives (`live_results.rs`), so many calls each under the cap stop at the
+//!   query's memory limit, with "Resources exhausted" too;
 //! - is never folded into a constant while planning (the functions are
 //!   volatile to the optimizer): a constant is copied into every row of a
 //!   batch by whoever projects it, uncounted, whereas a call makes its rows
@@ -113,7 +113,7 @@ struct Bounded {
     max_bytes: usize,
     /// The inner function's signature, volatile: never folded while planning.
     signature: Signature,
-    /// The session's results still in memory, charged to its pool.
+    /// The session's results still in memory, held to its memory limit.
     live: Arc<LiveResults>,
 }
 
@@ -209,7 +209,7 @@ impl ScalarUDFImpl for Bounded {
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let rows = args.number_rows;
         let expected = self.within_cap(self.growth.expected_bytes(&args)?)?;
-        let room = self.live.make_room(expected)?;
+        let room = self.live.make_room(expected, self.name())?;
         let result = self.inner.invoke_with_args(args)?;
         drop(room);
         // One value per row: a scalar becomes its rows here, counted, rather
@@ -222,7 +222,7 @@ impl ScalarUDFImpl for Bounded {
             }
         };
         self.within_cap(result.get_array_memory_size() as u128)?;
-        self.live.charge(&result)?;
+        self.live.charge(&result, self.name())?;
         Ok(ColumnarValue::Array(result))
     }
 }

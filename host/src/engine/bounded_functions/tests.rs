@@ -121,9 +121,9 @@ async fn a_constant_result_copied_into_every_row_counts_every_copy() {
 }
 
 #[tokio::test]
-async fn results_alive_together_stop_at_the_memory_pool() {
+async fn results_alive_together_stop_at_the_memory_limit() {
     // Six results of 300 KB, each under the 1 MiB cap, alive in one batch:
-    // past a 1 MiB pool.
+    // past a 1 MiB memory limit.
     let columns: Vec<String> = (0..6)
         .map(|i| format!("repeat('x', 300000) c{i}"))
         .collect();
