@@ -10,8 +10,11 @@
 //! paths are simply written again) and ends it exactly once, since the end is
 //! conditional on holding the lease. After `pipeline.max_attempts` runs it
 //! fails with InternalError. Staged files are removed once the load ended.
-//! A commit's work dropped (the server stopping) stops its step at once,
-//! even inside a capability call, and leaves the load to be run again.
+//! A commit whose lease no longer holds (taken over after it lapsed) stops,
+//! records nothing and deletes nothing (the new holder writes the same
+//! paths); a commit's work dropped (the server stopping) likewise leaves the
+//! load to be run again. Either way its running step stops at once, even
+//! inside a capability call.
 
 use std::{sync::Arc, time::Duration};
 
@@ -167,7 +170,13 @@ impl LoadCommitter {
             );
             (internal(message), None)
         } else {
-            self.pipeline_with_lease(&record).await
+            match self.pipeline_with_lease(&record).await {
+                Some(ended) => ended,
+                None => {
+                    tracing::warn!(load = %id, "commit lost its lease; its steps were stopped and another worker runs it");
+                    return;
+                }
+            }
         };
         let written: Vec<String> = pending
             .as_ref()
@@ -200,11 +209,15 @@ impl LoadCommitter {
         }
     }
 
-    /// Runs the pipeline while renewing the lease.
-    async fn pipeline_with_lease(&self, record: &LoadRecord) -> (LoadEnd, Option<PendingAppend>) {
+    /// Runs the pipeline while renewing the lease; `None` (the pipeline
+    /// dropped, its step stopped) once a renewal no longer holds.
+    async fn pipeline_with_lease(
+        &self,
+        record: &LoadRecord,
+    ) -> Option<(LoadEnd, Option<PendingAppend>)> {
         let id = &record.load.id;
         self.lease
-            .hold(id, self.pipeline(record), |until| {
+            .hold_while_held(id, self.pipeline(record), |until| {
                 self.store.renew_load_lease(id, &self.holder, until)
             })
             .await
@@ -275,7 +288,7 @@ impl LoadCommitter {
             scope,
             self.now(),
         ));
-        // Dropping this work (the server stopping) stops the running step.
+        // Dropping this work (lease lost, server stopping) stops the running step.
         let stop = CancellationToken::new();
         let _stop_when_dropped = stop.clone().drop_guard();
         let control = RunControl::new(self.runtime.clone(), stop);
