@@ -1013,9 +1013,12 @@ impl TestApp {
 /// The most the test process's resident memory (VmRSS in /proc) grew above
 /// what it was while `work` ran, in bytes, sampled every 2 ms. The server
 /// runs in this process, so its memory is in the figure, along with that of
-/// any test running meanwhile (which can only add to it).
+/// any test running meanwhile (which can only add to it); two measurements
+/// never overlap.
 pub async fn rss_growth_while<T>(work: impl std::future::Future<Output = T>) -> (T, u64) {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _measuring = ONE_AT_A_TIME.lock().await;
     fn resident_bytes() -> u64 {
         let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
         let kib = status
