@@ -1,7 +1,8 @@
 //! Holding a job's lease (queries, load commits, daily runs): lease ends read against
 //! the injected clock, and running the job's work while the lease is renewed
-//! every third of its length. The store's conditional updates decide whether
-//! a renewal still holds; this only keeps asking.
+//! every third of its length, stopping it once a renewal no longer holds.
+//! The store's conditional updates decide whether a renewal still holds;
+//! this only keeps asking.
 
 use std::{future::Future, time::Duration};
 
@@ -32,45 +33,16 @@ impl Lease {
         self.now() + self.length.as_micros() as i64
     }
 
-    /// Runs `work` to its end, calling `renew` every third of the lease
-    /// meanwhile; a renewal that fails or no longer holds is logged as
-    /// `what`, and the work goes on (its end is conditional on the lease).
-    pub async fn hold<T, R, E>(
-        &self,
-        what: &str,
-        work: impl Future<Output = T>,
-        renew: impl FnMut(i64) -> R,
-    ) -> T
-    where
-        R: Future<Output = Result<bool, E>>,
-        E: std::fmt::Display,
-    {
-        self.renewing(what, work, renew, WhenLost::GoOn)
-            .await
-            .expect("work that goes on when the lease is lost ends")
-    }
-
-    /// As `hold`, but the work stops (dropped, `None`) as soon as a renewal
-    /// no longer holds: a query cancelled or taken over elsewhere.
+    /// Runs `work` while calling `renew` every third of the lease; the work
+    /// stops (dropped, `None`) as soon as a renewal no longer holds: a query
+    /// cancelled, a job taken over elsewhere, a daily run ended. A renewal
+    /// that fails is logged as `what`, and the work goes on (its end is
+    /// conditional on the lease).
     pub async fn hold_while_held<T, R, E>(
         &self,
         what: &str,
         work: impl Future<Output = T>,
-        renew: impl FnMut(i64) -> R,
-    ) -> Option<T>
-    where
-        R: Future<Output = Result<bool, E>>,
-        E: std::fmt::Display,
-    {
-        self.renewing(what, work, renew, WhenLost::Stop).await
-    }
-
-    async fn renewing<T, R, E>(
-        &self,
-        what: &str,
-        work: impl Future<Output = T>,
         mut renew: impl FnMut(i64) -> R,
-        when_lost: WhenLost,
     ) -> Option<T>
     where
         R: Future<Output = Result<bool, E>>,
@@ -84,17 +56,10 @@ impl Lease {
                 done = &mut work => return Some(done),
                 _ = every.tick() => match renew(self.until()).await {
                     Ok(true) => {}
-                    Ok(false) if when_lost == WhenLost::Stop => return None,
-                    Ok(false) => tracing::warn!(job = what, "lease lost: it ended or was taken over"),
+                    Ok(false) => return None,
                     Err(e) => tracing::warn!(job = what, error = %e, "lease not renewed"),
                 },
             }
         }
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum WhenLost {
-    GoOn,
-    Stop,
 }

@@ -18,6 +18,7 @@ use crate::{
     clock::{SharedClock, SystemClock},
     config::Config,
     dailyrun::DailyRunService,
+    engine::runtime::EngineRuntime,
     idp::Idp,
     lake::{Lake, retired::RetiredFileSweeper},
     listener::{self, ConnectionLimits},
@@ -133,11 +134,17 @@ impl Application {
                 }
             });
         }
+        // The pipelines' SQL (check_sum keys, inserts, daily transforms) runs
+        // apart from the runtime serving HTTP, as queries do.
+        let pipeline_runtime = Arc::new(
+            EngineRuntime::new(config.pipeline.commit_workers + 1)
+                .context("starting the pipelines' runtime")?,
+        );
         let commits = LoadCommitter::new(
             store.clone(),
             lake.clone(),
             clock.clone(),
-            engine.clone(),
+            (engine.clone(), pipeline_runtime.clone()),
             config.pipeline.clone(),
         );
         commits.start(workers.clone());
@@ -145,7 +152,7 @@ impl Application {
             store.clone(),
             lake.clone(),
             clock.clone(),
-            engine,
+            (engine, pipeline_runtime),
             &config,
             workers.clone(),
         );

@@ -730,9 +730,17 @@ async fn json_of(script: &str, command: &str, mut run: tokio::process::Command) 
 
 /// A parquet file of `batch`, as the parquet crate writes it.
 pub fn parquet_bytes(batch: &RecordBatch) -> Vec<u8> {
+    parquet_bytes_repeated(batch, 1)
+}
+
+/// A parquet file of `batch` written `times` times over (many rows in a
+/// small file when the batch compresses well).
+pub fn parquet_bytes_repeated(batch: &RecordBatch, times: usize) -> Vec<u8> {
     let mut bytes = Vec::new();
     let mut writer = ArrowWriter::try_new(&mut bytes, batch.schema(), None).unwrap();
-    writer.write(batch).unwrap();
+    for _ in 0..times {
+        writer.write(batch).unwrap();
+    }
     writer.close().unwrap();
     bytes
 }
@@ -954,4 +962,94 @@ impl TestApp {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
     }
+}
+
+/// The demo org's DailyRun API host and paths.
+pub const DAILYRUN_HOST: &str = "api.demo.localhost";
+pub const DAILYRUN_START: &str = "/dailyRun/start_execution";
+pub const DAILYRUN_STATUS: &str = "/dailyRun/execution_status";
+
+/// A daily run of one `sql_transform` step, named refresh, that replaces
+/// `table` of the insights database with the rows of `sql`; `limits` are
+/// more keys of the step (`time_limit_ms = 500`), or empty.
+pub fn refresh_manifest_with(table: &str, sql: &str, limits: &str) -> String {
+    format!(
+        "version = 1\n[[steps]]\nname = \"refresh\"\ncomponent = \"builtin:sql_transform\"\n\
+         grants = [\"lake-sql\", \"log\"]\n{limits}\n[[steps.config.tables]]\ntable = \"{table}\"\nsql = \"{sql}\"\n"
+    )
+}
+
+/// [`refresh_manifest_with`] the step's default limits.
+pub fn refresh_manifest(table: &str, sql: &str) -> String {
+    refresh_manifest_with(table, sql, "")
+}
+
+impl TestApp {
+    /// A daily-run token with every dailyrun scope of the demo org.
+    pub fn daily_token(&self) -> String {
+        let mut claims = self.valid_claims("demo");
+        claims["scope"] = json!(
+            "dailyrun:enabled:read dailyrun:enabled:write dailyrun:execution:read dailyrun:execution:write"
+        );
+        self.sign("demo", &claims)
+    }
+
+    /// POST /dailyRun/start_execution of the demo org.
+    pub async fn start_daily_run(&self, token: &str) -> (StatusCode, Value) {
+        self.post_raw(DAILYRUN_HOST, DAILYRUN_START, token, "")
+            .await
+    }
+
+    /// The demo org's latest execution once it is no longer RUNNING (at
+    /// most 30 s).
+    pub async fn wait_for_daily_run(&self, token: &str) -> Value {
+        let latest = format!("{DAILYRUN_STATUS}?mode=latest");
+        for _ in 0..600 {
+            let (code, run) = self.get(DAILYRUN_HOST, &latest, Some(token)).await;
+            assert_eq!(code, StatusCode::OK, "{run}");
+            if run["status"] != "RUNNING" {
+                return run;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!("the daily run did not end within 30 s");
+    }
+}
+
+/// The most the test process's resident memory (VmRSS in /proc) grew above
+/// what it was while `work` ran, in bytes, sampled every 2 ms. The server
+/// runs in this process, so its memory is in the figure, along with that of
+/// any test running meanwhile (which can only add to it); two measurements
+/// never overlap.
+pub async fn rss_growth_while<T>(work: impl std::future::Future<Output = T>) -> (T, u64) {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _measuring = ONE_AT_A_TIME.lock().await;
+    fn resident_bytes() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+        let kib = status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|value| value.split_whitespace().next())
+            .and_then(|kib| kib.parse::<u64>().ok())
+            .expect("VmRSS in /proc/self/status");
+        kib * 1024
+    }
+    let before = resident_bytes();
+    let done = Arc::new(AtomicBool::new(false));
+    let peak = Arc::new(AtomicU64::new(before));
+    let sampler = {
+        let (done, peak) = (done.clone(), peak.clone());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                peak.fetch_max(resident_bytes(), Ordering::Relaxed);
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        })
+    };
+    let outcome = work.await;
+    done.store(true, Ordering::Relaxed);
+    sampler.join().expect("the sampler ends");
+    let peak = peak.load(Ordering::Relaxed).max(resident_bytes());
+    (outcome, peak.saturating_sub(before))
 }

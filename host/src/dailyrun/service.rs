@@ -9,7 +9,9 @@
 //! - **Run.** The steps of the org's `daily.toml` (or the default one) in
 //!   order, each in its own sandbox on a blocking thread. A step that fails,
 //!   traps or runs past its limits ends the run FAILED with the reason in
-//!   `error`/`cause`; every step passing ends it SUCCEEDED.
+//!   `error`/`cause`; every step passing ends it SUCCEEDED. A run whose hold
+//!   no longer holds (ended TIMED_OUT or ABORTED meanwhile) or whose server
+//!   stops is dropped, and its running step stopped wherever it is.
 //! - **Tick.** Every `dailyrun.tick_ms` (and once at startup) the scheduler
 //!   ends RUNNING executions past `dailyrun.max_duration_s` TIMED_OUT and
 //!   those whose server stopped renewing its hold (`dailyrun.lease_s`)
@@ -28,11 +30,13 @@ use super::{schedule::due_slot, transform::LakeTransform};
 use crate::{
     clock::SharedClock,
     config::{Config, DailyRunConfig},
+    engine::runtime::EngineRuntime,
     lake::Lake,
     lease::Lease,
     periodic::spawn_every,
     pipeline::{
-        PipelineEngine, PipelineKind, RunContext, Stopped, manifest::org_manifest, run_steps,
+        PipelineEngine, PipelineKind, RunContext, RunControl, Stopped, manifest::org_manifest,
+        run_steps,
     },
     store::{
         self, Finished, Store,
@@ -63,6 +67,8 @@ pub struct DailyRunService {
     lake: Lake,
     clock: SharedClock,
     engine: Arc<PipelineEngine>,
+    /// Where the steps' SQL runs.
+    runtime: Arc<EngineRuntime>,
     config: DailyRunConfig,
     lease: Lease,
     pipeline_dir: PathBuf,
@@ -91,7 +97,7 @@ impl DailyRunService {
         store: Store,
         lake: Lake,
         clock: SharedClock,
-        engine: Arc<PipelineEngine>,
+        (engine, runtime): (Arc<PipelineEngine>, Arc<EngineRuntime>),
         config: &Config,
         stop: CancellationToken,
     ) -> Arc<Self> {
@@ -109,6 +115,7 @@ impl DailyRunService {
             lease: Lease::new(clock.clone(), config.dailyrun.lease_s),
             clock,
             engine,
+            runtime,
             config: config.dailyrun.clone(),
             pipeline_dir: config.pipeline.dir.clone(),
             test_steps: config.pipeline.test_steps,
@@ -243,14 +250,22 @@ impl DailyRunService {
         Ok(())
     }
 
-    /// Runs an execution's steps while renewing its hold, then records the end.
+    /// Runs an execution's steps while renewing its hold, then records the
+    /// end; stops them as soon as the hold no longer holds.
     async fn run(&self, run: DailyRun) {
-        let end = self
+        let held = self
             .lease
-            .hold(&run.name, self.steps(&run), |until| {
+            .hold_while_held(&run.name, self.steps(&run), |until| {
                 self.store.renew_daily_run(&run.name, &self.holder, until)
             })
             .await;
+        let Some(end) = held else {
+            tracing::warn!(
+                execution = %run.name,
+                "daily run ended elsewhere (timed out or aborted); its steps were stopped"
+            );
+            return;
+        };
         match self
             .store
             .finish_daily_run(&run.name, &self.holder, &end, self.now())
@@ -308,8 +323,11 @@ impl DailyRunService {
             execution: run.name.clone(),
             holder: self.holder.clone(),
             memory_limit: self.memory_limit,
-            runtime: tokio::runtime::Handle::current(),
         });
+        // Dropping this work (hold lost, server stopping) stops the running step.
+        let stop = CancellationToken::new();
+        let _stop_when_dropped = stop.clone().drop_guard();
+        let control = RunControl::new(self.runtime.clone(), stop);
         let ran = run_steps(
             &manifest,
             // Stop between steps once the run was ended by someone else.
@@ -327,10 +345,11 @@ impl DailyRunService {
             |step| {
                 let engine = self.engine.clone();
                 let (step, context, data) = (step.clone(), context.clone(), data.clone());
+                let control = control.clone();
                 async move {
                     let name = step.name.clone();
                     tokio::task::spawn_blocking(move || {
-                        engine.run_daily_step(&step, &context, data)
+                        engine.run_daily_step(&step, &context, data, &control)
                     })
                     .await
                     .map_err(|e| {

@@ -10,12 +10,12 @@
 
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use datafusion::{
     physical_plan::{ExecutionPlan, execute_stream},
     prelude::SessionContext,
 };
 use futures::StreamExt as _;
-use tokio::runtime::Handle;
 
 use crate::{
     auth::{Access, ServiceClientScope},
@@ -47,7 +47,6 @@ pub struct LakeTransform {
     pub holder: String,
     /// Memory one statement may hold before it spills (`query.memory_limit_bytes`).
     pub memory_limit: usize,
-    pub runtime: Handle,
 }
 
 /// Everything of the org: the daily run reads every service client.
@@ -152,12 +151,13 @@ impl LakeTransform {
     }
 }
 
+#[async_trait]
 impl DailyData for LakeTransform {
-    fn query(&self, sql: &str, max_rows: u32) -> Result<Vec<Vec<Option<String>>>, String> {
-        self.runtime.block_on(self.run_query(sql, max_rows))
+    async fn query(&self, sql: &str, max_rows: u32) -> Result<Vec<Vec<Option<String>>>, String> {
+        self.run_query(sql, max_rows).await
     }
 
-    fn refresh_table(&self, table: &str, sql: &str) -> Result<u64, String> {
-        self.runtime.block_on(self.refresh(table, sql))
+    async fn refresh_table(&self, table: &str, sql: &str) -> Result<u64, String> {
+        self.refresh(table, sql).await
     }
 }

@@ -10,6 +10,11 @@
 //! paths are simply written again) and ends it exactly once, since the end is
 //! conditional on holding the lease. After `pipeline.max_attempts` runs it
 //! fails with InternalError. Staged files are removed once the load ended.
+//! A commit whose lease no longer holds (taken over after it lapsed) stops,
+//! records nothing and deletes nothing (the new holder writes the same
+//! paths); a commit's work dropped (the server stopping) likewise leaves the
+//! load to be run again. Either way its running step stops at once, even
+//! inside a capability call.
 
 use std::{sync::Arc, time::Duration};
 
@@ -26,11 +31,11 @@ use crate::{
     auth::{AccessGrant, ServiceClientScope},
     clock::SharedClock,
     config::PipelineConfig,
-    engine::table_writer::delete_paths,
+    engine::{runtime::EngineRuntime, table_writer::delete_paths},
     lake::Lake,
     lease::Lease,
     pipeline::{
-        ErrorItem, PipelineEngine, PipelineKind, PipelineOutcome, StepContext,
+        ErrorItem, PipelineEngine, PipelineKind, PipelineOutcome, RunControl, StepContext,
         manifest::org_manifest,
     },
     store::{
@@ -49,6 +54,8 @@ pub struct LoadCommitter {
     store: Store,
     lake: Lake,
     engine: Arc<PipelineEngine>,
+    /// Where the steps' SQL runs.
+    runtime: Arc<EngineRuntime>,
     config: PipelineConfig,
     lease: Lease,
     holder: String,
@@ -86,7 +93,7 @@ impl LoadCommitter {
         store: Store,
         lake: Lake,
         clock: SharedClock,
-        engine: Arc<PipelineEngine>,
+        (engine, runtime): (Arc<PipelineEngine>, Arc<EngineRuntime>),
         config: PipelineConfig,
     ) -> Arc<Self> {
         Arc::new(Self {
@@ -94,6 +101,7 @@ impl LoadCommitter {
             lake,
             lease: Lease::new(clock, config.lease_s),
             engine,
+            runtime,
             config,
             holder: format!("commit-{}", crate::store::new_id()),
             wake: Notify::new(),
@@ -162,7 +170,13 @@ impl LoadCommitter {
             );
             (internal(message), None)
         } else {
-            self.pipeline_with_lease(&record).await
+            match self.pipeline_with_lease(&record).await {
+                Some(ended) => ended,
+                None => {
+                    tracing::warn!(load = %id, "commit lost its lease; its steps were stopped and another worker runs it");
+                    return;
+                }
+            }
         };
         let written: Vec<String> = pending
             .as_ref()
@@ -195,11 +209,15 @@ impl LoadCommitter {
         }
     }
 
-    /// Runs the pipeline while renewing the lease.
-    async fn pipeline_with_lease(&self, record: &LoadRecord) -> (LoadEnd, Option<PendingAppend>) {
+    /// Runs the pipeline while renewing the lease; `None` (the pipeline
+    /// dropped, its step stopped) once a renewal no longer holds.
+    async fn pipeline_with_lease(
+        &self,
+        record: &LoadRecord,
+    ) -> Option<(LoadEnd, Option<PendingAppend>)> {
         let id = &record.load.id;
         self.lease
-            .hold(id, self.pipeline(record), |until| {
+            .hold_while_held(id, self.pipeline(record), |until| {
                 self.store.renew_load_lease(id, &self.holder, until)
             })
             .await
@@ -269,13 +287,17 @@ impl LoadCommitter {
             },
             scope,
             self.now(),
-            tokio::runtime::Handle::current(),
         ));
+        // Dropping this work (lease lost, server stopping) stops the running step.
+        let stop = CancellationToken::new();
+        let _stop_when_dropped = stop.clone().drop_guard();
+        let control = RunControl::new(self.runtime.clone(), stop);
         let engine = self.engine.clone();
         let runner = data.clone();
-        let outcome =
-            tokio::task::spawn_blocking(move || engine.run_pipeline(&manifest, &context, runner))
-                .await;
+        let outcome = tokio::task::spawn_blocking(move || {
+            engine.run_pipeline(&manifest, &context, runner, &control)
+        })
+        .await;
         let pending = data.take_pending();
         // The steps validated the files as they were when the commit began;
         // an upload that started before and finished during the commit must

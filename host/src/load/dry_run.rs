@@ -20,7 +20,7 @@ use crate::{
     auth::ServiceClientScope,
     lake::Lake,
     pipeline::{
-        ErrorItem, PipelineEngine, PipelineKind, StepContext, StepError, Stopped,
+        ErrorItem, PipelineEngine, PipelineKind, RunControl, StepContext, StepError, Stopped,
         manifest::Manifest, run_steps_blocking,
     },
     store::{
@@ -125,7 +125,6 @@ pub async fn dry_run(request: &DryRunRequest) -> anyhow::Result<DryRunOutcome> {
         },
         ServiceClientScope::All,
         now,
-        tokio::runtime::Handle::current(),
     ));
     let context = StepContext {
         load_id: load.id.clone(),
@@ -141,8 +140,9 @@ pub async fn dry_run(request: &DryRunRequest) -> anyhow::Result<DryRunOutcome> {
     let runner = data.clone();
     let steps = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<StepReport>> {
         let engine = PipelineEngine::shared().map_err(|e| anyhow::anyhow!(e))?;
+        let control = RunControl::detached()?;
         let ran = run_steps_blocking(&manifest, |step| {
-            engine.run_step(step, &context, runner.clone())
+            engine.run_step(step, &context, runner.clone(), &control)
         });
         let mut reports: Vec<StepReport> = ran
             .passed

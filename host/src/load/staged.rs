@@ -12,6 +12,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use async_trait::async_trait;
 use datafusion::{
     arrow::datatypes::Schema,
     datasource::{
@@ -22,7 +23,6 @@ use datafusion::{
     prelude::{SessionConfig, SessionContext, lit},
 };
 use futures::TryStreamExt as _;
-use tokio::runtime::Handle;
 
 use super::{
     parquet_envelope::check_envelope,
@@ -71,20 +71,17 @@ pub struct StagedLoad {
     /// The service clients the caller may load (checked again per row).
     write_scope: ServiceClientScope,
     now_micros: i64,
-    runtime: Handle,
     pending: Mutex<Option<PendingAppend>>,
 }
 
 impl StagedLoad {
-    /// `files` is the load's file list at commit time; `runtime` runs the
-    /// async work for the step's (blocking) thread.
+    /// `files` is the load's file list at commit time.
     pub fn new(
         store: Store,
         lake: Lake,
         target: StagedTarget,
         write_scope: ServiceClientScope,
         now_micros: i64,
-        runtime: Handle,
     ) -> Self {
         Self {
             store,
@@ -94,7 +91,6 @@ impl StagedLoad {
             database: target.database,
             write_scope,
             now_micros,
-            runtime,
             pending: Mutex::new(None),
         }
     }
@@ -201,6 +197,7 @@ impl StagedLoad {
     }
 }
 
+#[async_trait]
 impl LoadData for StagedLoad {
     fn list_files(&self) -> Result<Vec<StagedFileInfo>, String> {
         Ok(self
@@ -214,65 +211,61 @@ impl LoadData for StagedLoad {
             .collect())
     }
 
-    fn parquet_columns(&self, file_key: &str) -> Result<Vec<ColumnInfo>, String> {
+    async fn parquet_columns(&self, file_key: &str) -> Result<Vec<ColumnInfo>, String> {
         let file = self.file(file_key)?;
         let path = staging_path(&file.object_key);
         let store = self.lake.object_store();
-        self.runtime.block_on(async move {
-            let meta = check_envelope(store.as_ref(), &path).await?;
-            let state = SessionContext::new().state();
-            let schema = ParquetFormat::default()
-                .infer_schema(&state, &store, &[meta])
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok(columns_of(&schema)
-                .into_iter()
-                .map(|c| ColumnInfo {
-                    name: c.name,
-                    sql_type: c.sql_type,
-                    nullable: c.nullable,
-                })
-                .collect())
-        })
+        let meta = check_envelope(store.as_ref(), &path).await?;
+        let state = SessionContext::new().state();
+        let schema = ParquetFormat::default()
+            .infer_schema(&state, &store, &[meta])
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(columns_of(&schema)
+            .into_iter()
+            .map(|c| ColumnInfo {
+                name: c.name,
+                sql_type: c.sql_type,
+                nullable: c.nullable,
+            })
+            .collect())
     }
 
-    fn query(&self, sql: &str, max_rows: u32) -> Result<Vec<Vec<Option<String>>>, String> {
-        self.runtime.block_on(self.run_query(sql, max_rows))
+    async fn query(&self, sql: &str, max_rows: u32) -> Result<Vec<Vec<Option<String>>>, String> {
+        self.run_query(sql, max_rows).await
     }
 
-    fn table_columns(&self) -> Result<Option<Vec<ColumnInfo>>, String> {
-        self.runtime.block_on(async {
-            let database = self.target_database().await?;
-            let Some(table) = self
-                .store
-                .table(&database.id, &self.record.load.table_name)
-                .await
-                .map_err(|e| e.to_string())?
-            else {
-                return Ok(None);
-            };
-            // The file columns, then the partition columns as queries see them.
-            let layout = TableLayout::of(&table).map_err(|e| e.to_string())?;
-            let mut fields: Vec<_> = layout.file_schema.fields().iter().cloned().collect();
-            for partition in &layout.partition_columns {
-                if !fields.iter().any(|f| f.name() == partition) {
-                    fields.push(partition_field(partition));
-                }
+    async fn table_columns(&self) -> Result<Option<Vec<ColumnInfo>>, String> {
+        let database = self.target_database().await?;
+        let Some(table) = self
+            .store
+            .table(&database.id, &self.record.load.table_name)
+            .await
+            .map_err(|e| e.to_string())?
+        else {
+            return Ok(None);
+        };
+        // The file columns, then the partition columns as queries see them.
+        let layout = TableLayout::of(&table).map_err(|e| e.to_string())?;
+        let mut fields: Vec<_> = layout.file_schema.fields().iter().cloned().collect();
+        for partition in &layout.partition_columns {
+            if !fields.iter().any(|f| f.name() == partition) {
+                fields.push(partition_field(partition));
             }
-            let columns = columns_of(&Schema::new(fields))
-                .into_iter()
-                .map(|c| ColumnInfo {
-                    name: c.name,
-                    sql_type: c.sql_type,
-                    nullable: c.nullable,
-                })
-                .collect();
-            Ok(Some(columns))
-        })
+        }
+        let columns = columns_of(&Schema::new(fields))
+            .into_iter()
+            .map(|c| ColumnInfo {
+                name: c.name,
+                sql_type: c.sql_type,
+                nullable: c.nullable,
+            })
+            .collect();
+        Ok(Some(columns))
     }
 
-    fn append_staged(&self) -> Result<u64, String> {
-        self.runtime.block_on(self.append())
+    async fn append_staged(&self) -> Result<u64, String> {
+        self.append().await
     }
 }
 

@@ -8,12 +8,19 @@
 //!
 //! Steps carry the policy and the host does the data work: what a capability
 //! answers comes from a [`LoadData`] of the load being committed, or from a
-//! [`DailyData`] of the daily run.
+//! [`DailyData`] of the daily run, on the runtime and under the stop of the
+//! run's [`RunControl`].
 
+use std::sync::Arc;
+
+use async_trait::async_trait;
 use datafusion::arrow::{
     array::{Array as _, RecordBatch},
     util::display::{ArrayFormatter, FormatOptions},
 };
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::runtime::EngineRuntime;
 
 pub mod builtin;
 mod engine;
@@ -67,26 +74,56 @@ pub struct StagedFileInfo {
     pub uploaded: bool,
 }
 
-/// The data work behind the capabilities, for one load. Called from the
-/// step's thread (never from an async task), so implementations may block.
-/// An `Err` is a `failed` answer to the step, with the message.
+/// The data work behind the capabilities, for one load. The engine awaits
+/// each call on the run's runtime and drops it, unfinished, when the step's
+/// time limit passes or its run is stopped: an implementation must leave
+/// nothing visible when dropped. An `Err` is a `failed` answer to the step,
+/// with the message.
+#[async_trait]
 pub trait LoadData: Send + Sync {
     fn list_files(&self) -> Result<Vec<StagedFileInfo>, String>;
-    fn parquet_columns(&self, file_key: &str) -> Result<Vec<ColumnInfo>, String>;
+    async fn parquet_columns(&self, file_key: &str) -> Result<Vec<ColumnInfo>, String>;
     /// Read-only SQL over the staged rows (table `staged`), at most `max_rows`.
-    fn query(&self, sql: &str, max_rows: u32) -> Result<Vec<Vec<Option<String>>>, String>;
-    fn table_columns(&self) -> Result<Option<Vec<ColumnInfo>>, String>;
+    async fn query(&self, sql: &str, max_rows: u32) -> Result<Vec<Vec<Option<String>>>, String>;
+    async fn table_columns(&self) -> Result<Option<Vec<ColumnInfo>>, String>;
     /// Stages the rows for the lake table; returns the row count.
-    fn append_staged(&self) -> Result<u64, String>;
+    async fn append_staged(&self) -> Result<u64, String>;
 }
 
 /// The data work behind the daily run's `lake-sql` capability, for one
-/// execution. Called from the step's thread, so implementations may block.
+/// execution; awaited and dropped as [`LoadData`]'s calls are.
+#[async_trait]
 pub trait DailyData: Send + Sync {
     /// One read-only SELECT over the org's databases, at most `max_rows`.
-    fn query(&self, sql: &str, max_rows: u32) -> Result<Vec<Vec<Option<String>>>, String>;
+    async fn query(&self, sql: &str, max_rows: u32) -> Result<Vec<Vec<Option<String>>>, String>;
     /// Replaces an insights table with the rows of `sql`; returns the row count.
-    fn refresh_table(&self, table: &str, sql: &str) -> Result<u64, String>;
+    async fn refresh_table(&self, table: &str, sql: &str) -> Result<u64, String>;
+}
+
+/// What a run's steps get from whoever runs them besides the data: the
+/// runtime their capability calls' SQL runs on (kept alive while a step may
+/// use it, and apart from the one serving HTTP), and the token that stops
+/// the run: a step running when it is cancelled ends at once, in its own
+/// code or in a capability call.
+#[derive(Clone)]
+pub struct RunControl {
+    runtime: Arc<EngineRuntime>,
+    stop: CancellationToken,
+}
+
+impl RunControl {
+    pub fn new(runtime: Arc<EngineRuntime>, stop: CancellationToken) -> Self {
+        Self { runtime, stop }
+    }
+
+    /// A runtime of its own and a stop nobody cancels: for a run that nothing
+    /// outside it stops (the dry run, tests).
+    pub fn detached() -> std::io::Result<Self> {
+        Ok(Self::new(
+            Arc::new(EngineRuntime::new(1)?),
+            CancellationToken::new(),
+        ))
+    }
 }
 
 /// What a daily-run step knows about its run (the WIT `run-context`).
@@ -146,6 +183,8 @@ pub enum PipelineOutcome {
 pub enum StepError {
     #[error("step {step} ran past its time limit of {limit_ms} ms")]
     TimeLimit { step: String, limit_ms: u64 },
+    #[error("step {step} was stopped: its run was cancelled or the server is stopping")]
+    Stopped { step: String },
     #[error("step {step} needed more than its memory limit of {limit_bytes} bytes")]
     MemoryLimit { step: String, limit_bytes: u64 },
     #[error("step {step} trapped: {message}")]

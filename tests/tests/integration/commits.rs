@@ -934,3 +934,123 @@ async fn a_text_service_client_id_loads_into_a_new_table() {
         "nothing of the failed load is visible"
     );
 }
+
+/// The default manifest with `verify_checksums` given `time_limit_ms`.
+fn checksums_limited_to(time_limit_ms: u64) -> tempfile::TempDir {
+    demo_load_pipelines(&default_load_manifest().replace(
+        "component = \"builtin:verify_checksums\"\n",
+        &format!("component = \"builtin:verify_checksums\"\ntime_limit_ms = {time_limit_ms}\n"),
+    ))
+}
+
+/// A load of sixteen million staged rows committed with a check_sum key the
+/// per-call bounds allow that would run for minutes over them (a 2,000-value
+/// list sorted per row); its loadId.
+async fn commit_with_a_slow_check_sum(app: &TestApp, token: &str) -> String {
+    let trips: Vec<i64> = (0..8192).map(|i| i % 7).collect();
+    let batch = bigint_batch(&[("trip_id", &trips), ("service_client_id", &[1; 8192])]);
+    let id = new_load(app, token, json!({})).await;
+    app.stage_bytes_on(
+        ORG_HOST,
+        token,
+        &id,
+        "part_1",
+        parquet_bytes_repeated(&batch, 2000),
+    )
+    .await;
+    let key = "sum(cardinality(array_sort(range(trip_id + 2000, 0, -1))))";
+    let (status, body) = app
+        .commit(token, &id, &json!({ "check_sum": { key: 1 } }).to_string())
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    id
+}
+
+/// The step's time limit ends a slow check_sum key in the middle of its SQL:
+/// the load fails with the step's time-limit reason, another org is served
+/// meanwhile, and nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_sum_key_running_past_its_steps_time_limit_fails_the_load_at_the_limit() {
+    let pipelines = checksums_limited_to(500);
+    let dir = pipelines.path().to_path_buf();
+    let app = spawn_app_with(|config| config.pipeline.dir = dir).await;
+    let admin = app.token_for(&["ZoneAdmin"], "[0]");
+    let id = commit_with_a_slow_check_sum(&app, &admin).await;
+
+    let other = app.org_token_for("other", &["ZoneAdmin"], "[0]");
+    let theirs = app.submit_sql(OTHER_ORG_HOST, &other, "SELECT 1").await;
+    app.wait_for(OTHER_ORG_HOST, &other, &theirs, Some("SUCCEEDED"))
+        .await;
+    let failed = app.wait_for_load(&admin, &id).await;
+    assert_eq!(failed["LoadStatus"], "FAIL", "{failed}");
+    assert_eq!(failed["ErrorType"], "InternalError", "{failed}");
+    assert_eq!(
+        failed["ErrorMessages"],
+        json!(["step verify_checksums ran past its time limit of 500 ms"]),
+        "{failed}"
+    );
+    let (status, body) = app
+        .submit(
+            ORG_HOST,
+            &admin,
+            &json!({"query": "SELECT count(*) FROM trips"}),
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_REQUEST,
+        "nothing was written: {body}"
+    );
+}
+
+/// A commit taken over by another worker after its lease lapsed stops in the
+/// middle of its check_sum SQL (its step's time limit is ten minutes): the
+/// replica's only commit worker is free at once and runs the next commit,
+/// and the first is left to the worker that took it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_taken_over_elsewhere_stops_its_sql_and_frees_its_worker() {
+    use lakehost::{clock::Clock as _, store::JobCaps};
+
+    let pipelines = checksums_limited_to(600_000);
+    let dir = pipelines.path().to_path_buf();
+    let app = spawn_app_with(|config| {
+        config.pipeline.dir = dir;
+        config.pipeline.commit_workers = 1;
+        config.pipeline.lease_s = 3;
+    })
+    .await;
+    let admin = app.token_for(&["ZoneAdmin"], "[0]");
+    let id = commit_with_a_slow_check_sum(&app, &admin).await;
+    while app.store.load(&id).await.unwrap().unwrap().attempts == 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // Its lease lapses on the server's clock; another worker takes it (a
+    // renewal landing first moves the lease on, so the clock moves again).
+    let taken = loop {
+        app.clock.advance(chrono::Duration::seconds(10));
+        let now = app.clock.now().timestamp_micros();
+        let until = now + 3_600_000_000;
+        let claimed = app
+            .store
+            .claim_load_commit("elsewhere", now, until, JobCaps::NONE);
+        if let Some(taken) = claimed.await.unwrap() {
+            break taken;
+        }
+    };
+    assert_eq!(taken.load.id, id);
+
+    let next = app
+        .start_commit_on(
+            ORG_HOST,
+            &admin,
+            &trips_batch(&[1], 2),
+            json!({"count(*)": 2}),
+        )
+        .await;
+    let done = app.wait_for_load(&admin, &next).await;
+    assert_eq!(done["LoadStatus"], "SUCCESS", "{done}");
+    let (_, first) = app
+        .get(ORG_HOST, &format!("{LOAD}/{id}"), Some(&admin))
+        .await;
+    assert_eq!(first["LoadStatus"], "PROCESSING", "{first}");
+}

@@ -10,7 +10,6 @@ use lakehost_tests::*;
 use serde_json::{Value, json};
 
 const ZONE_HOST: &str = "lab.demo.api.localhost";
-const DAILYRUN_HOST: &str = "api.demo.localhost";
 /// Fixed so a failure replays; `LAKEHOST_TEST_CONTRACT_SEED` picks another.
 const DEFAULT_SEED: &str = "22";
 
@@ -172,11 +171,7 @@ async fn schemathesis_finds_nothing_on_any_host() {
     .await;
 
     let dailyrun_doc = document_of(&app, DAILYRUN_HOST).await;
-    let mut claims = app.valid_claims("demo");
-    claims["scope"] = json!(
-        "dailyrun:enabled:read dailyrun:enabled:write dailyrun:execution:read dailyrun:execution:write"
-    );
-    let dailyrun_token = app.sign("demo", &claims);
+    let dailyrun_token = app.daily_token();
     schemathesis(
         &python,
         &app,

@@ -6,15 +6,12 @@
 //! after a restart, FAILED with the step's reason, and insights refreshed by
 //! the SQL-transform step and read back through the query API.
 
-use std::time::Duration;
-
 use chrono::{DateTime, Utc};
 use lakehost::clock::ManualClock;
 use lakehost_tests::*;
 use serde_json::{Value, json};
 
 const FLAG: &str = "/dailyRun/dailyRun_enabled";
-const DAILYRUN_HOST: &str = "api.demo.localhost";
 
 fn token(app: &TestApp, org: &str, scopes: &str) -> String {
     let mut claims = app.valid_claims(org);
@@ -152,47 +149,13 @@ async fn the_flag_needs_its_scopes_and_is_per_org() {
     assert_eq!(status, StatusCode::UNAUTHORIZED);
 }
 
-const START: &str = "/dailyRun/start_execution";
-const STATUS: &str = "/dailyRun/execution_status";
-
-/// A daily-run token with every dailyrun scope of the demo org.
-fn daily_token(app: &TestApp) -> String {
-    token(
-        app,
-        "demo",
-        "dailyrun:enabled:read dailyrun:enabled:write dailyrun:execution:read dailyrun:execution:write",
-    )
-}
-
-/// A daily run of one `sql_transform` step, named refresh, that replaces
-/// `table` of the insights database with the rows of `sql`.
-fn refresh_manifest(table: &str, sql: &str) -> String {
-    format!(
-        "version = 1\n[[steps]]\nname = \"refresh\"\ncomponent = \"builtin:sql_transform\"\n\
-         grants = [\"lake-sql\", \"log\"]\n[[steps.config.tables]]\ntable = \"{table}\"\nsql = \"{sql}\"\n"
-    )
-}
-
 async fn status(app: &TestApp, token: &str, query: &str) -> (StatusCode, Value) {
-    app.get(DAILYRUN_HOST, &format!("{STATUS}{query}"), Some(token))
-        .await
-}
-
-async fn start(app: &TestApp, token: &str) -> (StatusCode, Value) {
-    post(app, DAILYRUN_HOST, START, token, "").await
-}
-
-/// The latest execution once it is no longer RUNNING.
-async fn wait_until_ended(app: &TestApp, token: &str) -> Value {
-    for _ in 0..600 {
-        let (code, latest) = status(app, token, "?mode=latest").await;
-        assert_eq!(code, StatusCode::OK, "{latest}");
-        if latest["status"] != "RUNNING" {
-            return latest;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("the daily run did not end within 30 s");
+    app.get(
+        DAILYRUN_HOST,
+        &format!("{DAILYRUN_STATUS}{query}"),
+        Some(token),
+    )
+    .await
 }
 
 /// `2026-11-22T02:00:00.123456+00:00`: ISO 8601, microseconds, UTC offset.
@@ -229,7 +192,7 @@ async fn a_manual_run_refreshes_insights_that_queries_then_read() {
         )
     }).await;
     seed_demo_lake(&app).await;
-    let token = daily_token(&app);
+    let token = app.daily_token();
 
     // Nothing yet, in each mode.
     assert_eq!(
@@ -248,7 +211,7 @@ async fn a_manual_run_refreshes_insights_that_queries_then_read() {
     );
 
     // The flag was never set: a manual start works whatever the flag.
-    let (code, started) = start(&app, &token).await;
+    let (code, started) = app.start_daily_run(&token).await;
     assert_eq!(code, StatusCode::OK, "{started}");
     let keys: Vec<&str> = started
         .as_object()
@@ -284,7 +247,7 @@ async fn a_manual_run_refreshes_insights_that_queries_then_read() {
         "arn:lakehost:states:demo:stateMachine:DailyScheduledETL_demo"
     );
 
-    let ended = wait_until_ended(&app, &token).await;
+    let ended = app.wait_for_daily_run(&token).await;
     assert_eq!(ended["status"], "SUCCEEDED", "{ended}");
     assert_eq!(ended["name"], name);
     assert_eq!(ended["startDate"], started["startDate"]);
@@ -333,9 +296,9 @@ async fn a_manual_run_refreshes_insights_that_queries_then_read() {
     app.import(None, "demo_lake_v2", "trips", &[trips_batch(&[1], 3)])
         .await;
     app.clock.advance(chrono::Duration::seconds(5));
-    let (code, second) = start(&app, &token).await;
+    let (code, second) = app.start_daily_run(&token).await;
     assert_eq!(code, StatusCode::OK, "{second}");
-    assert_eq!(wait_until_ended(&app, &token).await["status"], "SUCCEEDED");
+    assert_eq!(app.wait_for_daily_run(&token).await["status"], "SUCCEEDED");
     assert_eq!(
         counts(app.rows_of(ORG_HOST, &admin, sql).await),
         [pair("1", "5"), pair("2", "2"), pair("901", "2")]
@@ -413,11 +376,11 @@ async fn a_manual_run_refreshes_insights_that_queries_then_read() {
 #[tokio::test]
 async fn fifty_concurrent_starts_start_one_run() {
     let app = spawn_app_with(|c| with_daily_manifest(c, &pause_manifest(1500))).await;
-    let daily = daily_token(&app);
+    let daily = app.daily_token();
     let starts: Vec<_> = (0..50)
         .map(|_| {
             let request = app
-                .request(reqwest::Method::POST, DAILYRUN_HOST, START)
+                .request(reqwest::Method::POST, DAILYRUN_HOST, DAILYRUN_START)
                 .bearer_auth(&daily);
             tokio::spawn(async move { read(request.send().await.unwrap()).await })
         })
@@ -455,26 +418,26 @@ async fn fifty_concurrent_starts_start_one_run() {
     }
     let (_, list) = status(&app, &daily, "").await;
     assert_eq!(list["executions"].as_array().unwrap().len(), 1, "{list}");
-    assert_eq!(wait_until_ended(&app, &daily).await["status"], "SUCCEEDED");
+    assert_eq!(app.wait_for_daily_run(&daily).await["status"], "SUCCEEDED");
     // Once it ended, the next start is accepted.
     app.clock.advance(chrono::Duration::seconds(1));
-    assert_eq!(start(&app, &daily).await.0, StatusCode::OK);
+    assert_eq!(app.start_daily_run(&daily).await.0, StatusCode::OK);
 
     // Scopes: reading status needs execution:read, starting execution:write.
     let read_only = token(&app, "demo", "dailyrun:execution:read");
     let write_only = token(&app, "demo", "dailyrun:execution:write");
     let forbidden = (StatusCode::FORBIDDEN, json!({"message": "Forbidden"}));
-    assert_eq!(start(&app, &read_only).await, forbidden);
+    assert_eq!(app.start_daily_run(&read_only).await, forbidden);
     assert_eq!(status(&app, &write_only, "").await, forbidden);
     assert_eq!(
-        app.get(DAILYRUN_HOST, STATUS, None).await,
+        app.get(DAILYRUN_HOST, DAILYRUN_STATUS, None).await,
         (StatusCode::UNAUTHORIZED, unauthorized())
     );
     // The same API under the prefix and on the bare host (the default org).
     let (code, listed) = app
         .get(
             DAILYRUN_HOST,
-            &format!("/superset{STATUS}?limit=5"),
+            &format!("/superset{DAILYRUN_STATUS}?limit=5"),
             Some(&daily),
         )
         .await;
@@ -485,14 +448,19 @@ async fn fifty_concurrent_starts_start_one_run() {
         "{listed}"
     );
     let (code, latest) = app
-        .get("localhost", &format!("{STATUS}?mode=latest"), Some(&daily))
+        .get(
+            "localhost",
+            &format!("{DAILYRUN_STATUS}?mode=latest"),
+            Some(&daily),
+        )
         .await;
     assert_eq!(code, StatusCode::OK);
     assert_eq!(latest, listed["executions"][0]);
     // Another org sees none of demo's executions.
     let other = token(&app, "other", "dailyrun:execution:read");
     assert_eq!(
-        app.get("api.other.localhost", STATUS, Some(&other)).await,
+        app.get("api.other.localhost", DAILYRUN_STATUS, Some(&other))
+            .await,
         (StatusCode::OK, json!({"executions": []}))
     );
 }
@@ -504,9 +472,9 @@ async fn a_failing_step_ends_the_run_failed_with_its_reason() {
         "SELECT service_client_id, count(*) AS n FROM ${lake}.trips_nowhere GROUP BY service_client_id",
     );
     let app = spawn_app_with(|c| with_daily_manifest(c, &missing_table)).await;
-    let token = daily_token(&app);
-    assert_eq!(start(&app, &token).await.0, StatusCode::OK);
-    let ended = wait_until_ended(&app, &token).await;
+    let token = app.daily_token();
+    assert_eq!(app.start_daily_run(&token).await.0, StatusCode::OK);
+    let ended = app.wait_for_daily_run(&token).await;
     assert_eq!(ended["status"], "FAILED", "{ended}");
     assert_eq!(ended["error"], "TransformError");
     let cause = ended["cause"].as_str().unwrap();
@@ -531,8 +499,8 @@ async fn a_failing_step_ends_the_run_failed_with_its_reason() {
     )
     .unwrap();
     app.clock.advance(chrono::Duration::seconds(1));
-    assert_eq!(start(&app, &token).await.0, StatusCode::OK);
-    let ended = wait_until_ended(&app, &token).await;
+    assert_eq!(app.start_daily_run(&token).await.0, StatusCode::OK);
+    let ended = app.wait_for_daily_run(&token).await;
     assert_eq!(
         (&ended["status"], &ended["error"], &ended["cause"]),
         (
@@ -547,8 +515,8 @@ async fn a_failing_step_ends_the_run_failed_with_its_reason() {
     )
     .unwrap();
     app.clock.advance(chrono::Duration::seconds(1));
-    assert_eq!(start(&app, &token).await.0, StatusCode::OK);
-    let ended = wait_until_ended(&app, &token).await;
+    assert_eq!(app.start_daily_run(&token).await.0, StatusCode::OK);
+    let ended = app.wait_for_daily_run(&token).await;
     assert_eq!(ended["status"], "FAILED");
     assert_eq!(ended["error"], "ManifestError");
     let cause = ended["cause"].as_str().unwrap();
@@ -575,7 +543,7 @@ async fn the_schedule_starts_one_run_per_slot_when_the_flag_is_on() {
         }
     };
     let app = spawn_in(dir.path().to_path_buf(), clock.clone(), adjust).await;
-    let token = daily_token(&app);
+    let token = app.daily_token();
     let runs = |app: &TestApp| {
         let store = app.store.clone();
         async move { store.daily_runs("demo", 200, false).await.unwrap() }
@@ -604,7 +572,7 @@ async fn the_schedule_starts_one_run_per_slot_when_the_flag_is_on() {
         started[0].name,
         "DailyScheduledETL_demo_20261122T020005000000Z"
     );
-    assert_eq!(wait_until_ended(&app, &token).await["status"], "SUCCEEDED");
+    assert_eq!(app.wait_for_daily_run(&token).await["status"], "SUCCEEDED");
 
     // A second replica on the same store, and more ticks: still one run for
     // the slot. The other org's flag is unset: none for it.
@@ -621,8 +589,8 @@ async fn the_schedule_starts_one_run_per_slot_when_the_flag_is_on() {
     a.unwrap();
     b.unwrap();
     assert_eq!(runs(&app).await.len(), 2);
-    let token = daily_token(&app);
-    assert_eq!(wait_until_ended(&app, &token).await["status"], "SUCCEEDED");
+    let token = app.daily_token();
+    assert_eq!(app.wait_for_daily_run(&token).await["status"], "SUCCEEDED");
 
     // Down over a whole night and back after the catch-up hour: nothing is
     // started for the missed slot.
@@ -649,8 +617,8 @@ async fn a_run_past_its_maximum_duration_ends_timed_out() {
         c.dailyrun.lease_s = 600;
     })
     .await;
-    let token = daily_token(&app);
-    let (code, started) = start(&app, &token).await;
+    let token = app.daily_token();
+    let (code, started) = app.start_daily_run(&token).await;
     assert_eq!(code, StatusCode::OK);
     app.clock.advance(chrono::Duration::seconds(59));
     app.daily_runs.tick().await.unwrap();
@@ -665,7 +633,7 @@ async fn a_run_past_its_maximum_duration_ends_timed_out() {
     assert_eq!(latest["error"], "States.Timeout");
     assert!(is_iso_micros(latest["stopDate"].as_str().unwrap()));
     // The org is free again at once.
-    assert_eq!(start(&app, &token).await.0, StatusCode::OK);
+    assert_eq!(app.start_daily_run(&token).await.0, StatusCode::OK);
 }
 
 #[tokio::test]
@@ -677,22 +645,22 @@ async fn a_run_left_running_by_a_stopped_server_is_aborted_at_the_next_start() {
         c.dailyrun.lease_s = 3;
     };
     let first = spawn_in(dir.path().to_path_buf(), clock.clone(), adjust).await;
-    let token = daily_token(&first);
-    let (code, started) = start(&first, &token).await;
+    let token = first.daily_token();
+    let (code, started) = first.start_daily_run(&token).await;
     assert_eq!(code, StatusCode::OK);
     drop(first);
 
     // The server is gone; its hold lapses; a new server starts.
     clock.advance(chrono::Duration::seconds(10));
     let second = spawn_in(dir.path().to_path_buf(), clock.clone(), adjust).await;
-    let token = daily_token(&second);
-    let ended = wait_until_ended(&second, &token).await;
+    let token = second.daily_token();
+    let ended = second.wait_for_daily_run(&token).await;
     assert_eq!(ended["name"], started["executionName"]);
     assert_eq!(ended["status"], "ABORTED", "{ended}");
     assert_eq!(ended["error"], "Aborted");
     assert!(is_iso_micros(ended["stopDate"].as_str().unwrap()));
     // The org can run again; a body (the spec has none) is ignored.
-    let (code, body) = post(&second, DAILYRUN_HOST, START, &token, "{not json").await;
+    let (code, body) = post(&second, DAILYRUN_HOST, DAILYRUN_START, &token, "{not json").await;
     assert_eq!(code, StatusCode::OK, "{body}");
     assert_eq!(body["started"], true);
 }
@@ -702,9 +670,9 @@ async fn the_default_run_refreshes_a_dictionary_of_the_lake_every_caller_reads()
     // No daily.toml in pipeline.dir: the built-in default runs.
     let app = spawn_app_with(|c| c.pipeline.dir = c.storage.data_dir.join("no-pipelines")).await;
     seed_demo_lake(&app).await;
-    let token = daily_token(&app);
-    assert_eq!(start(&app, &token).await.0, StatusCode::OK);
-    let ended = wait_until_ended(&app, &token).await;
+    let token = app.daily_token();
+    assert_eq!(app.start_daily_run(&token).await.0, StatusCode::OK);
+    let ended = app.wait_for_daily_run(&token).await;
     assert_eq!(ended["status"], "SUCCEEDED", "{ended}");
 
     // Public rows (service client 901): an own-client analyst of client 1
@@ -736,7 +704,7 @@ async fn the_default_run_refreshes_a_dictionary_of_the_lake_every_caller_reads()
 #[tokio::test]
 async fn a_failing_store_gets_the_spec_500_messages() {
     let app = spawn_app().await;
-    let token = daily_token(&app);
+    let token = app.daily_token();
     // Warm the validator's key cache, then take the store away.
     assert_eq!(status(&app, &token, "").await.0, StatusCode::OK);
     app.store.close().await;
@@ -755,7 +723,7 @@ async fn a_failing_store_gets_the_spec_500_messages() {
         error("Error updating ClientMetaData")
     );
     assert_eq!(
-        start(&app, &token).await,
+        app.start_daily_run(&token).await,
         error("Error starting Daily ETL pipeline execution")
     );
     assert_eq!(
@@ -770,7 +738,7 @@ async fn transforms_that_write_elsewhere_or_lack_a_service_client_fail_and_write
         spawn_app_with(|c| with_daily_manifest(c, &refresh_manifest("placeholder", "SELECT 1")))
             .await;
     seed_demo_lake(&app).await;
-    let token = daily_token(&app);
+    let token = app.daily_token();
     let manifest = app.data_dir.join("pipelines/orgs/demo/daily.toml");
     let deep_sql = format!(
         "SELECT service_client_id, {} AS n FROM ${{lake}}.trips",
@@ -809,8 +777,8 @@ async fn transforms_that_write_elsewhere_or_lack_a_service_client_fail_and_write
     ] {
         std::fs::write(&manifest, refresh_manifest(table, sql)).unwrap();
         app.clock.advance(chrono::Duration::seconds(1));
-        assert_eq!(start(&app, &token).await.0, StatusCode::OK);
-        let ended = wait_until_ended(&app, &token).await;
+        assert_eq!(app.start_daily_run(&token).await.0, StatusCode::OK);
+        let ended = app.wait_for_daily_run(&token).await;
         assert_eq!(
             (&ended["status"], &ended["error"]),
             (&json!("FAILED"), &json!("TransformError")),
@@ -844,14 +812,14 @@ async fn manual_starts_in_one_microsecond_get_names_of_their_own() {
     // The test clock stands still, so every start happens in one microsecond:
     // the name of an ended run must not make the next start a 500.
     let app = spawn_app().await;
-    let daily = daily_token(&app);
+    let daily = app.daily_token();
     let mut names = Vec::new();
     for _ in 0..3 {
-        let (code, started) = start(&app, &daily).await;
+        let (code, started) = app.start_daily_run(&daily).await;
         assert_eq!(code, StatusCode::OK, "{started}");
         let name = started["executionName"].as_str().unwrap().to_string();
         assert_execution_name(&name);
-        assert_eq!(wait_until_ended(&app, &daily).await["name"], name);
+        assert_eq!(app.wait_for_daily_run(&daily).await["name"], name);
         names.push(name);
     }
     names.dedup();
@@ -859,4 +827,47 @@ async fn manual_starts_in_one_microsecond_get_names_of_their_own() {
     let (code, list) = status(&app, &daily, "?mode=list").await;
     assert_eq!(code, StatusCode::OK);
     assert_eq!(list["executions"].as_array().unwrap().len(), 3, "{list}");
+}
+
+/// A daily SQL the per-call bounds allow that would run for minutes (a
+/// 2,000-value list sorted for each of sixteen million rows): the step's
+/// time limit ends it in the middle of its SQL, the run fails with the step's
+/// time-limit reason, another org is served meanwhile, and nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daily_sql_running_past_its_steps_time_limit_fails_the_run_at_the_limit() {
+    let sql = "SELECT 1 AS service_client_id, \
+               sum(cardinality(array_sort(range(value % 7 + 2000, 0, -1)))) AS n \
+               FROM generate_series(1, 16000000)";
+    let manifest = refresh_manifest_with("sorted", sql, "time_limit_ms = 500");
+    let app = spawn_app_with(|c| with_daily_manifest(c, &manifest)).await;
+    let token = app.daily_token();
+    assert_eq!(app.start_daily_run(&token).await.0, StatusCode::OK);
+
+    let other = app.org_token_for("other", &["ZoneAdmin"], "[0]");
+    let theirs = app.submit_sql(OTHER_ORG_HOST, &other, "SELECT 1").await;
+    app.wait_for(OTHER_ORG_HOST, &other, &theirs, Some("SUCCEEDED"))
+        .await;
+    let ended = app.wait_for_daily_run(&token).await;
+    assert_eq!(
+        (&ended["status"], &ended["error"], &ended["cause"]),
+        (
+            &json!("FAILED"),
+            &json!("InternalError"),
+            &json!("step refresh ran past its time limit of 500 ms")
+        ),
+        "{ended}"
+    );
+    let admin = app.token_for(&["ZoneAdmin"], "[0]");
+    let (status, body) = app
+        .submit(
+            ORG_HOST,
+            &admin,
+            &json!({"query": "SELECT count(*) FROM demo_insights.sorted"}),
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_REQUEST,
+        "nothing was written: {body}"
+    );
 }

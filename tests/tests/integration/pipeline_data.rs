@@ -10,7 +10,9 @@ use datafusion::arrow::array::RecordBatch;
 use lakehost::{
     auth::ServiceClientScope,
     load::staged::{StagedLoad, StagedTarget},
-    pipeline::{PipelineEngine, PipelineKind, PipelineOutcome, StepContext, manifest::Manifest},
+    pipeline::{
+        PipelineEngine, PipelineKind, PipelineOutcome, RunControl, StepContext, manifest::Manifest,
+    },
 };
 use lakehost_tests::*;
 use serde_json::json;
@@ -59,7 +61,6 @@ async fn run(
         },
         ServiceClientScope::All,
         0,
-        tokio::runtime::Handle::current(),
     ));
     let manifest = Manifest::load(
         PipelineKind::Load,
@@ -69,7 +70,8 @@ async fn run(
     let runner = data.clone();
     let outcome = tokio::task::spawn_blocking(move || {
         let engine = PipelineEngine::shared().unwrap();
-        engine.run_pipeline(&manifest, &context, runner)
+        let control = RunControl::detached().unwrap();
+        engine.run_pipeline(&manifest, &context, runner, &control)
     })
     .await
     .unwrap()

@@ -8,6 +8,8 @@
 //! - **Compiled once** (`components.rs`): a run only instantiates.
 //! - **A box per run** (`sandbox.rs`): a fresh `Store`, a time limit by epoch
 //!   interruption, a memory limit, an empty WASI context.
+//! - **Stopped wherever it is** (`interrupt.rs`): at its time limit or its
+//!   run's stop, in its own code or in a capability call the host is running.
 //! - **Capabilities** (`imports.rs`): every WIT import is linked, but each one
 //!   first checks the step's grants and answers `not-granted` instead of data.
 //! - **What comes back is held** (`verdict.rs`): report items, ErrorTypes and
@@ -25,14 +27,15 @@ use wasmtime::{
 };
 
 use super::{
-    DailyData, LOAD_ERROR_TYPES, LoadData, PipelineKind, PipelineOutcome, RunContext, StepContext,
-    StepError, StepVerdict, Stopped, builtin,
+    DailyData, LOAD_ERROR_TYPES, LoadData, PipelineKind, PipelineOutcome, RunContext, RunControl,
+    StepContext, StepError, StepVerdict, Stopped, builtin,
     manifest::{ComponentSource, Manifest, Step},
     run_steps_blocking,
 };
 
 mod components;
 mod imports;
+mod interrupt;
 mod sandbox;
 #[cfg(test)]
 mod tests;
@@ -42,14 +45,21 @@ use components::ComponentCache;
 use sandbox::{DailyState, LoadState, TICK};
 use verdict::verdict;
 
+// Every import may trap: a capability call ends its step when the step's
+// time limit passes or its run is stopped while the host works on it.
 mod bindings {
-    wasmtime::component::bindgen!({ path: "../wit", world: "step" });
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "step",
+        imports: { default: trappable },
+    });
 }
 
 mod daily_bindings {
     wasmtime::component::bindgen!({
         path: "../wit",
         world: "daily-step",
+        imports: { default: trappable },
         with: {
             "lakehost:pipeline/types": super::bindings::lakehost::pipeline::types,
             "lakehost:pipeline/log": super::bindings::lakehost::pipeline::log,
@@ -135,12 +145,14 @@ impl PipelineEngine {
         Ok(())
     }
 
-    /// Runs one load step in a fresh store. Blocks: call it from a blocking thread.
+    /// Runs one load step in a fresh store, its capability calls on
+    /// `control`'s runtime. Blocks: call it from a blocking thread.
     pub fn run_step(
         &self,
         step: &Step,
         context: &StepContext,
         data: Arc<dyn LoadData>,
+        control: &RunControl,
     ) -> Result<StepVerdict, StepError> {
         let pre = self
             .load_step(&step.component)
@@ -148,7 +160,7 @@ impl PipelineEngine {
                 step: step.name.clone(),
                 message,
             })?;
-        let mut store = self.sandbox(step, data, &context.load_id);
+        let mut store = self.sandbox(step, data, &context.load_id, control);
         let context = types::LoadContext {
             load_id: context.load_id.clone(),
             org: context.org.clone(),
@@ -166,13 +178,14 @@ impl PipelineEngine {
         verdict(step, &store, called, Some(LOAD_ERROR_TYPES))
     }
 
-    /// Runs one daily-run step in a fresh store. Blocks: call it from a
-    /// blocking thread.
+    /// Runs one daily-run step in a fresh store, its capability calls on
+    /// `control`'s runtime. Blocks: call it from a blocking thread.
     pub fn run_daily_step(
         &self,
         step: &Step,
         context: &RunContext,
         data: Arc<dyn DailyData>,
+        control: &RunControl,
     ) -> Result<StepVerdict, StepError> {
         let pre = self
             .daily_step(&step.component)
@@ -180,7 +193,7 @@ impl PipelineEngine {
                 step: step.name.clone(),
                 message,
             })?;
-        let mut store = self.sandbox(step, data, &context.execution_name);
+        let mut store = self.sandbox(step, data, &context.execution_name, control);
         let context = types::RunContext {
             execution_name: context.execution_name.clone(),
             org: context.org.clone(),
@@ -201,8 +214,11 @@ impl PipelineEngine {
         manifest: &Manifest,
         context: &StepContext,
         data: Arc<dyn LoadData>,
+        control: &RunControl,
     ) -> Result<PipelineOutcome, StepError> {
-        let ran = run_steps_blocking(manifest, |step| self.run_step(step, context, data.clone()));
+        let ran = run_steps_blocking(manifest, |step| {
+            self.run_step(step, context, data.clone(), control)
+        });
         match ran.stopped {
             None => Ok(PipelineOutcome::Passed),
             Some(Stopped::Failed {

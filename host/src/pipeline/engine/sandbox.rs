@@ -3,9 +3,9 @@
 //!
 //! - **A fresh `Store` per step run**: no state leaks from one load (or step)
 //!   to the next.
-//! - **Time limit by epoch interruption**: a thread of the engine ticks its
-//!   epoch every `TICK`; a store's deadline is its step's `time_limit_ms` in
-//!   ticks, after which the guest traps with `Trap::Interrupt` wherever it is.
+//! - **Time limit and stop**: the step's deadline is `time_limit_ms` after
+//!   its store was made; `interrupt.rs` ends the step there (or when its run
+//!   is stopped), in its own code or in a capability call.
 //! - **Memory limit by a `ResourceLimiter`** (like wasmtime's `StoreLimits`,
 //!   but it remembers that it refused a growth, so the failure can say why).
 //! - **WASI** is linked with an empty context: no files, no environment, no
@@ -14,18 +14,23 @@
 //! It must never give a step a file, a socket, a variable of the server's
 //! environment or a store another run used.
 
-use std::{collections::BTreeSet, sync::Arc, time::Duration};
+use std::{
+    collections::BTreeSet,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use wasmtime::{ResourceLimiter, Store, component::ResourceTable};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use super::{PipelineEngine, types::CapabilityError};
+use super::{PipelineEngine, interrupt::interrupt_when_due, types::CapabilityError};
 use crate::pipeline::{
-    DailyData, LoadData,
+    DailyData, LoadData, RunControl,
     manifest::{Capability, Step},
 };
 
-/// How often the epoch advances: the granularity of time limits.
+/// How often the epoch advances: how soon after its deadline (or its run's
+/// stop) a step running its own code ends.
 pub(super) const TICK: Duration = Duration::from_millis(10);
 
 /// What one step run's store holds; `D` is the data side of its pipeline
@@ -41,6 +46,10 @@ pub(super) struct StepState<D: ?Sized> {
     pub(super) job: String,
     /// What the step has logged so far, against `LOG_BUDGET_BYTES`.
     pub(super) logged_bytes: usize,
+    /// Where its capability calls run, and what stops its run.
+    pub(super) control: RunControl,
+    /// When its time limit passes.
+    pub(super) deadline: Instant,
 }
 
 pub(super) type LoadState = StepState<dyn LoadData>;
@@ -113,11 +122,12 @@ impl<D: ?Sized> StepState<D> {
 
 impl PipelineEngine {
     /// A fresh store for one run of `step`, with its limits and grants.
-    pub(super) fn sandbox<D: ?Sized>(
+    pub(super) fn sandbox<D: ?Sized + 'static>(
         &self,
         step: &Step,
         data: Arc<D>,
         job: &str,
+        control: &RunControl,
     ) -> Store<StepState<D>> {
         let state = StepState {
             wasi: WasiCtxBuilder::new().build(),
@@ -131,12 +141,12 @@ impl PipelineEngine {
             step: step.name.clone(),
             job: job.to_string(),
             logged_bytes: 0,
+            control: control.clone(),
+            deadline: Instant::now() + Duration::from_millis(step.time_limit_ms),
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.limits);
-        let ticks = step.time_limit_ms.div_ceil(TICK.as_millis() as u64).max(1);
-        store.set_epoch_deadline(ticks);
-        store.epoch_deadline_trap();
+        interrupt_when_due(&mut store);
         store
     }
 }

@@ -2,7 +2,10 @@
 //! `LoadData` standing in for a load (the data side has its own tests).
 //! Tests only: nothing here is compiled into the server.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
+
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
 
 use super::{imports::LOG_BUDGET_BYTES, *};
 use crate::pipeline::{ColumnInfo, ErrorItem, StagedFileInfo};
@@ -12,6 +15,9 @@ struct FixedLoad {
     files: Vec<StagedFileInfo>,
     columns: Result<Vec<ColumnInfo>, String>,
     answer: Vec<Vec<Option<String>>>,
+    /// Whether `query` never answers (SQL slower than any time limit),
+    /// after cancelling this token when there is one.
+    query_stalls: Option<Option<CancellationToken>>,
     appended: Mutex<u32>,
 }
 
@@ -28,6 +34,7 @@ impl FixedLoad {
                 column("service_client_id", "bigint"),
             ]),
             answer: vec![vec![Some("100".into())]],
+            query_stalls: None,
             appended: Mutex::new(0),
         }
     }
@@ -41,23 +48,36 @@ fn column(name: &str, sql_type: &str) -> ColumnInfo {
     }
 }
 
+#[async_trait]
 impl LoadData for FixedLoad {
     fn list_files(&self) -> Result<Vec<StagedFileInfo>, String> {
         Ok(self.files.clone())
     }
-    fn parquet_columns(&self, _file_key: &str) -> Result<Vec<ColumnInfo>, String> {
+    async fn parquet_columns(&self, _file_key: &str) -> Result<Vec<ColumnInfo>, String> {
         self.columns.clone()
     }
-    fn query(&self, _sql: &str, _max_rows: u32) -> Result<Vec<Vec<Option<String>>>, String> {
+    async fn query(&self, _sql: &str, _max_rows: u32) -> Result<Vec<Vec<Option<String>>>, String> {
+        if let Some(stop) = &self.query_stalls {
+            if let Some(run) = stop {
+                run.cancel();
+            }
+            std::future::pending::<()>().await;
+        }
         Ok(self.answer.clone())
     }
-    fn table_columns(&self) -> Result<Option<Vec<ColumnInfo>>, String> {
+    async fn table_columns(&self) -> Result<Option<Vec<ColumnInfo>>, String> {
         Ok(None)
     }
-    fn append_staged(&self) -> Result<u64, String> {
+    async fn append_staged(&self) -> Result<u64, String> {
         *self.appended.lock().unwrap() += 1;
         Ok(100)
     }
+}
+
+/// A run nothing stops, on a runtime shared by the tests.
+fn control() -> &'static RunControl {
+    static CONTROL: OnceLock<RunControl> = OnceLock::new();
+    CONTROL.get_or_init(|| RunControl::detached().expect("a runtime"))
 }
 
 fn step(component: &str, grants: &[&str], extra: &str) -> Step {
@@ -100,6 +120,7 @@ fn a_step_that_loops_forever_is_stopped_by_its_time_limit() {
         &step("loop_forever", &[], "time_limit_ms = 200\n"),
         &context(),
         Arc::new(FixedLoad::new()),
+        control(),
     );
     assert_eq!(
         result,
@@ -116,6 +137,7 @@ fn a_step_that_grows_without_bound_is_stopped_by_its_memory_limit() {
         &step("grow_memory", &[], "memory_limit_bytes = 33554432\n"),
         &context(),
         Arc::new(FixedLoad::new()),
+        control(),
     );
     assert_eq!(
         result,
@@ -156,6 +178,7 @@ fn a_step_flooding_the_log_is_held_to_its_budget() {
             ),
             &context(),
             Arc::new(FixedLoad::new()),
+            control(),
         )
     });
     assert!(matches!(verdict, Ok(None)), "{verdict:?}");
@@ -170,7 +193,12 @@ fn a_step_flooding_the_log_is_held_to_its_budget() {
 fn an_ungranted_import_answers_an_error_and_no_data() {
     let load = Arc::new(FixedLoad::new());
     let (_, items) = engine()
-        .run_step(&step("ungranted_import", &[], ""), &context(), load.clone())
+        .run_step(
+            &step("ungranted_import", &[], ""),
+            &context(),
+            load.clone(),
+            control(),
+        )
         .unwrap()
         .expect("the test step always reports");
     for item in &items {
@@ -192,6 +220,7 @@ fn an_ungranted_import_answers_an_error_and_no_data() {
             ),
             &context(),
             load.clone(),
+            control(),
         )
         .unwrap()
         .unwrap();
@@ -209,6 +238,7 @@ fn validate_parquet_reports_missing_files_and_bad_columns() {
             &step("validate_parquet", &["staged-files"], ""),
             &context(),
             Arc::new(load),
+            control(),
         )
     };
     let mut load = FixedLoad::new();
@@ -240,6 +270,7 @@ fn verify_checksums_names_the_aggregate_and_both_values() {
             &step("verify_checksums", &["staged-sql"], ""),
             &context,
             Arc::new(FixedLoad::new()),
+            control(),
         )
         .unwrap()
         .unwrap();
@@ -260,8 +291,59 @@ fn the_default_pipeline_passes_a_good_load_and_appends_once() {
     let manifest = Manifest::load(PipelineKind::Load, &dir.join("load.toml")).unwrap();
     let load = Arc::new(FixedLoad::new());
     let outcome = engine()
-        .run_pipeline(&manifest, &context(), load.clone())
+        .run_pipeline(&manifest, &context(), load.clone(), control())
         .unwrap();
     assert_eq!(outcome, PipelineOutcome::Passed);
     assert_eq!(*load.appended.lock().unwrap(), 1);
+}
+
+#[test]
+fn a_capability_call_running_past_the_time_limit_ends_the_step_with_it() {
+    let mut load = FixedLoad::new();
+    load.query_stalls = Some(None);
+    let result = engine().run_step(
+        &step("verify_checksums", &["staged-sql"], "time_limit_ms = 200\n"),
+        &context(),
+        Arc::new(load),
+        control(),
+    );
+    assert_eq!(
+        result,
+        Err(StepError::TimeLimit {
+            step: "s".into(),
+            limit_ms: 200
+        })
+    );
+}
+
+#[test]
+fn a_stopped_run_ends_its_step_in_a_capability_call_or_in_its_own_code() {
+    let runtime = control().runtime.clone();
+    // The query stops the run, then never answers: the step ends stopped,
+    // long before its hour.
+    let stop = CancellationToken::new();
+    let mut load = FixedLoad::new();
+    load.query_stalls = Some(Some(stop.clone()));
+    let result = engine().run_step(
+        &step(
+            "verify_checksums",
+            &["staged-sql"],
+            "time_limit_ms = 3600000\n",
+        ),
+        &context(),
+        Arc::new(load),
+        &RunControl::new(runtime.clone(), stop),
+    );
+    assert_eq!(result, Err(StepError::Stopped { step: "s".into() }));
+
+    // A run stopped already: a step that loops ends at the first tick.
+    let stop = CancellationToken::new();
+    stop.cancel();
+    let result = engine().run_step(
+        &step("loop_forever", &[], "time_limit_ms = 3600000\n"),
+        &context(),
+        Arc::new(FixedLoad::new()),
+        &RunControl::new(runtime, stop),
+    );
+    assert_eq!(result, Err(StepError::Stopped { step: "s".into() }));
 }

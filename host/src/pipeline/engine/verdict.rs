@@ -8,9 +8,9 @@
 //! It must never pass a step's text on unbounded, nor a load step's
 //! ErrorType the spec does not have.
 
-use wasmtime::{Store, Trap};
+use wasmtime::Store;
 
-use super::{bindings::lakehost::pipeline::types, sandbox::StepState};
+use super::{bindings::lakehost::pipeline::types, interrupt::Interrupted, sandbox::StepState};
 use crate::pipeline::{
     ErrorItem, MAX_REPORT_ITEMS, MAX_REPORT_TEXT_BYTES, StepError, StepVerdict, manifest::Step,
 };
@@ -29,7 +29,7 @@ pub(super) fn cut(mut text: String, max: usize) -> String {
 }
 
 /// What a step's call came to: its verdict, or why it gave none (time limit,
-/// memory limit, trap, an error it reported). A FAIL must name one of
+/// its run stopped, memory limit, trap, an error it reported). A FAIL must name one of
 /// `error_types` (when given); its report is kept to `MAX_REPORT_ITEMS`
 /// items of at most `MAX_REPORT_TEXT_BYTES` each.
 pub(super) fn verdict<D: ?Sized>(
@@ -75,10 +75,15 @@ pub(super) fn verdict<D: ?Sized>(
             message,
         }),
         Err(error) => {
-            if error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
-                Err(StepError::TimeLimit {
-                    step: step.name.clone(),
-                    limit_ms: step.time_limit_ms,
+            if let Some(interrupted) = error.downcast_ref::<Interrupted>() {
+                Err(match interrupted {
+                    Interrupted::TimeLimit => StepError::TimeLimit {
+                        step: step.name.clone(),
+                        limit_ms: step.time_limit_ms,
+                    },
+                    Interrupted::Stopped => StepError::Stopped {
+                        step: step.name.clone(),
+                    },
                 })
             } else if store.data().limits.refused {
                 Err(StepError::MemoryLimit {
