@@ -284,6 +284,35 @@ async fn kill_during_commit(pause_after_insert: bool) {
         counts(&http, &server.api, &token).await,
         Some((ROWS.to_string(), "1".to_string()))
     );
+    // The killed attempt's files (after its insert) are gone: each attempt
+    // names its own, and the one that ended swept the earlier ones.
+    let files = parquet_files(&dir.join("data"));
+    assert!(!files.is_empty());
+    assert!(
+        files
+            .iter()
+            .all(|name| name.starts_with(&format!("{id}-a2-"))),
+        "{files:?}"
+    );
+}
+
+/// The names of the lake's data files under the demo lake database.
+fn parquet_files(data: &Path) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut folders = vec![data.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                folders.push(path);
+            } else if path.extension().is_some_and(|e| e == "parquet")
+                && path.to_string_lossy().contains("demo_lake_v2")
+            {
+                names.push(path.file_name().unwrap().to_string_lossy().into_owned());
+            }
+        }
+    }
+    names
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

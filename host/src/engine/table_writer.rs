@@ -63,6 +63,8 @@ pub struct TableWriter {
     file_schema: SchemaRef,
     partition_columns: Vec<String>,
     load_id: String,
+    /// What each file's name starts with: the load id, unless `named`.
+    file_stem: String,
     write_scope: ServiceClientScope,
     open: HashMap<Vec<String>, OpenFile>,
 }
@@ -89,9 +91,18 @@ impl TableWriter {
             file_schema,
             partition_columns,
             load_id: load_id.to_string(),
+            file_stem: load_id.to_string(),
             write_scope,
             open: HashMap::new(),
         }
+    }
+
+    /// Files named `<stem>-<n>.parquet` instead of after the load id: a
+    /// commit's attempts write files of their own, so one that lost its lease
+    /// and deletes what it wrote never deletes what the next attempt recorded.
+    pub fn named(mut self, stem: impl Into<String>) -> Self {
+        self.file_stem = stem.into();
+        self
     }
 
     /// The value of every partition column for each row, as text.
@@ -210,7 +221,7 @@ impl TableWriter {
                     service_client = value.parse().ok();
                 }
             }
-            path.push_str(&format!("/{}-{}.parquet", self.load_id, self.open.len()));
+            path.push_str(&format!("/{}-{}.parquet", self.file_stem, self.open.len()));
             let object = BufWriter::new(self.store.clone(), Path::from(path.as_str()));
             let writer = AsyncArrowWriter::try_new(object, self.file_schema.clone(), None)?;
             self.open.insert(

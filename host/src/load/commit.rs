@@ -6,18 +6,20 @@
 //!
 //! A crash at any moment leaves the load PROCESSING with no rows visible (the
 //! files the insert step wrote are not in the catalog); when the lease runs
-//! out another worker runs the commit again from the start (the same file
-//! paths are simply written again) and ends it exactly once, since the end is
-//! conditional on holding the lease. After `pipeline.max_attempts` runs it
+//! out another worker runs the commit again from the start and ends it
+//! exactly once, since the end is conditional on holding the lease. Each
+//! attempt names its files after itself (`<load>-a<attempt>-<n>.parquet`), so
+//! an attempt that finds its lease taken deletes only its own files, never
+//! the ones the next attempt recorded. After `pipeline.max_attempts` runs it
 //! fails with InternalError. Staged files are removed once the load ended.
-//! A commit whose lease no longer holds (taken over after it lapsed) stops,
-//! records nothing and deletes nothing (the new holder writes the same
-//! paths); a commit's work dropped (the server stopping) likewise leaves the
-//! load to be run again. Either way its running step stops at once, even
-//! inside a capability call.
+//! A commit whose lease no longer holds stops, records nothing and deletes
+//! what it wrote; a commit's work dropped (the server stopping) leaves the
+//! load to be run again (its files are swept as orphans). Either way its
+//! running step stops at once, even inside a capability call.
 
 use std::{sync::Arc, time::Duration};
 
+use futures::StreamExt as _;
 use object_store::{ObjectStoreExt as _, path::Path as ObjectPath};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -196,6 +198,7 @@ impl LoadCommitter {
                         tracing::warn!(load = %id, error = %e, "staged files not removed");
                     }
                 }
+                self.sweep_earlier_attempts(&record).await;
             }
             Ok(Finished::Lost) => {
                 tracing::warn!(load = %id, "commit lost its lease; another worker runs it");
@@ -207,6 +210,39 @@ impl LoadCommitter {
                 delete_paths(self.lake.object_store().as_ref(), &written).await;
             }
         }
+    }
+
+    /// Deletes the files earlier attempts of an ended commit wrote and never
+    /// recorded (`<load>-a<k>-<n>.parquet`, k below this attempt's): an
+    /// attempt that died, or lost its lease, in its insert left them in the
+    /// table's folder. Only a commit run more than once lists the folder.
+    async fn sweep_earlier_attempts(&self, record: &LoadRecord) {
+        if record.attempts <= 1 {
+            return;
+        }
+        let load = &record.load;
+        let database = standard_databases(&load.org, load.zone.as_deref()).lake;
+        let folder = ObjectPath::from(format!("{database}/{}", load.table_name));
+        let any_attempt = format!("{}-a", load.id);
+        let this_attempt = format!("{}-a{}-", load.id, record.attempts);
+        let store = self.lake.object_store();
+        let mut earlier = Vec::new();
+        let mut listing = store.list(Some(&folder));
+        while let Some(meta) = listing.next().await {
+            match meta {
+                Ok(meta) => {
+                    let name = meta.location.filename().unwrap_or_default();
+                    if name.starts_with(&any_attempt) && !name.starts_with(&this_attempt) {
+                        earlier.push(meta.location.to_string());
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(load = %load.id, error = %e, "earlier attempts' files not listed");
+                    return;
+                }
+            }
+        }
+        delete_paths(store.as_ref(), &earlier).await;
     }
 
     /// Runs the pipeline while renewing the lease; `None` (the pipeline

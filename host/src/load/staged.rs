@@ -323,12 +323,14 @@ impl StagedLoad {
                 (layout, Some(table), id)
             }
         };
-        let writer = layout.writer(
-            self.lake.object_store(),
-            (&database.name, &load.table_name),
-            &load.id,
-            self.write_scope.clone(),
-        );
+        let writer = layout
+            .writer(
+                self.lake.object_store(),
+                (&database.name, &load.table_name),
+                &load.id,
+                self.write_scope.clone(),
+            )
+            .named(format!("{}-a{}", load.id, self.record.attempts));
         let stream = frame.execute_stream().await.map_err(|e| e.to_string())?;
         let written = write_batches(stream.map_err(EngineError::run), writer)
             .await
