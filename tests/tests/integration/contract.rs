@@ -55,6 +55,7 @@ async fn schemathesis(
         .args(["-H", &format!("Authorization: Bearer {token}")])
         .args(["--seed", &seed, "--no-color", "--report-dir"])
         .arg(dir.path().join("report"))
+        .current_dir(dir.path())
         .env("SCHEMATHESIS_HOOKS", "schemathesis_hooks")
         .env("PYTHONPATH", python_dir())
         .output()
