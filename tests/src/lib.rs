@@ -449,6 +449,20 @@ impl TestApp {
         self.sign("demo", &claims)
     }
 
+    /// Asserts that `table` does not exist on the Org API (a query of it is
+    /// refused with 400): what a failed load or run must leave behind.
+    pub async fn assert_no_table(&self, token: &str, table: &str) {
+        let sql = format!("SELECT count(*) FROM {table}");
+        let (status, body) = self.submit(ORG_HOST, token, &json!({ "query": sql })).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{table} exists: {body}");
+        assert!(
+            body["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("does not exist") || m.contains("not found")),
+            "{table}: {body}"
+        );
+    }
+
     /// POST /query with a JSON body; status and body.
     pub async fn submit(&self, host: &str, token: &str, body: &Value) -> (StatusCode, Value) {
         let response = self
