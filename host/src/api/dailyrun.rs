@@ -56,7 +56,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 async fn get_flag(
     State(state): State<AppState>,
     caller: Caller<DailyRunEnabledRead>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<schemas::DailyRunFlag>, ApiError> {
     let flag = state
         .daily_runs
         .flag(&caller.target.org)
@@ -66,7 +66,7 @@ async fn get_flag(
             cause: e.to_string(),
         })?
         .ok_or(ApiError::DailyRunNotFound)?;
-    Ok(Json(json!({ "dailyRun": flag })))
+    Ok(Json(schemas::DailyRunFlag { daily_run: flag }))
 }
 
 /// POST /dailyRun/dailyRun_enabled: {dailyRun: true|false|"yes"|"no"|1|0}.
@@ -88,7 +88,7 @@ async fn set_flag(
     State(state): State<AppState>,
     caller: Caller<DailyRunEnabledWrite>,
     body: Bytes,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<schemas::DailyRunFlag>, ApiError> {
     let flag = requested_flag(&body).ok_or_else(|| {
         ApiError::BadRequest("Body must be valid JSON with 'dailyRun' set to true or false.".into())
     })?;
@@ -100,7 +100,7 @@ async fn set_flag(
             message: "Error updating ClientMetaData",
             cause: e.to_string(),
         })?;
-    Ok(Json(json!({ "dailyRun": flag })))
+    Ok(Json(schemas::DailyRunFlag { daily_run: flag }))
 }
 
 /// GET /dailyRun/execution_status?mode=list|latest|last_successful&limit=n.

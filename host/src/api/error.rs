@@ -13,8 +13,8 @@ use axum::{
     http::StatusCode,
     response::{IntoResponse, Response},
 };
-use serde_json::json;
 
+use super::schemas::ErrorBody;
 use crate::{
     auth::{ClaimError, TokenError},
     engine::Denial,
@@ -155,7 +155,11 @@ impl From<TokenError> for ApiError {
 pub struct InternalErrorSource(pub Arc<str>);
 
 fn message(status: StatusCode, message: &str) -> Response {
-    (status, Json(json!({ "message": message }))).into_response()
+    let body = ErrorBody {
+        message: message.to_string(),
+        error: None,
+    };
+    (status, Json(body)).into_response()
 }
 
 impl ApiError {
@@ -215,22 +219,19 @@ impl IntoResponse for ApiError {
                     }
                     ClaimError::NoServiceClient => "No service client is configured".into(),
                 };
-                (
-                    status,
-                    Json(json!({ "error": "Unauthorized", "message": text })),
-                )
-                    .into_response()
+                let body = ErrorBody {
+                    message: text,
+                    error: Some("Unauthorized".into()),
+                };
+                (status, Json(body)).into_response()
             }
             ApiError::IdentityInternal(source) => {
                 tracing::error!(error = %source, "security metadata failed");
-                (
-                    status,
-                    Json(json!({
-                        "error": "Error",
-                        "message": "There was a problem returning the security metadata",
-                    })),
-                )
-                    .into_response()
+                let body = ErrorBody {
+                    message: "There was a problem returning the security metadata".into(),
+                    error: Some("Error".into()),
+                };
+                (status, Json(body)).into_response()
             }
             ApiError::BadRequest(text) | ApiError::Conflict(text) => message(status, &text),
             ApiError::InvalidRequest {

@@ -110,7 +110,9 @@ async fn create_load(
     let record = state.loads.create(&caller, request).await?;
     Ok((
         StatusCode::ACCEPTED,
-        Json(json!({ "loadId": record.load.id })),
+        Json(schemas::LoadAccepted {
+            load_id: record.load.id,
+        }),
     )
         .into_response())
 }
@@ -242,7 +244,9 @@ async fn commit_load(
     state.commits.wake();
     Ok((
         StatusCode::ACCEPTED,
-        Json(json!({ "message": "Load commit initiated." })),
+        Json(schemas::MessageBody {
+            message: "Load commit initiated.".into(),
+        }),
     )
         .into_response())
 }

@@ -122,7 +122,11 @@ async fn submit_query(
         .submit(&caller, sql, database)
         .await
         .map_err(|e| ApiError::query(e, QueryOperation::Start))?;
-    Ok((StatusCode::ACCEPTED, Json(json!({ "queryId": id }))).into_response())
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(schemas::QueryAccepted { query_id: id }),
+    )
+        .into_response())
 }
 
 /// GET /query/{query_id}: the Query resource.
@@ -304,7 +308,13 @@ async fn get_csv(
         .to_string();
     let header_value =
         HeaderValue::from_str(&location).map_err(|e| ApiError::CsvFailure(format!("link: {e}")))?;
-    let mut response = (StatusCode::FOUND, Json(json!({ "location": location }))).into_response();
+    let mut response = (
+        StatusCode::FOUND,
+        Json(schemas::CsvLocation {
+            location: location.clone(),
+        }),
+    )
+        .into_response();
     response
         .headers_mut()
         .insert(header::LOCATION, header_value);

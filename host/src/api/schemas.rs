@@ -1,8 +1,10 @@
 //! The wire shapes of the APIs as OpenAPI schemas: every rule a handler
 //! enforces on a request (required fields, enums, patterns, lengths, value
-//! types) and the shape of every response body. Schema-only: handlers read
-//! request bodies field by field so each problem gets the spec's own 400 text,
-//! and the schemathesis run in the test suite holds both sides to the server's
+//! types) and the shape of every response body. The small response bodies
+//! (`{queryId}`, `{loadId}`, `{message}`, `{location}`, `{dailyRun}`) are
+//! these types, serialised. The request types and the larger responses are
+//! schema-only (handlers read request bodies field by field so each problem
+//! gets the spec's own 400 text), and the schemathesis run in the test suite holds both sides to the server's
 //! answers (tests/tests/integration/contract.rs).
 #![allow(dead_code)]
 
@@ -31,9 +33,9 @@ const NOT_BLANK_PATTERN: &str = "\\S";
 /// request code to it; the identity endpoint adds `error`).
 #[derive(Serialize, ToSchema)]
 pub struct ErrorBody {
-    pub message: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    pub message: String,
 }
 
 // ---- query ----

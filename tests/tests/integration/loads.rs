@@ -298,6 +298,15 @@ async fn bad_file_keys_are_refused_with_the_rule() {
         );
     }
     assert!(app.store.load_files(&id).await.unwrap().is_empty());
+    // `null` is no body: a fresh name, like an empty body.
+    for body in ["null", ""] {
+        let (status, reply) = app
+            .post_raw(ORG_HOST, &format!("{LOAD}/{id}/file"), &token, body)
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}: {reply}");
+        assert!(reply["path"].as_str().is_some(), "{reply}");
+    }
+    assert_eq!(app.store.load_files(&id).await.unwrap().len(), 2);
 }
 
 #[tokio::test]
