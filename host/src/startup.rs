@@ -1,6 +1,7 @@
 //! `Application`: binds the listeners (the APIs on `server.listen`, the upload
-//! endpoint on `storage.s3_listen`), builds state and serves HTTP (or HTTPS
-//! with rustls, TLS 1.2 and 1.3 only, on both). Tests build it on port 0
+//! endpoint on `storage.s3_listen`, `/metrics` on `server.metrics_listen`),
+//! builds state and serves HTTP (or HTTPS with rustls, TLS 1.2 and 1.3 only,
+//! on the first two; metrics are plain HTTP for the scraper). Tests build it on port 0
 //! in-process and read the bound addresses. Each listener is served by
 //! `listener::serve`, with its connection cap and timeouts.
 
@@ -36,7 +37,10 @@ pub struct Application {
     upload_listener: TcpListener,
     upload_addr: SocketAddr,
     upload_router: axum::Router,
-    /// The connection guards of both listeners.
+    metrics_listener: TcpListener,
+    metrics_addr: SocketAddr,
+    metrics_router: axum::Router,
+    /// The connection guards of the API and upload listeners.
     limits: ConnectionLimits,
     loads: Arc<LoadService>,
     daily_runs: Arc<DailyRunService>,
@@ -73,6 +77,15 @@ impl Application {
                 )
             })?;
         let upload_addr = upload_listener.local_addr()?;
+        let metrics_listener = TcpListener::bind(config.server.metrics_listen)
+            .await
+            .with_context(|| {
+                format!(
+                    "cannot listen on {} (server.metrics_listen)",
+                    config.server.metrics_listen
+                )
+            })?;
+        let metrics_addr = metrics_listener.local_addr()?;
         let tls = match (&config.server.tls_cert, &config.server.tls_key) {
             (Some(cert), Some(key)) => Some(tls_acceptor(cert, key)?),
             _ => None,
@@ -113,6 +126,10 @@ impl Application {
         .await
         .context("starting the load service")?;
         let workers = tokio_util::sync::CancellationToken::new();
+        // One recorder per process; each server renders it with its own store.
+        let metrics_handle = crate::observability::metrics::install();
+        crate::observability::metrics::start_upkeep(metrics_handle.clone(), workers.clone());
+        let metrics_router = api::metrics::router(metrics_handle, store.clone());
         queries.start(workers.clone());
         loads.start_sweeper(workers.clone());
         // A query planned on a dropped or replaced table's file list may run
@@ -210,6 +227,9 @@ impl Application {
             upload_listener,
             upload_addr,
             upload_router,
+            metrics_listener,
+            metrics_addr,
+            metrics_router,
             limits,
             loads,
             daily_runs,
@@ -229,6 +249,11 @@ impl Application {
     /// Where the upload endpoint listens.
     pub fn upload_addr(&self) -> SocketAddr {
         self.upload_addr
+    }
+
+    /// Where `GET /metrics` is served.
+    pub fn metrics_addr(&self) -> SocketAddr {
+        self.metrics_addr
     }
 
     /// The load service (tests run its staging sweep directly).
@@ -264,7 +289,8 @@ impl Application {
         self.lake.clone()
     }
 
-    /// Serves the APIs and the upload endpoint until the task is dropped.
+    /// Serves the APIs, the upload endpoint and the metrics until the task
+    /// is dropped.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
         tokio::join!(
             listener::serve(self.listener, self.tls.clone(), self.router, self.limits),
@@ -273,6 +299,16 @@ impl Application {
                 self.tls,
                 self.upload_router,
                 self.limits
+            ),
+            // Scrapers are few: a small cap, out of the descriptors kept back.
+            listener::serve(
+                self.metrics_listener,
+                None,
+                self.metrics_router,
+                ConnectionLimits {
+                    max_connections: api::metrics::MAX_SCRAPE_CONNECTIONS,
+                    ..self.limits
+                }
             ),
         );
         Ok(())

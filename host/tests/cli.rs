@@ -80,6 +80,7 @@ fn serve(
             .current_dir(dir)
             .env("LAKEHOST_SERVER_LISTEN", "127.0.0.1:0")
             .env("LAKEHOST_STORAGE_S3_LISTEN", "127.0.0.1:0")
+            .env("LAKEHOST_SERVER_METRICS_LISTEN", "127.0.0.1:0")
             .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(stderr)

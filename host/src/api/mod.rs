@@ -10,6 +10,7 @@ pub mod identity;
 pub mod json_body;
 pub mod load;
 pub mod load_body;
+pub mod metrics;
 pub mod migration;
 pub mod openapi;
 pub mod principal;
@@ -34,6 +35,7 @@ use crate::{
     config::Config,
     idp::Idp,
     load::{LoadService, commit::LoadCommitter},
+    observability::labels::ApiLabel,
     query::QueryService,
     store::Store,
 };
@@ -126,12 +128,26 @@ pub fn app(state: AppState, idp: Option<Arc<Idp>>) -> Router {
     if let Some(idp) = idp {
         default = default.merge(crate::idp::router(idp));
     }
+    // Each router tags its responses with the API and route template that
+    // answered, for the request's log line and metrics.
+    let tagged = |router: Router, api: ApiLabel| {
+        router.layer(from_fn_with_state(api, gateway::tag_route))
+    };
     let routers = HostRouters {
         config: config.clone(),
-        org: finish(org_routes, &document(&org_doc), &state),
-        zone: finish(zone_routes, &document(&zone_doc), &state),
-        dailyrun: finish(dailyrun_routes, &document(&dailyrun_doc), &state),
-        default,
+        org: tagged(
+            finish(org_routes, &document(&org_doc), &state),
+            ApiLabel::Org,
+        ),
+        zone: tagged(
+            finish(zone_routes, &document(&zone_doc), &state),
+            ApiLabel::Zone,
+        ),
+        dailyrun: tagged(
+            finish(dailyrun_routes, &document(&dailyrun_doc), &state),
+            ApiLabel::DailyRun,
+        ),
+        default: tagged(default, ApiLabel::Org),
     };
 
     Router::new()

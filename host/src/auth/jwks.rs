@@ -136,7 +136,9 @@ impl JwksCache {
     /// Fetches discovery (first time) and the JWKS; on failure keeps old keys.
     async fn refresh(&self, org: &str, realm: &mut RealmKeys) {
         realm.attempted_at = Some(self.clock.now());
-        match self.fetch(org, realm.jwks_uri.clone()).await {
+        let fetched = self.fetch(org, realm.jwks_uri.clone()).await;
+        crate::observability::metrics::jwks_fetched(fetched.is_ok());
+        match fetched {
             Ok((jwks_uri, keys)) => {
                 realm.jwks_uri = Some(jwks_uri);
                 realm.keys = keys;

@@ -1,6 +1,7 @@
 //! The `[server]` section: the API listener, its timeouts and connection
 //! guards, the TLS files, the region domain, the default org and the DailyRun
-//! prefix, with their defaults and their checks.
+//! prefix, the metrics listener and the log format, with their defaults and
+//! their checks.
 //!
 //! It checks only its own values: that `server.default_org` names a configured
 //! org is checked with the orgs (`orgs.rs`), and the listener's effect on the
@@ -35,6 +36,22 @@ pub struct ServerConfig {
     /// A connection on which nothing moved for this many seconds is closed;
     /// more than `request_timeout_s`, since a request may work that long silently.
     pub idle_timeout_s: u64,
+    /// Where `GET /metrics` (Prometheus text format) is served: a listener of
+    /// its own, so the APIs' address never exposes it.
+    pub metrics_listen: SocketAddr,
+    /// `text` (the default) or `json`: one JSON object per log line.
+    pub log_format: LogFormat,
+}
+
+/// How log lines are written (stderr).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// tracing's human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line, span fields (the request id) flattened in.
+    Json,
 }
 
 impl Default for ServerConfig {
@@ -51,6 +68,8 @@ impl Default for ServerConfig {
             max_connections: 4096,
             header_read_timeout_s: 10,
             idle_timeout_s: 60,
+            metrics_listen: "127.0.0.1:9464".parse().expect("literal address"),
+            log_format: LogFormat::Text,
         }
     }
 }
@@ -74,6 +93,12 @@ impl ServerConfig {
             return Err(ConfigError::new(
                 "server.idle_timeout_s",
                 "must be more than server.request_timeout_s (a request may work that long without sending a byte)",
+            ));
+        }
+        if self.metrics_listen.port() != 0 && self.metrics_listen == self.listen {
+            return Err(ConfigError::new(
+                "server.metrics_listen",
+                "must differ from server.listen (metrics have a listener of their own)",
             ));
         }
         match (&self.tls_cert, &self.tls_key) {
@@ -129,6 +154,12 @@ mod tests {
             ),
             ("[server]\ntls_cert = \"c.pem\"", "server.tls_key"),
             ("[server]\nfoo = 1", "server.foo"),
+            ("[server]\nmetrics_listen = \"9464\"", "server.metrics_listen"),
+            (
+                "[server]\nlisten = \"127.0.0.1:8080\"\nmetrics_listen = \"127.0.0.1:8080\"",
+                "server.metrics_listen",
+            ),
+            ("[server]\nlog_format = \"xml\"", "server.log_format"),
         ]);
     }
 }

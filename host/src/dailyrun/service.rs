@@ -33,6 +33,7 @@ use crate::{
     engine::runtime::EngineRuntime,
     lake::Lake,
     lease::Lease,
+    observability::jobs,
     periodic::spawn_every,
     pipeline::{
         PipelineEngine, PipelineKind, RunContext, RunControl, Stopped, manifest::org_manifest,
@@ -195,7 +196,7 @@ impl DailyRunService {
             })
             .await?;
         if let StartOutcome::Started(run) = &outcome {
-            tracing::info!(execution = %run.name, scheduled = scheduled_for.is_some(), "daily run started");
+            jobs::daily_run_started(&run.name, scheduled_for.is_some());
             let service = self.clone();
             let run = run.clone();
             tokio::spawn(async move {
@@ -226,7 +227,7 @@ impl DailyRunService {
     /// the scheduled runs that are due.
     pub async fn tick(self: &Arc<Self>) -> Result<(), store::Error> {
         for run in self.store.end_stale_daily_runs(self.now()).await? {
-            tracing::warn!(execution = %run.name, status = run.status.as_str(), "daily run ended");
+            jobs::daily_run_ended(&run.name, run.status, None);
         }
         let now = self.clock.now();
         let catch_up = chrono::Duration::seconds(
@@ -271,12 +272,9 @@ impl DailyRunService {
             .finish_daily_run(&run.name, &self.holder, &end, self.now())
             .await
         {
-            Ok(Finished::Recorded) => tracing::info!(
-                execution = %run.name,
-                status = end.status.as_str(),
-                cause = end.cause.as_deref().unwrap_or(""),
-                "daily run ended"
-            ),
+            Ok(Finished::Recorded) => {
+                jobs::daily_run_ended(&run.name, end.status, end.cause.as_deref())
+            }
             Ok(Finished::Lost) => tracing::warn!(
                 execution = %run.name,
                 "daily run had already ended (timed out or aborted)"

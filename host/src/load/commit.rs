@@ -36,6 +36,7 @@ use crate::{
     engine::{runtime::EngineRuntime, table_writer::delete_paths},
     lake::Lake,
     lease::Lease,
+    observability::jobs,
     pipeline::{
         ErrorItem, PipelineEngine, PipelineKind, PipelineOutcome, RunControl, StepContext,
         manifest::org_manifest,
@@ -165,6 +166,7 @@ impl LoadCommitter {
 
     async fn run(&self, record: LoadRecord) {
         let id = record.load.id.clone();
+        jobs::load_commit_claimed(&id, record.attempts);
         let (end, pending) = if record.attempts > i64::from(self.config.max_attempts) {
             let message = format!(
                 "the commit was interrupted {} times and is not tried again",
@@ -190,6 +192,10 @@ impl LoadCommitter {
             .await
         {
             Ok(Finished::Recorded) => {
+                match &end {
+                    LoadEnd::Success { .. } => jobs::load_ended(&id, None),
+                    LoadEnd::Fail { error_type, .. } => jobs::load_ended(&id, Some(error_type)),
+                }
                 if matches!(end, LoadEnd::Fail { .. }) {
                     delete_paths(self.lake.object_store().as_ref(), &written).await;
                 }

@@ -10,7 +10,7 @@ use datafusion::{
         datatypes::{DataType, Field, Schema, SchemaRef},
     },
     common::DataFusionError,
-    physical_plan::execute_stream,
+    physical_plan::{ExecutionPlan, execute_stream},
     prelude::SessionContext,
 };
 use futures::StreamExt as _;
@@ -56,7 +56,8 @@ pub async fn execute(
             let mut writer = CsvResultWriter::create(store, result_path, &schema)
                 .await
                 .map_err(|e| QueryError::Internal(format!("result file: {e}")))?;
-            let mut stream = execute_stream(plan, context.task_ctx()).map_err(run_error)?;
+            let mut stream =
+                execute_stream(plan.clone(), context.task_ctx()).map_err(run_error)?;
             while let Some(batch) = stream.next().await {
                 let written = match batch {
                     Ok(batch) => writer
@@ -74,6 +75,7 @@ pub async fn execute(
                 .finish()
                 .await
                 .map_err(|e| QueryError::Internal(format!("result file: {e}")))?;
+            crate::observability::metrics::query_scanned(bytes_scanned(plan.as_ref()));
             Ok(Execution {
                 columns: columns_of(&schema),
                 rows: written.rows,
@@ -212,4 +214,18 @@ async fn count_result(
             Err(QueryError::Internal(format!("result file: {e}")))
         }
     }
+}
+
+/// The parquet bytes a finished plan read: DataFusion's `bytes_scanned`
+/// metric summed over the plan's nodes (only parquet scans report it).
+fn bytes_scanned(plan: &dyn ExecutionPlan) -> u64 {
+    let own = plan
+        .metrics()
+        .and_then(|metrics| metrics.sum_by_name("bytes_scanned"))
+        .map_or(0, |value| value.as_usize() as u64);
+    own + plan
+        .children()
+        .into_iter()
+        .map(|child| bytes_scanned(child.as_ref()))
+        .sum::<u64>()
 }
