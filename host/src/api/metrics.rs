@@ -36,7 +36,10 @@ pub fn router(handle: PrometheusHandle, store: Store) -> Router {
 
 async fn metrics(State(scrape): State<Scrape>) -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         render(&scrape.handle, &scrape.store).await,
     )
 }

@@ -130,9 +130,8 @@ pub fn app(state: AppState, idp: Option<Arc<Idp>>) -> Router {
     }
     // Each router tags its responses with the API and route template that
     // answered, for the request's log line and metrics.
-    let tagged = |router: Router, api: ApiLabel| {
-        router.layer(from_fn_with_state(api, gateway::tag_route))
-    };
+    let tagged =
+        |router: Router, api: ApiLabel| router.layer(from_fn_with_state(api, gateway::tag_route));
     let routers = HostRouters {
         config: config.clone(),
         org: tagged(

@@ -154,7 +154,10 @@ mod tests {
             ),
             ("[server]\ntls_cert = \"c.pem\"", "server.tls_key"),
             ("[server]\nfoo = 1", "server.foo"),
-            ("[server]\nmetrics_listen = \"9464\"", "server.metrics_listen"),
+            (
+                "[server]\nmetrics_listen = \"9464\"",
+                "server.metrics_listen",
+            ),
             (
                 "[server]\nlisten = \"127.0.0.1:8080\"\nmetrics_listen = \"127.0.0.1:8080\"",
                 "server.metrics_listen",

@@ -17,13 +17,25 @@ pub fn query_submitted(id: &str, statement_type: &str, queued: bool) {
     } else {
         QueryState::Running
     };
-    tracing::info!(job = "query", job_id = id, state = state.as_str(), statement_type, "job state");
+    tracing::info!(
+        job = "query",
+        job_id = id,
+        state = state.as_str(),
+        statement_type,
+        "job state"
+    );
     metrics::query_submitted(statement_type, queued);
 }
 
 /// A worker claimed a stored query; an attempt past the first is a takeover.
 pub fn query_claimed(id: &str, attempt: i64) {
-    tracing::info!(job = "query", job_id = id, state = "RUNNING", attempt, "job state");
+    tracing::info!(
+        job = "query",
+        job_id = id,
+        state = "RUNNING",
+        attempt,
+        "job state"
+    );
     if attempt > 1 {
         metrics::lease_taken_over(LeasedJob::Query);
     }
@@ -31,7 +43,13 @@ pub fn query_claimed(id: &str, attempt: i64) {
 
 /// A query's end was recorded (or, for CANCELLED, requested).
 pub fn query_ended(id: &str, state: QueryState, statement_type: &str, result_bytes: Option<u64>) {
-    tracing::info!(job = "query", job_id = id, state = state.as_str(), statement_type, "job state");
+    tracing::info!(
+        job = "query",
+        job_id = id,
+        state = state.as_str(),
+        statement_type,
+        "job state"
+    );
     metrics::query_ended(state, statement_type, result_bytes);
 }
 
@@ -73,7 +91,13 @@ pub fn load_ended(id: &str, fail_error_type: Option<&str>) {
 
 /// A daily run started, by hand or by the scheduler.
 pub fn daily_run_started(name: &str, scheduled: bool) {
-    tracing::info!(job = "daily_run", job_id = name, state = "RUNNING", scheduled, "job state");
+    tracing::info!(
+        job = "daily_run",
+        job_id = name,
+        state = "RUNNING",
+        scheduled,
+        "job state"
+    );
 }
 
 /// A daily run ended: recorded by its runner, or by the scheduler's tick

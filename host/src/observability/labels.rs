@@ -122,9 +122,9 @@ impl BoundedNames {
     pub fn label(&self, name: &str) -> String {
         let well_formed = !name.is_empty()
             && name.len() <= MAX_STEP_NAME_BYTES
-            && name.bytes().all(|b| {
-                b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-'
-            });
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
         if !well_formed {
             return OTHER.to_string();
         }

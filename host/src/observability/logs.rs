@@ -86,7 +86,8 @@ struct JsonVisitor<'a>(&'a mut Map<String, Value>);
 
 impl Visit for JsonVisitor<'_> {
     fn record_str(&mut self, field: &Field, value: &str) {
-        self.0.insert(field.name().into(), Value::String(value.into()));
+        self.0
+            .insert(field.name().into(), Value::String(value.into()));
     }
 
     fn record_bool(&mut self, field: &Field, value: bool) {

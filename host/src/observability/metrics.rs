@@ -110,19 +110,43 @@ fn describe() {
     use metrics::Unit;
     describe_counter!(HTTP_REQUESTS, "Requests answered on the API listener.");
     describe_histogram!(HTTP_DURATION, Unit::Seconds, "Time to the response head.");
-    describe_counter!(QUERIES_SUBMITTED, "Queries accepted, started at once or queued.");
+    describe_counter!(
+        QUERIES_SUBMITTED,
+        "Queries accepted, started at once or queued."
+    );
     describe_counter!(QUERIES_ENDED, "Queries that reached a final state.");
-    describe_counter!(QUERY_RESULT_BYTES, Unit::Bytes, "Result CSV bytes of SUCCEEDED queries.");
-    describe_counter!(QUERY_SCANNED_BYTES, Unit::Bytes, "Parquet bytes read by reads.");
+    describe_counter!(
+        QUERY_RESULT_BYTES,
+        Unit::Bytes,
+        "Result CSV bytes of SUCCEEDED queries."
+    );
+    describe_counter!(
+        QUERY_SCANNED_BYTES,
+        Unit::Bytes,
+        "Parquet bytes read by reads."
+    );
     describe_gauge!(JOBS_QUEUED, "Jobs waiting for a worker, across replicas.");
     describe_gauge!(JOBS_RUNNING, "Jobs held by a replica, across replicas.");
-    describe_counter!(LOAD_COMMITS, "Load commits ended, by outcome and ErrorType.");
-    describe_histogram!(STEP_DURATION, Unit::Seconds, "One run of one pipeline step.");
+    describe_counter!(
+        LOAD_COMMITS,
+        "Load commits ended, by outcome and ErrorType."
+    );
+    describe_histogram!(
+        STEP_DURATION,
+        Unit::Seconds,
+        "One run of one pipeline step."
+    );
     describe_counter!(DAILY_RUNS_ENDED, "Daily runs ended, by status.");
-    describe_counter!(LEASE_TAKEOVERS, "Jobs run again after their holder lost them.");
+    describe_counter!(
+        LEASE_TAKEOVERS,
+        "Jobs run again after their holder lost them."
+    );
     describe_counter!(JWKS_FETCHES, "Signing-key fetches from identity providers.");
     describe_counter!(TOKEN_REJECTIONS, "Bearer tokens refused, by reason.");
-    describe_gauge!(POOL_CONNECTIONS, "Metadata-store connections of this replica.");
+    describe_gauge!(
+        POOL_CONNECTIONS,
+        "Metadata-store connections of this replica."
+    );
 }
 
 /// The scrape: samples the gauges, then renders everything.

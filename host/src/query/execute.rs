@@ -56,8 +56,7 @@ pub async fn execute(
             let mut writer = CsvResultWriter::create(store, result_path, &schema)
                 .await
                 .map_err(|e| QueryError::Internal(format!("result file: {e}")))?;
-            let mut stream =
-                execute_stream(plan.clone(), context.task_ctx()).map_err(run_error)?;
+            let mut stream = execute_stream(plan.clone(), context.task_ctx()).map_err(run_error)?;
             while let Some(batch) = stream.next().await {
                 let written = match batch {
                     Ok(batch) => writer

@@ -23,8 +23,8 @@ use std::{
 };
 
 use tokio::sync::{Notify, Semaphore};
-use tracing::Instrument as _;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 use url::Url;
 
 use super::{
@@ -357,12 +357,7 @@ impl QueryService {
             return Ok(());
         }
         if self.store.cancel_query(id, self.now()).await? {
-            jobs::query_ended(
-                id,
-                QueryState::Cancelled,
-                &job.query.statement_type,
-                None,
-            );
+            jobs::query_ended(id, QueryState::Cancelled, &job.query.statement_type, None);
             let token = self
                 .running
                 .lock()
