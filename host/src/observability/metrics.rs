@@ -10,7 +10,7 @@
 //! | `lakehost_queries_submitted_total` | counter | `statement_type`, `admission` | queries accepted: `started` at once or `queued` |
 //! | `lakehost_queries_ended_total` | counter | `state`, `statement_type` | queries that ended `SUCCEEDED`, `FAILED` or `CANCELLED` |
 //! | `lakehost_query_result_bytes_total` | counter | `statement_type` | bytes of the result CSVs of SUCCEEDED queries |
-//! | `lakehost_query_scanned_bytes_total` | counter | | parquet bytes read by reads (DataFusion's `bytes_scanned`) |
+//! | `lakehost_query_scanned_bytes_total` | counter | | parquet bytes read by statements that ran to their end (DataFusion's `bytes_scanned`) |
 //! | `lakehost_jobs_queued` | gauge | `kind` | `query`: QUEUED; `load_commit`: PROCESSING, held by no worker (store-wide) |
 //! | `lakehost_jobs_running` | gauge | `kind` | `query`, `load_commit`, `daily_run` held by a replica (store-wide) |
 //! | `lakehost_load_commits_total` | counter | `outcome`, `error_type` | commits ended `SUCCESS` (`error_type="none"`) or `FAIL` |
@@ -123,7 +123,7 @@ fn describe() {
     describe_counter!(
         QUERY_SCANNED_BYTES,
         Unit::Bytes,
-        "Parquet bytes read by reads."
+        "Parquet bytes read by statements that ran to their end."
     );
     describe_gauge!(JOBS_QUEUED, "Jobs waiting for a worker, across replicas.");
     describe_gauge!(JOBS_RUNNING, "Jobs held by a replica, across replicas.");
@@ -201,7 +201,7 @@ pub fn query_ended(state: QueryState, statement_type: &str, result_bytes: Option
     }
 }
 
-/// Parquet bytes one read scanned.
+/// Parquet bytes one statement scanned.
 pub fn query_scanned(bytes: u64) {
     counter!(QUERY_SCANNED_BYTES).increment(bytes);
 }

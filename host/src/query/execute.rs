@@ -115,7 +115,8 @@ pub async fn execute(
                 query_id,
                 access.read_scope(database.kind),
             );
-            let written = write_plan(context, plan, writer).await?;
+            let written = write_plan(context, plan.clone(), writer).await?;
+            crate::observability::metrics::query_scanned(bytes_scanned(plan.as_ref()));
             let (files, rows) = (written.files, written.rows);
             let staged = files.iter().map(|f| f.path.clone()).collect();
             let write = CatalogWrite::CreateTableWithFiles { table, files };
@@ -133,7 +134,8 @@ pub async fn execute(
                 query_id,
                 access.read_scope(database.kind),
             );
-            let written = write_plan(context, plan, writer).await?;
+            let written = write_plan(context, plan.clone(), writer).await?;
+            crate::observability::metrics::query_scanned(bytes_scanned(plan.as_ref()));
             let (files, rows) = (written.files, written.rows);
             let staged = files.iter().map(|f| f.path.clone()).collect();
             let write = CatalogWrite::Append {
@@ -215,8 +217,9 @@ async fn count_result(
     }
 }
 
-/// The parquet bytes a finished plan read: DataFusion's `bytes_scanned`
-/// metric summed over the plan's nodes (only parquet scans report it).
+/// The parquet bytes a finished plan read (reads, CREATE TABLE AS, INSERT):
+/// DataFusion's `bytes_scanned` metric summed over the plan's nodes, which
+/// its parquet scans keep anyway, so this costs one walk of the plan.
 fn bytes_scanned(plan: &dyn ExecutionPlan) -> u64 {
     let own = plan
         .metrics()

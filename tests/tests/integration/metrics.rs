@@ -253,3 +253,66 @@ async fn metrics_are_served_on_their_own_listener_only() {
     let text = scrape(&second).await;
     assert!(text.contains("lakehost_store_pool_connections"), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn daily_runs_their_steps_and_lease_takeovers_are_counted() {
+    use lakehost::{
+        clock::Clock as _,
+        store::{JobCaps, queries::NewQuery},
+    };
+    // No daily.toml in pipeline.dir: the built-in default runs.
+    let app = spawn_app_with(|c| c.pipeline.dir = c.storage.data_dir.join("no-pipelines")).await;
+    seed_demo_lake(&app).await;
+    let token = app.daily_token();
+    assert_eq!(app.start_daily_run(&token).await.0, StatusCode::OK);
+    let ended = app.wait_for_daily_run(&token).await;
+    assert_eq!(ended["status"], "SUCCEEDED", "{ended}");
+
+    // A query a dead worker claimed: this server runs it once its lease lapses.
+    let now = app.clock.now().timestamp_micros();
+    let job = NewQuery {
+        id: uuid_like(),
+        org: "demo".into(),
+        zone: None,
+        owner_sub: "user-1".into(),
+        access_fingerprint: lakehost::auth::claims::access_fingerprint(&["ZoneAdmin".into()], &[0]),
+        sql: "SELECT 1 AS one".into(),
+        database: "demo_lake_v2".into(),
+        statement_type: "DML".into(),
+        access_json: json!({ "roles": ["ZoneAdmin"], "service_clients": [0] }).to_string(),
+    };
+    app.store.insert_query(&job, now).await.unwrap();
+    app.store
+        .claim_query("dead-worker", now, now + 1_000_000, JobCaps::NONE)
+        .await
+        .unwrap()
+        .expect("the job is claimed");
+    app.clock.advance(chrono::Duration::seconds(2));
+    let admin = app.token_for(&["ZoneAdmin"], "[0]");
+    let done = app.wait_for(ORG_HOST, &admin, &job.id, None).await;
+    assert!(done["status"]["state"].is_string(), "{done}");
+
+    let text = scrape(&app).await;
+    let all = samples(&text);
+    let at_least_one = |name: &str, want: &[(&str, &str)]| {
+        let value = value_of(&all, name, want);
+        assert!(
+            value.is_some_and(|v| v >= 1.0),
+            "{name} {want:?} is {value:?} in:\n{text}"
+        );
+    };
+    at_least_one(
+        "lakehost_daily_runs_ended_total",
+        &[("status", "SUCCEEDED")],
+    );
+    at_least_one(
+        "lakehost_pipeline_step_duration_seconds_count",
+        &[("pipeline", "daily"), ("outcome", "passed")],
+    );
+    at_least_one(
+        "lakehost_http_requests_total",
+        &[("api", "dailyrun"), ("method", "POST"), ("status", "200")],
+    );
+    at_least_one("lakehost_lease_takeovers_total", &[("kind", "query")]);
+    assert!(!text.contains(&job.id), "no query id in the scrape");
+}
