@@ -101,10 +101,15 @@ fn serve_starts_with_the_embedded_default_and_prints_how_to_get_a_token() {
     let dir = tempfile::tempdir().unwrap();
     let (server, mut lines, base) = serve(dir.path(), &[], Stdio::null());
     let addr = base.strip_prefix("http://").unwrap().to_string();
-    let rest: Vec<String> = lines.by_ref().take(5).map(|l| l.unwrap()).collect();
+    let rest: Vec<String> = lines.by_ref().take(6).map(|l| l.unwrap()).collect();
     assert!(
         rest.iter()
             .any(|l| l.contains("grant_type=client_credentials")),
+        "{rest:?}"
+    );
+    assert!(
+        rest.iter()
+            .any(|l| l.trim_start().starts_with("Metrics:") && l.ends_with("/metrics")),
         "{rest:?}"
     );
     // The embedded default keeps its data under ./lakehost-data.
