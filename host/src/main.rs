@@ -109,7 +109,7 @@ async fn main() -> std::process::ExitCode {
             table,
             files,
         } => {
-            logs::init(LogFormat::Text);
+            let _logging = logs::init(LogFormat::Text);
             let request = ImportRequest {
                 org,
                 zone,
@@ -142,7 +142,7 @@ async fn main() -> std::process::ExitCode {
                     files,
                 },
         } => {
-            logs::init(LogFormat::Text);
+            let _logging = logs::init(LogFormat::Text);
             let check_sum = match serde_json::from_str(&check_sum)
                 .map_err(|e| e.to_string())
                 .and_then(|body: serde_json::Value| {
@@ -239,7 +239,7 @@ async fn serve(config_file: Option<PathBuf>) -> anyhow::Result<()> {
     let config = Config::load(config_file.as_deref(), std::env::vars())?;
     // Logs go to stderr, in the configured format: stdout carries what
     // commands print for scripts.
-    logs::init(config.server.log_format);
+    let logging = logs::init(config.server.log_format);
     let default_org = config.server.default_org.clone();
     let region_domain = config.server.region_domain.clone();
     let demo_client = config
@@ -273,6 +273,8 @@ async fn serve(config_file: Option<PathBuf>) -> anyhow::Result<()> {
         ),
         _ => say!("Tokens come from {token_url}"),
     }
-    app.run_until_stopped().await?;
+    let served = app.run_until_stopped().await;
+    logging.shutdown().await;
+    served?;
     Ok(())
 }

@@ -26,18 +26,51 @@ use tracing_subscriber::{
 
 use crate::config::LogFormat;
 
+/// What `init` started that needs a word at exit.
+#[must_use = "call `shutdown` at exit, so batched spans are sent"]
+pub struct Logging {
+    #[cfg(feature = "otel")]
+    traces: Option<super::traces::Traces>,
+}
+
+impl Logging {
+    /// Flushes what is still batched (OpenTelemetry spans); call while the
+    /// runtime runs.
+    pub async fn shutdown(self) {
+        #[cfg(feature = "otel")]
+        if let Some(traces) = self.traces {
+            traces.shutdown().await;
+        }
+    }
+}
+
 /// Starts logging to stderr in `format`, filtered by `RUST_LOG` (else
-/// `info`). Call once, before anything logs.
-pub fn init(format: LogFormat) {
-    let filter = || EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.with_env_filter(filter()).init(),
-        LogFormat::Json => builder
+/// `info`); in `otel` builds also exports spans when a collector is named.
+/// Call once, before anything logs, inside the runtime.
+pub fn init(format: LogFormat) -> Logging {
+    use tracing_subscriber::{Layer as _, layer::SubscriberExt as _, util::SubscriberInitExt as _};
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let lines = match format {
+        LogFormat::Text => tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .boxed(),
+        LogFormat::Json => tracing_subscriber::fmt::layer()
             .fmt_fields(JsonFields::new())
             .event_format(FlatJson)
-            .with_env_filter(filter())
-            .init(),
+            .with_writer(std::io::stderr)
+            .boxed(),
+    };
+    let registry = tracing_subscriber::registry().with(filter).with(lines);
+    #[cfg(feature = "otel")]
+    {
+        let (layer, traces) = super::traces::layer().unzip();
+        registry.with(layer).init();
+        Logging { traces }
+    }
+    #[cfg(not(feature = "otel"))]
+    {
+        registry.init();
+        Logging {}
     }
 }
 

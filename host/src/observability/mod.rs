@@ -1,7 +1,8 @@
 //! What an operator watches: metrics (`metrics.rs`, rendered on
 //! `server.metrics_listen`), the bounded label values they may carry
 //! (`labels.rs`), log lines (`logs.rs`: text or JSON) and the job
-//! transitions that are both logged and counted (`jobs.rs`).
+//! transitions that are both logged and counted (`jobs.rs`); with the `otel`
+//! feature, spans exported to an OpenTelemetry collector (`traces.rs`).
 //!
 //! Code paths call the small functions here rather than the `metrics` or
 //! `tracing` macros with names of their own, so every metric name and label
@@ -12,3 +13,5 @@ pub mod jobs;
 pub mod labels;
 pub mod logs;
 pub mod metrics;
+#[cfg(feature = "otel")]
+pub mod traces;
