@@ -1,9 +1,9 @@
 //! `Application`: binds the listeners (the APIs on `server.listen`, the upload
 //! endpoint on `storage.s3_listen`, `/metrics` on `server.metrics_listen`),
 //! builds state and serves HTTP (or HTTPS with rustls, TLS 1.2 and 1.3 only,
-//! on the first two; metrics are plain HTTP for the scraper). Tests build it on port 0
-//! in-process and read the bound addresses. Each listener is served by
-//! `listener::serve`, with its connection cap and timeouts.
+//! on the first two; metrics are plain HTTP for the scraper). Tests build it
+//! on port 0 in-process and read the bound addresses. Each listener is served
+//! by `listener::serve`, with its connection cap and timeouts.
 
 use std::{net::SocketAddr, path::Path, sync::Arc};
 

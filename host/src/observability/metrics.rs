@@ -17,7 +17,7 @@
 //! | `lakehost_pipeline_step_duration_seconds` | histogram | `pipeline`, `step`, `outcome` | one run of one manifest step (`passed`, `failed`, `error`, `halted`) |
 //! | `lakehost_daily_runs_ended_total` | counter | `status` | daily runs ended `SUCCEEDED`, `FAILED`, `TIMED_OUT`, `ABORTED` |
 //! | `lakehost_lease_takeovers_total` | counter | `kind` | a worker ran a `query` or `load_commit` another holder had started |
-//! | `lakehost_jwks_fetches_total` | counter | `outcome` | JWKS (and discovery) fetches, `ok` or `failed` |
+//! | `lakehost_jwks_fetches_total` | counter | `reason`, `outcome` | JWKS (and discovery) fetches: `stale` keys or an `unknown_kid`; `ok` or `failed` |
 //! | `lakehost_token_rejections_total` | counter | `reason` | bearer tokens refused, by a fixed reason (`TokenError::reason`, `missing_bearer`, `insufficient_scope`) |
 //! | `lakehost_store_pool_connections` | gauge | `state` | this replica's metadata-store connections, `open` and `idle` |
 //!
@@ -283,10 +283,23 @@ pub fn daily_run_ended(status: RunStatus) {
     counter!(DAILY_RUNS_ENDED, "status" => status.as_str()).increment(1);
 }
 
+/// Why the keys of a realm were fetched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JwksFetch {
+    /// None yet, or older than `auth.jwks_max_age_s`.
+    Stale,
+    /// A token named a `kid` the cached keys lack (a rotation, or probing).
+    UnknownKid,
+}
+
 /// A fetch of an identity provider's keys.
-pub fn jwks_fetched(ok: bool) {
+pub fn jwks_fetched(why: JwksFetch, ok: bool) {
+    let reason = match why {
+        JwksFetch::Stale => "stale",
+        JwksFetch::UnknownKid => "unknown_kid",
+    };
     let outcome = if ok { "ok" } else { "failed" };
-    counter!(JWKS_FETCHES, "outcome" => outcome).increment(1);
+    counter!(JWKS_FETCHES, "reason" => reason, "outcome" => outcome).increment(1);
 }
 
 /// A bearer token refused, for a reason from a fixed list.

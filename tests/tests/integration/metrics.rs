@@ -207,6 +207,10 @@ async fn a_scrape_shows_queries_and_loads_by_template_state_and_outcome_and_no_c
         "lakehost_token_rejections_total",
         &[("reason", "malformed")],
     );
+    at_least_one(
+        "lakehost_jwks_fetches_total",
+        &[("reason", "stale"), ("outcome", "ok")],
+    );
     // Gauges sampled by the scrape.
     at_least_one("lakehost_store_pool_connections", &[("state", "open")]);
     for kind in ["query", "load_commit"] {
