@@ -25,6 +25,7 @@ use std::{path::PathBuf, sync::Arc, time::Duration};
 use chrono::{DateTime, Utc};
 use croner::Cron;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use super::{schedule::due_slot, transform::LakeTransform};
 use crate::{
@@ -199,12 +200,16 @@ impl DailyRunService {
             jobs::daily_run_started(&run.name, scheduled_for.is_some());
             let service = self.clone();
             let run = run.clone();
-            tokio::spawn(async move {
-                tokio::select! {
-                    _ = service.stop.cancelled() => {}
-                    _ = service.run(run) => {}
+            // In the starting request's span, if any: the run's lines carry its id.
+            tokio::spawn(
+                async move {
+                    tokio::select! {
+                        _ = service.stop.cancelled() => {}
+                        _ = service.run(run) => {}
+                    }
                 }
-            });
+                .in_current_span(),
+            );
         }
         Ok(outcome)
     }
