@@ -252,6 +252,7 @@ def write_config(work: Path, port: int) -> tuple[Path, Path]:
     config.write_text(
         "[server]\n"
         f"listen = {json.dumps(f'127.0.0.1:{port}')}\n"
+        "metrics_listen = \"127.0.0.1:0\"\n"
         "[storage]\n"
         f"data_dir = {json.dumps(str(data_dir))}\n"
         f"s3_listen = {json.dumps(f'127.0.0.1:{free_port()}')}\n"

@@ -42,7 +42,7 @@ def start_server(binary, work):
     api, s3 = free_port(), free_port()
     config = work / "lakehost.toml"
     config.write_text(
-        f'[server]\nlisten = "127.0.0.1:{api}"\n'
+        f'[server]\nlisten = "127.0.0.1:{api}"\nmetrics_listen = "127.0.0.1:0"\n'
         f'[storage]\ndata_dir = "{data}"\ns3_listen = "127.0.0.1:{s3}"\n'
     )
     log = open(work / "server.log", "w")

@@ -17,6 +17,7 @@ pub mod lake;
 pub mod lease;
 pub mod listener;
 pub mod load;
+pub mod observability;
 pub mod periodic;
 pub mod pipeline;
 pub mod query;

@@ -1,17 +1,18 @@
-//! The `lakehost` binary: reads configuration, starts tracing, serves.
+//! The `lakehost` binary: reads configuration, starts tracing (text, or JSON
+//! with `server.log_format = "json"` for `serve`), serves.
 
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 use lakehost::{
     Application, Config,
-    config::CONFIG_FILE_ENV,
+    config::{CONFIG_FILE_ENV, LogFormat},
     import::{ImportRequest, ImportSummary, import_parquet},
     lake::Lake,
     load::dry_run::{DryRunRequest, StepReport, dry_run},
+    observability::logs,
     startup::open_store,
 };
-use tracing_subscriber::EnvFilter;
 
 /// mimalloc instead of the system allocator: queries allocate and free large
 /// buffers all the time, which glibc hands back to the kernel and faults in
@@ -91,13 +92,6 @@ enum PipelineCommand {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    // Logs go to stderr: stdout carries what commands print for scripts.
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .init();
     let Cli { command } = Cli::parse();
     match command {
         Command::Serve { config } => match serve(config).await {
@@ -115,6 +109,7 @@ async fn main() -> std::process::ExitCode {
             table,
             files,
         } => {
+            let _logging = logs::init(LogFormat::Text);
             let request = ImportRequest {
                 org,
                 zone,
@@ -147,6 +142,7 @@ async fn main() -> std::process::ExitCode {
                     files,
                 },
         } => {
+            let _logging = logs::init(LogFormat::Text);
             let check_sum = match serde_json::from_str(&check_sum)
                 .map_err(|e| e.to_string())
                 .and_then(|body: serde_json::Value| {
@@ -241,6 +237,9 @@ macro_rules! say {
 
 async fn serve(config_file: Option<PathBuf>) -> anyhow::Result<()> {
     let config = Config::load(config_file.as_deref(), std::env::vars())?;
+    // Logs go to stderr, in the configured format: stdout carries what
+    // commands print for scripts.
+    let logging = logs::init(config.server.log_format);
     let default_org = config.server.default_org.clone();
     let region_domain = config.server.region_domain.clone();
     let demo_client = config
@@ -261,6 +260,7 @@ async fn serve(config_file: Option<PathBuf>) -> anyhow::Result<()> {
     say!("  DailyRun API: {scheme}://api.{default_org}.{region_domain}:{port}/dailyRun");
     say!("  OpenAPI:      {scheme}://localhost:{port}/v2/openapi.json");
     say!("  Uploads (S3): {scheme}://{}", app.upload_addr());
+    say!("  Metrics:      http://{}/metrics", app.metrics_addr());
     let token_url = format!(
         "{}/realms/{default_org}/protocol/openid-connect/token",
         auth_url.as_str().trim_end_matches('/')
@@ -273,6 +273,8 @@ async fn serve(config_file: Option<PathBuf>) -> anyhow::Result<()> {
         ),
         _ => say!("Tokens come from {token_url}"),
     }
-    app.run_until_stopped().await?;
+    let served = app.run_until_stopped().await;
+    logging.shutdown().await;
+    served?;
     Ok(())
 }

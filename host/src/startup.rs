@@ -1,14 +1,17 @@
 //! `Application`: binds the listeners (the APIs on `server.listen`, the upload
-//! endpoint on `storage.s3_listen`), builds state and serves HTTP (or HTTPS
-//! with rustls, TLS 1.2 and 1.3 only, on both). Tests build it on port 0
-//! in-process and read the bound addresses. Each listener is served by
-//! `listener::serve`, with its connection cap and timeouts.
+//! endpoint on `storage.s3_listen`, `/metrics` on `server.metrics_listen`),
+//! builds state and serves HTTP (or HTTPS with rustls, TLS 1.2 and 1.3 only,
+//! on the first two; metrics are plain HTTP for the scraper). Tests build it
+//! on port 0 in-process and read the bound addresses. Each listener is served
+//! by `listener::serve`, with its connection cap and timeouts.
 //!
 //! Stopping: the first SIGTERM or SIGINT drains the replica (`drain.rs`):
-//! readiness fails at once, the listeners close after `server.drain_notice_ms`,
-//! open requests and running jobs get until `server.drain_s`, jobs still
-//! running then are handed back, and `run_until_stopped` returns (the process
-//! exits 0). A second signal exits at once with 130.
+//! readiness fails at once, the API and upload listeners close after
+//! `server.drain_notice_ms`, open requests and running jobs get until
+//! `server.drain_s`, jobs still running then are handed back, and
+//! `run_until_stopped` returns (the process exits 0). Metrics are served
+//! until then, so the drain itself can be watched. A second signal exits at
+//! once with 130.
 
 use std::{future::Future, net::SocketAddr, path::Path, sync::Arc, time::Duration};
 
@@ -45,7 +48,10 @@ pub struct Application {
     upload_listener: TcpListener,
     upload_addr: SocketAddr,
     upload_router: axum::Router,
-    /// The connection guards of both listeners.
+    metrics_listener: TcpListener,
+    metrics_addr: SocketAddr,
+    metrics_router: axum::Router,
+    /// The connection guards of the API and upload listeners.
     limits: ConnectionLimits,
     loads: Arc<LoadService>,
     daily_runs: Arc<DailyRunService>,
@@ -88,6 +94,15 @@ impl Application {
                 )
             })?;
         let upload_addr = upload_listener.local_addr()?;
+        let metrics_listener = TcpListener::bind(config.server.metrics_listen)
+            .await
+            .with_context(|| {
+                format!(
+                    "cannot listen on {} (server.metrics_listen)",
+                    config.server.metrics_listen
+                )
+            })?;
+        let metrics_addr = metrics_listener.local_addr()?;
         let tls = match (&config.server.tls_cert, &config.server.tls_key) {
             (Some(cert), Some(key)) => Some(tls_acceptor(cert, key)?),
             _ => None,
@@ -130,6 +145,10 @@ impl Application {
         .await
         .context("starting the load service")?;
         let workers = CancellationToken::new();
+        // One recorder per process; each server renders it with its own store.
+        let metrics_handle = crate::observability::metrics::install();
+        crate::observability::metrics::start_upkeep(metrics_handle.clone(), workers.clone());
+        let metrics_router = api::metrics::router(metrics_handle, store.clone());
         queries.start(workers.clone());
         loads.start_sweeper(workers.clone());
         // A query planned on a dropped or replaced table's file list may run
@@ -236,6 +255,9 @@ impl Application {
             upload_listener,
             upload_addr,
             upload_router,
+            metrics_listener,
+            metrics_addr,
+            metrics_router,
             limits,
             loads,
             daily_runs,
@@ -259,6 +281,11 @@ impl Application {
     /// Where the upload endpoint listens.
     pub fn upload_addr(&self) -> SocketAddr {
         self.upload_addr
+    }
+
+    /// Where `GET /metrics` is served.
+    pub fn metrics_addr(&self) -> SocketAddr {
+        self.metrics_addr
     }
 
     /// The load service (tests run its staging sweep directly).
@@ -309,6 +336,19 @@ impl Application {
     /// Serves until `stop` resolves, then drains (see the module header) and
     /// returns when the replica may exit.
     pub async fn run_until(self, stop: impl Future<Output = ()>) -> std::io::Result<()> {
+        // Scrapers are few: a small cap, out of the descriptors kept back.
+        // Served until the drain is over (the task ends when this returns).
+        let metrics = tokio::spawn(listener::serve(
+            self.metrics_listener,
+            None,
+            self.metrics_router,
+            ConnectionLimits {
+                max_connections: api::metrics::MAX_SCRAPE_CONNECTIONS,
+                ..self.limits
+            },
+            CancellationToken::new(),
+        ));
+        let _metrics = AbortOnDrop(metrics);
         let stop_accepting = CancellationToken::new();
         let serving = async {
             tokio::join!(
@@ -356,6 +396,15 @@ impl Application {
         self.store.close().await;
         tracing::info!(handed_back, "drained");
         Ok(())
+    }
+}
+
+/// Aborts a spawned task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -80,6 +80,7 @@ fn serve(
             .current_dir(dir)
             .env("LAKEHOST_SERVER_LISTEN", "127.0.0.1:0")
             .env("LAKEHOST_STORAGE_S3_LISTEN", "127.0.0.1:0")
+            .env("LAKEHOST_SERVER_METRICS_LISTEN", "127.0.0.1:0")
             .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(stderr)
@@ -100,10 +101,15 @@ fn serve_starts_with_the_embedded_default_and_prints_how_to_get_a_token() {
     let dir = tempfile::tempdir().unwrap();
     let (server, mut lines, base) = serve(dir.path(), &[], Stdio::null());
     let addr = base.strip_prefix("http://").unwrap().to_string();
-    let rest: Vec<String> = lines.by_ref().take(5).map(|l| l.unwrap()).collect();
+    let rest: Vec<String> = lines.by_ref().take(6).map(|l| l.unwrap()).collect();
     assert!(
         rest.iter()
             .any(|l| l.contains("grant_type=client_credentials")),
+        "{rest:?}"
+    );
+    assert!(
+        rest.iter()
+            .any(|l| l.trim_start().starts_with("Metrics:") && l.ends_with("/metrics")),
         "{rest:?}"
     );
     // The embedded default keeps its data under ./lakehost-data.
@@ -367,4 +373,171 @@ async fn secrets_and_tokens_never_reach_the_log() {
             "the log holds a secret: {secret}"
         );
     }
+}
+
+/// `server.log_format = "json"`: every line the server logs is one JSON
+/// object; each request's line has its method, route template, status,
+/// latency and request id (the caller's, when it is a short token), and the
+/// query's and load's state changes are lines with their job id, carrying
+/// the id of the request that caused them. No token is logged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_logs_are_one_object_per_line_with_request_ids_and_job_transitions() {
+    use serde_json::{Value, json};
+    let dir = tempfile::tempdir().unwrap();
+    let log_path = dir.path().join("server.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let (server, _output, base) = serve(
+        dir.path(),
+        &[("LAKEHOST_SERVER_LOG_FORMAT", "json")],
+        log.into(),
+    );
+    let http = reqwest::Client::new();
+    let token: Value = http
+        .post(format!("{base}/realms/demo/protocol/openid-connect/token"))
+        .form(&[
+            ("grant_type", "client_credentials"),
+            ("client_id", "demo-admin"),
+            ("client_secret", "demo-admin-secret"),
+        ])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let token = token["access_token"].as_str().unwrap().to_string();
+    let post = |path: &str, request_id: &str, body: Value| {
+        http.post(format!("{base}{path}"))
+            .bearer_auth(&token)
+            .header("x-request-id", request_id)
+            .json(&body)
+            .send()
+    };
+    let get_json = |path: String| {
+        let request = http.get(format!("{base}{path}")).bearer_auth(&token);
+        async move { request.send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+
+    let submitted: Value = post(
+        "/v2/query",
+        "log-query-1",
+        json!({"query": "SELECT 1 AS one"}),
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    let query_id = submitted["queryId"].as_str().unwrap().to_string();
+    let mut state = Value::Null;
+    for _ in 0..400 {
+        state = get_json(format!("/v2/query/{query_id}")).await;
+        if state["status"]["state"] == "SUCCEEDED" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert_eq!(state["status"]["state"], "SUCCEEDED", "{state}");
+
+    let load: Value = post(
+        "/v2/load",
+        "log-load-1",
+        json!({"load_type": "APPEND_ONLY", "table_name": "trips"}),
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    let load_id = load["loadId"].as_str().unwrap().to_string();
+    let committed = post(
+        &format!("/v2/load/{load_id}/commit"),
+        "log-commit-1",
+        json!({"check_sum": {"count(*)": 1}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(committed.status(), 202);
+    let mut load = Value::Null;
+    for _ in 0..400 {
+        load = get_json(format!("/v2/load/{load_id}")).await;
+        if load["LoadStatus"] != "PROCESSING" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert_eq!(load["LoadStatus"], "FAIL", "no file was uploaded: {load}");
+    drop(server);
+
+    let logged = std::fs::read_to_string(&log_path).unwrap();
+    assert!(!logged.contains(&token), "the log holds the token");
+    let lines: Vec<Value> = logged
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
+        .collect();
+    for line in &lines {
+        for key in ["timestamp", "level", "target", "message"] {
+            assert!(line.get(key).is_some(), "no {key}: {line}");
+        }
+    }
+    let requests: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["message"] == "request finished")
+        .collect();
+    assert!(requests.len() >= 5, "{logged}");
+    for line in &requests {
+        let id = line["request_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{line}"));
+        assert!(!id.is_empty());
+        assert!(
+            line["method"].is_string() && line["route"].is_string(),
+            "{line}"
+        );
+        assert!(
+            line["status"].is_u64() && line["latency_ms"].is_number(),
+            "{line}"
+        );
+    }
+    let one = |what: &str, wanted: &dyn Fn(&Value) -> bool| -> Value {
+        let found: Vec<&Value> = lines.iter().filter(|l| wanted(l)).collect();
+        assert_eq!(found.len(), 1, "{what}: {found:?}\n{logged}");
+        found[0].clone()
+    };
+    let submit = one("the submit's line", &|l| {
+        l["message"] == "request finished" && l["request_id"] == "log-query-1"
+    });
+    assert_eq!(
+        (&submit["method"], &submit["route"], &submit["status"]),
+        (&json!("POST"), &json!("/v2/query"), &json!(202))
+    );
+    let polls = requests
+        .iter()
+        .filter(|l| l["route"] == "/v2/query/{query_id}")
+        .count();
+    assert!(polls >= 1, "the poll's line names the template: {logged}");
+    assert!(!logged.contains(&format!("\"route\":\"/v2/query/{query_id}\"")));
+
+    // The query's transitions carry the submitting request's id.
+    let job = |job: &'static str, id: &str, state: &'static str| {
+        let id = id.to_string();
+        move |l: &Value| {
+            l["message"] == "job state"
+                && l["job"] == job
+                && l["job_id"] == id.as_str()
+                && l["state"] == state
+        }
+    };
+    let running = one("query RUNNING", &job("query", &query_id, "RUNNING"));
+    assert_eq!(running["request_id"], "log-query-1", "{running}");
+    let succeeded = one("query SUCCEEDED", &job("query", &query_id, "SUCCEEDED"));
+    assert_eq!(succeeded["request_id"], "log-query-1", "{succeeded}");
+    assert_eq!(succeeded["statement_type"], "DML");
+    // The load's: PROCESSING in its commit request, the end in a worker.
+    let processing = lines
+        .iter()
+        .find(|l| job("load", &load_id, "PROCESSING")(l) && l["request_id"] == "log-commit-1");
+    assert!(processing.is_some(), "{logged}");
+    let failed = one("load FAIL", &job("load", &load_id, "FAIL"));
+    assert_eq!(failed["error_type"], "NoFilesUploaded", "{failed}");
 }

@@ -104,7 +104,7 @@ fn write_config(dir: &Path, manifest: &str) {
     std::fs::write(
         dir.join("lakehost.toml"),
         format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\ndrain_s = 1\n[storage]\ndata_dir = {:?}\ns3_listen = \"127.0.0.1:0\"\n\
+            "[server]\nlisten = \"127.0.0.1:0\"\nmetrics_listen = \"127.0.0.1:0\"\ndrain_s = 1\n[storage]\ndata_dir = {:?}\ns3_listen = \"127.0.0.1:0\"\n\
              [pipeline]\ndir = {:?}\nlease_s = 3\ntest_steps = true\n",
             data.display().to_string(),
             pipelines.display().to_string()

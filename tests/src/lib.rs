@@ -65,6 +65,8 @@ pub struct TestApp {
     /// The server's metadata store and lake (tests seed the catalog directly).
     pub store: Store,
     pub lake: Lake,
+    /// Where `GET /metrics` is served (the metrics listener).
+    pub metrics_addr: SocketAddr,
     /// The upload endpoint (embedded S3) and the load service behind it.
     pub upload_addr: SocketAddr,
     pub loads: Arc<LoadService>,
@@ -92,6 +94,7 @@ pub fn test_config(data_dir: &std::path::Path) -> Config {
     let mut config = Config::default();
     config.server.listen = "127.0.0.1:0".parse().unwrap();
     config.storage.s3_listen = "127.0.0.1:0".parse().unwrap();
+    config.server.metrics_listen = "127.0.0.1:0".parse().unwrap();
     config.storage.data_dir = data_dir.to_path_buf();
     // The limits tests run the steps that misbehave on purpose.
     config.pipeline.test_steps = true;
@@ -167,6 +170,7 @@ pub async fn start(config: Config, clock: ManualClock) -> TestApp {
     let idp = app.idp();
     let (store, lake) = (app.store(), app.lake());
     let (upload_addr, loads) = (app.upload_addr(), app.loads());
+    let metrics_addr = app.metrics_addr();
     let daily_runs = app.daily_runs();
     let retired_files = app.retired_files();
     let scheme = app.auth_url().scheme().to_string();
@@ -192,6 +196,7 @@ pub async fn start(config: Config, clock: ManualClock) -> TestApp {
         data_dir,
         store,
         lake,
+        metrics_addr,
         upload_addr,
         loads,
         daily_runs,

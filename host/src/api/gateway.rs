@@ -1,13 +1,14 @@
 //! What the spec's gateway does before a request reaches a handler: request ids
 //! (in logs, in the `x-request-id` response header and in generic 500 messages
-//! as the "request code"), the body-size limit (413), the gateway timeout (504),
-//! and JSON bodies for unknown paths and methods.
+//! as the "request code"), the one log line and the metrics of each request,
+//! the body-size limit (413), the gateway timeout (504), and JSON bodies for
+//! unknown paths and methods.
 
 use std::time::{Duration, Instant};
 
 use axum::{
     body::Body,
-    extract::{Request, State},
+    extract::{MatchedPath, Request, State},
     http::{HeaderValue, header},
     middleware::Next,
     response::{IntoResponse, Response},
@@ -16,6 +17,10 @@ use serde_json::json;
 use tracing::Instrument as _;
 
 use super::error::{ApiError, INTERNAL_MESSAGE, InternalErrorSource};
+use crate::observability::{
+    labels::{ApiLabel, UNMATCHED_ROUTE},
+    metrics,
+};
 
 /// The id of one request, as logged and returned.
 #[derive(Debug, Clone)]
@@ -23,16 +28,64 @@ pub struct RequestId(pub String);
 
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
 
-/// Gives each request a fresh id (a caller-sent one is not trusted into logs),
-/// runs it in a span, logs its outcome once, and adds the request code to
-/// generic 500 messages.
+/// The longest caller-sent request id kept.
+pub const MAX_REQUEST_ID_BYTES: usize = 64;
+
+/// The caller's `x-request-id` when it is a short token (letters, digits,
+/// `-`, `_`, `.`; at most 64 bytes), so a proxy's id follows the request
+/// into our logs; anything else (spaces, quotes, control characters, JSON,
+/// long values) is replaced by a fresh id and never logged.
+fn request_id(request: &Request) -> String {
+    request
+        .headers()
+        .get(REQUEST_ID_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .filter(|id| {
+            !id.is_empty()
+                && id.len() <= MAX_REQUEST_ID_BYTES
+                && id
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        })
+        .map(str::to_string)
+        .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string())
+}
+
+/// Which API and route template answered a request: set on the response by
+/// `tag_route` inside the API routers, read by `request_context` outside
+/// them (the template is only known after routing).
+#[derive(Debug, Clone)]
+struct RouteLabels {
+    api: ApiLabel,
+    route: String,
+}
+
+/// Layered on each API router (`api::app`): records the route template
+/// (`MatchedPath`, `unmatched` for the fallback) and the API that answered.
+pub async fn tag_route(State(api): State<ApiLabel>, request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| UNMATCHED_ROUTE.to_string(), |p| p.as_str().to_string());
+    let mut response = next.run(request).await;
+    response.extensions_mut().insert(RouteLabels {
+        api: api.refine(&route),
+        route,
+    });
+    response
+}
+
+/// Gives each request its id, runs it in a span, logs its outcome once
+/// (method, route template, status, latency), counts it, and adds the
+/// request code to generic 500 messages.
 pub async fn request_context(mut request: Request, next: Next) -> Response {
-    let id = uuid::Uuid::new_v4().simple().to_string();
+    let id = request_id(&request);
     request.extensions_mut().insert(RequestId(id.clone()));
+    let method = request.method().clone();
     let span = tracing::info_span!(
         "request",
         request_id = %id,
-        method = %request.method(),
+        method = %method,
         path = %request.uri().path(),
     );
     let started = Instant::now();
@@ -44,11 +97,23 @@ pub async fn request_context(mut request: Request, next: Next) -> Response {
         *response.body_mut() = Body::from(body.to_string());
         response.headers_mut().remove(header::CONTENT_LENGTH);
     }
+    let RouteLabels { api, route } = response
+        .extensions_mut()
+        .remove::<RouteLabels>()
+        .unwrap_or_else(|| RouteLabels {
+            api: ApiLabel::None,
+            route: UNMATCHED_ROUTE.to_string(),
+        });
+    let elapsed = started.elapsed();
+    let status = response.status().as_u16();
     tracing::info!(
-        status = response.status().as_u16(),
-        elapsed_ms = started.elapsed().as_millis() as u64,
+        api = api.as_str(),
+        route = %route,
+        status,
+        latency_ms = elapsed.as_secs_f64() * 1000.0,
         "request finished"
     );
+    metrics::http_request(api, method.as_str(), &route, status, elapsed);
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(REQUEST_ID_HEADER, value);
     }

@@ -11,6 +11,7 @@ pub mod identity;
 pub mod json_body;
 pub mod load;
 pub mod load_body;
+pub mod metrics;
 pub mod migration;
 pub mod openapi;
 pub mod principal;
@@ -35,6 +36,7 @@ use crate::{
     config::Config,
     idp::Idp,
     load::{LoadService, commit::LoadCommitter},
+    observability::labels::ApiLabel,
     query::QueryService,
     store::Store,
 };
@@ -136,12 +138,16 @@ pub fn app(state: AppState, idp: Option<Arc<Idp>>) -> Router {
     if let Some(idp) = idp {
         default = default.merge(crate::idp::router(idp));
     }
+    // Each router tags its responses with the API and route template that
+    // answered, for the request's log line and metrics.
+    let tagged =
+        |router: Router, api: ApiLabel| router.layer(from_fn_with_state(api, gateway::tag_route));
     let routers = HostRouters {
         config: config.clone(),
-        org: finish(org_routes, &org_doc),
-        zone: finish(zone_routes, &zone_doc),
-        dailyrun: finish(dailyrun_routes, &dailyrun_doc),
-        default,
+        org: tagged(finish(org_routes, &org_doc), ApiLabel::Org),
+        zone: tagged(finish(zone_routes, &zone_doc), ApiLabel::Zone),
+        dailyrun: tagged(finish(dailyrun_routes, &dailyrun_doc), ApiLabel::DailyRun),
+        default: tagged(default, ApiLabel::Org),
     };
 
     Router::new()

@@ -14,7 +14,10 @@ use super::{
     error::ApiError,
     routing::{ApiKind, ApiTarget},
 };
-use crate::auth::{AccessClaims, AccessGrant, ClaimError, LakeCaller, validator::Expected};
+use crate::{
+    auth::{AccessClaims, AccessGrant, ClaimError, LakeCaller, validator::Expected},
+    observability::metrics::token_rejected,
+};
 
 /// The scope an endpoint needs (spec "Scopes per endpoint").
 pub trait RequiredScope: Send + Sync + 'static {
@@ -93,7 +96,7 @@ impl<S: RequiredScope> FromRequestParts<AppState> for Caller<S> {
             .get::<ApiTarget>()
             .cloned()
             .ok_or_else(|| ApiError::Internal("request reached an API without a target".into()))?;
-        let token = bearer_token(parts)?;
+        let token = bearer_token(parts).inspect_err(|_| token_rejected("missing_bearer"))?;
         let api_client = target.api_client(&state.config);
         let claims = state
             .validator
@@ -108,6 +111,7 @@ impl<S: RequiredScope> FromRequestParts<AppState> for Caller<S> {
         if let Some(base) = S::SCOPE {
             let needed = scope_for(base, &target);
             if !claims.scopes().contains(needed.as_str()) {
+                token_rejected("insufficient_scope");
                 return Err(ApiError::Forbidden(needed));
             }
         }

@@ -18,7 +18,10 @@ use serde::Deserialize;
 use tokio::sync::Mutex;
 use url::Url;
 
-use crate::clock::SharedClock;
+use crate::{
+    clock::SharedClock,
+    observability::metrics::{self, JwksFetch},
+};
 
 /// Largest discovery or JWKS document accepted.
 const MAX_DOCUMENT_BYTES: usize = 1024 * 1024;
@@ -110,7 +113,7 @@ impl JwksCache {
             .attempted_at
             .is_none_or(|at| now - at >= self.cooldown);
         if stale && may_retry {
-            self.refresh(org, &mut realm).await;
+            self.refresh(org, &mut realm, JwksFetch::Stale).await;
         }
         if let Some(key) = realm.keys.get(kid) {
             return Ok(key.clone());
@@ -120,7 +123,7 @@ impl JwksCache {
             .attempted_at
             .is_none_or(|at| now - at >= self.cooldown)
         {
-            self.refresh(org, &mut realm).await;
+            self.refresh(org, &mut realm, JwksFetch::UnknownKid).await;
             if let Some(key) = realm.keys.get(kid) {
                 return Ok(key.clone());
             }
@@ -134,9 +137,11 @@ impl JwksCache {
     }
 
     /// Fetches discovery (first time) and the JWKS; on failure keeps old keys.
-    async fn refresh(&self, org: &str, realm: &mut RealmKeys) {
+    async fn refresh(&self, org: &str, realm: &mut RealmKeys, why: JwksFetch) {
         realm.attempted_at = Some(self.clock.now());
-        match self.fetch(org, realm.jwks_uri.clone()).await {
+        let fetched = self.fetch(org, realm.jwks_uri.clone()).await;
+        metrics::jwks_fetched(why, fetched.is_ok());
+        match fetched {
             Ok((jwks_uri, keys)) => {
                 realm.jwks_uri = Some(jwks_uri);
                 realm.keys = keys;

@@ -67,6 +67,31 @@ pub enum TokenError {
     KeysUnavailable(String),
 }
 
+impl TokenError {
+    /// Why, as a fixed word for the metrics (never the error's text, which
+    /// may quote the token's header).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            TokenError::Malformed => "malformed",
+            TokenError::BadHeader(_) => "bad_header",
+            TokenError::DisallowedAlgorithm(_) => "disallowed_algorithm",
+            TokenError::ForbiddenHeader(_) => "forbidden_header",
+            TokenError::MissingKid => "missing_kid",
+            TokenError::WrongIssuer => "wrong_issuer",
+            TokenError::UnknownKey => "unknown_key",
+            TokenError::AlgorithmMismatch => "algorithm_mismatch",
+            TokenError::Invalid(_) => "invalid_signature_or_claims",
+            TokenError::MissingClaim(_) => "missing_claim",
+            TokenError::NonNumericTime(_) => "non_numeric_time",
+            TokenError::Expired => "expired",
+            TokenError::NotYetValid => "not_yet_valid",
+            TokenError::LifetimeTooLong => "lifetime_too_long",
+            TokenError::WrongType(_) => "wrong_type",
+            TokenError::KeysUnavailable(_) => "keys_unavailable",
+        }
+    }
+}
+
 /// What a token must be for: the org whose realm must have issued it and the
 /// API client that must be in its audience.
 #[derive(Debug, Clone, Copy)]
@@ -134,7 +159,20 @@ impl TokenValidator {
         self.jwks.issuer(org)
     }
 
+    /// Validates `token` for `expected`; every refusal is counted by reason.
     pub async fn validate(
+        &self,
+        token: &str,
+        expected: Expected<'_>,
+    ) -> Result<AccessClaims, TokenError> {
+        let validated = self.validate_uncounted(token, expected).await;
+        if let Err(e) = &validated {
+            crate::observability::metrics::token_rejected(e.reason());
+        }
+        validated
+    }
+
+    async fn validate_uncounted(
         &self,
         token: &str,
         expected: Expected<'_>,

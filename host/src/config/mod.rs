@@ -37,7 +37,7 @@ pub use self::{
     orgs::OrgConfig,
     pipeline::{ErrorMessagesShape, PipelineConfig},
     query::{MAX_CSV_LINK_LIFETIME_S, QueryConfig},
-    server::ServerConfig,
+    server::{LogFormat, ServerConfig},
     storage::StorageConfig,
     uploads::UploadsConfig,
 };

@@ -1,6 +1,7 @@
 //! The `[server]` section: the API listener, its timeouts and connection
 //! guards, the TLS files, the region domain, the default org and the DailyRun
-//! prefix, with their defaults and their checks.
+//! prefix, the metrics listener and the log format, with their defaults and
+//! their checks.
 //!
 //! It checks only its own values: that `server.default_org` names a configured
 //! org is checked with the orgs (`orgs.rs`), and the listener's effect on the
@@ -44,6 +45,22 @@ pub struct ServerConfig {
     /// balancer takes it out of rotation before its listeners close (at least
     /// the balancer's check interval times its fall count).
     pub drain_notice_ms: u64,
+    /// Where `GET /metrics` (Prometheus text format) is served: a listener of
+    /// its own, so the APIs' address never exposes it.
+    pub metrics_listen: SocketAddr,
+    /// `text` (the default) or `json`: one JSON object per log line.
+    pub log_format: LogFormat,
+}
+
+/// How log lines are written (stderr).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// tracing's human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line, span fields (the request id) flattened in.
+    Json,
 }
 
 impl Default for ServerConfig {
@@ -62,6 +79,8 @@ impl Default for ServerConfig {
             idle_timeout_s: 60,
             drain_s: 30,
             drain_notice_ms: 0,
+            metrics_listen: "127.0.0.1:9464".parse().expect("literal address"),
+            log_format: LogFormat::Text,
         }
     }
 }
@@ -91,6 +110,12 @@ impl ServerConfig {
             return Err(ConfigError::new(
                 "server.drain_notice_ms",
                 "must be at most server.drain_s (the notice is part of the drain)",
+            ));
+        }
+        if self.metrics_listen.port() != 0 && self.metrics_listen == self.listen {
+            return Err(ConfigError::new(
+                "server.metrics_listen",
+                "must differ from server.listen (metrics have a listener of their own)",
             ));
         }
         match (&self.tls_cert, &self.tls_key) {
@@ -150,6 +175,15 @@ mod tests {
                 "server.drain_notice_ms",
             ),
             ("[server]\nfoo = 1", "server.foo"),
+            (
+                "[server]\nmetrics_listen = \"9464\"",
+                "server.metrics_listen",
+            ),
+            (
+                "[server]\nlisten = \"127.0.0.1:8080\"\nmetrics_listen = \"127.0.0.1:8080\"",
+                "server.metrics_listen",
+            ),
+            ("[server]\nlog_format = \"xml\"", "server.log_format"),
         ]);
     }
 }

@@ -29,6 +29,8 @@ fn embedded_default_is_valid_and_matches_design() {
     assert_eq!(config.server.default_org, "demo");
     assert_eq!(config.orgs[0].zones, vec!["lab"]);
     assert_eq!(config.storage.s3_listen.to_string(), "127.0.0.1:9000");
+    assert_eq!(config.server.metrics_listen.to_string(), "127.0.0.1:9464");
+    assert_eq!(config.server.log_format, crate::config::LogFormat::Text);
     let roles: BTreeSet<_> = config
         .idp
         .clients

@@ -29,6 +29,7 @@ use std::{path::PathBuf, sync::Arc, time::Duration};
 use chrono::{DateTime, Utc};
 use croner::Cron;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use super::{schedule::due_slot, transform::LakeTransform};
 use crate::{
@@ -38,6 +39,7 @@ use crate::{
     engine::runtime::EngineRuntime,
     lake::Lake,
     lease::Lease,
+    observability::jobs,
     periodic::spawn_every,
     pipeline::{
         PipelineEngine, PipelineKind, RunContext, RunControl, Stopped, manifest::org_manifest,
@@ -204,18 +206,22 @@ impl DailyRunService {
             })
             .await?;
         if let StartOutcome::Started(run) = &outcome {
-            tracing::info!(execution = %run.name, scheduled = scheduled_for.is_some(), "daily run started");
+            jobs::daily_run_started(&run.name, scheduled_for.is_some());
             let service = self.clone();
             let run = run.clone();
             let counted = self.drain.running_job();
-            tokio::spawn(async move {
-                let _counted = counted;
-                tokio::select! {
-                    _ = service.stop.cancelled() => {}
-                    _ = service.run(&run) => {}
-                    () = service.drain.handing_back() => service.abort_for_drain(&run).await,
+            // In the starting request's span, if any: the run's lines carry its id.
+            tokio::spawn(
+                async move {
+                    let _counted = counted;
+                    tokio::select! {
+                        _ = service.stop.cancelled() => {}
+                        _ = service.run(&run) => {}
+                        () = service.drain.handing_back() => service.abort_for_drain(&run).await,
+                    }
                 }
-            });
+                .in_current_span(),
+            );
         }
         Ok(outcome)
     }
@@ -238,7 +244,7 @@ impl DailyRunService {
     /// the scheduled runs that are due.
     pub async fn tick(self: &Arc<Self>) -> Result<(), store::Error> {
         for run in self.store.end_stale_daily_runs(self.now()).await? {
-            tracing::warn!(execution = %run.name, status = run.status.as_str(), "daily run ended");
+            jobs::daily_run_ended(&run.name, run.status, None);
         }
         let now = self.clock.now();
         let catch_up = chrono::Duration::seconds(
@@ -286,12 +292,9 @@ impl DailyRunService {
             .finish_daily_run(&run.name, &self.holder, &end, self.now())
             .await
         {
-            Ok(Finished::Recorded) => tracing::info!(
-                execution = %run.name,
-                status = end.status.as_str(),
-                cause = end.cause.as_deref().unwrap_or(""),
-                "daily run ended"
-            ),
+            Ok(Finished::Recorded) => {
+                jobs::daily_run_ended(&run.name, end.status, end.cause.as_deref())
+            }
             Ok(Finished::Lost) => tracing::warn!(
                 execution = %run.name,
                 "daily run had already ended (timed out or aborted)"

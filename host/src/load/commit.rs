@@ -42,6 +42,7 @@ use crate::{
     engine::{runtime::EngineRuntime, table_writer::delete_paths},
     lake::Lake,
     lease::Lease,
+    observability::jobs,
     pipeline::{
         ErrorItem, PipelineEngine, PipelineKind, PipelineOutcome, RunControl, StepContext,
         StepMarker, manifest::org_manifest,
@@ -206,6 +207,7 @@ impl LoadCommitter {
     async fn run(&self, record: LoadRecord) {
         let id = record.load.id.clone();
         let _counted = self.drain.running_job();
+        jobs::load_commit_claimed(&id, record.attempts, record.running_step.is_some());
         let (end, pending) = if let Some(step) = &record.running_step {
             (internal(died_during(step)), None)
         } else if record.attempts > i64::from(self.config.max_attempts) {
@@ -247,6 +249,10 @@ impl LoadCommitter {
             .await
         {
             Ok(Finished::Recorded) => {
+                match &end {
+                    LoadEnd::Success { .. } => jobs::load_ended(&id, None),
+                    LoadEnd::Fail { error_type, .. } => jobs::load_ended(&id, Some(error_type)),
+                }
                 if matches!(end, LoadEnd::Fail { .. }) {
                     delete_paths(self.lake.object_store().as_ref(), &written).await;
                 }

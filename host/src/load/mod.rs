@@ -259,6 +259,7 @@ impl LoadService {
             .commit_load(load_id, &check_sum_json, &access_json, micros(&self.clock))
             .await?;
         if committed {
+            crate::observability::jobs::load_committed(load_id);
             Ok(())
         } else {
             Err(LoadError::AlreadyCommitted)

@@ -3,7 +3,8 @@
 //! that fails, that gives no verdict, or that the caller halts (its check
 //! before the step refused, or it could not run the step at all).
 //!
-//! It owns the order and where a run stops, nothing else: how a step runs
+//! It owns the order and where a run stops (and times each step for the
+//! metrics), nothing else: how a step runs
 //! (which world, on which thread) is the caller's runner's, and what a stop
 //! means (a FAIL report, a run's end) is the caller's to say. It must never
 //! run a step after one that did not pass, nor skip one.
@@ -14,6 +15,7 @@ use std::{
 };
 
 use super::{ErrorItem, StepError, StepVerdict, manifest::Manifest, manifest::Step};
+use crate::observability::metrics::{StepOutcome, StepTimer};
 
 /// How a run of a manifest's steps went.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,19 +63,30 @@ where
     for step in &manifest.steps {
         let stopped = match before_each().await {
             Err(halt) => Stopped::Halted(halt),
-            Ok(()) => match run(step).await {
-                Ok(Ok(None)) => {
-                    passed.push(step.name.clone());
-                    continue;
+            Ok(()) => {
+                let timer = StepTimer::start();
+                let ran = run(step).await;
+                let outcome = match &ran {
+                    Ok(Ok(None)) => StepOutcome::Passed,
+                    Ok(Ok(Some(_))) => StepOutcome::Failed,
+                    Ok(Err(_)) => StepOutcome::Error,
+                    Err(_) => StepOutcome::Halted,
+                };
+                timer.finish(manifest.kind, &step.name, outcome);
+                match ran {
+                    Ok(Ok(None)) => {
+                        passed.push(step.name.clone());
+                        continue;
+                    }
+                    Ok(Ok(Some((error_type, items)))) => Stopped::Failed {
+                        step: step.name.clone(),
+                        error_type,
+                        items,
+                    },
+                    Ok(Err(error)) => Stopped::Error(error),
+                    Err(halt) => Stopped::Halted(halt),
                 }
-                Ok(Ok(Some((error_type, items)))) => Stopped::Failed {
-                    step: step.name.clone(),
-                    error_type,
-                    items,
-                },
-                Ok(Err(error)) => Stopped::Error(error),
-                Err(halt) => Stopped::Halted(halt),
-            },
+            }
         };
         return StepsRun {
             passed,

@@ -10,7 +10,7 @@ use datafusion::{
         datatypes::{DataType, Field, Schema, SchemaRef},
     },
     common::DataFusionError,
-    physical_plan::execute_stream,
+    physical_plan::{ExecutionPlan, execute_stream},
     prelude::SessionContext,
 };
 use futures::StreamExt as _;
@@ -56,7 +56,7 @@ pub async fn execute(
             let mut writer = CsvResultWriter::create(store, result_path, &schema)
                 .await
                 .map_err(|e| QueryError::Internal(format!("result file: {e}")))?;
-            let mut stream = execute_stream(plan, context.task_ctx()).map_err(run_error)?;
+            let mut stream = execute_stream(plan.clone(), context.task_ctx()).map_err(run_error)?;
             while let Some(batch) = stream.next().await {
                 let written = match batch {
                     Ok(batch) => writer
@@ -74,6 +74,7 @@ pub async fn execute(
                 .finish()
                 .await
                 .map_err(|e| QueryError::Internal(format!("result file: {e}")))?;
+            crate::observability::metrics::query_scanned(bytes_scanned(plan.as_ref()));
             Ok(Execution {
                 columns: columns_of(&schema),
                 rows: written.rows,
@@ -114,7 +115,8 @@ pub async fn execute(
                 query_id,
                 access.read_scope(database.kind),
             );
-            let written = write_plan(context, plan, writer).await?;
+            let written = write_plan(context, plan.clone(), writer).await?;
+            crate::observability::metrics::query_scanned(bytes_scanned(plan.as_ref()));
             let (files, rows) = (written.files, written.rows);
             let staged = files.iter().map(|f| f.path.clone()).collect();
             let write = CatalogWrite::CreateTableWithFiles { table, files };
@@ -132,7 +134,8 @@ pub async fn execute(
                 query_id,
                 access.read_scope(database.kind),
             );
-            let written = write_plan(context, plan, writer).await?;
+            let written = write_plan(context, plan.clone(), writer).await?;
+            crate::observability::metrics::query_scanned(bytes_scanned(plan.as_ref()));
             let (files, rows) = (written.files, written.rows);
             let staged = files.iter().map(|f| f.path.clone()).collect();
             let write = CatalogWrite::Append {
@@ -212,4 +215,19 @@ async fn count_result(
             Err(QueryError::Internal(format!("result file: {e}")))
         }
     }
+}
+
+/// The parquet bytes a finished plan read (reads, CREATE TABLE AS, INSERT):
+/// DataFusion's `bytes_scanned` metric summed over the plan's nodes, which
+/// its parquet scans keep anyway, so this costs one walk of the plan.
+fn bytes_scanned(plan: &dyn ExecutionPlan) -> u64 {
+    let own = plan
+        .metrics()
+        .and_then(|metrics| metrics.sum_by_name("bytes_scanned"))
+        .map_or(0, |value| value.as_usize() as u64);
+    own + plan
+        .children()
+        .into_iter()
+        .map(|child| bytes_scanned(child.as_ref()))
+        .sum::<u64>()
 }

@@ -103,7 +103,10 @@ async fn each_hosts_document_lists_what_that_host_answers() {
     );
     // Every host lists the health checks.
     for paths in [&org, &zone, &dailyrun] {
-        assert!(HEALTH.iter().all(|h| paths.iter().any(|p| p == h)), "{paths:?}");
+        assert!(
+            HEALTH.iter().all(|h| paths.iter().any(|p| p == h)),
+            "{paths:?}"
+        );
     }
 
     // Every path a document lists is answered on its host (not the 404 of

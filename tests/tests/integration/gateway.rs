@@ -100,21 +100,39 @@ async fn slow_requests_get_the_gateway_timeout() {
 }
 
 #[tokio::test]
-async fn every_response_carries_a_fresh_request_id() {
+async fn a_short_caller_request_id_is_echoed_anything_else_replaced() {
     let app = spawn_app().await;
-    let first = app
-        .request(reqwest::Method::GET, ORG_HOST, "/v2/openapi.json")
-        .header("x-request-id", "injected-by-the-caller")
-        .send()
-        .await
-        .unwrap();
+    let send = |id: Option<&str>| {
+        let mut request = app.request(reqwest::Method::GET, ORG_HOST, "/v2/openapi.json");
+        if let Some(id) = id {
+            request = request.header("x-request-id", id);
+        }
+        request.send()
+    };
+    let id = |r: &reqwest::Response| r.headers()["x-request-id"].to_str().unwrap().to_string();
+    // A proxy's token follows the request.
+    let kept = send(Some("edge-7f3a.b_2")).await.unwrap();
+    assert_eq!(id(&kept), "edge-7f3a.b_2");
+    // Spaces, quotes, JSON or long values are not trusted into logs.
+    for hostile in [
+        "two words",
+        "\"quoted\"",
+        "{\"level\":\"ERROR\"}",
+        &"x".repeat(65),
+    ] {
+        let replaced = send(Some(hostile)).await.unwrap();
+        let fresh = id(&replaced);
+        assert_eq!(fresh.len(), 32, "{hostile:?} -> {fresh}");
+        assert!(fresh.bytes().all(|b| b.is_ascii_hexdigit()), "{fresh}");
+    }
+    // Without one, each request gets its own.
+    let first = send(None).await.unwrap();
     let second = app
         .request(reqwest::Method::GET, ORG_HOST, "/nowhere")
         .send()
         .await
         .unwrap();
-    let id = |r: &reqwest::Response| r.headers()["x-request-id"].to_str().unwrap().to_string();
-    assert_eq!(id(&first).len(), 32, "a caller's id is not trusted");
+    assert_eq!(id(&first).len(), 32);
     assert_ne!(id(&first), id(&second));
 }
 

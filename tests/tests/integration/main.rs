@@ -15,6 +15,7 @@ mod gateway;
 mod idp;
 mod loads;
 mod memory_limits;
+mod metrics;
 mod pipeline_data;
 mod query_access;
 mod query_api;

@@ -27,6 +27,7 @@ use std::{
 
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 use url::Url;
 
 use super::{
@@ -53,6 +54,7 @@ use crate::{
     },
     lake::{self, Lake, presigned::ResultLinks, signing::LinkSigner},
     lease::Lease,
+    observability::jobs,
     store::{
         Store,
         catalog::standard_databases,
@@ -287,6 +289,7 @@ impl QueryService {
         };
         let Some(slot) = slot else {
             self.store.insert_query(&query, self.now()).await?;
+            jobs::query_submitted(&id, &query.statement_type, true);
             self.wake.notify_one();
             return Ok(id);
         };
@@ -308,11 +311,16 @@ impl QueryService {
                 return Err(e.into());
             }
         };
+        jobs::query_submitted(&id, &query.statement_type, false);
         let service = self.clone();
-        tokio::spawn(async move {
-            service.run(job, Some(started)).await;
-            drop(slot);
-        });
+        // In the request's span: the run's log lines carry its request id.
+        tokio::spawn(
+            async move {
+                service.run(job, Some(started)).await;
+                drop(slot);
+            }
+            .in_current_span(),
+        );
         Ok(id)
     }
 
@@ -369,6 +377,7 @@ impl QueryService {
             return Ok(());
         }
         if self.store.cancel_query(id, self.now()).await? {
+            jobs::query_ended(id, QueryState::Cancelled, &job.query.statement_type, None);
             let token = self
                 .running
                 .lock()

@@ -8,15 +8,17 @@ use std::{sync::Arc, time::Duration};
 
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use super::{POLL_INTERVAL, Planned, QueryService, Started};
 use crate::{
     auth::AccessGrant,
     engine::table_writer::delete_paths,
+    observability::jobs,
     query::{QueryError, execute::Execution},
     store::{
         Finished,
-        queries::{NewQuery, QueryJob, QueryOutcome},
+        queries::{NewQuery, QueryJob, QueryOutcome, QueryState},
     },
 };
 
@@ -92,15 +94,24 @@ impl QueryService {
     /// Runs a job this worker holds: `started` when the submission's plan is
     /// already executing, else planned again from the job and started.
     pub(super) async fn run(self: &Arc<Self>, job: QueryJob, started: Option<Started>) {
+        // Instrumented rather than entered: an entered span held across an
+        // await would tag other tasks' lines on this thread.
+        let span = tracing::info_span!("query", query = %job.query.id, attempt = job.attempts);
+        self.run_in_span(job, started).instrument(span).await;
+    }
+
+    async fn run_in_span(self: &Arc<Self>, job: QueryJob, started: Option<Started>) {
         let id = job.query.id.clone();
-        let span = tracing::info_span!("query", query = %id, attempt = job.attempts);
-        let _guard = span.enter();
+        let statement_type = job.query.statement_type.as_str();
+        if started.is_none() {
+            jobs::query_claimed(&id, job.attempts);
+        }
         if job.attempts > i64::from(self.limits.max_attempts) {
             let reason = format!(
                 "The query was handed back by stopping servers {} times and was not run again.",
                 job.attempts - 1
             );
-            self.record(&id, Err(QueryError::Failed(reason)), None)
+            self.record(&id, statement_type, Err(QueryError::Failed(reason)), None)
                 .await;
             return;
         }
@@ -129,7 +140,10 @@ impl QueryService {
         };
         self.running.lock().expect("running map lock").remove(&id);
         match outcome {
-            Ended::Ran(outcome) => self.record(&id, *outcome, Some(&result_path)).await,
+            Ended::Ran(outcome) => {
+                self.record(&id, statement_type, *outcome, Some(&result_path))
+                    .await
+            }
             Ended::Stopped => {
                 tracing::info!("query stopped: cancelled or taken over");
                 delete_paths(self.lake.object_store().as_ref(), &[result_path]).await;
@@ -164,6 +178,7 @@ impl QueryService {
         };
         for job in ended {
             tracing::warn!(query = %job.query.id, attempt = job.attempts, "query ended FAILED: its server stopped while running it");
+            jobs::query_abandoned(&job.query.id, &job.query.statement_type);
             let result_path = Self::result_path_of(&job.query, job.attempts);
             delete_paths(self.lake.object_store().as_ref(), &[result_path]).await;
         }
@@ -212,6 +227,7 @@ impl QueryService {
     async fn record(
         &self,
         id: &str,
+        statement_type: &str,
         outcome: Result<Execution, QueryError>,
         result_path: Option<&str>,
     ) {
@@ -257,6 +273,17 @@ impl QueryService {
             .await
         {
             Ok(Finished::Recorded) => {
+                match &job_outcome {
+                    QueryOutcome::Succeeded { bytes, .. } => jobs::query_ended(
+                        id,
+                        QueryState::Succeeded,
+                        statement_type,
+                        Some(u64::try_from(*bytes).unwrap_or(0)),
+                    ),
+                    QueryOutcome::Failed { .. } => {
+                        jobs::query_ended(id, QueryState::Failed, statement_type, None)
+                    }
+                }
                 if !succeeded && let Some(path) = result_path {
                     delete_paths(store.as_ref(), &[path.to_string()]).await;
                 }
@@ -275,10 +302,13 @@ impl QueryService {
                     reason: format!("The query's changes could not be committed: {e}"),
                 };
                 let none = crate::store::queries::CatalogWrite::None;
-                let _ = self
+                if let Ok(Finished::Recorded) = self
                     .store
                     .finish_query(id, &self.holder, &failed, &none, self.now())
-                    .await;
+                    .await
+                {
+                    jobs::query_ended(id, QueryState::Failed, statement_type, None);
+                }
             }
         }
     }
