@@ -72,15 +72,7 @@ pub async fn check_envelope(store: &dyn ObjectStore, path: &Path) -> Result<Obje
         }
     };
     match problem {
-        // The caller's path, not the head's: object_store 0.13's PrefixStore
-        // answers a head with the inner store's full location (its get_opts
-        // does not strip the prefix), and a reader given that location reads
-        // `<prefix>/<prefix>/...` (every load failed on a lake_url with a
-        // prefix, s3://bucket/lake).
-        None => Ok(ObjectMeta {
-            location: path.clone(),
-            ..meta
-        }),
+        None => Ok(meta),
         Some(problem) => Err(format!("not a parquet file: {problem}")),
     }
 }
@@ -88,28 +80,6 @@ pub async fn check_envelope(store: &dyn ObjectStore, path: &Path) -> Result<Obje
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[tokio::test]
-    async fn the_metadata_names_the_path_asked_for_under_a_prefix() {
-        use object_store::{PutPayload, memory::InMemory, prefix::PrefixStore};
-        let store = PrefixStore::new(InMemory::new(), "lake");
-        let path = Path::from("_staging/a.parquet");
-        let batch = datafusion::arrow::record_batch::RecordBatch::try_from_iter([(
-            "n",
-            std::sync::Arc::new(datafusion::arrow::array::Int64Array::from(vec![1]))
-                as datafusion::arrow::array::ArrayRef,
-        )])
-        .unwrap();
-        let mut bytes = Vec::new();
-        let mut writer =
-            datafusion::parquet::arrow::ArrowWriter::try_new(&mut bytes, batch.schema(), None)
-                .unwrap();
-        writer.write(&batch).unwrap();
-        writer.close().unwrap();
-        store.put(&path, PutPayload::from(bytes)).await.unwrap();
-        let meta = check_envelope(&store, &path).await.unwrap();
-        assert_eq!(meta.location, path);
-    }
 
     /// The first 4 and last 8 bytes of a file whose footer claims `footer`.
     fn ends(footer: u32) -> (Vec<u8>, Vec<u8>) {
