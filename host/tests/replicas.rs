@@ -1119,11 +1119,12 @@ impl Cluster {
                 let answer = self.readyz(replica).await;
                 let reached = match (&answer, part) {
                     (Some((200, _)), None) => true,
+                    // The message names the first failing part; `part`
+                    // must be among the failing checks.
                     (Some((503, body)), Some(part)) => {
-                        body["message"]
-                            .as_str()
-                            .is_some_and(|m| m.starts_with(&format!("{part}:")))
-                            && body["checks"][part] != "ok"
+                        body["status"] == "not ready"
+                            && body["message"].as_str().is_some_and(|m| !m.is_empty())
+                            && body["checks"][part].as_str().is_some_and(|c| c != "ok")
                     }
                     _ => false,
                 };
