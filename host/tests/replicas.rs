@@ -1470,6 +1470,17 @@ async fn three_replicas_behind_haproxy_survive_a_kill_a_rolling_restart_a_postgr
         "no client request fails in a rolling restart: {:?}",
         account.failures
     );
+    // A drained replica finishes its jobs or hands them back to be run again:
+    // none of them is a casualty of the restart.
+    assert!(
+        account.query_failures.is_empty()
+            && account.load_failures.is_empty()
+            && account.daily_runs.keys().all(|s| s == "SUCCEEDED"),
+        "jobs that failed in a rolling restart: {:?} {:?} {:?}",
+        account.query_failures,
+        account.load_failures,
+        account.daily_runs
+    );
     ended.extend(account.final_states);
 
     // 3. Postgres stopped under load, then started: the replicas say so on
