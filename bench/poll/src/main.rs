@@ -288,7 +288,9 @@ fn lakehost_binary(args: &Args) -> anyhow::Result<(PathBuf, &'static str)> {
     if let Some(path) = &args.lakehost {
         return Ok((path.clone(), "as given"));
     }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()?;
     for (profile, note) in [
         ("release", "release build (fat LTO)"),
         (
