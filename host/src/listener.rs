@@ -11,6 +11,11 @@
 //!
 //! Each connection gets TCP_NODELAY: small JSON responses must not wait on
 //! delayed ACKs.
+//!
+//! When told to stop (a drain), it stops accepting, closes idle keep-alive
+//! connections, lets each open request finish and closes its connection
+//! after it, and returns once every connection is gone (the caller bounds
+//! the wait).
 
 use std::{
     pin::Pin,
@@ -24,7 +29,7 @@ use std::{
 
 use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
-    server::conn::auto::Builder as ConnectionBuilder,
+    server::{conn::auto::Builder as ConnectionBuilder, graceful::GracefulShutdown},
     service::TowerToHyperService,
 };
 use tokio::{
@@ -34,6 +39,7 @@ use tokio::{
     time::Instant,
 };
 use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::ServerConfig;
 
@@ -107,18 +113,25 @@ fn descriptor_budget() -> Option<u64> {
     None
 }
 
-/// Accepts connections on `listener` until the task is dropped and serves
-/// `router` on each (HTTP/1.1 and HTTP/2, through TLS when `tls` is set).
+/// Accepts connections on `listener` until `stop` is cancelled and serves
+/// `router` on each (HTTP/1.1 and HTTP/2, through TLS when `tls` is set);
+/// then finishes the open requests and returns when no connection is left.
 pub async fn serve(
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
     router: axum::Router,
     limits: ConnectionLimits,
+    stop: CancellationToken,
 ) {
     let service = TowerToHyperService::new(router);
     let open = Arc::new(Semaphore::new(limits.max_connections));
+    let connections = GracefulShutdown::new();
     loop {
-        let (stream, peer) = match listener.accept().await {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = stop.cancelled() => break,
+        };
+        let (stream, peer) = match accepted {
             Ok(accepted) => accepted,
             Err(e) => {
                 // Out of file descriptors and the like: wait, don't spin.
@@ -135,6 +148,7 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let service = service.clone();
         let tls = tls.clone();
+        let drain = connections.watcher();
         tokio::spawn(async move {
             let _permit = permit;
             let activity = Activity::new();
@@ -159,14 +173,16 @@ pub async fn serve(
                         }
                     };
                     let io = TokioIo::new(activity.watch(stream));
-                    let connection = builder.serve_connection_with_upgrades(io, service);
+                    let connection =
+                        drain.watch(builder.serve_connection_with_upgrades(io, service));
                     activity
                         .close_when_idle(connection, limits.idle_timeout)
                         .await
                 }
                 None => {
                     let io = TokioIo::new(activity.watch(stream));
-                    let connection = builder.serve_connection_with_upgrades(io, service);
+                    let connection =
+                        drain.watch(builder.serve_connection_with_upgrades(io, service));
                     activity
                         .close_when_idle(connection, limits.idle_timeout)
                         .await
@@ -181,6 +197,8 @@ pub async fn serve(
             }
         });
     }
+    drop(listener);
+    connections.shutdown().await;
 }
 
 /// When a byte last moved on one connection, in milliseconds since `start`.

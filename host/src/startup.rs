@@ -3,13 +3,20 @@
 //! with rustls, TLS 1.2 and 1.3 only, on both). Tests build it on port 0
 //! in-process and read the bound addresses. Each listener is served by
 //! `listener::serve`, with its connection cap and timeouts.
+//!
+//! Stopping: the first SIGTERM or SIGINT drains the replica (`drain.rs`):
+//! readiness fails at once, the listeners close after `server.drain_notice_ms`,
+//! open requests and running jobs get until `server.drain_s`, jobs still
+//! running then are handed back, and `run_until_stopped` returns (the process
+//! exits 0). A second signal exits at once with 130.
 
-use std::{net::SocketAddr, path::Path, sync::Arc};
+use std::{future::Future, net::SocketAddr, path::Path, sync::Arc, time::Duration};
 
 use anyhow::Context as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject as _};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
 use url::Url;
 
 use crate::{
@@ -18,6 +25,7 @@ use crate::{
     clock::{SharedClock, SystemClock},
     config::Config,
     dailyrun::DailyRunService,
+    drain::Drain,
     engine::runtime::EngineRuntime,
     idp::Idp,
     lake::{Lake, retired::RetiredFileSweeper},
@@ -25,6 +33,7 @@ use crate::{
     load::{LoadService, commit::LoadCommitter},
     pipeline::PipelineEngine,
     query::QueryService,
+    readiness::Readiness,
     store::Store,
 };
 
@@ -45,8 +54,14 @@ pub struct Application {
     idp: Option<Arc<Idp>>,
     store: Store,
     lake: Lake,
-    /// Stops the query workers and the sweepers when dropped.
-    _workers: tokio_util::sync::DropGuard,
+    drain: Drain,
+    /// `server.drain_s` and `server.drain_notice_ms`.
+    drain_for: Duration,
+    drain_notice: Duration,
+    /// Stops the workers and the sweepers (at the drain's end).
+    workers: CancellationToken,
+    /// Stops them when the application is dropped (in-process tests).
+    _workers_when_dropped: tokio_util::sync::DropGuard,
 }
 
 impl Application {
@@ -94,12 +109,14 @@ impl Application {
             Some(url) => url.clone(),
             None => own_url(upload_addr, tls.is_some()),
         };
+        let drain = Drain::new();
         let queries = QueryService::new(
             store.clone(),
             lake.clone(),
             clock.clone(),
             config.query.clone(),
             (upload_endpoint.clone(), config.uploads.bucket.clone()),
+            drain.clone(),
         )
         .await
         .context("starting the query service")?;
@@ -112,7 +129,7 @@ impl Application {
         )
         .await
         .context("starting the load service")?;
-        let workers = tokio_util::sync::CancellationToken::new();
+        let workers = CancellationToken::new();
         queries.start(workers.clone());
         loads.start_sweeper(workers.clone());
         // A query planned on a dropped or replaced table's file list may run
@@ -146,6 +163,7 @@ impl Application {
             clock.clone(),
             (engine.clone(), pipeline_runtime.clone()),
             config.pipeline.clone(),
+            drain.clone(),
         );
         commits.start(workers.clone());
         let daily_runs = DailyRunService::new(
@@ -154,7 +172,7 @@ impl Application {
             clock.clone(),
             (engine, pipeline_runtime),
             &config,
-            workers.clone(),
+            (workers.clone(), drain.clone()),
         );
         // Its first tick ends runs that a stopped server left RUNNING.
         daily_runs.start_scheduler();
@@ -191,6 +209,13 @@ impl Application {
             own_certificate.as_deref(),
         )?);
         let limits = ConnectionLimits::for_listeners(&config.server, 2);
+        let drain_for = Duration::from_secs(config.server.drain_s);
+        let drain_notice = Duration::from_millis(config.server.drain_notice_ms);
+        let readiness = Readiness {
+            store: store.clone(),
+            lake: lake.clone(),
+            drain: drain.clone(),
+        };
         let state = AppState {
             config,
             validator,
@@ -200,6 +225,7 @@ impl Application {
             loads: loads.clone(),
             commits,
             daily_runs: daily_runs.clone(),
+            readiness,
         };
         let router = api::app(state, idp.clone());
         Ok(Self {
@@ -218,7 +244,11 @@ impl Application {
             idp,
             store,
             lake,
-            _workers: workers.drop_guard(),
+            drain,
+            drain_for,
+            drain_notice,
+            _workers_when_dropped: workers.clone().drop_guard(),
+            workers,
         })
     }
 
@@ -264,19 +294,94 @@ impl Application {
         self.lake.clone()
     }
 
-    /// Serves the APIs and the upload endpoint until the task is dropped.
+    /// This server's drain (tests begin one through `run_until`).
+    pub fn drain(&self) -> Drain {
+        self.drain.clone()
+    }
+
+    /// Serves the APIs and the upload endpoint until SIGTERM or SIGINT, then
+    /// drains; a second signal exits the process at once (130).
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
-        tokio::join!(
-            listener::serve(self.listener, self.tls.clone(), self.router, self.limits),
-            listener::serve(
-                self.upload_listener,
-                self.tls,
-                self.upload_router,
-                self.limits
-            ),
+        let signalled = stop_signals()?;
+        self.run_until(signalled).await
+    }
+
+    /// Serves until `stop` resolves, then drains (see the module header) and
+    /// returns when the replica may exit.
+    pub async fn run_until(self, stop: impl Future<Output = ()>) -> std::io::Result<()> {
+        let stop_accepting = CancellationToken::new();
+        let serving = async {
+            tokio::join!(
+                listener::serve(
+                    self.listener,
+                    self.tls.clone(),
+                    self.router,
+                    self.limits,
+                    stop_accepting.clone()
+                ),
+                listener::serve(
+                    self.upload_listener,
+                    self.tls,
+                    self.upload_router,
+                    self.limits,
+                    stop_accepting.clone()
+                ),
+            )
+        };
+        tokio::pin!(serving);
+        tokio::select! {
+            _ = &mut serving => return Ok(()),
+            () = stop => {}
+        }
+        let deadline = tokio::time::Instant::now() + self.drain_for;
+        tracing::info!(
+            drain_s = self.drain_for.as_secs(),
+            running_jobs = self.drain.running_jobs(),
+            "draining"
         );
+        self.drain.begin();
+        tokio::select! {
+            _ = &mut serving => {}
+            _ = tokio::time::sleep(self.drain_notice) => {}
+        }
+        stop_accepting.cancel();
+        let (requests, handed_back) = tokio::join!(
+            tokio::time::timeout_at(deadline, &mut serving),
+            self.drain.end_jobs(deadline)
+        );
+        if requests.is_err() {
+            tracing::warn!("requests still open at the end of the drain were cut");
+        }
+        self.workers.cancel();
+        self.store.close().await;
+        tracing::info!(handed_back, "drained");
         Ok(())
     }
+}
+
+/// Resolves on the first SIGTERM or SIGINT; the second exits the process
+/// at once with 130. Registered when called.
+fn stop_signals() -> std::io::Result<impl Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let (first, signalled) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+        let _ = first.send(());
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+        tracing::warn!("a second stop signal: exiting without draining");
+        std::process::exit(130);
+    });
+    Ok(async move {
+        let _ = signalled.await;
+    })
 }
 
 /// Opens the configured metadata store and makes sure every configured org and

@@ -1,7 +1,13 @@
-//! `kill -9` of the real server in the middle of a load's commit: before the
-//! insert step, and after it wrote its files but before the commit recorded
-//! them. After a restart on the same data, the load ends exactly once and a
-//! query sees all of its rows or none, never some and never twice.
+//! Stopping the real server in the middle of a load's commit, on the same
+//! data afterwards:
+//!
+//! - `kill -9` before the insert step, and after it wrote its files but
+//!   before the commit recorded them: after a restart the load ends FAIL
+//!   once, naming the step its server died in, is not run again (issue 22:
+//!   the step may be what killed it), and no row of it is ever visible; the
+//!   killed attempt's files are swept.
+//! - SIGTERM (a drain): the server hands the commit back and exits 0; the
+//!   next server runs it again and it ends SUCCESS once with all its rows.
 
 use std::{
     io::{BufRead as _, BufReader},
@@ -40,6 +46,21 @@ impl Server {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
     }
+
+    /// SIGTERM, then the exit status (at most a minute later).
+    fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = i32::try_from(self.child.id()).unwrap();
+        // SAFETY: sends a signal to the child this test started.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "still running after SIGTERM");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
 }
 
 fn start(dir: &Path) -> Server {
@@ -50,7 +71,7 @@ fn start(dir: &Path) -> Server {
         // variables are not the server's.
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", "warn,lakehost::load=info")
         .stdout(Stdio::piped())
         .stderr(
             std::fs::OpenOptions::new()
@@ -83,7 +104,7 @@ fn write_config(dir: &Path, manifest: &str) {
     std::fs::write(
         dir.join("lakehost.toml"),
         format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\n[storage]\ndata_dir = {:?}\ns3_listen = \"127.0.0.1:0\"\n\
+            "[server]\nlisten = \"127.0.0.1:0\"\ndrain_s = 1\n[storage]\ndata_dir = {:?}\ns3_listen = \"127.0.0.1:0\"\n\
              [pipeline]\ndir = {:?}\nlease_s = 3\ntest_steps = true\n",
             data.display().to_string(),
             pipelines.display().to_string()
@@ -92,14 +113,14 @@ fn write_config(dir: &Path, manifest: &str) {
     .unwrap();
 }
 
-/// The default steps with a two-second pause before or after the insert.
+/// The default steps with a three-second pause before or after the insert.
 fn manifest(pause_after_insert: bool) -> String {
     let step = |name: &str, grants: &str, extra: &str| {
         format!(
             "[[steps]]\nname = \"{name}\"\ncomponent = \"builtin:{name}\"\ngrants = [{grants}]\n{extra}\n"
         )
     };
-    let pause = step("pause", "", "[steps.config]\nms = 2000");
+    let pause = step("pause", "", "[steps.config]\nms = 3000");
     let mut text = String::from("version = 1\n");
     text += &step("validate_parquet", "\"staged-files\"", "");
     text += &step("verify_checksums", "\"staged-sql\"", "");
@@ -232,22 +253,54 @@ async fn counts(http: &reqwest::Client, api: &str, token: &str) -> Option<(Strin
     Some((cell(0), cell(1)))
 }
 
-async fn kill_during_commit(pause_after_insert: bool) {
-    let dir = tempfile::tempdir().unwrap();
-    let dir = dir.path();
+/// Waits until the load is no longer PROCESSING; its status then.
+async fn load_end(http: &reqwest::Client, api: &str, token: &str, id: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = load_status(http, api, token, id).await;
+        if status["LoadStatus"] != "PROCESSING" {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "still PROCESSING: {status}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Starts a server, commits a load and stops the server with `stop` while
+/// the commit is in its pause (before the insert, or after it wrote its
+/// files); then starts a server on the same data, which waits for the
+/// commit's lease to run out (3 s) when it was not handed back. Returns the
+/// new server, a token, the load's id and how it ended.
+async fn stop_during_commit(
+    dir: &Path,
+    pause_after_insert: bool,
+    stop: impl FnOnce(Server),
+) -> (Server, reqwest::Client, String, String, Value) {
     write_config(dir, &manifest(pause_after_insert));
     let http = reqwest::Client::new();
-
     let server = start(dir);
     let token_1 = token(&http, &server.api).await;
     let id = commit_a_load(&http, &server.api, &token_1).await;
-    // Into the pause: before the insert, or after it wrote its files.
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    // Into the pause: before the insert, or after it wrote its files (the
+    // step the server records as the commit's).
+    let store = lakehost::store::Store::open_sqlite(&dir.join("data/lakehost.db"))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let load = store.load(&id).await.unwrap().unwrap();
+        if load.running_step.as_deref() == Some("pause") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never in its pause: {load:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    store.close().await;
     assert_eq!(
         load_status(&http, &server.api, &token_1, &id).await["LoadStatus"],
         "PROCESSING"
     );
-    server.kill();
+    stop(server);
 
     // A new client: the restarted server may get the old port, and a pooled
     // connection to the killed one would be reset.
@@ -259,41 +312,34 @@ async fn kill_during_commit(pause_after_insert: bool) {
         None,
         "no rows before the load ends"
     );
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let ended = loop {
-        let status = load_status(&http, &server.api, &token, &id).await;
-        if status["LoadStatus"] != "PROCESSING" {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "still PROCESSING: {status}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    assert_eq!(ended["LoadStatus"], "SUCCESS", "{ended}");
-    assert_eq!(
-        counts(&http, &server.api, &token).await,
-        Some((ROWS.to_string(), "1".to_string())),
-        "all rows, once"
+    let ended = load_end(&http, &server.api, &token, &id).await;
+    (server, http, token, id, ended)
+}
+
+async fn kill_during_commit(pause_after_insert: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let (server, http, token, id, ended) =
+        stop_during_commit(dir, pause_after_insert, Server::kill).await;
+    // FAIL, naming the step its server died in; never run again.
+    assert_eq!(ended["LoadStatus"], "FAIL", "{ended}");
+    assert_eq!(ended["ErrorType"], "InternalError", "{ended}");
+    let message = ended["ErrorMessages"].to_string();
+    assert!(
+        message.contains("stopped during step `pause`") && message.contains("not run again"),
+        "{ended}"
     );
+    assert_eq!(counts(&http, &server.api, &token).await, None, "no rows");
     // It stays ended: no second run changes it.
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert_eq!(
         load_status(&http, &server.api, &token, &id).await["LoadStatus"],
-        "SUCCESS"
+        "FAIL"
     );
-    assert_eq!(
-        counts(&http, &server.api, &token).await,
-        Some((ROWS.to_string(), "1".to_string()))
-    );
-    // The killed attempt's files (after its insert) are gone: each attempt
-    // names its own, and the one that ended swept the earlier ones.
+    assert_eq!(counts(&http, &server.api, &token).await, None);
+    // The killed attempt's files (after its insert) are gone.
     let files = parquet_files(&dir.join("data"));
-    assert!(!files.is_empty());
-    assert!(
-        files
-            .iter()
-            .all(|name| name.starts_with(&format!("{id}-a2-"))),
-        "{files:?}"
-    );
+    assert!(files.is_empty(), "{files:?}");
 }
 
 /// The names of the lake's data files under the demo lake database.
@@ -316,11 +362,40 @@ fn parquet_files(data: &Path) -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kill_9_before_the_insert_step_then_the_load_ends_once_with_all_rows() {
+async fn kill_9_before_the_insert_step_then_the_load_ends_fail_naming_the_step() {
     kill_during_commit(false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kill_9_after_the_insert_wrote_its_files_then_no_row_is_counted_twice() {
+async fn kill_9_after_the_insert_wrote_its_files_then_no_row_is_ever_visible() {
     kill_during_commit(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_hands_the_commit_back_and_the_next_server_ends_it_once_with_all_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let (server, http, token, id, ended) = stop_during_commit(dir, true, |server| {
+        let status = server.terminate();
+        assert_eq!(status.code(), Some(0), "a drained server exits 0");
+    })
+    .await;
+    assert_eq!(ended["LoadStatus"], "SUCCESS", "{ended}");
+    assert_eq!(
+        counts(&http, &server.api, &token).await,
+        Some((ROWS.to_string(), "1".to_string())),
+        "all rows, once"
+    );
+    // The handed-back attempt's files are gone: each attempt names its own,
+    // and the one that ended swept the earlier ones.
+    let files = parquet_files(&dir.join("data"));
+    assert!(!files.is_empty());
+    assert!(
+        files
+            .iter()
+            .all(|name| name.starts_with(&format!("{id}-a2-"))),
+        "{files:?}"
+    );
+    let log = std::fs::read_to_string(dir.join("server.log")).unwrap();
+    assert!(log.contains("commit handed back"), "{log}");
 }

@@ -74,6 +74,8 @@ pub struct TestApp {
     pub retired_files: Arc<RetiredFileSweeper>,
     _dir: Option<tempfile::TempDir>,
     server: tokio::task::JoinHandle<()>,
+    /// Begins the server's drain, as SIGTERM does (`TestApp::drain`).
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl Drop for TestApp {
@@ -168,8 +170,15 @@ pub async fn start(config: Config, clock: ManualClock) -> TestApp {
     let daily_runs = app.daily_runs();
     let retired_files = app.retired_files();
     let scheme = app.auth_url().scheme().to_string();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
-        let _ = app.run_until_stopped().await;
+        // Only `TestApp::drain` stops it; dropping the TestApp aborts it.
+        let stop = async move {
+            if stopped.await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        let _ = app.run_until(stop).await;
     });
     TestApp {
         addr,
@@ -189,6 +198,7 @@ pub async fn start(config: Config, clock: ManualClock) -> TestApp {
         retired_files,
         _dir: None,
         server,
+        stop: Some(stop),
     }
 }
 
@@ -199,6 +209,18 @@ pub const OTHER_ORG_HOST: &str = "other.api.localhost";
 pub const SECURITY_METADATA: &str = "/v2/identity/security_metadata";
 
 impl TestApp {
+    /// Begins the server's drain, as SIGTERM does; `drained` waits for its end.
+    pub fn drain(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+
+    /// Waits until the drained server returned (what makes the process exit).
+    pub async fn drained(&mut self) {
+        (&mut self.server).await.expect("the server task ends");
+    }
+
     pub fn issuer(&self, org: &str) -> String {
         format!("http://localhost:{}/realms/{org}", self.addr.port())
     }

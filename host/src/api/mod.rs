@@ -6,6 +6,7 @@ pub mod dailyrun;
 mod dailyrun_body;
 pub mod error;
 pub mod gateway;
+pub mod health;
 pub mod identity;
 pub mod json_body;
 pub mod load;
@@ -51,6 +52,8 @@ pub struct AppState {
     pub loads: Arc<LoadService>,
     pub commits: Arc<LoadCommitter>,
     pub daily_runs: Arc<crate::dailyrun::DailyRunService>,
+    /// What `/readyz` checks.
+    pub readiness: crate::readiness::Readiness,
 }
 
 /// The Org API's routes (paths under `/v2`).
@@ -107,9 +110,13 @@ pub fn app(state: AppState, idp: Option<Arc<Idp>>) -> Router {
     let config = state.config.clone();
     // Each host's document lists the paths that host answers: the bare host
     // serves the default org's Org and DailyRun APIs together.
-    let (org_routes, org_doc) = org_api().split_for_parts();
-    let (zone_routes, zone_doc) = zone_api().split_for_parts();
-    let (dailyrun_routes, dailyrun_doc) = dailyrun_api().split_for_parts();
+    let (org_routes, mut org_doc) = org_api().split_for_parts();
+    let (zone_routes, mut zone_doc) = zone_api().split_for_parts();
+    let (dailyrun_routes, mut dailyrun_doc) = dailyrun_api().split_for_parts();
+    let (health_routes, health_doc) = health::router().split_for_parts();
+    for doc in [&mut org_doc, &mut zone_doc, &mut dailyrun_doc] {
+        doc.merge(health_doc.clone());
+    }
     let mut default_doc = org_doc.clone();
     default_doc.merge(dailyrun_doc.clone());
 
@@ -117,20 +124,23 @@ pub fn app(state: AppState, idp: Option<Arc<Idp>>) -> Router {
     let dailyrun_routes = dailyrun_routes
         .clone()
         .nest(&config.server.dailyrun_prefix, dailyrun_routes);
+    // Every host answers the health checks.
+    let finish = |routes: Router<AppState>, doc: &utoipa::openapi::OpenApi| {
+        finish(routes.merge(health_routes.clone()), &document(doc), &state)
+    };
 
     let mut default = finish(
         org_routes.clone().merge(dailyrun_routes.clone()),
-        &document(&default_doc),
-        &state,
+        &default_doc,
     );
     if let Some(idp) = idp {
         default = default.merge(crate::idp::router(idp));
     }
     let routers = HostRouters {
         config: config.clone(),
-        org: finish(org_routes, &document(&org_doc), &state),
-        zone: finish(zone_routes, &document(&zone_doc), &state),
-        dailyrun: finish(dailyrun_routes, &document(&dailyrun_doc), &state),
+        org: finish(org_routes, &org_doc),
+        zone: finish(zone_routes, &zone_doc),
+        dailyrun: finish(dailyrun_routes, &dailyrun_doc),
         default,
     };
 

@@ -24,11 +24,12 @@ pub struct PipelineConfig {
     /// commit comes from the org committing the fewest (fair sharing).
     pub max_commits_per_org: usize,
     pub max_commits_per_caller: usize,
-    /// How long a worker's claim on a commit lasts without renewal; a crashed
-    /// replica's commits are taken over after it.
+    /// How long a worker's claim on a commit lasts without renewal; a commit
+    /// whose replica died ends FAIL after it, naming the step it was in
+    /// (never run again, in case it was the cause).
     pub lease_s: u64,
-    /// Runs of one commit (the first plus takeovers after its replica died)
-    /// before it fails; 2, as for queries.
+    /// Runs of one commit (the first plus reruns after draining replicas
+    /// handed it back) before it fails.
     pub max_attempts: u32,
     /// The shape of a failed load's `ErrorMessages` items; an org's
     /// `[[orgs]] error_messages` overrides it.
@@ -61,7 +62,7 @@ impl Default for PipelineConfig {
             max_commits_per_org: 1,
             max_commits_per_caller: 1,
             lease_s: 30,
-            max_attempts: 2,
+            max_attempts: 5,
             error_messages: ErrorMessagesShape::Spec,
             test_steps: false,
         }

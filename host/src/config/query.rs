@@ -23,13 +23,12 @@ pub struct QueryConfig {
     pub memory_limit_bytes: u64,
     /// A query still running after this long fails.
     pub time_limit_s: u64,
-    /// How long a worker's claim on a query lasts without renewal; a crashed
-    /// replica's queries are taken over after it.
+    /// How long a worker's claim on a query lasts without renewal; a query
+    /// whose replica died ends FAILED after it (never run again, in case it
+    /// was the cause).
     pub lease_s: u64,
-    /// Runs of one query (the first plus takeovers after its replica died)
-    /// before it fails. 2: a query whose run ended with its process is tried
-    /// once more, since the death may have had another cause, and never into
-    /// a second death.
+    /// Runs of one query (the first plus reruns after draining replicas
+    /// handed it back) before it fails.
     pub max_attempts: u32,
     /// Lifetime of the signed CSV links, at most 900 seconds (spec "Limits").
     pub csv_link_lifetime_s: u64,
@@ -44,7 +43,7 @@ impl Default for QueryConfig {
             memory_limit_bytes: 1 << 30,
             time_limit_s: 1800,
             lease_s: 30,
-            max_attempts: 2,
+            max_attempts: 5,
             csv_link_lifetime_s: 900,
         }
     }

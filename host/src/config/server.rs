@@ -35,6 +35,15 @@ pub struct ServerConfig {
     /// A connection on which nothing moved for this many seconds is closed;
     /// more than `request_timeout_s`, since a request may work that long silently.
     pub idle_timeout_s: u64,
+    /// A stopping replica (SIGTERM, SIGINT) lets open requests and running
+    /// jobs finish for this many seconds after the signal, then hands the
+    /// jobs still running back to the other replicas and exits.
+    pub drain_s: u64,
+    /// For this many milliseconds after the signal a stopping replica still
+    /// accepts connections while `/readyz` already answers 503, so a load
+    /// balancer takes it out of rotation before its listeners close (at least
+    /// the balancer's check interval times its fall count).
+    pub drain_notice_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -51,6 +60,8 @@ impl Default for ServerConfig {
             max_connections: 4096,
             header_read_timeout_s: 10,
             idle_timeout_s: 60,
+            drain_s: 30,
+            drain_notice_ms: 0,
         }
     }
 }
@@ -74,6 +85,12 @@ impl ServerConfig {
             return Err(ConfigError::new(
                 "server.idle_timeout_s",
                 "must be more than server.request_timeout_s (a request may work that long without sending a byte)",
+            ));
+        }
+        if self.drain_notice_ms > self.drain_s.saturating_mul(1000) {
+            return Err(ConfigError::new(
+                "server.drain_notice_ms",
+                "must be at most server.drain_s (the notice is part of the drain)",
             ));
         }
         match (&self.tls_cert, &self.tls_key) {
@@ -128,6 +145,10 @@ mod tests {
                 "server.request_timeout_s",
             ),
             ("[server]\ntls_cert = \"c.pem\"", "server.tls_key"),
+            (
+                "[server]\ndrain_s = 1\ndrain_notice_ms = 1001",
+                "server.drain_notice_ms",
+            ),
             ("[server]\nfoo = 1", "server.foo"),
         ]);
     }

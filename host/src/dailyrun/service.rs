@@ -19,6 +19,10 @@
 //!   RUNNING when its server died is therefore ended ABORTED (not resumed:
 //!   its refreshes are not idempotent with respect to the data read) once
 //!   its hold lapses, at the next start of any replica or tick.
+//! - **Drain.** A draining replica starts no scheduled run; a run it still
+//!   runs when the drain ends is stopped and ended ABORTED at once (for the
+//!   same reason it is not handed over), so the next start need not wait for
+//!   its hold to lapse.
 
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
@@ -30,6 +34,7 @@ use super::{schedule::due_slot, transform::LakeTransform};
 use crate::{
     clock::SharedClock,
     config::{Config, DailyRunConfig},
+    drain::Drain,
     engine::runtime::EngineRuntime,
     lake::Lake,
     lease::Lease,
@@ -81,6 +86,9 @@ pub struct DailyRunService {
     /// Cancelled when the server stops: its runs are abandoned then (and end
     /// ABORTED once their hold lapses), like a crash.
     stop: CancellationToken,
+    /// This replica's drain: no scheduled starts while it drains; runs
+    /// still going at its end are ended ABORTED.
+    drain: Drain,
 }
 
 impl std::fmt::Debug for DailyRunService {
@@ -99,7 +107,7 @@ impl DailyRunService {
         clock: SharedClock,
         (engine, runtime): (Arc<PipelineEngine>, Arc<EngineRuntime>),
         config: &Config,
-        stop: CancellationToken,
+        (stop, drain): (CancellationToken, Drain),
     ) -> Arc<Self> {
         let schedules = config
             .orgs
@@ -123,6 +131,7 @@ impl DailyRunService {
             memory_limit: usize::try_from(config.query.memory_limit_bytes).unwrap_or(usize::MAX),
             holder: format!("dailyrun-{}", store::new_id()),
             stop,
+            drain,
         })
     }
 
@@ -198,10 +207,13 @@ impl DailyRunService {
             tracing::info!(execution = %run.name, scheduled = scheduled_for.is_some(), "daily run started");
             let service = self.clone();
             let run = run.clone();
+            let counted = self.drain.running_job();
             tokio::spawn(async move {
+                let _counted = counted;
                 tokio::select! {
                     _ = service.stop.cancelled() => {}
-                    _ = service.run(run) => {}
+                    _ = service.run(&run) => {}
+                    () = service.drain.handing_back() => service.abort_for_drain(&run).await,
                 }
             });
         }
@@ -233,6 +245,9 @@ impl DailyRunService {
             i64::try_from(self.config.catch_up_s).unwrap_or(i64::MAX / 1000),
         );
         for (org, schedule) in &self.schedules {
+            if self.drain.is_draining() {
+                break;
+            }
             let Some(slot) = due_slot(schedule, now, catch_up) else {
                 continue;
             };
@@ -252,10 +267,10 @@ impl DailyRunService {
 
     /// Runs an execution's steps while renewing its hold, then records the
     /// end; stops them as soon as the hold no longer holds.
-    async fn run(&self, run: DailyRun) {
+    async fn run(&self, run: &DailyRun) {
         let held = self
             .lease
-            .hold_while_held(&run.name, self.steps(&run), |until| {
+            .hold_while_held(&run.name, self.steps(run), |until| {
                 self.store.renew_daily_run(&run.name, &self.holder, until)
             })
             .await;
@@ -285,6 +300,29 @@ impl DailyRunService {
                 execution = %run.name,
                 error = %e,
                 "recording the end of a daily run failed; it ends ABORTED when its hold lapses"
+            ),
+        }
+    }
+
+    /// Ends ABORTED a run the drain stopped (its steps were dropped).
+    async fn abort_for_drain(&self, run: &DailyRun) {
+        let end = RunEnd {
+            status: RunStatus::Aborted,
+            error: Some("Aborted".into()),
+            cause: Some("the server running it was stopped (drained) before the run ended".into()),
+        };
+        match self
+            .store
+            .finish_daily_run(&run.name, &self.holder, &end, self.now())
+            .await
+        {
+            Ok(_) => {
+                tracing::warn!(execution = %run.name, "daily run ended ABORTED: the server drains")
+            }
+            Err(e) => tracing::error!(
+                execution = %run.name,
+                error = %e,
+                "recording a drained daily run failed; it ends ABORTED when its hold lapses"
             ),
         }
     }

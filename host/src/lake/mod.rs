@@ -21,8 +21,8 @@ use datafusion::{
     execution::object_store::ObjectStoreUrl,
 };
 use object_store::{
-    ObjectStore, aws::AmazonS3Builder, local::LocalFileSystem, path::Path as ObjectPath,
-    signer::Signer,
+    ObjectStore, ObjectStoreExt as _, aws::AmazonS3Builder, local::LocalFileSystem,
+    path::Path as ObjectPath, signer::Signer,
 };
 use serde::{Deserialize, Serialize};
 
@@ -37,6 +37,9 @@ pub enum Error {
     #[error("storage.lake_url: {0}")]
     Url(String),
 }
+
+/// The object the readiness probe asks for; no database can have this name.
+const PROBE_OBJECT: &str = "_readyz/probe";
 
 /// The lake's object store and the URL DataFusion knows it by.
 #[derive(Clone, Debug)]
@@ -129,6 +132,19 @@ impl Lake {
             .signed_url(reqwest::Method::GET, &full, expires_in)
             .await?;
         Ok(Some(url))
+    }
+
+    /// Whether the lake answers: its directory is there (local disk), or its
+    /// store answers a HEAD of an object nobody writes (not found is an
+    /// answer). Callers bound the wait: an S3 client retries for a while.
+    pub async fn probe(&self) -> Result<(), Error> {
+        if let Some(root) = &self.root {
+            tokio::fs::metadata(root).await?;
+        }
+        match self.store.head(&ObjectPath::from(PROBE_OBJECT)).await {
+            Ok(_) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// The lake's directory when it is on local disk.

@@ -5,17 +5,22 @@
 //! with the new table and files in the catalog, or FAIL with the report.
 //!
 //! A crash at any moment leaves the load PROCESSING with no rows visible (the
-//! files the insert step wrote are not in the catalog); when the lease runs
-//! out another worker runs the commit again from the start and ends it
-//! exactly once, since the end is conditional on holding the lease. Each
+//! files the insert step wrote are not in the catalog). The holder records
+//! each step as it begins (`running_step`); when the lease of a dead holder
+//! runs out, the worker that claims the load finds the step set and ends the
+//! load FAIL naming it, without running it again: the step may be what
+//! killed the replica, and must not kill the next one. A draining replica
+//! instead hands its commits back (no holder, no step) when the drain ends,
+//! and another worker runs them again from the start, at most
+//! `pipeline.max_attempts` runs, then it fails with InternalError. The end
+//! is conditional on holding the lease, so a load ends exactly once. Each
 //! attempt names its files after itself (`<load>-a<attempt>-<n>.parquet`), so
 //! an attempt that finds its lease taken deletes only its own files, never
-//! the ones the next attempt recorded. After `pipeline.max_attempts` runs it
-//! fails with InternalError. Staged files are removed once the load ended.
-//! A commit whose lease no longer holds stops, records nothing and deletes
-//! what it wrote; a commit's work dropped (the server stopping) leaves the
-//! load to be run again (its files are swept as orphans). Either way its
-//! running step stops at once, even inside a capability call.
+//! the ones the next attempt recorded; the attempt that ends the load sweeps
+//! the earlier ones'. Staged files are removed once the load ended. A commit
+//! whose lease no longer holds stops, records nothing and deletes what it
+//! wrote. Either way its running step stops at once, even inside a
+//! capability call.
 
 use std::{sync::Arc, time::Duration};
 
@@ -33,12 +38,13 @@ use crate::{
     auth::{AccessGrant, ServiceClientScope},
     clock::SharedClock,
     config::PipelineConfig,
+    drain::Drain,
     engine::{runtime::EngineRuntime, table_writer::delete_paths},
     lake::Lake,
     lease::Lease,
     pipeline::{
         ErrorItem, PipelineEngine, PipelineKind, PipelineOutcome, RunControl, StepContext,
-        manifest::org_manifest,
+        StepMarker, manifest::org_manifest,
     },
     store::{
         Finished, Store,
@@ -62,6 +68,8 @@ pub struct LoadCommitter {
     lease: Lease,
     holder: String,
     wake: Notify,
+    /// This replica's drain: no claims while it drains, hand-backs at its end.
+    drain: Drain,
 }
 
 impl std::fmt::Debug for LoadCommitter {
@@ -70,6 +78,31 @@ impl std::fmt::Debug for LoadCommitter {
             .field("holder", &self.holder)
             .finish_non_exhaustive()
     }
+}
+
+/// How a commit held under its lease came out.
+enum Held {
+    /// The pipeline ran to an end: record it.
+    Ended(Box<(LoadEnd, Option<PendingAppend>)>),
+    /// A renewal no longer held: another worker has it.
+    Lost,
+    /// The replica drains: give the commit back.
+    HandedBack,
+}
+
+/// The FAIL message of a commit whose replica died during `step` (`""`:
+/// before its first step).
+fn died_during(step: &str) -> String {
+    let during = if step.is_empty() {
+        "before its first step".to_string()
+    } else {
+        format!("during step `{step}`")
+    };
+    format!(
+        "the server running this commit stopped {during} (it was killed, ran out of memory or \
+         crashed); the commit was not run again, in case that was its cause, and none of its \
+         rows were written. Create a new load to try again."
+    )
 }
 
 fn internal(message: String) -> LoadEnd {
@@ -97,6 +130,7 @@ impl LoadCommitter {
         clock: SharedClock,
         (engine, runtime): (Arc<PipelineEngine>, Arc<EngineRuntime>),
         config: PipelineConfig,
+        drain: Drain,
     ) -> Arc<Self> {
         Arc::new(Self {
             store,
@@ -107,6 +141,7 @@ impl LoadCommitter {
             config,
             holder: format!("commit-{}", crate::store::new_id()),
             wake: Notify::new(),
+            drain,
         })
     }
 
@@ -119,13 +154,17 @@ impl LoadCommitter {
         self.lease.now()
     }
 
-    /// Starts `pipeline.commit_workers` workers until `stop` is cancelled.
+    /// Starts `pipeline.commit_workers` workers until `stop` is cancelled;
+    /// they claim nothing once the replica drains.
     pub fn start(self: &Arc<Self>, stop: CancellationToken) {
         for _ in 0..self.config.commit_workers {
             let committer = self.clone();
             let stop = stop.clone();
             tokio::spawn(async move {
                 loop {
+                    if committer.drain.is_draining() {
+                        return;
+                    }
                     let claimed = tokio::select! {
                         _ = stop.cancelled() => return,
                         claimed = committer.run_one() => claimed,
@@ -137,6 +176,7 @@ impl LoadCommitter {
                     }
                     tokio::select! {
                         _ = stop.cancelled() => return,
+                        () = committer.drain.began() => return,
                         _ = committer.wake.notified() => {}
                         _ = tokio::time::sleep(POLL_INTERVAL) => {}
                     }
@@ -165,17 +205,34 @@ impl LoadCommitter {
 
     async fn run(&self, record: LoadRecord) {
         let id = record.load.id.clone();
-        let (end, pending) = if record.attempts > i64::from(self.config.max_attempts) {
+        let _counted = self.drain.running_job();
+        let (end, pending) = if let Some(step) = &record.running_step {
+            (internal(died_during(step)), None)
+        } else if record.attempts > i64::from(self.config.max_attempts) {
             let message = format!(
-                "the commit was interrupted {} times and is not tried again",
+                "the commit was handed back by stopping servers {} times and is not tried again",
                 record.attempts - 1
             );
             (internal(message), None)
         } else {
             match self.pipeline_with_lease(&record).await {
-                Some(ended) => ended,
-                None => {
+                Held::Ended(ended) => *ended,
+                Held::Lost => {
                     tracing::warn!(load = %id, "commit lost its lease; its steps were stopped and another worker runs it");
+                    return;
+                }
+                Held::HandedBack => {
+                    match self.store.hand_back_load(&id, &self.holder).await {
+                        Ok(true) => {
+                            tracing::info!(load = %id, "commit handed back: the server drains")
+                        }
+                        Ok(false) => {
+                            tracing::info!(load = %id, "commit ended elsewhere while the server drained")
+                        }
+                        Err(e) => {
+                            tracing::warn!(load = %id, error = %e, "commit not handed back; it ends FAIL when its lease runs out")
+                        }
+                    }
                     return;
                 }
             }
@@ -245,18 +302,38 @@ impl LoadCommitter {
         delete_paths(store.as_ref(), &earlier).await;
     }
 
-    /// Runs the pipeline while renewing the lease; `None` (the pipeline
-    /// dropped, its step stopped) once a renewal no longer holds.
-    async fn pipeline_with_lease(
-        &self,
-        record: &LoadRecord,
-    ) -> Option<(LoadEnd, Option<PendingAppend>)> {
+    /// Runs the pipeline while renewing the lease, after recording that the
+    /// commit runs (no step yet); the pipeline is dropped (its step stopped)
+    /// once a renewal no longer holds or the drain wants it back.
+    async fn pipeline_with_lease(&self, record: &LoadRecord) -> Held {
         let id = &record.load.id;
-        self.lease
+        match self.store.mark_load_step(id, &self.holder, "").await {
+            Ok(true) => {}
+            Ok(false) => return Held::Lost,
+            Err(e) => return Held::Ended(Box::new((internal(format!("store: {e}")), None))),
+        }
+        let held = self
+            .lease
             .hold_while_held(id, self.pipeline(record), |until| {
                 self.store.renew_load_lease(id, &self.holder, until)
-            })
-            .await
+            });
+        tokio::select! {
+            held = held => held.map(|ended| Held::Ended(Box::new(ended))).unwrap_or(Held::Lost),
+            () = self.drain.handing_back() => Held::HandedBack,
+        }
+    }
+
+    /// Records each step of `record`'s commit as it begins (from the step's
+    /// thread), so that a death is known to be in that step.
+    fn step_marker(&self, record: &LoadRecord) -> StepMarker {
+        let runtime = tokio::runtime::Handle::current();
+        let store = self.store.clone();
+        let (id, holder) = (record.load.id.clone(), self.holder.clone());
+        Arc::new(move |step: &str| {
+            if let Err(e) = runtime.block_on(store.mark_load_step(&id, &holder, step)) {
+                tracing::warn!(load = %id, step, error = %e, "the commit's step was not recorded");
+            }
+        })
     }
 
     async fn pipeline(&self, record: &LoadRecord) -> (LoadEnd, Option<PendingAppend>) {
@@ -327,7 +404,8 @@ impl LoadCommitter {
         // Dropping this work (lease lost, server stopping) stops the running step.
         let stop = CancellationToken::new();
         let _stop_when_dropped = stop.clone().drop_guard();
-        let control = RunControl::new(self.runtime.clone(), stop);
+        let control =
+            RunControl::new(self.runtime.clone(), stop).with_step_marker(self.step_marker(record));
         let engine = self.engine.clone();
         let runner = data.clone();
         let outcome = tokio::task::spawn_blocking(move || {

@@ -104,16 +104,38 @@ pub trait DailyData: Send + Sync {
 /// runtime their capability calls' SQL runs on (kept alive while a step may
 /// use it, and apart from the one serving HTTP), and the token that stops
 /// the run: a step running when it is cancelled ends at once, in its own
-/// code or in a capability call.
+/// code or in a capability call. A load commit also has each step's name
+/// told before it begins (recorded, so a death is known to be in that step).
 #[derive(Clone)]
 pub struct RunControl {
     runtime: Arc<EngineRuntime>,
     stop: CancellationToken,
+    step_marker: Option<StepMarker>,
 }
+
+/// Told a step's name before the step begins; runs on the step's thread.
+pub type StepMarker = Arc<dyn Fn(&str) + Send + Sync>;
 
 impl RunControl {
     pub fn new(runtime: Arc<EngineRuntime>, stop: CancellationToken) -> Self {
-        Self { runtime, stop }
+        Self {
+            runtime,
+            stop,
+            step_marker: None,
+        }
+    }
+
+    /// Tells `marker` each step's name before the step begins.
+    pub fn with_step_marker(mut self, marker: StepMarker) -> Self {
+        self.step_marker = Some(marker);
+        self
+    }
+
+    /// Called before `step` begins.
+    pub(crate) fn entering(&self, step: &str) {
+        if let Some(marker) = &self.step_marker {
+            marker(step);
+        }
     }
 
     /// A runtime of its own and a stop nobody cancels: for a run that nothing

@@ -67,8 +67,11 @@ pub struct LoadRecord {
     /// What the commit asked for: the check_sum object and the caller's access.
     pub check_sum_json: Option<String>,
     pub access_json: Option<String>,
-    /// Runs of the commit so far (the first plus takeovers after a crash).
+    /// Runs of the commit so far (the first plus reruns after hand-backs).
     pub attempts: i64,
+    /// The step the commit's holder is in (`Some("")` before its first step);
+    /// read from a claim, set means the previous holder died in that step.
+    pub running_step: Option<String>,
 }
 
 /// How a commit ended.
@@ -102,7 +105,7 @@ pub struct LoadFile {
 const LOAD_COLUMNS: &str = "id, org, zone, owner_sub, load_type, table_name, \
     load_as_service_client_id, partitions_json, state, error_type, error_messages_json, \
     created_at, updated_at, staging_removed_at, check_sum_json, access_json, \
-    CAST(attempts AS BIGINT) AS attempts";
+    CAST(attempts AS BIGINT) AS attempts, running_step";
 
 fn load_from_row(row: &sqlx::any::AnyRow) -> Result<LoadRecord> {
     let zone: String = row.try_get("zone")?;
@@ -129,6 +132,7 @@ fn load_from_row(row: &sqlx::any::AnyRow) -> Result<LoadRecord> {
         check_sum_json: row.try_get("check_sum_json")?,
         access_json: row.try_get("access_json")?,
         attempts: row.try_get("attempts")?,
+        running_step: row.try_get("running_step")?,
     })
 }
 
@@ -314,7 +318,8 @@ impl Store {
     }
 
     /// Claims a PROCESSING load nobody holds (or whose holder's lease ran
-    /// out) for `holder` until `lease_until`. At most one worker gets it.
+    /// out) for `holder` until `lease_until`. At most one worker gets it. The
+    /// claim leaves `running_step` as it was: set, the previous holder died.
     /// Fair sharing as for queries (`claim_query`): a load nobody held is
     /// taken only while `holder` commits fewer than `caps.per_org` loads of
     /// its org (`caps.per_caller` of its caller), the org with the fewest
@@ -357,6 +362,36 @@ impl Store {
         row.as_ref().map(load_from_row).transpose()
     }
 
+    /// Records the step the commit `holder` holds is in; false when it no
+    /// longer holds it.
+    pub async fn mark_load_step(&self, id: &str, holder: &str, step: &str) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE loads SET running_step = $1 \
+             WHERE id = $2 AND lease_owner = $3 AND state = 'PROCESSING'",
+        )
+        .bind(step)
+        .bind(id)
+        .bind(holder)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Gives a commit `holder` runs back (a draining replica): nobody holds
+    /// it and no step runs, so any replica claims it next and runs it again.
+    /// False when `holder` no longer held it.
+    pub async fn hand_back_load(&self, id: &str, holder: &str) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE loads SET lease_owner = NULL, lease_expires_at = NULL, running_step = NULL \
+             WHERE id = $1 AND lease_owner = $2 AND state = 'PROCESSING'",
+        )
+        .bind(id)
+        .bind(holder)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
     /// Extends a commit lease the worker still holds; false when it lost it.
     pub async fn renew_load_lease(&self, id: &str, holder: &str, lease_until: i64) -> Result<bool> {
         self.renew_lease(
@@ -393,7 +428,7 @@ impl Store {
         let mut tx = self.pool().begin().await?;
         let done = sqlx::query(
             "UPDATE loads SET state = $1, error_type = $2, error_messages_json = $3, \
-             updated_at = $4, lease_owner = NULL, lease_expires_at = NULL \
+             updated_at = $4, lease_owner = NULL, lease_expires_at = NULL, running_step = NULL \
              WHERE id = $5 AND lease_owner = $6 AND state = 'PROCESSING'",
         )
         .bind(state)

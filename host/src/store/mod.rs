@@ -161,6 +161,31 @@ impl Store {
         self.pool.close().await;
     }
 
+    /// Whether the store answers a trivial query.
+    pub async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1").execute(self.pool()).await?;
+        Ok(())
+    }
+
+    /// The versions of this build's migrations the store has not applied
+    /// (another replica's older schema, or a migration that failed).
+    pub async fn missing_migrations(&self) -> Result<Vec<i64>> {
+        let migrator = match self.backend {
+            Backend::Sqlite => &SQLITE_MIGRATIONS,
+            Backend::Postgres => &POSTGRES_MIGRATIONS,
+        };
+        let applied: Vec<i64> = sqlx::query_scalar(
+            "SELECT CAST(version AS BIGINT) FROM _sqlx_migrations WHERE success = TRUE",
+        )
+        .fetch_all(self.pool())
+        .await?;
+        Ok(migrator
+            .iter()
+            .map(|m| m.version)
+            .filter(|version| !applied.contains(version))
+            .collect())
+    }
+
     /// Runs a job table's lease renewal, `UPDATE ... SET lease_expires_at = $1
     /// WHERE <key> = $2 AND lease_owner = $3 AND <still running>`; true when
     /// the holder still holds the job.

@@ -235,8 +235,8 @@ impl Store {
         row.as_ref().map(job_from_row).transpose()
     }
 
-    /// Claims a QUEUED job, or a RUNNING one whose lease has run out, for
-    /// `holder` until `lease_until`. At most one worker gets each job: the
+    /// Claims a QUEUED job for `holder` until `lease_until` (a RUNNING one
+    /// whose lease ran out is not run again: `end_abandoned_queries`). At most one worker gets each job: the
     /// claim is one UPDATE, with `FOR UPDATE SKIP LOCKED` on Postgres; SQLite
     /// serialises writers.
     ///
@@ -244,8 +244,7 @@ impl Store {
     /// than `caps.per_org` jobs of its org and `caps.per_caller` of its
     /// caller, and the org `holder` runs the fewest jobs of goes first (then
     /// the caller it runs the fewest of, then the oldest job), so one org's flood interleaves with the others'
-    /// queries instead of holding every worker. A job whose worker died is
-    /// taken over whatever the caps.
+    /// queries instead of holding every worker.
     pub async fn claim_query(
         &self,
         holder: &str,
@@ -269,8 +268,7 @@ impl Store {
             "UPDATE query_jobs SET state = 'RUNNING', lease_owner = $1, lease_expires_at = $2, \
              started_at = COALESCE(started_at, $3), attempts = attempts + 1 \
              WHERE id = (SELECT q.id FROM query_jobs q \
-                 WHERE (q.state = 'QUEUED' AND {of_org} < $4 AND {of_caller} < $5) \
-                    OR (q.state = 'RUNNING' AND q.lease_expires_at < $3) \
+                 WHERE q.state = 'QUEUED' AND {of_org} < $4 AND {of_caller} < $5 \
                  ORDER BY {of_org}, {of_caller}, q.submitted_at, q.id LIMIT 1 {lock}) \
              RETURNING {COLUMNS}"
         );
@@ -415,6 +413,35 @@ impl Store {
         }
         tx.commit().await?;
         Ok(Finished::Recorded)
+    }
+
+    /// Gives a job `holder` runs back to the queue (a draining replica): any
+    /// replica claims it next. False when `holder` no longer held it.
+    pub async fn hand_back_query(&self, id: &str, holder: &str) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE query_jobs SET state = 'QUEUED', lease_owner = NULL, lease_expires_at = NULL \
+             WHERE id = $1 AND lease_owner = $2 AND state = 'RUNNING'",
+        )
+        .bind(id)
+        .bind(holder)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Ends FAILED with `reason` every RUNNING job whose lease ran out (its
+    /// replica died without handing it back); returns them.
+    pub async fn end_abandoned_queries(&self, now: i64, reason: &str) -> Result<Vec<QueryJob>> {
+        let rows = sqlx::query(&format!(
+            "UPDATE query_jobs SET state = 'FAILED', state_change_reason = $1, completed_at = $2, \
+             lease_owner = NULL, lease_expires_at = NULL \
+             WHERE state = 'RUNNING' AND lease_expires_at < $2 RETURNING {COLUMNS}"
+        ))
+        .bind(reason)
+        .bind(now)
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter().map(job_from_row).collect()
     }
 
     /// Cancels a job that is not final yet; false when it already was.

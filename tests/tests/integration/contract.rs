@@ -10,6 +10,7 @@ use lakehost_tests::*;
 use serde_json::{Value, json};
 
 const ZONE_HOST: &str = "lab.demo.api.localhost";
+const HEALTH: [&str; 2] = ["/livez", "/readyz"];
 /// Fixed so a failure replays; `LAKEHOST_TEST_CONTRACT_SEED` picks another.
 const DEFAULT_SEED: &str = "22";
 
@@ -95,9 +96,15 @@ async fn each_hosts_document_lists_what_that_host_answers() {
     let dailyrun = paths_of(&document_of(&app, DAILYRUN_HOST).await);
     assert!(!dailyrun.is_empty());
     assert!(
-        dailyrun.iter().all(|p| p.starts_with("/dailyRun/")),
+        dailyrun
+            .iter()
+            .all(|p| p.starts_with("/dailyRun/") || HEALTH.contains(&p.as_str())),
         "{dailyrun:?}"
     );
+    // Every host lists the health checks.
+    for paths in [&org, &zone, &dailyrun] {
+        assert!(HEALTH.iter().all(|h| paths.iter().any(|p| p == h)), "{paths:?}");
+    }
 
     // Every path a document lists is answered on its host (not the 404 of
     // a path the host does not serve), and the database enum is the host's.

@@ -7,6 +7,7 @@ mod connections;
 mod contract;
 mod corpus;
 mod dailyrun;
+mod drain;
 mod expression_limits;
 mod fair_sharing;
 mod fuzz;

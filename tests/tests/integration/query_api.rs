@@ -800,7 +800,7 @@ async fn a_query_over_its_memory_limit_fails_alone() {
 }
 
 #[tokio::test]
-async fn a_query_running_when_its_server_died_is_run_again_once() {
+async fn a_query_running_when_its_server_died_ends_failed_and_is_not_run_again() {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new();
     let first = spawn_in(dir.path().to_path_buf(), clock.clone(), |_| {}).await;
@@ -854,20 +854,22 @@ async fn a_query_running_when_its_server_died_is_run_again_once() {
     tokio::time::sleep(std::time::Duration::from_millis(600)).await;
     let (_, still) = second.query_status(ORG_HOST, &token, &job.id).await;
     assert_eq!(still["status"]["state"], "RUNNING", "{still}");
-    // ... then it is taken over and run exactly once.
+    // ... then it ends FAILED, saying why, and is not run again (it may be
+    // what killed its server).
     clock.advance(chrono::Duration::seconds(31));
     let done = second.wait_for(ORG_HOST, &token, &job.id, None).await;
-    assert_eq!(done["status"]["state"], "SUCCEEDED", "{done}");
+    assert_eq!(done["status"]["state"], "FAILED", "{done}");
+    assert_eq!(
+        done["status"]["stateChangeReason"],
+        lakehost::query::service::ABANDONED_QUERY,
+        "{done}"
+    );
     let rows = second
-        .rows_of(
-            ORG_HOST,
-            &token,
-            "SELECT count(*), count(DISTINCT id) FROM demo_sandbox.copied",
-        )
+        .rows_of(ORG_HOST, &token, "SELECT count(*) FROM demo_sandbox.copied")
         .await;
-    assert_eq!(rows, vec![vec![Some("2500".into()), Some("2500".into())]]);
+    assert_eq!(rows, vec![vec![Some("0".into())]], "nothing inserted");
     let job_row = store.query_job(&job.id).await.unwrap().unwrap();
-    assert_eq!(job_row.attempts, 2);
+    assert_eq!(job_row.attempts, 1, "never claimed again");
     // A query queued before a restart is not lost either.
     let queued = NewQuery {
         id: "6b0e0f9e-dead-4000-8000-000000000002".into(),

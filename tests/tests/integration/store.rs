@@ -347,22 +347,28 @@ async fn claims_share_the_workers_between_orgs_and_callers() {
             .unwrap()
             .unwrap();
         assert_eq!(next.query.id, "0002-ann-2", "{backend}");
-        // w1 died: its jobs are taken over although w2 is at its caps.
-        let taken = store
-            .claim_query("w2", 2_000, 3_000, caps)
-            .await
-            .unwrap()
-            .unwrap();
+        // w1 died: its jobs are not run again by anyone; they end FAILED.
         assert!(
-            claimed.contains(&taken.query.id),
-            "{backend}: {}",
-            taken.query.id
+            store
+                .claim_query("w2", 2_000, 3_000, JobCaps::NONE)
+                .await
+                .unwrap()
+                .is_none_or(|next| !claimed.contains(&next.query.id)),
+            "{backend}"
         );
+        let ended = store.end_abandoned_queries(2_000, "died").await.unwrap();
+        let mut ended: Vec<_> = ended.into_iter().map(|job| job.query.id).collect();
+        ended.sort();
+        // w2's own job's lease ran out too.
+        let mut expected = claimed.clone();
+        expected.push(next.query.id.clone());
+        expected.sort();
+        assert_eq!(ended, expected, "{backend}");
     }
 }
 
 #[tokio::test]
-async fn an_expired_lease_is_taken_over() {
+async fn an_expired_lease_ends_the_job_failed_and_a_handed_back_one_runs_again() {
     for (backend, store, _dir) in backends().await {
         let job = store.insert_query(&query("d", 1), 100).await.unwrap();
         store
@@ -372,11 +378,11 @@ async fn an_expired_lease_is_taken_over() {
             .unwrap();
         assert!(
             store
-                .claim_query("w2", 105, 200, JobCaps::NONE)
+                .end_abandoned_queries(105, "died")
                 .await
                 .unwrap()
-                .is_none(),
-            "lease still held"
+                .is_empty(),
+            "{backend}: lease still held"
         );
         assert!(
             store
@@ -384,16 +390,19 @@ async fn an_expired_lease_is_taken_over() {
                 .await
                 .unwrap()
         );
-        let taken = store
-            .claim_query("w2", 121, 200, JobCaps::NONE)
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(
-            (taken.query.id.as_str(), taken.attempts),
-            (job.query.id.as_str(), 2),
+        // The lease ran out: nobody claims the job; it ends FAILED.
+        assert!(
+            store
+                .claim_query("w2", 121, 200, JobCaps::NONE)
+                .await
+                .unwrap()
+                .is_none(),
             "{backend}"
         );
+        let ended = store.end_abandoned_queries(121, "died").await.unwrap();
+        assert_eq!(ended.len(), 1, "{backend}");
+        let row = store.query_job(&job.query.id).await.unwrap().unwrap();
+        assert_eq!(row.state, QueryState::Failed, "{backend}");
         assert!(
             !store
                 .renew_query_lease(&job.query.id, "dead-worker", 300)
@@ -401,7 +410,7 @@ async fn an_expired_lease_is_taken_over() {
                 .unwrap()
         );
         let outcome = QueryOutcome::Failed { reason: "x".into() };
-        assert!(
+        assert_eq!(
             store
                 .finish_query(
                     &job.query.id,
@@ -411,15 +420,41 @@ async fn an_expired_lease_is_taken_over() {
                     130
                 )
                 .await
-                .unwrap()
-                == Finished::Lost
+                .unwrap(),
+            Finished::Lost,
+            "{backend}: the dead worker cannot end it"
         );
+
+        // A job handed back goes back to the queue: the next claim runs it.
+        let again = store.insert_query(&query("d", 2), 200).await.unwrap();
+        store
+            .claim_query("draining", 200, 300, JobCaps::NONE)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(!store.hand_back_query(&again.query.id, "w2").await.unwrap());
         assert!(
             store
-                .finish_query(&job.query.id, "w2", &outcome, &CatalogWrite::None, 130)
+                .hand_back_query(&again.query.id, "draining")
                 .await
                 .unwrap()
-                != Finished::Lost
+        );
+        let taken = store
+            .claim_query("w2", 201, 300, JobCaps::NONE)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (taken.query.id.as_str(), taken.attempts),
+            (again.query.id.as_str(), 2),
+            "{backend}"
+        );
+        assert_ne!(
+            store
+                .finish_query(&again.query.id, "w2", &outcome, &CatalogWrite::None, 230)
+                .await
+                .unwrap(),
+            Finished::Lost
         );
     }
 }
@@ -708,13 +743,28 @@ async fn load_commits_are_claimed_once_and_end_once_with_their_files() {
         );
         assert!(store.renew_load_lease("c1", "w1", 2_000).await.unwrap());
         assert!(!store.renew_load_lease("c1", "w2", 2_000).await.unwrap());
-        // The lease runs out: another worker takes it over; the first cannot end it.
+        assert_eq!(claimed.running_step, None, "{backend}: a first claim");
+        assert!(store.mark_load_step("c1", "w1", "insert").await.unwrap());
+        assert!(!store.mark_load_step("c1", "w2", "insert").await.unwrap());
+        // The lease runs out: another worker takes it over, seeing the step
+        // the dead holder was in; the first cannot end it.
         let taken = store
             .claim_load_commit("w2", 2_001, 5_000, JobCaps::NONE)
             .await
             .unwrap()
             .unwrap();
         assert_eq!(taken.attempts, 2, "{backend}");
+        assert_eq!(taken.running_step.as_deref(), Some("insert"), "{backend}");
+        // Handed back (a drain), it is nobody's and in no step: the next
+        // claim runs it again.
+        assert!(!store.hand_back_load("c1", "w1").await.unwrap());
+        assert!(store.hand_back_load("c1", "w2").await.unwrap());
+        let taken = store
+            .claim_load_commit("w2", 2_002, 5_000, JobCaps::NONE)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((taken.attempts, taken.running_step), (3, None), "{backend}");
         let table = LakeTable {
             id: "t1".into(),
             database_id: database.id.clone(),

@@ -217,6 +217,7 @@ impl PipelineEngine {
         control: &RunControl,
     ) -> Result<PipelineOutcome, StepError> {
         let ran = run_steps_blocking(manifest, |step| {
+            control.entering(&step.name);
             self.run_step(step, context, data.clone(), control)
         });
         match ran.stopped {

@@ -10,11 +10,14 @@
 //! query cannot starve the HTTP server. Each query has its own memory pool (spilling past
 //! `query.memory_limit_bytes`) and a time limit.
 //!
-//! Restarts: a job RUNNING on a replica that died keeps its lease until it
-//! expires; then any replica claims it again and runs it from the start (at
-//! most `query.max_attempts` runs in all). Results are written per attempt and
-//! catalog changes are committed in the same transaction as SUCCEEDED, so a
-//! rerun never duplicates rows and no query is lost.
+//! Stops: a draining replica (`drain.rs`) stores new submissions QUEUED and
+//! claims nothing; a query it still runs when the drain ends goes back to
+//! QUEUED and another replica runs it again from the start (at most
+//! `query.max_attempts` runs in all). A query RUNNING on a replica that died
+//! (its lease ran out: killed, out of memory, crashed) is not run again but
+//! ends FAILED, so a query that kills replicas cannot kill the next one.
+//! Results are written per attempt and catalog changes are committed in the
+//! same transaction as SUCCEEDED, so a rerun never duplicates rows.
 
 use std::{
     collections::HashMap,
@@ -38,6 +41,7 @@ use crate::{
     auth::{Access, LakeCaller},
     clock::SharedClock,
     config::{MAX_CSV_LINK_LIFETIME_S, QueryConfig},
+    drain::Drain,
     engine::{
         EngineError,
         columns::ResultColumn,
@@ -59,6 +63,9 @@ use crate::{
 /// How often idle workers look for jobs submitted to other replicas and for
 /// expired leases (jobs submitted here wake a worker at once).
 const POLL_INTERVAL: Duration = Duration::from_millis(250);
+
+/// How often a replica looks for queries whose replica died.
+const ABANDONED_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
 const LINK_KEY: &str = "link-signing-key";
 
@@ -97,6 +104,8 @@ pub struct ResultPage {
 
 mod worker;
 
+pub use worker::ABANDONED_QUERY;
+
 pub struct QueryService {
     store: Store,
     lake: Lake,
@@ -116,6 +125,8 @@ pub struct QueryService {
     result_links: ResultLinks,
     /// This replica's name as the holder of the leases it takes.
     holder: String,
+    /// This replica's drain: no claims while it drains, hand-backs at its end.
+    drain: Drain,
     metadata_cache: Arc<datafusion::execution::cache::cache_manager::FileMetadataCache>,
 }
 
@@ -138,6 +149,7 @@ impl QueryService {
         clock: SharedClock,
         limits: QueryConfig,
         storage_endpoint: (Url, String),
+        drain: Drain,
     ) -> anyhow::Result<Arc<Self>> {
         let key = store
             .shared_secret(LINK_KEY, LinkSigner::generate_key, micros(&clock))
@@ -164,11 +176,13 @@ impl QueryService {
             page_tokens: PageTokens::new(signer),
             result_links,
             holder: uuid::Uuid::new_v4().simple().to_string(),
+            drain,
             metadata_cache,
         }))
     }
 
-    /// Starts the worker pool; the workers stop when `stop` is cancelled.
+    /// Starts the worker pool, and the round that ends the queries of
+    /// replicas that died; both stop when `stop` is cancelled.
     pub fn start(self: &Arc<Self>, stop: CancellationToken) {
         for _ in 0..self.limits.workers {
             let service = self.clone();
@@ -180,6 +194,11 @@ impl QueryService {
                 }
             });
         }
+        let service = self.clone();
+        crate::periodic::spawn_every(ABANDONED_CHECK_INTERVAL, stop, move || {
+            let service = service.clone();
+            async move { service.end_abandoned().await }
+        });
     }
 
     fn now(&self) -> i64 {
@@ -261,8 +280,9 @@ impl QueryService {
         };
         // Run now when a slot is free and the org and caller are under their
         // caps (fair sharing); else queue, where the fairest job goes next.
+        // A draining replica runs nothing new: the job waits for another.
         let slot = match self.slots.clone().try_acquire_owned() {
-            Ok(slot) if self.under_caps(&query).await? => Some(slot),
+            Ok(slot) if !self.drain.is_draining() && self.under_caps(&query).await? => Some(slot),
             _ => None,
         };
         let Some(slot) = slot else {

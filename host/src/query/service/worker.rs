@@ -1,6 +1,8 @@
 //! The worker side of the query service: claiming stored jobs fairly,
 //! running each under its lease, time limit and cancellation, and recording
-//! its end with the catalog changes it made (or deleting what it wrote).
+//! its end with the catalog changes it made (or deleting what it wrote);
+//! handing jobs back at a drain's end, and ending the jobs of replicas that
+//! died.
 
 use std::{sync::Arc, time::Duration};
 
@@ -18,6 +20,21 @@ use crate::{
     },
 };
 
+/// The reason a query whose replica died ends with.
+pub const ABANDONED_QUERY: &str = "The server running this query stopped before the query ended \
+     (it was killed, ran out of memory or crashed). The query was not run again, in case it \
+     was the cause; submit it again.";
+
+/// How a run on this worker ended.
+enum Ended {
+    /// It ran to an end (or its time limit): record it.
+    Ran(Box<Result<Execution, QueryError>>),
+    /// Cancelled, or its lease lost: record nothing.
+    Stopped,
+    /// The replica drains: give the job back to the queue.
+    HandedBack,
+}
+
 impl QueryService {
     /// Whether this replica runs fewer than the caps' queries of the job's
     /// org and caller.
@@ -31,13 +48,19 @@ impl QueryService {
     }
 
     /// One worker: wait for a free slot, claim, run, repeat; sleep when there
-    /// is nothing to do.
+    /// is nothing to do. Stops claiming once the replica drains.
     pub(super) async fn work(self: Arc<Self>) {
         loop {
-            let slot: OwnedSemaphorePermit = match self.slots.clone().acquire_owned().await {
-                Ok(slot) => slot,
-                Err(_) => return,
+            let slot: OwnedSemaphorePermit = tokio::select! {
+                slot = self.slots.clone().acquire_owned() => match slot {
+                    Ok(slot) => slot,
+                    Err(_) => return,
+                },
+                () = self.drain.began() => return,
             };
+            if self.drain.is_draining() {
+                return;
+            }
             let now = self.now();
             let lease_until = self.lease.until();
             match self
@@ -54,6 +77,7 @@ impl QueryService {
                     tokio::select! {
                         _ = self.wake.notified() => {}
                         _ = tokio::time::sleep(POLL_INTERVAL) => {}
+                        () = self.drain.began() => return,
                     }
                 }
                 Err(e) => {
@@ -73,13 +97,14 @@ impl QueryService {
         let _guard = span.enter();
         if job.attempts > i64::from(self.limits.max_attempts) {
             let reason = format!(
-                "The query was interrupted {} times (server restarts) and was not run again.",
+                "The query was handed back by stopping servers {} times and was not run again.",
                 job.attempts - 1
             );
             self.record(&id, Err(QueryError::Failed(reason)), None)
                 .await;
             return;
         }
+        let _counted = self.drain.running_job();
         let token = CancellationToken::new();
         self.running
             .lock()
@@ -94,20 +119,53 @@ impl QueryService {
                     self.store.renew_query_lease(&id, &self.holder, until)
                 });
         let outcome = tokio::select! {
-            outcome = held => outcome,
-            _ = token.cancelled() => None,
-            _ = tokio::time::sleep(time_limit) => Some(Err(QueryError::Failed(format!(
+            outcome = held => outcome.map(|ran| Ended::Ran(Box::new(ran))).unwrap_or(Ended::Stopped),
+            _ = token.cancelled() => Ended::Stopped,
+            () = self.drain.handing_back() => Ended::HandedBack,
+            _ = tokio::time::sleep(time_limit) => Ended::Ran(Box::new(Err(QueryError::Failed(format!(
                 "Query exhausted its time limit of {} seconds.",
                 self.limits.time_limit_s
-            )))),
+            ))))),
         };
         self.running.lock().expect("running map lock").remove(&id);
         match outcome {
-            Some(outcome) => self.record(&id, outcome, Some(&result_path)).await,
-            None => {
+            Ended::Ran(outcome) => self.record(&id, *outcome, Some(&result_path)).await,
+            Ended::Stopped => {
                 tracing::info!("query stopped: cancelled or taken over");
                 delete_paths(self.lake.object_store().as_ref(), &[result_path]).await;
             }
+            Ended::HandedBack => {
+                match self.store.hand_back_query(&id, &self.holder).await {
+                    Ok(true) => tracing::info!("query handed back: the server drains"),
+                    Ok(false) => tracing::info!("query ended elsewhere while the server drained"),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "query not handed back; it ends FAILED when its lease runs out")
+                    }
+                }
+                delete_paths(self.lake.object_store().as_ref(), &[result_path]).await;
+            }
+        }
+    }
+
+    /// Ends FAILED the queries whose replica died while running them (their
+    /// lease ran out), and deletes what their run wrote of a result. They are
+    /// not run again: the query may be what killed the replica.
+    pub(super) async fn end_abandoned(&self) {
+        let ended = match self
+            .store
+            .end_abandoned_queries(self.now(), ABANDONED_QUERY)
+            .await
+        {
+            Ok(ended) => ended,
+            Err(e) => {
+                tracing::warn!(error = %e, "ending the queries of stopped servers failed");
+                return;
+            }
+        };
+        for job in ended {
+            tracing::warn!(query = %job.query.id, attempt = job.attempts, "query ended FAILED: its server stopped while running it");
+            let result_path = Self::result_path_of(&job.query, job.attempts);
+            delete_paths(self.lake.object_store().as_ref(), &[result_path]).await;
         }
     }
 

@@ -1,0 +1,139 @@
+//! Whether this replica should get traffic (`GET /readyz`): the store
+//! answers, it has every migration this build expects, the lake answers, and
+//! the replica is not draining. Each part is asked on every check, with a
+//! short bound of its own, so a hung Postgres or S3 makes the answer "not
+//! ready" within about a second rather than a hung probe, and the answer
+//! turns "ready" again by itself once the part is back.
+
+use std::time::Duration;
+
+use crate::{drain::Drain, lake::Lake, store::Store};
+
+/// How long one part may take to answer.
+pub const CHECK_TIMEOUT: Duration = Duration::from_millis(1000);
+
+/// The parts a readiness check asks, in the order a failure is reported.
+pub const PARTS: [&str; 4] = ["store", "migrations", "lake", "drain"];
+
+/// What the readiness check asks.
+#[derive(Debug, Clone)]
+pub struct Readiness {
+    pub store: Store,
+    pub lake: Lake,
+    pub drain: Drain,
+}
+
+/// Each part's answer: `Ok` or why it is not ready, in [`PARTS`] order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadinessReport {
+    pub parts: Vec<(&'static str, Result<(), String>)>,
+}
+
+impl ReadinessReport {
+    /// The first part that is not ready, with its reason.
+    pub fn first_failure(&self) -> Option<(&'static str, &str)> {
+        self.parts
+            .iter()
+            .find_map(|(part, answer)| answer.as_ref().err().map(|why| (*part, why.as_str())))
+    }
+}
+
+impl Readiness {
+    /// Asks every part at once.
+    pub async fn check(&self) -> ReadinessReport {
+        let (store, lake) = tokio::join!(self.store_and_migrations(), self.lake());
+        let (store, migrations) = store;
+        let drain = if self.drain.is_draining() {
+            Err("draining".to_string())
+        } else {
+            Ok(())
+        };
+        ReadinessReport {
+            parts: vec![
+                ("store", store),
+                ("migrations", migrations),
+                ("lake", lake),
+                ("drain", drain),
+            ],
+        }
+    }
+
+    async fn store_and_migrations(&self) -> (Result<(), String>, Result<(), String>) {
+        if let Err(why) = bounded(self.store.ping()).await {
+            return (
+                Err(why),
+                Err("not checked: the store does not answer".into()),
+            );
+        }
+        let migrations = match bounded(self.store.missing_migrations()).await {
+            Ok(missing) if missing.is_empty() => Ok(()),
+            Ok(missing) => Err(format!("not applied: {missing:?}")),
+            Err(why) => Err(why),
+        };
+        (Ok(()), migrations)
+    }
+
+    async fn lake(&self) -> Result<(), String> {
+        bounded(self.lake.probe()).await
+    }
+}
+
+/// `answer` within [`CHECK_TIMEOUT`], its error as text.
+async fn bounded<T, E: std::fmt::Display>(
+    answer: impl Future<Output = Result<T, E>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(CHECK_TIMEOUT, answer).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("no answer within {} ms", CHECK_TIMEOUT.as_millis())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_fresh_store_and_lake_are_ready_until_the_drain_begins() {
+        let dir = tempfile::tempdir().unwrap();
+        let readiness = Readiness {
+            store: Store::open_sqlite(&dir.path().join("db")).await.unwrap(),
+            lake: Lake::local(dir.path()).unwrap(),
+            drain: Drain::new(),
+        };
+        let report = readiness.check().await;
+        assert_eq!(report.first_failure(), None, "{report:?}");
+        assert_eq!(
+            report.parts.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
+            PARTS
+        );
+        readiness.drain.begin();
+        assert_eq!(
+            readiness.check().await.first_failure(),
+            Some(("drain", "draining"))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_lake_directory_gone_or_a_closed_store_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let readiness = Readiness {
+            store: Store::open_sqlite(&dir.path().join("db")).await.unwrap(),
+            lake: Lake::local(dir.path()).unwrap(),
+            drain: Drain::new(),
+        };
+        std::fs::remove_dir_all(dir.path().join("lake")).unwrap();
+        let report = readiness.check().await;
+        assert_eq!(report.first_failure().map(|(part, _)| part), Some("lake"));
+        readiness.store.close().await;
+        let report = readiness.check().await;
+        assert_eq!(report.first_failure().map(|(part, _)| part), Some("store"));
+        assert!(report.parts[1].1.is_err(), "{report:?}");
+        std::fs::create_dir_all(dir.path().join("lake")).unwrap();
+        assert_eq!(
+            readiness.check().await.parts[2],
+            ("lake", Ok(())),
+            "back without a restart"
+        );
+    }
+}
