@@ -9,6 +9,7 @@
 //! Layout: `lake/<database>/<table>/service_client_id=<id>/svc$load_id=<load>/<file>.parquet`;
 //! query results under `lake/_results/` (a name no database can have).
 
+mod prefixed;
 pub mod presigned;
 pub mod retired;
 pub mod signing;
@@ -21,7 +22,7 @@ use datafusion::{
 };
 use object_store::{
     ObjectStore, ObjectStoreExt as _, aws::AmazonS3Builder, local::LocalFileSystem,
-    path::Path as ObjectPath, prefix::PrefixStore, signer::Signer,
+    path::Path as ObjectPath, signer::Signer,
 };
 use serde::{Deserialize, Serialize};
 
@@ -100,7 +101,7 @@ impl Lake {
                 let store: Arc<dyn ObjectStore> = if prefix.as_ref().is_empty() {
                     s3.clone()
                 } else {
-                    Arc::new(PrefixStore::new(s3.clone(), prefix.clone()))
+                    Arc::new(prefixed::PrefixedStore::new(s3.clone(), prefix.clone()))
                 };
                 Ok(Self {
                     store,
