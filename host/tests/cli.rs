@@ -6,6 +6,8 @@ use std::{
     process::{Command, Stdio},
 };
 
+mod common;
+
 fn lakehost() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_lakehost"));
     // Only the variables each test sets.
@@ -132,33 +134,9 @@ fn serve_starts_with_the_embedded_default_and_prints_how_to_get_a_token() {
     assert!(response.contains("\"openapi\":\"3.1.0\""));
 }
 
-/// A parquet file of `rows` trips for service clients 1 and 2 (the parquet
-/// crate's writer).
+/// A parquet file of `rows` trips for service clients 1 and 2.
 fn trips_parquet(path: &std::path::Path, rows: i64) {
-    use datafusion::{
-        arrow::{
-            array::{Int64Array, RecordBatch},
-            datatypes::{DataType, Field, Schema},
-        },
-        parquet::arrow::ArrowWriter,
-    };
-    let batch = RecordBatch::try_new(
-        std::sync::Arc::new(Schema::new(vec![
-            Field::new("trip_id", DataType::Int64, false),
-            Field::new("service_client_id", DataType::Int64, false),
-        ])),
-        vec![
-            std::sync::Arc::new(Int64Array::from((0..rows).collect::<Vec<_>>())),
-            std::sync::Arc::new(Int64Array::from(
-                (0..rows).map(|i| 1 + i % 2).collect::<Vec<_>>(),
-            )),
-        ],
-    )
-    .unwrap();
-    let file = std::fs::File::create(path).unwrap();
-    let mut writer = ArrowWriter::try_new(file, batch.schema(), None).unwrap();
-    writer.write(&batch).unwrap();
-    writer.close().unwrap();
+    std::fs::write(path, common::parquet("trip_id", rows, 2)).unwrap();
 }
 
 #[test]
@@ -242,20 +220,7 @@ async fn secrets_and_tokens_never_reach_the_log() {
         .unwrap();
     let mut secrets: Vec<String> = vec!["demo-admin-secret".into()];
 
-    let token: Value = http
-        .post(format!("{base}/realms/demo/protocol/openid-connect/token"))
-        .form(&[
-            ("grant_type", "client_credentials"),
-            ("client_id", "demo-admin"),
-            ("client_secret", "demo-admin-secret"),
-        ])
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let token = token["access_token"].as_str().unwrap().to_string();
+    let token = common::demo_admin_token(&http, &base).await;
     secrets.push(token.clone());
     secrets.push(token.rsplit('.').next().unwrap().to_string());
     // A token with a forged signature is refused, and not logged either.
@@ -392,20 +357,7 @@ async fn json_logs_are_one_object_per_line_with_request_ids_and_job_transitions(
         log.into(),
     );
     let http = reqwest::Client::new();
-    let token: Value = http
-        .post(format!("{base}/realms/demo/protocol/openid-connect/token"))
-        .form(&[
-            ("grant_type", "client_credentials"),
-            ("client_id", "demo-admin"),
-            ("client_secret", "demo-admin-secret"),
-        ])
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let token = token["access_token"].as_str().unwrap().to_string();
+    let token = common::demo_admin_token(&http, &base).await;
     let post = |path: &str, request_id: &str, body: Value| {
         http.post(format!("{base}{path}"))
             .bearer_auth(&token)

@@ -13,18 +13,12 @@ use std::{
     io::{BufRead as _, BufReader},
     path::Path,
     process::{Child, Command, Stdio},
-    sync::Arc,
     time::{Duration, Instant},
 };
 
-use datafusion::{
-    arrow::{
-        array::{Int64Array, RecordBatch},
-        datatypes::{DataType, Field, Schema},
-    },
-    parquet::arrow::ArrowWriter,
-};
 use serde_json::{Value, json};
+
+mod common;
 
 const ROWS: i64 = 1000;
 
@@ -139,40 +133,6 @@ async fn json(request: reqwest::RequestBuilder) -> Value {
     request.send().await.unwrap().json().await.unwrap()
 }
 
-async fn token(http: &reqwest::Client, api: &str) -> String {
-    let reply = json(
-        http.post(format!("{api}/realms/demo/protocol/openid-connect/token"))
-            .form(&[
-                ("grant_type", "client_credentials"),
-                ("client_id", "demo-admin"),
-                ("client_secret", "demo-admin-secret"),
-            ]),
-    )
-    .await;
-    reply["access_token"].as_str().unwrap().to_string()
-}
-
-fn parquet() -> Vec<u8> {
-    let batch = RecordBatch::try_new(
-        Arc::new(Schema::new(vec![
-            Field::new("trip_id", DataType::Int64, false),
-            Field::new("service_client_id", DataType::Int64, false),
-        ])),
-        vec![
-            Arc::new(Int64Array::from((0..ROWS).collect::<Vec<_>>())),
-            Arc::new(Int64Array::from(
-                (0..ROWS).map(|i| 1 + i % 4).collect::<Vec<_>>(),
-            )),
-        ],
-    )
-    .unwrap();
-    let mut bytes = Vec::new();
-    let mut writer = ArrowWriter::try_new(&mut bytes, batch.schema(), None).unwrap();
-    writer.write(&batch).unwrap();
-    writer.close().unwrap();
-    bytes
-}
-
 /// Creates a load, uploads one file by the descriptor's form, commits it.
 async fn commit_a_load(http: &reqwest::Client, api: &str, token: &str) -> String {
     let load: Value = json(
@@ -191,7 +151,10 @@ async fn commit_a_load(http: &reqwest::Client, api: &str, token: &str) -> String
     for (name, value) in descriptor["presigned_url"]["fields"].as_object().unwrap() {
         form = form.text(name.clone(), value.as_str().unwrap().to_string());
     }
-    form = form.part("file", reqwest::multipart::Part::bytes(parquet()));
+    form = form.part(
+        "file",
+        reqwest::multipart::Part::bytes(common::parquet("trip_id", ROWS, 4)),
+    );
     let uploaded = http
         .post(descriptor["presigned_url"]["url"].as_str().unwrap())
         .multipart(form)
@@ -279,7 +242,7 @@ async fn stop_during_commit(
     write_config(dir, &manifest(pause_after_insert));
     let http = reqwest::Client::new();
     let server = start(dir);
-    let token_1 = token(&http, &server.api).await;
+    let token_1 = common::demo_admin_token(&http, &server.api).await;
     let id = commit_a_load(&http, &server.api, &token_1).await;
     // Into the pause: before the insert, or after it wrote its files (the
     // step the server records as the commit's).
@@ -306,7 +269,7 @@ async fn stop_during_commit(
     // connection to the killed one would be reset.
     let http = reqwest::Client::new();
     let server = start(dir);
-    let token = token(&http, &server.api).await;
+    let token = common::demo_admin_token(&http, &server.api).await;
     assert_eq!(
         counts(&http, &server.api, &token).await,
         None,

@@ -35,14 +35,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use datafusion::{
-    arrow::{
-        array::{Int64Array, RecordBatch},
-        datatypes::{DataType, Field, Schema},
-    },
-    parquet::arrow::ArrowWriter,
-};
 use serde_json::{Value, json};
+
+mod common;
 
 /// Client tasks sending the mixed load through HAProxy.
 const CLIENTS: usize = 6;
@@ -621,7 +616,10 @@ impl Clients {
         for (name, value) in descriptor["presigned_url"]["fields"].as_object()? {
             form = form.text(name.clone(), value.as_str()?.to_string());
         }
-        form = form.part("file", reqwest::multipart::Part::bytes(parquet(rows)));
+        form = form.part(
+            "file",
+            reqwest::multipart::Part::bytes(common::parquet("n", rows, 4)),
+        );
         let (status, _) = self
             .send(
                 "upload (form POST)",
@@ -777,28 +775,6 @@ impl Clients {
             }
         }
     }
-}
-
-/// A parquet file of `rows` rows (`n`, `service_client_id`).
-fn parquet(rows: i64) -> Vec<u8> {
-    let batch = RecordBatch::try_new(
-        Arc::new(Schema::new(vec![
-            Field::new("n", DataType::Int64, false),
-            Field::new("service_client_id", DataType::Int64, false),
-        ])),
-        vec![
-            Arc::new(Int64Array::from((0..rows).collect::<Vec<_>>())),
-            Arc::new(Int64Array::from(
-                (0..rows).map(|i| 1 + i % 4).collect::<Vec<_>>(),
-            )),
-        ],
-    )
-    .unwrap();
-    let mut bytes = Vec::new();
-    let mut writer = ArrowWriter::try_new(&mut bytes, batch.schema(), None).unwrap();
-    writer.write(&batch).unwrap();
-    writer.close().unwrap();
-    bytes
 }
 
 // ---------------------------------------------------------------------------
@@ -1630,7 +1606,10 @@ async fn shared_secrets_work_across_replicas(cluster: &Cluster) {
     for (name, value) in descriptor["presigned_url"]["fields"].as_object().unwrap() {
         form = form.text(name.clone(), value.as_str().unwrap().to_string());
     }
-    form = form.part("file", reqwest::multipart::Part::bytes(parquet(10)));
+    form = form.part(
+        "file",
+        reqwest::multipart::Part::bytes(common::parquet("n", 10, 4)),
+    );
     // The descriptor names the balancer's upload frontend; send it to replica3's own.
     let form_url = descriptor["presigned_url"]["url"]
         .as_str()

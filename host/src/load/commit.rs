@@ -101,8 +101,9 @@ fn died_during(step: &str) -> String {
     };
     format!(
         "the server running this commit stopped {during} (it was killed, ran out of memory or \
-         crashed); the commit was not run again, in case that was its cause, and none of its \
-         rows were written. Create a new load to try again."
+         crashed, or lost its metadata store for longer than its lease); the commit was not run \
+         again, in case that was its cause, and none of its rows were written. Create a new \
+         load to try again."
     )
 }
 

@@ -24,8 +24,8 @@ use crate::{
 
 /// The reason a query whose replica died ends with.
 pub const ABANDONED_QUERY: &str = "The server running this query stopped before the query ended \
-     (it was killed, ran out of memory or crashed). The query was not run again, in case it \
-     was the cause; submit it again.";
+     (it was killed, ran out of memory or crashed, or lost its metadata store for longer than \
+     its lease). The query was not run again, in case it was the cause; submit it again.";
 
 /// How a run on this worker ended.
 enum Ended {
