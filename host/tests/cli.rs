@@ -204,16 +204,29 @@ fn pipeline_dry_run_prints_each_steps_outcome() {
     );
 }
 
-/// The README's tour against the real binary logging at debug level: no
+/// The README's tour against the real binary logging at debug level: its
+/// query and load are counted in `/metrics` (the tour's last step), and no
 /// secret, token, signature or temporary credential it handed out or
-/// received is in the log afterwards.
+/// received is in the log or the scrape afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn secrets_and_tokens_never_reach_the_log() {
+async fn the_tour_is_counted_in_metrics_and_no_secret_reaches_the_log_or_the_scrape() {
     use serde_json::{Value, json};
     let dir = tempfile::tempdir().unwrap();
     let log_path = dir.path().join("server.log");
     let log = std::fs::File::create(&log_path).unwrap();
-    let (server, _output, base) = serve(dir.path(), &[("RUST_LOG", "debug")], log.into());
+    let (server, mut output, base) = serve(dir.path(), &[("RUST_LOG", "debug")], log.into());
+    // The banner's `Metrics: http://<addr>/metrics`.
+    let metrics_url = output
+        .by_ref()
+        .take(6)
+        .map(|l| l.unwrap())
+        .find_map(|l| {
+            l.trim_start()
+                .strip_prefix("Metrics:")
+                .map(|u| u.trim().to_string())
+        })
+        .expect("the banner names the metrics address");
+    std::thread::spawn(move || output.for_each(drop));
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
@@ -328,6 +341,58 @@ async fn secrets_and_tokens_never_reach_the_log() {
     .await
     .unwrap();
     assert_eq!(committed.status(), 202);
+    for _ in 0..400 {
+        let status: Value = call(reqwest::Method::GET, &format!("/v2/load/{load_id}"), None)
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if status["LoadStatus"] != "PROCESSING" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+
+    // /metrics (the tour's last step) shows the tour's query and load, and
+    // nothing the caller sent.
+    let scrape = http
+        .get(&metrics_url)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let has = |name: &str, labels: &[&str]| {
+        scrape.lines().any(|line| {
+            line.starts_with(&format!("{name}{{")) && labels.iter().all(|l| line.contains(l))
+        })
+    };
+    assert!(
+        has(
+            "lakehost_queries_ended_total",
+            &["state=\"SUCCEEDED\"", "statement_type=\"DML\""]
+        ),
+        "{scrape}"
+    );
+    assert!(
+        has("lakehost_load_commits_total", &["outcome=\"FAIL\""]),
+        "{scrape}"
+    );
+    assert!(
+        has(
+            "lakehost_http_requests_total",
+            &["route=\"/v2/query\"", "method=\"POST\"", "status=\"202\""]
+        ),
+        "{scrape}"
+    );
+    for secret in secrets.iter().chain([&id, &load_id]) {
+        assert!(
+            !scrape.contains(secret.as_str()),
+            "the scrape holds {secret}"
+        );
+    }
 
     drop(server);
     let logged = std::fs::read_to_string(&log_path).unwrap();
