@@ -42,16 +42,30 @@ impl Server {
     }
 
     /// SIGTERM, then the exit status (at most a minute later).
-    fn terminate(mut self) -> std::process::ExitStatus {
+    fn terminate(self) -> std::process::ExitStatus {
+        self.signal_then_wait(1, Duration::from_secs(60))
+    }
+
+    /// `times` SIGTERMs a moment apart, then the exit status, at most
+    /// `within` later.
+    fn signal_then_wait(mut self, times: usize, within: Duration) -> std::process::ExitStatus {
         let pid = i32::try_from(self.child.id()).unwrap();
-        // SAFETY: sends a signal to the child this test started.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-        let deadline = Instant::now() + Duration::from_secs(60);
+        for n in 0..times {
+            if n > 0 {
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            // SAFETY: sends a signal to the child this test started.
+            assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+        }
+        let deadline = Instant::now() + within;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return status;
             }
-            assert!(Instant::now() < deadline, "still running after SIGTERM");
+            assert!(
+                Instant::now() < deadline,
+                "still running after SIGTERM x{times}"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -90,7 +104,9 @@ fn start(dir: &Path) -> Server {
     Server { child, api }
 }
 
-fn write_config(dir: &Path, manifest: &str) {
+/// The server's config: `manifest` as the demo org's load pipeline, 3 s
+/// commit leases, and `server.drain_s = drain_s`.
+fn write_config(dir: &Path, manifest: &str, drain_s: u64) {
     let data = dir.join("data");
     let pipelines = dir.join("pipelines");
     std::fs::create_dir_all(pipelines.join("orgs/demo")).unwrap();
@@ -98,7 +114,7 @@ fn write_config(dir: &Path, manifest: &str) {
     std::fs::write(
         dir.join("lakehost.toml"),
         format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nmetrics_listen = \"127.0.0.1:0\"\ndrain_s = 1\n[storage]\ndata_dir = {:?}\ns3_listen = \"127.0.0.1:0\"\n\
+            "[server]\nlisten = \"127.0.0.1:0\"\nmetrics_listen = \"127.0.0.1:0\"\ndrain_s = {drain_s}\n[storage]\ndata_dir = {:?}\ns3_listen = \"127.0.0.1:0\"\n\
              [pipeline]\ndir = {:?}\nlease_s = 3\ntest_steps = true\n",
             data.display().to_string(),
             pipelines.display().to_string()
@@ -236,10 +252,10 @@ async fn load_end(http: &reqwest::Client, api: &str, token: &str, id: &str) -> V
 /// new server, a token, the load's id and how it ended.
 async fn stop_during_commit(
     dir: &Path,
-    pause_after_insert: bool,
+    (pause_after_insert, drain_s): (bool, u64),
     stop: impl FnOnce(Server),
 ) -> (Server, reqwest::Client, String, String, Value) {
-    write_config(dir, &manifest(pause_after_insert));
+    write_config(dir, &manifest(pause_after_insert), drain_s);
     let http = reqwest::Client::new();
     let server = start(dir);
     let token_1 = common::demo_admin_token(&http, &server.api).await;
@@ -283,7 +299,7 @@ async fn kill_during_commit(pause_after_insert: bool) {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
     let (server, http, token, id, ended) =
-        stop_during_commit(dir, pause_after_insert, Server::kill).await;
+        stop_during_commit(dir, (pause_after_insert, 1), Server::kill).await;
     // FAIL, naming the step its server died in; never run again.
     assert_eq!(ended["LoadStatus"], "FAIL", "{ended}");
     assert_eq!(ended["ErrorType"], "InternalError", "{ended}");
@@ -338,7 +354,7 @@ async fn kill_9_after_the_insert_wrote_its_files_then_no_row_is_ever_visible() {
 async fn sigterm_hands_the_commit_back_and_the_next_server_ends_it_once_with_all_rows() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    let (server, http, token, id, ended) = stop_during_commit(dir, true, |server| {
+    let (server, http, token, id, ended) = stop_during_commit(dir, (true, 1), |server| {
         let status = server.terminate();
         assert_eq!(status.code(), Some(0), "a drained server exits 0");
     })
@@ -361,4 +377,24 @@ async fn sigterm_hands_the_commit_back_and_the_next_server_ends_it_once_with_all
     );
     let log = std::fs::read_to_string(dir.join("server.log")).unwrap();
     assert!(log.contains("commit handed back"), "{log}");
+}
+
+/// A second SIGTERM during a drain exits at once with 130: the drain would
+/// have waited up to a minute for the commit in its pause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sigterm_exits_at_once_with_130() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let (server, http, token, id, ended) = stop_during_commit(dir, (false, 60), |server| {
+        let status = server.signal_then_wait(2, Duration::from_secs(10));
+        assert_eq!(status.code(), Some(130), "exited at once");
+    })
+    .await;
+    // Not handed back: the commit's lease ran out, so it ended as a death.
+    assert_eq!(ended["LoadStatus"], "FAIL", "{ended}");
+    assert_eq!(
+        counts(&http, &server.api, &token).await,
+        None,
+        "{id}: no rows"
+    );
 }
