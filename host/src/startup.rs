@@ -348,7 +348,7 @@ impl Application {
             },
             CancellationToken::new(),
         ));
-        let _metrics = AbortOnDrop(metrics);
+        let _metrics = tokio_util::task::AbortOnDropHandle::new(metrics);
         let stop_accepting = CancellationToken::new();
         let serving = async {
             tokio::join!(
@@ -396,15 +396,6 @@ impl Application {
         self.store.close().await;
         tracing::info!(handed_back, "drained");
         Ok(())
-    }
-}
-
-/// Aborts a spawned task when dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 
