@@ -160,6 +160,7 @@ impl Application {
             std::time::Duration::from_secs(config.query.time_limit_s),
         );
         retired_files.start(workers.clone());
+        api::idempotency::start_sweeper(store.clone(), clock.clone(), workers.clone());
         let engine = PipelineEngine::shared().map_err(|e| anyhow::anyhow!(e))?;
         {
             // Compile the built-in steps off the request path, once.

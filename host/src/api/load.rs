@@ -15,12 +15,14 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::{
     AppState,
     error::ApiError,
+    idempotency::{IdempotencyKey, Operation},
     json_body::JsonBody,
     load_body,
     principal::{LakeCallerOf, LoadRead, LoadWrite},
     schemas,
 };
 use crate::{
+    auth::LakeCaller,
     config::ErrorMessagesShape,
     load::UploadDescriptor,
     store::loads::{LoadRecord, LoadState},
@@ -88,6 +90,7 @@ fn error_message_item(error_type: &str, detail: &Value, shape: ErrorMessagesShap
     path = "/v2/load",
     tag = "load",
     security(("bearer" = ["load:write"])),
+    params(IdempotencyKey),
     request_body(content = schemas::LoadRequest),
     responses(
         (status = 202, description = "Accepted", body = schemas::LoadAccepted, links(
@@ -98,12 +101,26 @@ fn error_message_item(error_type: &str, detail: &Value, shape: ErrorMessagesShap
         (status = 400, description = "A parameter missing or invalid", body = schemas::ErrorBody),
         (status = 401, description = "Missing or invalid token", body = schemas::ErrorBody),
         (status = 403, description = "Missing scope", body = schemas::ErrorBody),
+        (status = 409, description = "The Idempotency-Key was used for another request, or its first request is still in progress", body = schemas::ErrorBody),
         (status = 500, description = "Unexpected error", body = schemas::ErrorBody),
     )
 )]
 async fn create_load(
     State(state): State<AppState>,
     LakeCallerOf(caller, _): LakeCallerOf<LoadWrite>,
+    key: IdempotencyKey,
+    body: JsonBody,
+) -> Result<Response, ApiError> {
+    let request = key.request(&caller, Operation::CreateLoad, &body);
+    request
+        .run(&state, create_once(state.clone(), caller, body))
+        .await
+}
+
+/// POST /load's work, done once per Idempotency-Key.
+async fn create_once(
+    state: AppState,
+    caller: LakeCaller,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
     let request = load_body::load_request(&body.object()?)?;
@@ -219,7 +236,7 @@ async fn add_file(
     path = "/v2/load/{load_id}/commit",
     tag = "load",
     security(("bearer" = ["load:write"])),
-    params(("load_id" = String, Path, description = "The loadId of POST /load")),
+    params(("load_id" = String, Path, description = "The loadId of POST /load"), IdempotencyKey),
     request_body(content = schemas::CommitRequest),
     responses(
         (status = 202, description = "Commit initiated", body = schemas::MessageBody),
@@ -227,6 +244,7 @@ async fn add_file(
         (status = 401, description = "Missing or invalid token", body = schemas::ErrorBody),
         (status = 403, description = "Missing scope", body = schemas::ErrorBody),
         (status = 404, description = "Unknown load, or another user's", body = schemas::ErrorBody),
+        (status = 409, description = "The Idempotency-Key was used for another request, or its first request is still in progress", body = schemas::ErrorBody),
         (status = 500, description = "Unexpected error", body = schemas::ErrorBody),
     )
 )]
@@ -234,6 +252,23 @@ async fn commit_load(
     State(state): State<AppState>,
     LakeCallerOf(caller, _): LakeCallerOf<LoadWrite>,
     Path(load_id): Path<String>,
+    key: IdempotencyKey,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let operation = Operation::CommitLoad {
+        load_id: load_id.clone(),
+    };
+    let request = key.request(&caller, operation, &body[..]);
+    request
+        .run(&state, commit_once(state.clone(), caller, load_id, body))
+        .await
+}
+
+/// POST /load/{load_id}/commit's work, done once per Idempotency-Key.
+async fn commit_once(
+    state: AppState,
+    caller: LakeCaller,
+    load_id: String,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     // An unknown load is 404 whatever the body.

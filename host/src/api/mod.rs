@@ -7,6 +7,7 @@ mod dailyrun_body;
 pub mod error;
 pub mod gateway;
 pub mod health;
+pub mod idempotency;
 pub mod identity;
 pub mod json_body;
 pub mod load;

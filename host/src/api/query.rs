@@ -17,11 +17,13 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::{
     AppState,
     error::{ApiError, QueryOperation},
+    idempotency::{IdempotencyKey, Operation},
     json_body::JsonBody,
     principal::{Caller, LakeCallerOf, QueryRead, QueryWrite},
     schemas,
 };
 use crate::{
+    auth::LakeCaller,
     query::service::ResultPage,
     store::queries::{QueryJob, QueryState},
 };
@@ -72,6 +74,7 @@ fn query_resource(job: &QueryJob) -> Value {
     path = "/v2/query",
     tag = "query",
     security(("bearer" = ["query:write"])),
+    params(IdempotencyKey),
     request_body(content = schemas::QueryRequest, description = "The statement, and optionally the database its unqualified names resolve in"),
     responses(
         (status = 202, description = "Accepted", body = schemas::QueryAccepted, links(
@@ -83,13 +86,26 @@ fn query_resource(job: &QueryJob) -> Value {
         (status = 400, description = "JSON not well formed, parameter missing, or SQL rejected", body = schemas::ErrorBody),
         (status = 401, description = "Missing or invalid token", body = schemas::ErrorBody),
         (status = 403, description = "Missing scope or a permissions problem", body = schemas::ErrorBody),
-        (status = 409, description = "CREATE TABLE AS target already holds data", body = schemas::ErrorBody),
+        (status = 409, description = "CREATE TABLE AS target already holds data; or the Idempotency-Key was used for another request, or its first request is still in progress", body = schemas::ErrorBody),
         (status = 500, description = "Unexpected error", body = schemas::ErrorBody),
     )
 )]
 async fn submit_query(
     State(state): State<AppState>,
     LakeCallerOf(caller, _): LakeCallerOf<QueryWrite>,
+    key: IdempotencyKey,
+    body: JsonBody,
+) -> Result<Response, ApiError> {
+    let request = key.request(&caller, Operation::SubmitQuery, &body);
+    request
+        .run(&state, submit_once(state.clone(), caller, body))
+        .await
+}
+
+/// POST /query's work, done once per Idempotency-Key.
+async fn submit_once(
+    state: AppState,
+    caller: LakeCaller,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
     let body = body.object()?;

@@ -9,6 +9,7 @@
 
 pub mod catalog;
 pub mod dailyrun;
+pub mod idempotency;
 pub mod job_counts;
 pub mod loads;
 pub mod queries;

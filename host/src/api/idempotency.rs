@@ -1,0 +1,510 @@
+//! `Idempotency-Key` on POST /query, POST /load and POST /load/{id}/commit
+//! (issue 19; Athena's ClientRequestToken, BigQuery's job ids, the IETF
+//! httpapi draft's header): a retry of a request with the same key gets the
+//! first answer back and makes no second query, load or commit. Opt-in: a
+//! request without the header never reaches anything here but a `None`.
+//!
+//! The rules (docs/decisions.md says them to users):
+//! - **The key** is 1 to 255 of `A-Z a-z 0-9 - _ . : ~ + / =`, bare or as
+//!   the draft's structured-field string in double quotes (`"k"` and `k` are
+//!   one key). Anything else, or the header twice, is 400.
+//! - **Whose**: the caller's org, zone (the Org API or which Zone API) and
+//!   token subject. Another caller's same key is another key.
+//! - **The request**: the operation (method and path; a commit's path names
+//!   its load) and the body as canonical JSON (object keys sorted, no
+//!   insignificant white space; a body that is not JSON, byte for byte),
+//!   digested together, and the caller's access (roles and service
+//!   clients). The same key for another operation, body or access is 409.
+//!   Other headers (`Prefer`) are not part of it.
+//! - **The first answer** (status, headers, body) of a request that
+//!   succeeded (2xx) is kept in the store for 24 hours from the first
+//!   request, for every replica on that store; a retry gets it back as it
+//!   was, with `Idempotent-Replayed: true`. A request that failed (4xx, 5xx)
+//!   made no job: its key is given back, and a retry runs afresh.
+//! - **In progress**: a retry while the first request is still being
+//!   answered waits up to `IN_PROGRESS_WAIT` for its answer, then gets 409.
+//!   The first request's work runs to its end even when its client goes away
+//!   (a dropped connection, the gateway timeout), so its answer is recorded;
+//!   only a replica dying between making a job and recording its answer
+//!   leaves a key unanswered, and a retry takes such a claim over when it
+//!   runs out (twice `server.request_timeout_s`).
+//!
+//! Handlers wrap their body: `key.request(&caller, operation, &body)` then
+//! `.run(&state, work)`.
+
+use std::{future::Future, panic::AssertUnwindSafe, time::Duration};
+
+use axum::{
+    body::Body,
+    extract::FromRequestParts,
+    http::{HeaderName, HeaderValue, StatusCode, header, request::Parts},
+    response::Response,
+};
+use futures::FutureExt as _;
+use serde_json::Value;
+use sha2::{Digest as _, Sha256};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
+use utoipa::openapi::{
+    Required,
+    path::{Parameter, ParameterBuilder, ParameterIn},
+    schema::{ObjectBuilder, Type},
+};
+
+use super::{AppState, error::ApiError, json_body::JsonBody};
+use crate::{
+    auth::LakeCaller,
+    clock::SharedClock,
+    periodic::spawn_every,
+    store::{
+        Store,
+        idempotency::{KeyScope, KeyedRequest, NewClaim, StoredAnswer},
+        new_id,
+    },
+};
+
+/// The request header.
+pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+/// Set (`true`) on an answer that is a replay of the first one.
+pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+/// The longest key, without its quotes.
+pub const MAX_KEY_CHARS: usize = 255;
+/// How long a key holds its first answer, from its first request.
+pub const KEY_LIFETIME: chrono::Duration = chrono::Duration::hours(24);
+/// How long a retry waits for a first request still in progress.
+pub const IN_PROGRESS_WAIT: Duration = Duration::from_secs(2);
+/// How often the waiting retry looks at the store.
+const IN_PROGRESS_POLL: Duration = Duration::from_millis(20);
+/// How often each replica forgets expired keys.
+const SWEEP_EVERY: Duration = Duration::from_secs(3600);
+
+const KEY_PATTERN: &str = "^([A-Za-z0-9._:~+/=-]{1,255}|\"[A-Za-z0-9._:~+/=-]{1,255}\")$";
+
+pub const BAD_KEY: &str = "InvalidParameterError: Idempotency-Key must be 1 to 255 characters, \
+    each a letter, a digit or one of - _ . : ~ + / =, optionally in double quotes, and sent once.";
+const OTHER_BODY: &str = "This Idempotency-Key was already used in the last 24 hours with \
+    another request body; a new request needs a new key.";
+const OTHER_ACCESS: &str = "This Idempotency-Key was already used in the last 24 hours with \
+    other access (roles or service clients); a new request needs a new key.";
+const IN_PROGRESS: &str = "The first request with this Idempotency-Key is still in progress; \
+    retry later to get its answer.";
+
+fn is_key_char(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || b"-_.:~+/=".contains(&c)
+}
+
+/// The key a header value names, or `None` when it breaks the rules.
+pub fn parse_key(value: &[u8]) -> Option<&str> {
+    let key = match value {
+        [b'"', inner @ .., b'"'] => inner,
+        bare => bare,
+    };
+    let valid = (1..=MAX_KEY_CHARS).contains(&key.len()) && key.iter().copied().all(is_key_char);
+    valid.then(|| std::str::from_utf8(key).expect("ASCII"))
+}
+
+/// The request's `Idempotency-Key`, if it sent one (400 when it is not a key).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyKey(pub Option<String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        let mut values = parts.headers.get_all(&IDEMPOTENCY_KEY).iter();
+        let Some(value) = values.next() else {
+            return Ok(Self(None));
+        };
+        match (parse_key(value.as_bytes()), values.next()) {
+            (Some(key), None) => Ok(Self(Some(key.to_string()))),
+            _ => Err(ApiError::BadRequest(BAD_KEY.into())),
+        }
+    }
+}
+
+impl utoipa::IntoParams for IdempotencyKey {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        let schema = ObjectBuilder::new()
+            .schema_type(Type::String)
+            .min_length(Some(1))
+            .max_length(Some(MAX_KEY_CHARS + 2))
+            .pattern(Some(KEY_PATTERN));
+        vec![
+            ParameterBuilder::new()
+                .name("Idempotency-Key")
+                .parameter_in(ParameterIn::Header)
+                .required(Required::False)
+                .description(Some(
+                    "Opt-in: a retry with the same key, the same body and the same caller \
+                     (token subject, on this org's or zone's API) within 24 hours gets the first \
+                     successful answer again (same status and body, header \
+                     `Idempotent-Replayed: true`) and starts nothing new. The same key with another \
+                     body is 409, as is a retry while the first request is still in progress. \
+                     A request that failed keeps nothing: its retry runs again. \
+                     1 to 255 of `A-Z a-z 0-9 - _ . : ~ + / =`, optionally in double quotes.",
+                ))
+                .schema(Some(schema))
+                .build(),
+        ]
+    }
+}
+
+/// The operations that take a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Operation {
+    SubmitQuery,
+    CreateLoad,
+    CommitLoad { load_id: String },
+}
+
+impl Operation {
+    fn describe(&self) -> String {
+        match self {
+            Operation::SubmitQuery => "POST /v2/query".into(),
+            Operation::CreateLoad => "POST /v2/load".into(),
+            Operation::CommitLoad { load_id } => format!("POST /v2/load/{load_id}/commit"),
+        }
+    }
+}
+
+/// A request body as the digest sees it.
+pub trait RequestBody {
+    /// Canonical JSON (`json:` first), else the bytes as sent (`raw:`).
+    fn canonical(&self) -> Vec<u8>;
+}
+
+impl RequestBody for JsonBody {
+    fn canonical(&self) -> Vec<u8> {
+        let mut text = String::from("json:");
+        if let Some(value) = &self.0 {
+            write_canonical(value, &mut text);
+        }
+        text.into_bytes()
+    }
+}
+
+impl RequestBody for [u8] {
+    fn canonical(&self) -> Vec<u8> {
+        match JsonBody::parse(self) {
+            Ok(body) => body.canonical(),
+            Err(_) => [b"raw:".as_slice(), self].concat(),
+        }
+    }
+}
+
+/// JSON with object keys sorted and no white space. Depth is bounded by
+/// serde_json's parser (128), which built the value.
+pub fn canonical_json(value: &Value) -> String {
+    let mut text = String::new();
+    write_canonical(value, &mut text);
+    text
+}
+
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<_> = map.iter().collect();
+            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            out.push('{');
+            for (i, (name, item)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::from(name.as_str()).to_string());
+                out.push(':');
+                write_canonical(item, out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+/// The digest of an operation and its body: what "the same request" means.
+pub fn request_hash(operation: &str, canonical_body: &[u8]) -> String {
+    let mut digest = Sha256::new();
+    digest.update(operation.as_bytes());
+    digest.update(b"\n");
+    digest.update(canonical_body);
+    hex::encode(digest.finalize())
+}
+
+impl IdempotencyKey {
+    /// This request as its key names it (nothing is computed without a key).
+    pub fn request(
+        self,
+        caller: &LakeCaller,
+        operation: Operation,
+        body: &(impl RequestBody + ?Sized),
+    ) -> IdempotentRequest {
+        let keyed = self.0.map(|key| {
+            let operation = operation.describe();
+            Keyed {
+                scope: KeyScope {
+                    org: caller.org.clone(),
+                    zone: caller.zone.clone(),
+                    owner_sub: caller.sub.clone(),
+                    key,
+                },
+                request: KeyedRequest {
+                    request_hash: request_hash(&operation, &body.canonical()),
+                    operation,
+                    access_fingerprint: caller.grant.fingerprint(),
+                },
+            }
+        });
+        IdempotentRequest(keyed)
+    }
+}
+
+/// A request with (or without) its key, ready to run its work once.
+#[derive(Debug)]
+pub struct IdempotentRequest(Option<Keyed>);
+
+#[derive(Debug)]
+struct Keyed {
+    scope: KeyScope,
+    request: KeyedRequest,
+}
+
+fn store_failed(e: crate::store::Error) -> ApiError {
+    ApiError::Internal(format!("idempotency key: {e}"))
+}
+
+impl IdempotentRequest {
+    /// Without a key, `work` as it is. With one: the first answer when the
+    /// key has one for this request, 409 when it is another request's or
+    /// still in progress after `IN_PROGRESS_WAIT`, else `work` run to its end
+    /// (apart from this request, so a client going away cannot stop it
+    /// between making a job and recording the answer) and its answer kept.
+    pub async fn run<W>(self, state: &AppState, work: W) -> Result<Response, ApiError>
+    where
+        W: Future<Output = Result<Response, ApiError>> + Send + 'static,
+    {
+        let Some(keyed) = self.0 else {
+            return work.await;
+        };
+        let claim = new_id();
+        let claim_for = Duration::from_secs(2 * state.config.server.request_timeout_s);
+        let waiting_until = tokio::time::Instant::now() + IN_PROGRESS_WAIT;
+        loop {
+            let now = state.clock.now();
+            let new = NewClaim {
+                scope: &keyed.scope,
+                request: &keyed.request,
+                claim: &claim,
+                now: now.timestamp_micros(),
+                expires_at: (now + KEY_LIFETIME).timestamp_micros(),
+                pending_until: (now + claim_for).timestamp_micros(),
+            };
+            if state
+                .store
+                .claim_idempotency_key(&new)
+                .await
+                .map_err(store_failed)?
+            {
+                break;
+            }
+            // Held: by this request's first try, another request, or a
+            // first request that failed and gave it back since (then claim
+            // it again at once).
+            if let Some(held) = state
+                .store
+                .idempotency_key(&keyed.scope)
+                .await
+                .map_err(store_failed)?
+            {
+                if held.request.operation != keyed.request.operation {
+                    return Err(ApiError::Conflict(format!(
+                        "This Idempotency-Key was already used in the last 24 hours for {}; \
+                         a new request needs a new key.",
+                        held.request.operation
+                    )));
+                }
+                if held.request.request_hash != keyed.request.request_hash {
+                    return Err(ApiError::Conflict(OTHER_BODY.into()));
+                }
+                if held.request.access_fingerprint != keyed.request.access_fingerprint {
+                    return Err(ApiError::Conflict(OTHER_ACCESS.into()));
+                }
+                if let Some(answer) = held.answer {
+                    tracing::debug!(operation = %keyed.request.operation, "idempotent replay");
+                    return replay(answer);
+                }
+                if tokio::time::Instant::now() >= waiting_until {
+                    return Err(ApiError::Conflict(IN_PROGRESS.into()));
+                }
+                tokio::time::sleep(IN_PROGRESS_POLL).await;
+            } else if tokio::time::Instant::now() >= waiting_until {
+                return Err(ApiError::Conflict(IN_PROGRESS.into()));
+            }
+        }
+        let store = state.store.clone();
+        let first = async move {
+            let outcome = AssertUnwindSafe(work).catch_unwind().await;
+            keyed.settle(&store, &claim, outcome).await
+        };
+        tokio::spawn(first.in_current_span())
+            .await
+            .map_err(|e| ApiError::Internal(format!("idempotent request: {e}")))?
+    }
+}
+
+impl Keyed {
+    /// Keeps a successful answer, gives the key back after a failure.
+    async fn settle(
+        &self,
+        store: &Store,
+        claim: &str,
+        outcome: std::thread::Result<Result<Response, ApiError>>,
+    ) -> Result<Response, ApiError> {
+        let response = match outcome {
+            Ok(Ok(response)) if response.status().is_success() => response,
+            Ok(failed) => {
+                self.release(store, claim).await;
+                return failed;
+            }
+            Err(_) => {
+                self.release(store, claim).await;
+                return Err(ApiError::Internal("the request's handler panicked".into()));
+            }
+        };
+        let (parts, body) = response.into_parts();
+        // The handlers' bodies are whole in memory (JSON); a failure here
+        // leaves the key claimed, so no retry makes a second job before the
+        // claim runs out.
+        let body = axum::body::to_bytes(body, usize::MAX)
+            .await
+            .map_err(|e| ApiError::Internal(format!("idempotent answer body: {e}")))?;
+        let answer = StoredAnswer {
+            status: parts.status.as_u16(),
+            headers: parts
+                .headers
+                .iter()
+                .filter(|(name, _)| *name != header::CONTENT_LENGTH)
+                .filter_map(|(name, value)| {
+                    Some((name.as_str().to_string(), value.to_str().ok()?.to_string()))
+                })
+                .collect(),
+            body: body.to_vec(),
+        };
+        match store
+            .answer_idempotency_key(&self.scope, claim, &answer)
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => tracing::warn!(
+                operation = %self.request.operation,
+                "an idempotent request's claim ran out before it answered; its answer is not kept"
+            ),
+            Err(e) => tracing::error!(
+                error = %e,
+                operation = %self.request.operation,
+                "an idempotent request's answer could not be kept"
+            ),
+        }
+        Ok(Response::from_parts(parts, Body::from(body)))
+    }
+
+    async fn release(&self, store: &Store, claim: &str) {
+        if let Err(e) = store.release_idempotency_key(&self.scope, claim).await {
+            // The claim runs out by itself; retries wait until then.
+            tracing::warn!(error = %e, "an idempotency key could not be given back");
+        }
+    }
+}
+
+/// The first answer again, marked as a replay.
+fn replay(answer: StoredAnswer) -> Result<Response, ApiError> {
+    let corrupt = |what: &str| ApiError::Internal(format!("stored idempotent answer: {what}"));
+    let mut response = Response::new(Body::from(answer.body));
+    *response.status_mut() = StatusCode::from_u16(answer.status).map_err(|_| corrupt("status"))?;
+    for (name, value) in &answer.headers {
+        let name = HeaderName::try_from(name.as_str()).map_err(|_| corrupt("header name"))?;
+        let value = HeaderValue::try_from(value.as_str()).map_err(|_| corrupt("header value"))?;
+        response.headers_mut().append(name, value);
+    }
+    response
+        .headers_mut()
+        .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+    Ok(response)
+}
+
+/// Forgets expired keys now and hourly, on each replica, until `stop`.
+pub fn start_sweeper(store: Store, clock: SharedClock, stop: CancellationToken) {
+    spawn_every(SWEEP_EVERY, stop, move || {
+        let (store, clock) = (store.clone(), clock.clone());
+        async move {
+            match store
+                .expire_idempotency_keys(clock.now().timestamp_micros())
+                .await
+            {
+                Ok(0) => {}
+                Ok(n) => tracing::debug!(keys = n, "expired idempotency keys forgotten"),
+                Err(e) => tracing::warn!(error = %e, "idempotency key sweep failed"),
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn keys_bare_or_quoted_within_the_rules() {
+        assert_eq!(parse_key(b"abc-123_x.y:z~+/="), Some("abc-123_x.y:z~+/="));
+        assert_eq!(parse_key(b"\"abc\""), Some("abc"));
+        let longest = "k".repeat(MAX_KEY_CHARS);
+        assert_eq!(parse_key(longest.as_bytes()), Some(longest.as_str()));
+        for bad in [
+            "".as_bytes(),
+            b"\"\"",
+            b"\"",
+            b"\"abc",
+            b"a b",
+            b"a,b",
+            b"caf\xc3\xa9",
+            b"a\"b",
+            "k".repeat(MAX_KEY_CHARS + 1).as_bytes(),
+        ] {
+            assert_eq!(parse_key(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn canonical_json_ignores_key_order_and_white_space() {
+        let a: Value =
+            serde_json::from_str(r#"{"b": [1, {"y": 2, "x": "é"}], "a": null}"#).unwrap();
+        let b: Value = serde_json::from_str(r#"{"a":null,"b":[1,{"x":"é","y":2}]}"#).unwrap();
+        assert_eq!(canonical_json(&a), canonical_json(&b));
+        assert_eq!(canonical_json(&a), r#"{"a":null,"b":[1,{"x":"é","y":2}]}"#);
+        assert_ne!(
+            canonical_json(&json!([1, 2])),
+            canonical_json(&json!([2, 1]))
+        );
+    }
+
+    #[test]
+    fn bodies_that_are_not_json_compare_as_bytes() {
+        assert_eq!(
+            b" {\"a\": 1}".canonical(),
+            JsonBody(Some(json!({"a": 1}))).canonical()
+        );
+        assert_eq!(b"  ".canonical(), JsonBody(None).canonical());
+        assert_ne!(b"{not json".canonical(), b"{not json ".canonical());
+        assert_ne!(b"null".canonical(), JsonBody(None).canonical());
+    }
+}
