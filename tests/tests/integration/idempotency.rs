@@ -813,3 +813,32 @@ async fn replicas_on_one_postgres_database_answer_a_retry_alike() {
     let db = Db::connect(&url).await;
     replicas_answer_alike(&first, &second, &db).await;
 }
+
+#[tokio::test]
+async fn the_openapi_documents_describe_the_header_where_it_is_taken() {
+    let app = spawn_app().await;
+    for host in [ORG_HOST, ZONE_HOST] {
+        let (status, doc) = app.get(host, "/v2/openapi.json", None).await;
+        assert_eq!(status, StatusCode::OK, "{host}: {doc}");
+        for (path, keyed) in [
+            ("/v2/query", true),
+            ("/v2/load", true),
+            ("/v2/load/{load_id}/commit", true),
+            ("/v2/load/{load_id}/file", false),
+        ] {
+            let operation = &doc["paths"][path]["post"];
+            let parameters = operation["parameters"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let header = parameters.iter().find(|p| p["name"] == "Idempotency-Key");
+            assert_eq!(header.is_some(), keyed, "{host} {path}: {parameters:?}");
+            if let Some(header) = header {
+                assert_eq!(header["in"], "header");
+                assert_eq!(header["required"], false);
+                assert_eq!(header["schema"]["maxLength"], 257);
+                assert!(operation["responses"]["409"].is_object(), "{host} {path}");
+            }
+        }
+    }
+}
