@@ -6,7 +6,7 @@
 use axum::{
     Json,
     extract::{Path, Query, State},
-    http::{HeaderValue, StatusCode, header},
+    http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
 use chrono::{DateTime, Utc};
@@ -18,10 +18,12 @@ use super::{
     AppState,
     error::{ApiError, QueryOperation},
     json_body::JsonBody,
+    prefer::{PREFERENCE_APPLIED, Preferences},
     principal::{Caller, LakeCallerOf, QueryRead, QueryWrite},
     schemas,
 };
 use crate::{
+    auth::LakeCaller,
     query::service::ResultPage,
     store::queries::{QueryJob, QueryState},
 };
@@ -72,8 +74,10 @@ fn query_resource(job: &QueryJob) -> Value {
     path = "/v2/query",
     tag = "query",
     security(("bearer" = ["query:write"])),
+    params(("Prefer" = Option<String>, Header, description = "Opt-in (RFC 7240): `wait=N` (0-25) holds the request up to N seconds for the query to end; `reuse=N` (0-86400) answers with the result of the same query over unchanged data, run by a caller with the same access at most N seconds ago. Honoured ones are named in `Preference-Applied`.")),
     request_body(content = schemas::QueryRequest, description = "The statement, and optionally the database its unqualified names resolve in"),
     responses(
+        (status = 200, description = "With `Prefer: wait=N` only: the query ended within the wait. The Query resource in its final state and, when it SUCCEEDED, its first result page", body = schemas::QueryEnded),
         (status = 202, description = "Accepted", body = schemas::QueryAccepted, links(
             ("GetQuery" = (operation_id = "get_query", parameters(("query_id" = "$response.body#/queryId")))),
             ("GetQueryResult" = (operation_id = "get_result", parameters(("query_id" = "$response.body#/queryId")))),
@@ -90,8 +94,10 @@ fn query_resource(job: &QueryJob) -> Value {
 async fn submit_query(
     State(state): State<AppState>,
     LakeCallerOf(caller, _): LakeCallerOf<QueryWrite>,
+    headers: HeaderMap,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
+    let preferences = Preferences::from_headers(&headers)?;
     let body = body.object()?;
     let sql = match body.get("query") {
         None | Some(Value::Null) => None,
@@ -122,11 +128,52 @@ async fn submit_query(
         .submit(&caller, sql, database)
         .await
         .map_err(|e| ApiError::query(e, QueryOperation::Start))?;
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(schemas::QueryAccepted { query_id: id }),
-    )
-        .into_response())
+    let ended = match preferences.wait {
+        Some(within) => state
+            .queries
+            .wait_for_end(&caller, &id, within)
+            .await
+            .map_err(|e| ApiError::query(e, QueryOperation::Get))?,
+        None => None,
+    };
+    let mut response = match ended {
+        Some(job) => (
+            StatusCode::OK,
+            Json(ended_body(&state, &caller, &job).await?),
+        )
+            .into_response(),
+        None => (
+            StatusCode::ACCEPTED,
+            Json(schemas::QueryAccepted { query_id: id }),
+        )
+            .into_response(),
+    };
+    if let Some(applied) = preferences.applied() {
+        response.headers_mut().insert(PREFERENCE_APPLIED, applied);
+    }
+    Ok(response)
+}
+
+/// The body of a query that ended while its POST waited: the Query resource
+/// and, when it SUCCEEDED, its first result page (`resultSet`, `nextToken`)
+/// beside it, as `GET /query/{id}/result` would answer.
+async fn ended_body(
+    state: &AppState,
+    caller: &LakeCaller,
+    job: &QueryJob,
+) -> Result<Value, ApiError> {
+    let mut body = query_resource(job);
+    if job.state == QueryState::Succeeded {
+        let page = state
+            .queries
+            .page(caller, &job.query.id, None)
+            .await
+            .map_err(|e| ApiError::query(e, QueryOperation::Results))?;
+        if let (Value::Object(resource), Value::Object(page)) = (&mut body, result_body(&page)) {
+            resource.extend(page);
+        }
+    }
+    Ok(body)
 }
 
 /// GET /query/{query_id}: the Query resource.

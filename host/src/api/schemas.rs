@@ -179,6 +179,24 @@ pub struct ResultPage {
     next_token: Option<String>,
 }
 
+/// 200 of POST /query with `Prefer: wait=N` when the query ended within the
+/// wait: the Query resource, and when it SUCCEEDED its first result page.
+#[derive(ToSchema)]
+pub struct QueryEnded {
+    query: String,
+    #[serde(rename = "queryId")]
+    query_id: String,
+    #[serde(rename = "statementType")]
+    statement_type: StatementTypeName,
+    status: QueryStatusSchema,
+    /// Present when the query SUCCEEDED.
+    #[serde(rename = "resultSet")]
+    result_set: Option<ResultSet>,
+    /// Present when more rows follow: pass it as `next_token` to GET /query/{query_id}/result.
+    #[serde(rename = "nextToken")]
+    next_token: Option<String>,
+}
+
 /// 302 of GET /query/{query_id}/csv: the link, also in `Location`.
 #[derive(Serialize, ToSchema)]
 pub struct CsvLocation {

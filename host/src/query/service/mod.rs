@@ -100,6 +100,7 @@ pub struct ResultPage {
 }
 
 mod reading;
+mod waiting;
 mod worker;
 
 pub use worker::ABANDONED_QUERY;
@@ -112,6 +113,8 @@ pub struct QueryService {
     lease: Lease,
     engine: EngineRuntime,
     wake: Notify,
+    /// Woken whenever a query's end is recorded on this replica (waiting.rs).
+    ended: Notify,
     /// One permit per query that may run at once on this replica.
     slots: Arc<Semaphore>,
     running: Mutex<HashMap<String, CancellationToken>>,
@@ -168,6 +171,7 @@ impl QueryService {
             limits,
             engine,
             wake: Notify::new(),
+            ended: Notify::new(),
             slots: Arc::new(Semaphore::new(workers)),
             running: Mutex::new(HashMap::new()),
             recent_results: Mutex::new(RecentResults::default()),

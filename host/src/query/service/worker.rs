@@ -179,6 +179,7 @@ impl QueryService {
         for job in ended {
             tracing::warn!(query = %job.query.id, attempt = job.attempts, "query ended FAILED: its server stopped while running it");
             jobs::query_abandoned(&job.query.id, &job.query.statement_type);
+            self.ended.notify_waiters();
             let result_path = Self::result_path_of(&job.query, job.attempts);
             delete_paths(self.lake.object_store().as_ref(), &[result_path]).await;
         }
@@ -273,6 +274,7 @@ impl QueryService {
             .await
         {
             Ok(Finished::Recorded) => {
+                self.ended.notify_waiters();
                 match &job_outcome {
                     QueryOutcome::Succeeded { bytes, .. } => jobs::query_ended(
                         id,
@@ -307,6 +309,7 @@ impl QueryService {
                     .finish_query(id, &self.holder, &failed, &none, self.now())
                     .await
                 {
+                    self.ended.notify_waiters();
                     jobs::query_ended(id, QueryState::Failed, statement_type, None);
                 }
             }
