@@ -11,12 +11,10 @@ use std::time::Duration;
 use axum::http::{HeaderMap, HeaderValue, header::HeaderName};
 
 use super::error::ApiError;
+use crate::config::MAX_REUSE_AGE_S;
 
 /// The longest wait: under the API gateway's 30-second request limit.
 pub const MAX_WAIT_S: u64 = 25;
-
-/// The oldest result a caller can ask to reuse: one day.
-pub const MAX_REUSE_S: u64 = 24 * 60 * 60;
 
 pub const PREFER: HeaderName = HeaderName::from_static("prefer");
 pub const PREFERENCE_APPLIED: HeaderName = HeaderName::from_static("preference-applied");
@@ -51,7 +49,7 @@ impl Preferences {
                     let seconds = seconds(value, "wait", MAX_WAIT_S)?;
                     preferences.wait = Some(Duration::from_secs(seconds));
                 } else if name.eq_ignore_ascii_case("reuse") {
-                    preferences.reuse_max_age_s = Some(seconds(value, "reuse", MAX_REUSE_S)?);
+                    preferences.reuse_max_age_s = Some(seconds(value, "reuse", MAX_REUSE_AGE_S)?);
                 }
             }
         }

@@ -60,12 +60,17 @@ fn query_resource(job: &QueryJob) -> Value {
     {
         status.insert("stateChangeReason".into(), json!(reason));
     }
-    json!({
+    let mut resource = json!({
         "query": job.query.sql,
         "queryId": job.query.id,
         "statementType": job.query.statement_type,
         "status": status,
-    })
+    });
+    // Only on queries answered by result reuse, which the caller opted into.
+    if let Some(reused) = &job.reused_query_id {
+        resource["reusedQueryId"] = json!(reused);
+    }
+    resource
 }
 
 /// POST /query: body `{"query": "...", "database": "..."}` (database optional).
@@ -125,7 +130,7 @@ async fn submit_query(
     };
     let id = state
         .queries
-        .submit(&caller, sql, database)
+        .submit(&caller, sql, database, preferences.reuse_max_age_s)
         .await
         .map_err(|e| ApiError::query(e, QueryOperation::Start))?;
     let ended = match preferences.wait {

@@ -112,6 +112,10 @@ pub struct QueryResource {
     #[serde(rename = "statementType")]
     statement_type: StatementTypeName,
     status: QueryStatusSchema,
+    /// Only on a query answered by result reuse (`Prefer: reuse=N`, or the
+    /// org's `query.reuse_max_age_s`): the query whose result it answers with.
+    #[serde(rename = "reusedQueryId")]
+    reused_query_id: Option<String>,
 }
 
 /// One cell: `VarCharValue` holds the value as text; NULL is `{}`.

@@ -21,6 +21,7 @@ mod query_access;
 mod query_api;
 mod query_permissions;
 mod query_wait;
+mod result_reuse;
 mod routing;
 mod s3_lake;
 mod sdk_compat;

@@ -228,6 +228,7 @@ async fn query_jobs_move_through_their_states() {
             rows: 3,
             bytes: 10,
             columns_json: "[]".into(),
+            reuse_key: None,
         };
         assert!(
             store
@@ -529,6 +530,7 @@ async fn catalog_changes_commit_with_the_final_state_or_not_at_all() {
             rows: 1,
             bytes: 1,
             columns_json: "[]".into(),
+            reuse_key: None,
         };
 
         // A worker that lost its job (cancelled meanwhile) writes nothing.
