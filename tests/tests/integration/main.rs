@@ -12,6 +12,7 @@ mod expression_limits;
 mod fair_sharing;
 mod fuzz;
 mod gateway;
+mod golden;
 mod idp;
 mod loads;
 mod memory_limits;
