@@ -17,6 +17,7 @@ mod idp;
 mod loads;
 mod memory_limits;
 mod metrics;
+mod paging;
 mod pipeline_data;
 mod query_access;
 mod query_api;
