@@ -16,7 +16,7 @@ use datafusion::{
 };
 use sha2::{Digest as _, Sha256};
 
-use super::LakeTableProvider;
+use super::{LakeTableProvider, bounded_functions::value_volatility};
 
 /// The hex SHA-256 of the snapshots of the lake tables `plan` reads, in a
 /// fixed order; `None` when the plan's result could change without the
@@ -68,7 +68,7 @@ pub fn read_snapshot(plan: &LogicalPlan) -> Option<String> {
 /// A call whose value is not fixed by its arguments (volatile or stable).
 fn changes_between_runs(expr: &Expr) -> bool {
     match expr {
-        Expr::ScalarFunction(call) => call.func.signature().volatility != Volatility::Immutable,
+        Expr::ScalarFunction(call) => value_volatility(&call.func) != Volatility::Immutable,
         Expr::AggregateFunction(call) => call.func.signature().volatility != Volatility::Immutable,
         Expr::WindowFunction(call) => call.fun.signature().volatility != Volatility::Immutable,
         _ => false,

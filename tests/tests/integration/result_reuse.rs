@@ -82,6 +82,19 @@ async fn a_hit_is_a_new_succeeded_query_with_the_same_rows_naming_the_one_it_reu
 }
 
 #[tokio::test]
+async fn functions_lakehost_bounds_keep_their_values_and_are_reused() {
+    // `concat`, `repeat` and `||` are wrapped (volatile to the optimizer so
+    // no constant is folded uncounted) but their values are fixed.
+    let app = spawn_app().await;
+    seed_demo_lake(&app).await;
+    let token = admin(&app);
+    let sql = "SELECT concat(city, '!'), repeat('x', 3), city || '?' FROM demo_lake_v2.trips";
+    let first = run_preferring(&app, &token, "", sql).await;
+    let again = run_preferring(&app, &token, "reuse=300", sql).await;
+    assert_eq!(reused_from(&again), Some(id_of(&first)));
+}
+
+#[tokio::test]
 async fn without_opting_in_every_query_runs() {
     let app = spawn_app().await;
     seed_demo_lake(&app).await;
