@@ -9,6 +9,8 @@ use axum::{
     http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -102,6 +104,7 @@ async fn submit_query(
     headers: HeaderMap,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
+    let received = tokio::time::Instant::now();
     let preferences = Preferences::from_headers(&headers)?;
     let body = body.object()?;
     let sql = match body.get("query") {
@@ -134,9 +137,9 @@ async fn submit_query(
         .await
         .map_err(|e| ApiError::query(e, QueryOperation::Start))?;
     let ended = match preferences.wait {
-        Some(within) => state
+        Some(wait) => state
             .queries
-            .wait_for_end(&caller, &id, within)
+            .wait_for_end(&caller, &id, wait_budget(&state, wait, received))
             .await
             .map_err(|e| ApiError::query(e, QueryOperation::Get))?,
         None => None,
@@ -158,6 +161,20 @@ async fn submit_query(
     }
     Ok(response)
 }
+
+/// How long a POST that arrived at `received` may wait: `wait`, cut so the
+/// answer (the 202 with the id, at worst) leaves a second before the
+/// gateway's request timeout. A client never loses its queryId to a 504.
+fn wait_budget(state: &AppState, wait: Duration, received: tokio::time::Instant) -> Duration {
+    let request_limit = Duration::from_secs(state.config.server.request_timeout_s);
+    let left = request_limit
+        .saturating_sub(WAIT_ANSWER_MARGIN)
+        .saturating_sub(received.elapsed());
+    wait.min(left)
+}
+
+/// Time kept, from a wait, for reading the first page and answering.
+const WAIT_ANSWER_MARGIN: Duration = Duration::from_secs(1);
 
 /// The body of a query that ended while its POST waited: the Query resource
 /// and, when it SUCCEEDED, its first result page (`resultSet`, `nextToken`)
