@@ -6,7 +6,9 @@
 
 use std::time::Duration;
 
-use lakehost_tests::{ORG_HOST, QUERY, TestApp, read, seed_demo_lake, spawn_app, spawn_app_with};
+use lakehost_tests::{
+    ORG_HOST, QUERY, TestApp, read, seed_demo_lake, spawn_app, spawn_app_with, spawn_in,
+};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -235,4 +237,49 @@ async fn a_wait_longer_than_the_gateway_allows_still_answers_the_query_id() {
     let id = body["queryId"].as_str().unwrap();
     let (_, resource) = app.query_status(ORG_HOST, &token, id).await;
     assert_eq!(resource["status"]["state"], "RUNNING");
+}
+
+#[tokio::test]
+async fn a_query_another_replica_runs_ends_the_wait_through_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = lakehost::clock::ManualClock::new();
+    let busy = spawn_in(dir.path().to_path_buf(), clock.clone(), |config| {
+        config.query.workers = 1;
+    })
+    .await;
+    let token = admin(&busy);
+    let endless = busy.submit_sql(ORG_HOST, &token, ENDLESS).await;
+    busy.wait_for(ORG_HOST, &token, &endless, Some("RUNNING"))
+        .await;
+    let idle = spawn_in(dir.path().to_path_buf(), clock, |_| {}).await;
+    // The busy replica has no free worker: the query waits QUEUED for the
+    // idle one, which claims and runs it; the busy one's wait sees its end.
+    let (status, _, body) = submit_preferring(
+        &busy,
+        &token,
+        "wait=20",
+        &json!({ "query": "SELECT 42 AS n" }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["status"]["state"], "SUCCEEDED");
+    assert_eq!(
+        body["resultSet"]["Rows"][1]["Data"],
+        json!([{"VarCharValue": "42"}])
+    );
+    let (_, ran_it) = idle
+        .query_status(ORG_HOST, &admin(&idle), body["queryId"].as_str().unwrap())
+        .await;
+    assert_eq!(ran_it["status"]["state"], "SUCCEEDED", "{ran_it}");
+    let cancelled = busy
+        .request(
+            reqwest::Method::DELETE,
+            ORG_HOST,
+            &format!("{QUERY}/{endless}"),
+        )
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cancelled.status(), StatusCode::OK);
 }
