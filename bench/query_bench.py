@@ -74,6 +74,11 @@ QUERY_TIMEOUT_S = 600  # one query, submit to final state
 SERVER_START_TIMEOUT_S = 60
 SELECT1_WARMUPS = 20
 FINAL_STATES = ("SUCCEEDED", "FAILED", "CANCELLED")
+# The small queries timed one by one: where one round trip matters.
+SMALL_QUERIES = {
+    "SELECT 1": "SELECT 1",
+    "point lookup": "SELECT o_orderkey, o_custkey, o_totalprice FROM orders WHERE o_orderkey = 4242",
+}
 
 # TPC-H text in DataFusion's SQL dialect (DuckDB accepts it as well).
 QUERIES: dict[str, str] = {
@@ -361,10 +366,12 @@ class LakehostEngine:
         self.headers["Authorization"] = f"Bearer {resp.json()['access_token']}"
         self.token_fetched_at = time.monotonic()
 
-    def _call(self, method: str, path: str, status: int, body: dict | None = None) -> dict:
+    def _call(self, method: str, path: str, status: int, body: dict | None = None,
+              extra_headers: dict | None = None) -> dict:
         """`method path` on the kept-alive connection; its JSON body, or QueryFailed
         when the status is not `status`. A dropped connection is opened again once."""
         headers = dict(self.headers)
+        headers.update(extra_headers or {})
         data = None
         if body is not None:
             data = json.dumps(body).encode()
@@ -406,6 +413,18 @@ class LakehostEngine:
         # The first row of the first page is the header.
         rows = len(page["resultSet"]["Rows"]) - 1
         return Outcome(rows, "nextToken" not in page, seconds)
+
+    def run_waiting(self, sql: str) -> Outcome:
+        """Submit `sql` with `Prefer: wait=25`: the answer holds the final state and
+        the first page in one round trip; time it."""
+        self._ensure_token()
+        start = time.perf_counter()
+        body = self._call("POST", "/v2/query", 200, {"query": sql}, {"Prefer": "wait=25"})
+        seconds = time.perf_counter() - start
+        if body["status"]["state"] != "SUCCEEDED":
+            raise QueryFailed(f"{sql}: {body['status']}")
+        rows = len(body["resultSet"]["Rows"]) - 1
+        return Outcome(rows, "nextToken" not in body, seconds)
 
 
 def lakehost_version(lakehost: Path) -> str:
@@ -546,14 +565,37 @@ def print_results(times: dict[str, dict[str, list[float]]], engine_names: list[s
             print(f"  geometric mean lakehost/{n}: {geomean(ratios[n]):.2f}")
 
 
-def measure_select1(engine: LakehostEngine, count: int) -> None:
-    """Time `SELECT 1` through the HTTP API `count` times after warm-ups; print p50/p99."""
-    for _ in range(SELECT1_WARMUPS):
-        engine.run("SELECT 1")
-    samples = [engine.run("SELECT 1").seconds * 1000 for _ in range(count)]
-    p99 = statistics.quantiles(samples, n=100, method="inclusive")[98] if count > 1 else samples[0]
-    print(f"\nSELECT 1 through the HTTP API ({count} runs after {SELECT1_WARMUPS} warm-ups, "
-          f"submit to first page): p50 {statistics.median(samples):.2f} ms, p99 {p99:.2f} ms")
+def percentile_ms(samples: list[float], q: int) -> float:
+    """The q-th percentile of `samples` (seconds), in milliseconds."""
+    if len(samples) == 1:
+        return samples[0] * 1000
+    return statistics.quantiles(samples, n=100, method="inclusive")[q - 1] * 1000
+
+
+def measure_small_queries(lakehost: LakehostEngine, peers: list, count: int) -> None:
+    """Small queries side by side: lakehost in one round trip (`Prefer: wait`),
+    lakehost submit-poll-page, and the in-process peers; p50/p99 of `count`
+    runs after warm-ups, and lakehost's wait mode minus in-process DataFusion."""
+    contenders = [("lakehost Prefer: wait", lakehost.run_waiting),
+                  ("lakehost submit+poll+page", lakehost.run)]
+    contenders += [(peer.name + " (in process)", peer.run) for peer in peers]
+    print(f"\nSmall queries ({count} runs each after {SELECT1_WARMUPS} warm-ups; "
+          "lakehost over HTTP on the loopback, one keep-alive connection):")
+    width = max(len(name) for name, _ in contenders)
+    for label, sql in SMALL_QUERIES.items():
+        print(f"  {label}: {sql}")
+        p50s = {}
+        for name, run in contenders:
+            for _ in range(SELECT1_WARMUPS):
+                run(sql)
+            samples = [run(sql).seconds for _ in range(count)]
+            p50s[name] = percentile_ms(samples, 50)
+            print(f"    {name.ljust(width)}  p50 {p50s[name]:7.3f} ms  "
+                  f"p99 {percentile_ms(samples, 99):7.3f} ms")
+        datafusion = next((v for k, v in p50s.items() if k.startswith("datafusion")), None)
+        if datafusion is not None:
+            print(f"    lakehost wait mode p50 - in-process DataFusion p50: "
+                  f"{p50s[contenders[0][0]] - datafusion:+.3f} ms (target: within 1 ms)")
 
 
 def print_environment(versions: dict[str, str], scale: float | None,
@@ -612,7 +654,7 @@ def run_full(args: argparse.Namespace) -> None:
         times = measure(engines, args.runs)
         print_results(times, [e.name for e in engines])
         if args.select1 > 0:
-            measure_select1(engines[0], args.select1)
+            measure_small_queries(engines[0], engines[1:], args.select1)
     print("\nNote: the peers collect the whole result, lakehost returns its first page "
           "(at most 1,000 rows); every query here returns at most 1,000 rows.")
 
@@ -632,7 +674,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="working directory for data, config, lake and log "
                              "(default: bench/.work)")
     parser.add_argument("--select1", type=int, default=200,
-                        help="timed SELECT 1 runs through the API; 0 skips them (default: 200)")
+                        help="timed runs of each small query (SELECT 1, a point lookup) per "
+                             "engine; 0 skips them (default: 200)")
     parser.add_argument("--peers-only", type=Path, metavar="DIR",
                         help="skip lakehost; run the peers on an existing lake database "
                              "directory DIR holding <table>/service_client_id=<id>/...")

@@ -15,6 +15,7 @@ pub mod load_body;
 pub mod metrics;
 pub mod migration;
 pub mod openapi;
+mod prefer;
 pub mod principal;
 pub mod query;
 pub mod routing;

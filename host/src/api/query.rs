@@ -6,9 +6,11 @@
 use axum::{
     Json,
     extract::{Path, Query, State},
-    http::{HeaderValue, StatusCode, header},
+    http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -19,6 +21,7 @@ use super::{
     error::{ApiError, QueryOperation},
     idempotency::{IdempotencyKey, Operation},
     json_body::JsonBody,
+    prefer::{PREFERENCE_APPLIED, Preferences},
     principal::{Caller, LakeCallerOf, QueryRead, QueryWrite},
     schemas,
 };
@@ -60,12 +63,17 @@ fn query_resource(job: &QueryJob) -> Value {
     {
         status.insert("stateChangeReason".into(), json!(reason));
     }
-    json!({
+    let mut resource = json!({
         "query": job.query.sql,
         "queryId": job.query.id,
         "statementType": job.query.statement_type,
         "status": status,
-    })
+    });
+    // Only on queries answered by result reuse, which the caller opted into.
+    if let Some(reused) = &job.reused_query_id {
+        resource["reusedQueryId"] = json!(reused);
+    }
+    resource
 }
 
 /// POST /query: body `{"query": "...", "database": "..."}` (database optional).
@@ -74,9 +82,10 @@ fn query_resource(job: &QueryJob) -> Value {
     path = "/v2/query",
     tag = "query",
     security(("bearer" = ["query:write"])),
-    params(IdempotencyKey),
+    params(("Prefer" = Option<String>, Header, description = "Opt-in (RFC 7240): `wait=N` (0-25) holds the request up to N seconds for the query to end; `reuse=N` (0-86400) answers with the result of the same query over unchanged data, run by a caller with the same access at most N seconds ago. Honoured ones are named in `Preference-Applied`."), IdempotencyKey),
     request_body(content = schemas::QueryRequest, description = "The statement, and optionally the database its unqualified names resolve in"),
     responses(
+        (status = 200, description = "With `Prefer: wait=N` only: the query ended within the wait. The Query resource in its final state and, when it SUCCEEDED, its first result page", body = schemas::QueryEnded),
         (status = 202, description = "Accepted", body = schemas::QueryAccepted, links(
             ("GetQuery" = (operation_id = "get_query", parameters(("query_id" = "$response.body#/queryId")))),
             ("GetQueryResult" = (operation_id = "get_result", parameters(("query_id" = "$response.body#/queryId")))),
@@ -93,12 +102,13 @@ fn query_resource(job: &QueryJob) -> Value {
 async fn submit_query(
     State(state): State<AppState>,
     LakeCallerOf(caller, _): LakeCallerOf<QueryWrite>,
+    headers: HeaderMap,
     key: IdempotencyKey,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
     let request = key.request(&caller, Operation::SubmitQuery, &body);
     request
-        .run(&state, submit_once(state.clone(), caller, body))
+        .run(&state, submit_once(state.clone(), caller, headers, body))
         .await
 }
 
@@ -106,8 +116,11 @@ async fn submit_query(
 async fn submit_once(
     state: AppState,
     caller: LakeCaller,
+    headers: HeaderMap,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
+    let received = tokio::time::Instant::now();
+    let preferences = Preferences::from_headers(&headers)?;
     let body = body.object()?;
     let sql = match body.get("query") {
         None | Some(Value::Null) => None,
@@ -135,14 +148,69 @@ async fn submit_once(
     };
     let id = state
         .queries
-        .submit(&caller, sql, database)
+        .submit(&caller, sql, database, preferences.reuse_max_age_s)
         .await
         .map_err(|e| ApiError::query(e, QueryOperation::Start))?;
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(schemas::QueryAccepted { query_id: id }),
-    )
-        .into_response())
+    let ended = match preferences.wait {
+        Some(wait) => state
+            .queries
+            .wait_for_end(&caller, &id, wait_budget(&state, wait, received))
+            .await
+            .map_err(|e| ApiError::query(e, QueryOperation::Get))?,
+        None => None,
+    };
+    let mut response = match ended {
+        Some(job) => (
+            StatusCode::OK,
+            Json(ended_body(&state, &caller, &job).await?),
+        )
+            .into_response(),
+        None => (
+            StatusCode::ACCEPTED,
+            Json(schemas::QueryAccepted { query_id: id }),
+        )
+            .into_response(),
+    };
+    if let Some(applied) = preferences.applied() {
+        response.headers_mut().insert(PREFERENCE_APPLIED, applied);
+    }
+    Ok(response)
+}
+
+/// How long a POST that arrived at `received` may wait: `wait`, cut so the
+/// answer (the 202 with the id, at worst) leaves a second before the
+/// gateway's request timeout. A client never loses its queryId to a 504.
+fn wait_budget(state: &AppState, wait: Duration, received: tokio::time::Instant) -> Duration {
+    let request_limit = Duration::from_secs(state.config.server.request_timeout_s);
+    let left = request_limit
+        .saturating_sub(WAIT_ANSWER_MARGIN)
+        .saturating_sub(received.elapsed());
+    wait.min(left)
+}
+
+/// Time kept, from a wait, for reading the first page and answering.
+const WAIT_ANSWER_MARGIN: Duration = Duration::from_secs(1);
+
+/// The body of a query that ended while its POST waited: the Query resource
+/// and, when it SUCCEEDED, its first result page (`resultSet`, `nextToken`)
+/// beside it, as `GET /query/{id}/result` would answer.
+async fn ended_body(
+    state: &AppState,
+    caller: &LakeCaller,
+    job: &QueryJob,
+) -> Result<Value, ApiError> {
+    let mut body = query_resource(job);
+    if job.state == QueryState::Succeeded {
+        let page = state
+            .queries
+            .page(caller, &job.query.id, None)
+            .await
+            .map_err(|e| ApiError::query(e, QueryOperation::Results))?;
+        if let (Value::Object(resource), Value::Object(page)) = (&mut body, result_body(&page)) {
+            resource.extend(page);
+        }
+    }
+    Ok(body)
 }
 
 /// GET /query/{query_id}: the Query resource.

@@ -112,6 +112,10 @@ pub struct QueryResource {
     #[serde(rename = "statementType")]
     statement_type: StatementTypeName,
     status: QueryStatusSchema,
+    /// Only on a query answered by result reuse (`Prefer: reuse=N`, or the
+    /// org's `query.reuse_max_age_s`): the query whose result it answers with.
+    #[serde(rename = "reusedQueryId")]
+    reused_query_id: Option<String>,
 }
 
 /// One cell: `VarCharValue` holds the value as text; NULL is `{}`.
@@ -175,6 +179,24 @@ pub struct ResultPage {
     #[serde(rename = "resultSet")]
     result_set: ResultSet,
     /// Present when more rows follow: pass it as `next_token`.
+    #[serde(rename = "nextToken")]
+    next_token: Option<String>,
+}
+
+/// 200 of POST /query with `Prefer: wait=N` when the query ended within the
+/// wait: the Query resource, and when it SUCCEEDED its first result page.
+#[derive(ToSchema)]
+pub struct QueryEnded {
+    query: String,
+    #[serde(rename = "queryId")]
+    query_id: String,
+    #[serde(rename = "statementType")]
+    statement_type: StatementTypeName,
+    status: QueryStatusSchema,
+    /// Present when the query SUCCEEDED.
+    #[serde(rename = "resultSet")]
+    result_set: Option<ResultSet>,
+    /// Present when more rows follow: pass it as `next_token` to GET /query/{query_id}/result.
     #[serde(rename = "nextToken")]
     next_token: Option<String>,
 }

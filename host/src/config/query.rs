@@ -4,6 +4,8 @@
 //!
 //! It holds settings only; the engine that obeys them is `query/`.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
@@ -32,6 +34,11 @@ pub struct QueryConfig {
     pub max_attempts: u32,
     /// Lifetime of the signed CSV links, at most 900 seconds (spec "Limits").
     pub csv_link_lifetime_s: u64,
+    /// Result reuse on by default for these orgs: the oldest result, in
+    /// seconds (at most a day), that a read of the org may answer with
+    /// instead of running. A request's `Prefer: reuse=N` overrides it
+    /// (`reuse=0` turns it off for that request).
+    pub reuse_max_age_s: BTreeMap<String, u64>,
 }
 
 impl Default for QueryConfig {
@@ -45,9 +52,13 @@ impl Default for QueryConfig {
             lease_s: 30,
             max_attempts: 5,
             csv_link_lifetime_s: 900,
+            reuse_max_age_s: BTreeMap::new(),
         }
     }
 }
+
+/// The oldest result a read may reuse: one day.
+pub const MAX_REUSE_AGE_S: u64 = 24 * 60 * 60;
 
 /// Longest lifetime of a signed CSV link (spec "Limits": at most 15 minutes).
 pub const MAX_CSV_LINK_LIFETIME_S: u64 = 900;
@@ -85,6 +96,16 @@ impl QueryConfig {
             return Err(ConfigError::new(
                 "query.lease_s",
                 "must be at least 3 (leases are renewed every third of it)",
+            ));
+        }
+        if let Some((org, _)) = self
+            .reuse_max_age_s
+            .iter()
+            .find(|(_, age)| **age > MAX_REUSE_AGE_S)
+        {
+            return Err(ConfigError::new(
+                format!("query.reuse_max_age_s.{org}"),
+                format!("must be at most {MAX_REUSE_AGE_S} (a day)"),
             ));
         }
         if self.csv_link_lifetime_s > MAX_CSV_LINK_LIFETIME_S {

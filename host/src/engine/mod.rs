@@ -14,6 +14,7 @@ pub mod layout;
 pub mod provider;
 pub mod runtime;
 pub mod session;
+pub mod snapshot;
 pub mod statement;
 pub mod table_writer;
 pub mod write;

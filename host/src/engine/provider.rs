@@ -127,6 +127,25 @@ impl LakeTableProvider {
         }
     }
 
+    /// What this provider will read, as bytes that differ whenever the
+    /// table, its name, its schema or its committed files differ (the
+    /// files are fixed when the session is made). See `snapshot.rs`.
+    pub fn snapshot(&self) -> Vec<u8> {
+        let mut parts = vec![
+            self.database.as_str(),
+            self.table.id.as_str(),
+            self.table.name.as_str(),
+            self.table.schema_json.as_str(),
+        ];
+        parts.extend(self.files.iter().map(|file| file.id.as_str()));
+        let mut bytes = Vec::new();
+        for part in parts {
+            bytes.extend((part.len() as u64).to_be_bytes());
+            bytes.extend(part.as_bytes());
+        }
+        bytes
+    }
+
     fn partitioned_file(&self, file: &DataFile) -> datafusion::common::Result<PartitionedFile> {
         let values = self
             .partition_fields

@@ -118,6 +118,14 @@ pub fn classify(sql: &str) -> Result<Classified, StatementError> {
     }
 }
 
+/// `sql` as the parser prints it back: one spelling for statements that
+/// differ only in whitespace, comments or keyword case (result reuse keys on
+/// it). `None` when it does not parse as one statement.
+pub fn canonical_sql(sql: &str) -> Option<String> {
+    let mut statements = DFParser::parse_sql_with_dialect(sql, &GenericDialect {}).ok()?;
+    (statements.len() == 1).then(|| statements.pop_front().expect("one statement").to_string())
+}
+
 fn refused(what: &str) -> StatementError {
     StatementError::Refused(what.to_string())
 }

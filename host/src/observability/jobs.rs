@@ -7,7 +7,7 @@
 //! while a request is served also carries that request's `request_id` (its
 //! span). Nothing else a caller sent (SQL, table names) is logged here.
 
-use super::metrics::{self, LeasedJob, Takeover};
+use super::metrics::{self, Admission, LeasedJob, Takeover};
 use crate::store::{dailyrun::RunStatus, queries::QueryState};
 
 /// POST /query accepted a statement: started at once or queued.
@@ -24,7 +24,26 @@ pub fn query_submitted(id: &str, statement_type: &str, queued: bool) {
         statement_type,
         "job state"
     );
-    metrics::query_submitted(statement_type, queued);
+    let admission = if queued {
+        Admission::Queued
+    } else {
+        Admission::Started
+    };
+    metrics::query_submitted(statement_type, admission);
+}
+
+/// POST /query answered with the result of `reused` (result reuse): the new
+/// query is SUCCEEDED from the start.
+pub fn query_reused(id: &str, reused: &str, statement_type: &str) {
+    tracing::info!(
+        job = "query",
+        job_id = id,
+        state = QueryState::Succeeded.as_str(),
+        reused_query_id = reused,
+        statement_type,
+        "job state"
+    );
+    metrics::query_submitted(statement_type, Admission::Reused);
 }
 
 /// A worker claimed a stored query; an attempt past the first is a rerun

@@ -7,7 +7,7 @@
 //! |---|---|---|---|
 //! | `lakehost_http_requests_total` | counter | `api`, `method`, `route`, `status` | requests answered on the API listener |
 //! | `lakehost_http_request_duration_seconds` | histogram | `api`, `method`, `route`, `status` | time to the response head (a streamed body may take longer) |
-//! | `lakehost_queries_submitted_total` | counter | `statement_type`, `admission` | queries accepted: `started` at once or `queued` |
+//! | `lakehost_queries_submitted_total` | counter | `statement_type`, `admission` | queries accepted: `started` at once, `queued`, or answered with a `reused` result |
 //! | `lakehost_queries_ended_total` | counter | `state`, `statement_type` | queries that ended `SUCCEEDED`, `FAILED` or `CANCELLED` |
 //! | `lakehost_query_result_bytes_total` | counter | `statement_type` | bytes of the result CSVs of SUCCEEDED queries |
 //! | `lakehost_query_scanned_bytes_total` | counter | | parquet bytes read by statements that ran to their end (DataFusion's `bytes_scanned`) |
@@ -181,14 +181,28 @@ pub fn http_request(api: ApiLabel, method: &str, route: &str, status: u16, elaps
 }
 
 /// A query accepted by POST /query.
-pub fn query_submitted(statement_type: &str, queued: bool) {
-    let admission = if queued { "queued" } else { "started" };
+pub fn query_submitted(statement_type: &str, admission: Admission) {
+    let admission = match admission {
+        Admission::Started => "started",
+        Admission::Queued => "queued",
+        Admission::Reused => "reused",
+    };
     counter!(
         QUERIES_SUBMITTED,
         "statement_type" => labels::statement_type(statement_type),
         "admission" => admission
     )
     .increment(1);
+}
+
+/// How a submitted query was taken in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Run at once on a free worker.
+    Started,
+    Queued,
+    /// Answered with an earlier query's result (result reuse).
+    Reused,
 }
 
 /// A query that reached a final state; `result_bytes` when it SUCCEEDED.

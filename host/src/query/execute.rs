@@ -38,6 +38,8 @@ pub struct Execution {
     pub write: CatalogWrite,
     /// Lake files written for `write`: deleted again unless it is committed.
     pub staged: Vec<String>,
+    /// A read's lake snapshot, when its result may be reused (`engine::snapshot`).
+    pub snapshot: Option<String>,
 }
 
 /// Runs a prepared statement; its result goes to `result_path` as CSV.
@@ -51,7 +53,7 @@ pub async fn execute(
 ) -> Result<Execution, QueryError> {
     let store = lake.object_store();
     match prepared {
-        Prepared::Read { plan } => {
+        Prepared::Read { plan, snapshot } => {
             let schema = plan.schema();
             let mut writer = CsvResultWriter::create(store, result_path, &schema)
                 .await
@@ -82,6 +84,7 @@ pub async fn execute(
                 small_result: written.small,
                 write: CatalogWrite::None,
                 staged: Vec::new(),
+                snapshot,
             })
         }
         Prepared::Nothing => empty_result(lake, result_path, CatalogWrite::None).await,
@@ -174,6 +177,7 @@ async fn empty_result(
         small_result: written.small,
         write,
         staged: Vec::new(),
+        snapshot: None,
     })
 }
 
@@ -209,6 +213,7 @@ async fn count_result(
             small_result: written.small,
             write,
             staged,
+            snapshot: None,
         }),
         Err(e) => {
             delete_paths(lake.object_store().as_ref(), &staged).await;

@@ -23,6 +23,7 @@ use crate::{
         EngineError,
         layout::{TableLayout, check_column_names, check_table_name},
         plan_read,
+        snapshot::read_snapshot,
         statement::{Action, AlterChange, Classified, TableName},
     },
     lake,
@@ -36,6 +37,9 @@ use crate::{
 pub enum Prepared {
     Read {
         plan: Arc<dyn ExecutionPlan>,
+        /// What the result depends on in the lake (`engine::snapshot`);
+        /// `None` when it may change without the lake changing.
+        snapshot: Option<String>,
     },
     /// CREATE TABLE IF NOT EXISTS of a table that exists.
     Nothing,
@@ -139,6 +143,7 @@ pub async fn prepare(
                 .await
                 .map_err(plan_error)?;
             Ok(Prepared::Read {
+                snapshot: read_snapshot(&plan),
                 plan: plan_read(context, &plan).await?,
             })
         }

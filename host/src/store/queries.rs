@@ -81,6 +81,8 @@ pub struct QueryJob {
     /// The result's columns (name, type, nullability) as JSON.
     pub result_columns_json: Option<String>,
     pub attempts: i64,
+    /// Set when this query answered with another's result (result reuse).
+    pub reused_query_id: Option<String>,
 }
 
 /// How a run ended.
@@ -91,6 +93,8 @@ pub enum QueryOutcome {
         rows: i64,
         bytes: i64,
         columns_json: String,
+        /// Set on reads whose result later queries may reuse.
+        reuse_key: Option<String>,
     },
     Failed {
         reason: String,
@@ -129,7 +133,7 @@ pub enum CatalogWrite {
 const COLUMNS: &str = "id, org, zone, owner_sub, access_fingerprint, sql_text, database_name, \
     statement_type, state, state_change_reason, submitted_at, started_at, completed_at, \
     result_path, result_rows, result_bytes, result_columns_json, access_json, \
-    CAST(attempts AS BIGINT) AS attempts";
+    CAST(attempts AS BIGINT) AS attempts, reused_query_id";
 
 fn job_from_row(row: &sqlx::any::AnyRow) -> Result<QueryJob> {
     let zone: String = row.try_get("zone")?;
@@ -155,6 +159,7 @@ fn job_from_row(row: &sqlx::any::AnyRow) -> Result<QueryJob> {
         result_bytes: row.try_get("result_bytes")?,
         result_columns_json: row.try_get("result_columns_json")?,
         attempts: row.try_get("attempts")?,
+        reused_query_id: row.try_get("reused_query_id")?,
     })
 }
 
@@ -224,6 +229,7 @@ impl Store {
             result_bytes: None,
             result_columns_json: None,
             attempts,
+            reused_query_id: None,
         })
     }
 
@@ -330,12 +336,13 @@ impl Store {
         write: &CatalogWrite,
         now: i64,
     ) -> Result<Finished> {
-        let (state, reason, path, rows, bytes, columns) = match outcome {
+        let (state, reason, path, rows, bytes, columns, reuse_key) = match outcome {
             QueryOutcome::Succeeded {
                 result_path,
                 rows,
                 bytes,
                 columns_json,
+                reuse_key,
             } => (
                 "SUCCEEDED",
                 None,
@@ -343,15 +350,22 @@ impl Store {
                 Some(*rows),
                 Some(*bytes),
                 Some(columns_json.as_str()),
+                reuse_key.as_deref(),
             ),
-            QueryOutcome::Failed { reason } => {
-                ("FAILED", Some(reason.as_str()), None, None, None, None)
-            }
+            QueryOutcome::Failed { reason } => (
+                "FAILED",
+                Some(reason.as_str()),
+                None,
+                None,
+                None,
+                None,
+                None,
+            ),
         };
         let end = sqlx::query(
             "UPDATE query_jobs SET state = $1, state_change_reason = $2, result_path = $3, \
              result_rows = $4, result_bytes = $5, result_columns_json = $6, completed_at = $7, \
-             lease_owner = NULL, lease_expires_at = NULL \
+             reuse_key = $10, lease_owner = NULL, lease_expires_at = NULL \
              WHERE id = $8 AND lease_owner = $9 AND state = 'RUNNING'",
         )
         .bind(state)
@@ -362,7 +376,8 @@ impl Store {
         .bind(columns)
         .bind(now)
         .bind(id)
-        .bind(holder);
+        .bind(holder)
+        .bind(reuse_key);
         if matches!(write, CatalogWrite::None) {
             // Nothing else to write: one statement is its own transaction.
             let done = end.execute(self.pool()).await?;
@@ -413,6 +428,73 @@ impl Store {
         }
         tx.commit().await?;
         Ok(Finished::Recorded)
+    }
+
+    /// The newest SUCCEEDED query with `reuse_key` that ended at or after
+    /// `ended_since` (the key covers org, zone and access: see `reuse.rs`).
+    pub async fn reusable_query(
+        &self,
+        reuse_key: &str,
+        ended_since: i64,
+    ) -> Result<Option<QueryJob>> {
+        let row = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM query_jobs WHERE reuse_key = $1 AND completed_at >= $2 \
+             AND state = 'SUCCEEDED' ORDER BY completed_at DESC LIMIT 1"
+        ))
+        .bind(reuse_key)
+        .bind(ended_since)
+        .fetch_optional(self.pool())
+        .await?;
+        row.as_ref().map(job_from_row).transpose()
+    }
+
+    /// Inserts `query` SUCCEEDED at once with the result of `source`, which
+    /// it names as the query it reused. It never runs and holds no lease.
+    pub async fn insert_reused_query(
+        &self,
+        query: &NewQuery,
+        source: &QueryJob,
+        now: i64,
+    ) -> Result<QueryJob> {
+        sqlx::query(
+            "INSERT INTO query_jobs (id, org, zone, owner_sub, access_fingerprint, sql_text, \
+             database_name, statement_type, access_json, state, submitted_at, started_at, \
+             completed_at, result_path, result_rows, result_bytes, result_columns_json, \
+             attempts, reused_query_id) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'SUCCEEDED', $10, $10, $10, $11, $12, \
+             $13, $14, 0, $15)",
+        )
+        .bind(&query.id)
+        .bind(&query.org)
+        .bind(query.zone.as_deref().unwrap_or(""))
+        .bind(&query.owner_sub)
+        .bind(&query.access_fingerprint)
+        .bind(&query.sql)
+        .bind(&query.database)
+        .bind(&query.statement_type)
+        .bind(&query.access_json)
+        .bind(now)
+        .bind(source.result_path.as_deref())
+        .bind(source.result_rows)
+        .bind(source.result_bytes)
+        .bind(source.result_columns_json.as_deref())
+        .bind(&source.query.id)
+        .execute(self.pool())
+        .await?;
+        Ok(QueryJob {
+            query: query.clone(),
+            state: QueryState::Succeeded,
+            state_change_reason: None,
+            submitted_at: now,
+            started_at: Some(now),
+            completed_at: Some(now),
+            result_path: source.result_path.clone(),
+            result_rows: source.result_rows,
+            result_bytes: source.result_bytes,
+            result_columns_json: source.result_columns_json.clone(),
+            attempts: 0,
+            reused_query_id: Some(source.query.id.clone()),
+        })
     }
 
     /// Gives a job `holder` runs back to the queue (a draining replica): any

@@ -228,6 +228,7 @@ async fn query_jobs_move_through_their_states() {
             rows: 3,
             bytes: 10,
             columns_json: "[]".into(),
+            reuse_key: None,
         };
         assert!(
             store
@@ -305,6 +306,58 @@ async fn query_jobs_move_through_their_states() {
 /// Fair sharing in the claim: a queued job is taken only while its org and
 /// caller are under the worker's caps, the org (then caller) it runs the
 /// fewest of first; a dead worker's job is taken over whatever the caps.
+#[tokio::test]
+async fn a_reused_query_copies_the_newest_matching_result_within_its_age() {
+    for (backend, store, _dir) in backends().await {
+        let mut ran = Vec::new();
+        for (n, ended_at) in [(1, 100), (2, 200)] {
+            let job = query("ran", n);
+            store
+                .insert_running_query(&job, "w1", ended_at, ended_at + 30)
+                .await
+                .unwrap();
+            let outcome = QueryOutcome::Succeeded {
+                result_path: format!("results/{n}"),
+                rows: n.into(),
+                bytes: 10,
+                columns_json: "[]".into(),
+                reuse_key: Some("key-a".into()),
+            };
+            let finished = store
+                .finish_query(&job.id, "w1", &outcome, &CatalogWrite::None, ended_at)
+                .await
+                .unwrap();
+            assert_eq!(finished, Finished::Recorded, "{backend}");
+            ran.push(job.id);
+        }
+        assert!(
+            store.reusable_query("key-b", 0).await.unwrap().is_none(),
+            "{backend}"
+        );
+        assert!(
+            store.reusable_query("key-a", 201).await.unwrap().is_none(),
+            "{backend}: too old"
+        );
+        let source = store.reusable_query("key-a", 150).await.unwrap().unwrap();
+        assert_eq!(source.query.id, ran[1], "{backend}: the newest");
+        let reuser = query("reuser", 3);
+        let reused = store
+            .insert_reused_query(&reuser, &source, 300)
+            .await
+            .unwrap();
+        let stored = store.query_job(&reuser.id).await.unwrap().unwrap();
+        assert_eq!(stored, reused, "{backend}");
+        assert_eq!(stored.state, QueryState::Succeeded);
+        assert_eq!(stored.result_path.as_deref(), Some("results/2"));
+        assert_eq!(stored.result_rows, Some(2));
+        assert_eq!(stored.reused_query_id.as_deref(), Some(ran[1].as_str()));
+        assert_eq!((stored.submitted_at, stored.completed_at), (300, Some(300)));
+        // A reuse is not itself reused (it carries no key): the source stays the newest.
+        let again = store.reusable_query("key-a", 0).await.unwrap().unwrap();
+        assert_eq!(again.query.id, ran[1], "{backend}");
+    }
+}
+
 #[tokio::test]
 async fn claims_share_the_workers_between_orgs_and_callers() {
     let caps = JobCaps {
@@ -529,6 +582,7 @@ async fn catalog_changes_commit_with_the_final_state_or_not_at_all() {
             rows: 1,
             bytes: 1,
             columns_json: "[]".into(),
+            reuse_key: None,
         };
 
         // A worker that lost its job (cancelled meanwhile) writes nothing.

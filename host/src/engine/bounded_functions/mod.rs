@@ -105,6 +105,17 @@ fn bound_functions_at(context: &SessionContext, max_bytes: usize) {
     context.add_analyzer_rule(Arc::new(BoundedOperators::new(functions, string_concat)));
 }
 
+/// How a scalar function's value may vary between runs with the same
+/// arguments. A bounded function answers for the function it wraps: it is
+/// volatile to the optimizer only (so no constant is folded uncounted), its
+/// values are the wrapped function's.
+pub fn value_volatility(function: &ScalarUDF) -> Volatility {
+    match function.inner().downcast_ref::<Bounded>() {
+        Some(bounded) => bounded.inner.signature().volatility,
+        None => function.signature().volatility,
+    }
+}
+
 /// A growing function, bounded: see the module's header.
 #[derive(Debug)]
 struct Bounded {

@@ -100,6 +100,8 @@ pub struct ResultPage {
 }
 
 mod reading;
+mod reuse;
+mod waiting;
 mod worker;
 
 pub use worker::ABANDONED_QUERY;
@@ -112,6 +114,8 @@ pub struct QueryService {
     lease: Lease,
     engine: EngineRuntime,
     wake: Notify,
+    /// Woken whenever a query's end is recorded on this replica (waiting.rs).
+    ended: Notify,
     /// One permit per query that may run at once on this replica.
     slots: Arc<Semaphore>,
     running: Mutex<HashMap<String, CancellationToken>>,
@@ -168,6 +172,7 @@ impl QueryService {
             limits,
             engine,
             wake: Notify::new(),
+            ended: Notify::new(),
             slots: Arc::new(Semaphore::new(workers)),
             running: Mutex::new(HashMap::new()),
             recent_results: Mutex::new(RecentResults::default()),
@@ -247,11 +252,16 @@ impl QueryService {
 
     /// POST /query: checks and plans `sql`, then runs it at once when a slot
     /// is free, else queues it. Returns the id.
+    ///
+    /// A read may instead be answered with an earlier result (`reuse.rs`):
+    /// `reuse_max_age_s` is the caller's `Prefer: reuse=N`, else the org's
+    /// setting applies.
     pub async fn submit(
         self: &Arc<Self>,
         caller: &LakeCaller,
         sql: &str,
         database: Option<&str>,
+        reuse_max_age_s: Option<u64>,
     ) -> Result<String, QueryError> {
         let database = database
             .map(str::to_string)
@@ -276,6 +286,11 @@ impl QueryService {
             statement_type: statement_type.as_str().to_string(),
             access_json: serde_json::to_string(&caller.grant).expect("grant serialises"),
         };
+        if let Some(max_age_s) = self.reuse_max_age_s(&query, reuse_max_age_s)
+            && self.reuse(&query, &planned, max_age_s).await?.is_some()
+        {
+            return Ok(id);
+        }
         // Run now when a slot is free and the org and caller are under their
         // caps (fair sharing); else queue, where the fairest job goes next.
         // A draining replica runs nothing new: the job waits for another.

@@ -39,6 +39,7 @@ impl QueryService {
             return Ok(());
         }
         if self.store.cancel_query(id, self.now()).await? {
+            self.ended.notify_waiters();
             jobs::query_ended(id, QueryState::Cancelled, &job.query.statement_type, None);
             let token = self
                 .running

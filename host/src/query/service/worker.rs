@@ -10,7 +10,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
-use super::{POLL_INTERVAL, Planned, QueryService, Started};
+use super::{POLL_INTERVAL, Planned, QueryService, Started, reuse::reuse_key};
 use crate::{
     auth::AccessGrant,
     engine::table_writer::delete_paths,
@@ -102,7 +102,6 @@ impl QueryService {
 
     async fn run_in_span(self: &Arc<Self>, job: QueryJob, started: Option<Started>) {
         let id = job.query.id.clone();
-        let statement_type = job.query.statement_type.as_str();
         if started.is_none() {
             jobs::query_claimed(&id, job.attempts);
         }
@@ -111,7 +110,7 @@ impl QueryService {
                 "The query was handed back by stopping servers {} times and was not run again.",
                 job.attempts - 1
             );
-            self.record(&id, statement_type, Err(QueryError::Failed(reason)), None)
+            self.record(&job.query, Err(QueryError::Failed(reason)), None)
                 .await;
             return;
         }
@@ -140,10 +139,7 @@ impl QueryService {
         };
         self.running.lock().expect("running map lock").remove(&id);
         match outcome {
-            Ended::Ran(outcome) => {
-                self.record(&id, statement_type, *outcome, Some(&result_path))
-                    .await
-            }
+            Ended::Ran(outcome) => self.record(&job.query, *outcome, Some(&result_path)).await,
             Ended::Stopped => {
                 tracing::info!("query stopped: cancelled or taken over");
                 delete_paths(self.lake.object_store().as_ref(), &[result_path]).await;
@@ -179,6 +175,7 @@ impl QueryService {
         for job in ended {
             tracing::warn!(query = %job.query.id, attempt = job.attempts, "query ended FAILED: its server stopped while running it");
             jobs::query_abandoned(&job.query.id, &job.query.statement_type);
+            self.ended.notify_waiters();
             let result_path = Self::result_path_of(&job.query, job.attempts);
             delete_paths(self.lake.object_store().as_ref(), &[result_path]).await;
         }
@@ -226,11 +223,11 @@ impl QueryService {
     /// Records a run's end; deletes files that did not become part of the lake.
     async fn record(
         &self,
-        id: &str,
-        statement_type: &str,
+        query: &NewQuery,
         outcome: Result<Execution, QueryError>,
         result_path: Option<&str>,
     ) {
+        let (id, statement_type) = (query.id.as_str(), query.statement_type.as_str());
         let store = self.lake.object_store();
         let (job_outcome, write, staged, small_result) = match outcome {
             Ok(execution) => (
@@ -240,6 +237,10 @@ impl QueryService {
                     bytes: execution.bytes as i64,
                     columns_json: serde_json::to_string(&execution.columns)
                         .expect("columns serialise"),
+                    reuse_key: execution
+                        .snapshot
+                        .as_deref()
+                        .and_then(|snapshot| reuse_key(query, snapshot)),
                 },
                 execution.write,
                 execution.staged,
@@ -273,6 +274,7 @@ impl QueryService {
             .await
         {
             Ok(Finished::Recorded) => {
+                self.ended.notify_waiters();
                 match &job_outcome {
                     QueryOutcome::Succeeded { bytes, .. } => jobs::query_ended(
                         id,
@@ -307,6 +309,7 @@ impl QueryService {
                     .finish_query(id, &self.holder, &failed, &none, self.now())
                     .await
                 {
+                    self.ended.notify_waiters();
                     jobs::query_ended(id, QueryState::Failed, statement_type, None);
                 }
             }

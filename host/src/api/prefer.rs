@@ -1,0 +1,137 @@
+//! The `Prefer` request header (RFC 7240) of `POST /query`: the opt-in
+//! preferences lakehost honours there, `wait=N` (hold the request up to N
+//! seconds for the query to end) and `reuse=N` (answer with a result of the
+//! same query and data at most N seconds old). Unknown preferences are
+//! ignored, as the RFC asks; a known one with a bad value is a 400, since a
+//! silently ignored typo would cost the caller a round trip or a rerun.
+//! `Preference-Applied` names the ones honoured.
+
+use std::time::Duration;
+
+use axum::http::{HeaderMap, HeaderValue, header::HeaderName};
+
+use super::error::ApiError;
+use crate::config::MAX_REUSE_AGE_S;
+
+/// The longest wait: under the API gateway's 30-second request limit.
+pub const MAX_WAIT_S: u64 = 25;
+
+pub const PREFER: HeaderName = HeaderName::from_static("prefer");
+pub const PREFERENCE_APPLIED: HeaderName = HeaderName::from_static("preference-applied");
+
+/// The preferences of one request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Preferences {
+    /// `wait=N`: how long the POST may wait for the query's end.
+    pub wait: Option<Duration>,
+    /// `reuse=N`: the oldest result, in seconds, the caller accepts.
+    pub reuse_max_age_s: Option<u64>,
+}
+
+impl Preferences {
+    /// Reads every `Prefer` header of the request.
+    pub fn from_headers(headers: &HeaderMap) -> Result<Self, ApiError> {
+        let mut preferences = Preferences::default();
+        for value in headers.get_all(PREFER) {
+            let text = value.to_str().map_err(|_| {
+                ApiError::BadRequest(
+                    "InvalidParameterError: the Prefer header is not visible ASCII.".into(),
+                )
+            })?;
+            for preference in text.split(',') {
+                // Parameters after `;` belong to the preference; none is used.
+                let token = preference.split(';').next().unwrap_or_default().trim();
+                let (name, value) = match token.split_once('=') {
+                    Some((name, value)) => (name.trim(), Some(value.trim().trim_matches('"'))),
+                    None => (token, None),
+                };
+                if name.eq_ignore_ascii_case("wait") {
+                    let seconds = seconds(value, "wait", MAX_WAIT_S)?;
+                    preferences.wait = Some(Duration::from_secs(seconds));
+                } else if name.eq_ignore_ascii_case("reuse") {
+                    preferences.reuse_max_age_s = Some(seconds(value, "reuse", MAX_REUSE_AGE_S)?);
+                }
+            }
+        }
+        Ok(preferences)
+    }
+
+    /// The `Preference-Applied` value naming what this request honoured.
+    pub fn applied(&self) -> Option<HeaderValue> {
+        let mut applied = Vec::new();
+        if let Some(wait) = self.wait {
+            applied.push(format!("wait={}", wait.as_secs()));
+        }
+        if let Some(reuse) = self.reuse_max_age_s {
+            applied.push(format!("reuse={reuse}"));
+        }
+        if applied.is_empty() {
+            return None;
+        }
+        HeaderValue::from_str(&applied.join(", ")).ok()
+    }
+}
+
+fn seconds(value: Option<&str>, name: &str, max: u64) -> Result<u64, ApiError> {
+    value
+        .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|&s| s <= max)
+        .ok_or_else(|| {
+            ApiError::BadRequest(format!(
+                "InvalidParameterError: Prefer {name} must be a whole number of seconds from 0 to {max}."
+            ))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(values: &[&str]) -> Result<Preferences, ApiError> {
+        let mut headers = HeaderMap::new();
+        for value in values {
+            headers.append(PREFER, HeaderValue::from_str(value).unwrap());
+        }
+        Preferences::from_headers(&headers)
+    }
+
+    #[test]
+    fn reads_wait_and_reuse_from_one_or_several_headers() {
+        let both = parse(&["wait=5, reuse=300"]).unwrap();
+        assert_eq!(both.wait, Some(Duration::from_secs(5)));
+        assert_eq!(both.reuse_max_age_s, Some(300));
+        let split = parse(&["respond-async", "WAIT=\"25\"; x=1", "reuse=0"]).unwrap();
+        assert_eq!(split.wait, Some(Duration::from_secs(25)));
+        assert_eq!(split.reuse_max_age_s, Some(0));
+        assert_eq!(
+            split.applied().unwrap().to_str().unwrap(),
+            "wait=25, reuse=0"
+        );
+    }
+
+    #[test]
+    fn nothing_asked_is_nothing_applied() {
+        let none = parse(&["return=minimal"]).unwrap();
+        assert_eq!(none, Preferences::default());
+        assert!(none.applied().is_none());
+    }
+
+    #[test]
+    fn bad_values_are_refused_with_the_range() {
+        for bad in [
+            "wait=26",
+            "wait=-1",
+            "wait=1.5",
+            "wait",
+            "wait=",
+            "reuse=86401",
+            "reuse=x",
+        ] {
+            let Err(ApiError::BadRequest(message)) = parse(&[bad]) else {
+                panic!("{bad} accepted");
+            };
+            assert!(message.contains("whole number of seconds"), "{message}");
+        }
+    }
+}
