@@ -842,3 +842,35 @@ async fn the_openapi_documents_describe_the_header_where_it_is_taken() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_answer_is_kept_whole_with_its_headers() {
+    let app = spawn_app().await;
+    let db = Db::sqlite_of(&app).await;
+    let token = admin_of(&app, "idem-wait-mode");
+    let send_waiting = |prefer: &'static str| {
+        keyed(&app, ORG_QUERY, &token, &["w"], SELECT_1)
+            .header("Prefer", prefer)
+            .send()
+    };
+    let first = send_waiting("wait=10").await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    let applied = first.headers()["preference-applied"].clone();
+    assert!(first.headers().get("idempotent-replayed").is_none());
+    let content_type = first.headers()["content-type"].clone();
+    let first_body = first.text().await.unwrap();
+    let page: Value = serde_json::from_str(&first_body).unwrap();
+    assert_eq!(page["status"]["state"], "SUCCEEDED", "{page}");
+    assert_eq!(page_rows(&page)[1], vec![Some("1".to_string())]);
+
+    // The retry, whatever it prefers now: the first answer as it was.
+    for prefer in ["wait=10", "wait=0"] {
+        let again = send_waiting(prefer).await.unwrap();
+        assert_eq!(again.status(), StatusCode::OK);
+        assert_eq!(again.headers()["preference-applied"], applied);
+        assert_eq!(again.headers()["content-type"], content_type);
+        assert_eq!(again.headers()["idempotent-replayed"], "true");
+        assert_eq!(again.text().await.unwrap(), first_body);
+    }
+    assert_eq!(db.queries_of("idem-wait-mode").await, 1);
+}
