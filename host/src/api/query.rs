@@ -106,9 +106,13 @@ async fn submit_query(
     key: IdempotencyKey,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
+    let received = tokio::time::Instant::now();
     let request = key.request(&caller, Operation::SubmitQuery, &body);
     request
-        .run(&state, submit_once(state.clone(), caller, headers, body))
+        .run(
+            &state,
+            submit_once(state.clone(), caller, headers, body, received),
+        )
         .await
 }
 
@@ -118,8 +122,8 @@ async fn submit_once(
     caller: LakeCaller,
     headers: HeaderMap,
     body: JsonBody,
+    received: tokio::time::Instant,
 ) -> Result<Response, ApiError> {
-    let received = tokio::time::Instant::now();
     let preferences = Preferences::from_headers(&headers)?;
     let body = body.object()?;
     let sql = match body.get("query") {
@@ -151,20 +155,28 @@ async fn submit_once(
         .submit(&caller, sql, database, preferences.reuse_max_age_s)
         .await
         .map_err(|e| ApiError::query(e, QueryOperation::Start))?;
+    // The job exists from here on: whatever goes wrong while waiting, the
+    // answer is at worst the 202 with its id (never an error that would
+    // hide it, or make a keyed retry submit it again).
     let ended = match preferences.wait {
-        Some(wait) => state
-            .queries
-            .wait_for_end(&caller, &id, wait_budget(&state, wait, received))
-            .await
-            .map_err(|e| ApiError::query(e, QueryOperation::Get))?,
+        Some(wait) => {
+            let budget = wait_budget(&state, wait, received);
+            match state.queries.wait_for_end(&caller, &id, budget).await {
+                Ok(Some(job)) => ended_body(&state, &caller, &job)
+                    .await
+                    .inspect_err(|e| tracing::warn!(query = %id, error = %e, "waited for a query, answering 202"))
+                    .ok(),
+                Ok(None) => None,
+                Err(e) => {
+                    tracing::warn!(query = %id, error = %e, "waiting for a query failed, answering 202");
+                    None
+                }
+            }
+        }
         None => None,
     };
     let mut response = match ended {
-        Some(job) => (
-            StatusCode::OK,
-            Json(ended_body(&state, &caller, &job).await?),
-        )
-            .into_response(),
+        Some(body) => (StatusCode::OK, Json(body)).into_response(),
         None => (
             StatusCode::ACCEPTED,
             Json(schemas::QueryAccepted { query_id: id }),
