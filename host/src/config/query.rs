@@ -1,6 +1,6 @@
 //! The `[query]` section: the query engine's admission control, fair sharing,
-//! per-query limits, leases and CSV link lifetime, with their defaults and
-//! their checks.
+//! per-query limits, leases, CSV link lifetime and typed result copies, with
+//! their defaults and their checks.
 //!
 //! It holds settings only; the engine that obeys them is `query/`.
 
@@ -32,6 +32,10 @@ pub struct QueryConfig {
     pub max_attempts: u32,
     /// Lifetime of the signed CSV links, at most 900 seconds (spec "Limits").
     pub csv_link_lifetime_s: u64,
+    /// Whether a read query also writes its rows as an Arrow IPC stream
+    /// beside the CSV, which the Arrow and Parquet downloads serve (with the
+    /// engine's column types). Off, results are CSV and JSON pages only.
+    pub typed_results: bool,
 }
 
 impl Default for QueryConfig {
@@ -45,6 +49,7 @@ impl Default for QueryConfig {
             lease_s: 30,
             max_attempts: 5,
             csv_link_lifetime_s: 900,
+            typed_results: true,
         }
     }
 }
