@@ -20,6 +20,7 @@ mod pipeline_data;
 mod query_access;
 mod query_api;
 mod query_permissions;
+mod result_formats;
 mod routing;
 mod s3_lake;
 mod sdk_compat;
