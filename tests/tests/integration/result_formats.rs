@@ -887,3 +887,55 @@ async fn typed_copies_sit_beside_the_csv_and_parquet_is_made_when_asked() {
     }
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// With the lake on S3 (moto's, started by `.ci/run`), the typed copies are
+/// S3 objects and their links S3's own presigned GETs, which readers range
+/// over as they do over the storage endpoint's.
+#[tokio::test]
+async fn on_an_s3_lake_the_typed_links_are_s3_presigned_gets() {
+    let Ok(endpoint) = std::env::var("LAKEHOST_TEST_S3_ENDPOINT") else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "LAKEHOST_TEST_S3_ENDPOINT must name an S3 server in CI (see .ci/run)"
+        );
+        eprintln!("NOTE: S3 lake tests not run: set LAKEHOST_TEST_S3_ENDPOINT (see .ci/run)");
+        return;
+    };
+    let bucket = format!("lakehost-test-{}", &lakehost::store::new_id()[..12]);
+    let http = reqwest::Client::new();
+    let created = http
+        .put(format!("{endpoint}/{bucket}"))
+        .send()
+        .await
+        .unwrap();
+    assert!(created.status().is_success(), "{}", created.status());
+    let lake_url = format!("s3://{bucket}/lake");
+    let (app, token) = typed_app(|c| c.storage.lake_url = Some(lake_url)).await;
+    let id = succeeded(&app, &token, TYPED_SQL).await;
+    let location = link(&app, &token, &id, Some("parquet")).await;
+    assert!(
+        location.starts_with(&format!("{endpoint}/{bucket}/lake/_results/"))
+            && location.contains(".parquet?"),
+        "{location}"
+    );
+    let tail = http
+        .get(&location)
+        .header("Range", "bytes=-4")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(tail.status(), StatusCode::PARTIAL_CONTENT);
+    assert_eq!(&tail.bytes().await.unwrap()[..], b"PAR1");
+    let Some(python) = test_python() else {
+        return;
+    };
+    let csv = csv_rows(&app, &token, &id).await;
+    let types = sql_types(&app, &token, &id).await;
+    let read = result_client(&python, "read_parquet", &json!({ "url": location })).await;
+    for reader in ["pyarrow", "pandas", "duckdb"] {
+        assert_equals_csv(reader, &read["readers"][reader], &csv, &types);
+    }
+    let arrow = link(&app, &token, &id, Some("arrow")).await;
+    let read = result_client(&python, "read_arrow", &json!({ "url": arrow })).await;
+    assert_equals_csv("pyarrow (S3)", &read["readers"]["pyarrow"], &csv, &types);
+}
