@@ -78,21 +78,23 @@ HTTP_TIMEOUT_S = 600
 # ----------------------------------------------------------------------- lakehost
 
 
-def write_config(work: Path, port: int, typed: bool) -> tuple[Path, Path]:
-    """<work>/lakehost.toml on <work>/lakehost-data (kept between the two
-    servers: the second serves the lake the first imported)."""
+def write_config(work: Path, port: int, compression: str | None) -> tuple[Path, Path]:
+    """<work>/lakehost.toml on <work>/lakehost-data (kept between servers:
+    each serves the lake the first imported). `compression`: the typed
+    copy's, or None for no typed copy."""
     data_dir = work / "lakehost-data"
     config = work / "lakehost.toml"
+    typed = "false" if compression is None else "true"
     config.write_text(
         "[server]\n"
         f"listen = {json.dumps(f'127.0.0.1:{port}')}\n"
         "metrics_listen = \"127.0.0.1:0\"\n"
-        "request_timeout_s = 600\n"
         "[storage]\n"
         f"data_dir = {json.dumps(str(data_dir))}\n"
         f"s3_listen = {json.dumps(f'127.0.0.1:{free_port()}')}\n"
         "[query]\n"
-        f"typed_results = {'true' if typed else 'false'}\n"
+        f"typed_results = {typed}\n"
+        f"typed_results_compression = {json.dumps(compression or 'none')}\n"
     )
     return config, data_dir
 
@@ -229,7 +231,7 @@ def duckdb_peer(lake_dir: Path, out: Path) -> dict[str, tuple[float, str]]:
         timings["arrow"] = (time.perf_counter() - start, "COPY TO (nanoarrow)")
     except duckdb.Error:
         start = time.perf_counter()
-        reader = con.sql(SQL).fetch_record_batch()
+        reader = con.sql(SQL).to_arrow_reader()
         with pa.OSFile(str(target), "wb") as sink, \
                 pa.ipc.new_stream(sink, reader.schema) as writer:
             for batch in reader:
@@ -291,7 +293,7 @@ def run(args: argparse.Namespace) -> None:
     rows = pq.ParquetFile(source).metadata.num_rows
 
     port = free_port()
-    config, data_dir = write_config(work, port, typed=False)
+    config, data_dir = write_config(work, port, None)
     shutil.rmtree(data_dir, ignore_errors=True)
     print(f"Importing {TABLE} ({rows:,} rows) into {data_dir}")
     import_table(lakehost, config, source)
@@ -303,39 +305,43 @@ def run(args: argparse.Namespace) -> None:
           f"{os.cpu_count()} CPUs, scale {args.scale:g}, RUST_LOG={env_log}")
     print(f"Result: {SQL}: {rows:,} rows\n")
 
-    # 1. The query with the typed copy off, then on.
-    query_s: dict[bool, list[float]] = {False: [], True: []}
-    for typed in (False, True):
-        config, _ = write_config(work, port, typed)
-        with LakehostServer(lakehost, config, port, work / f"server-typed-{typed}.log") as server:
+    # The query without a typed copy, then with one per compression; with
+    # one, every format downloaded, each run from a fresh result.
+    query_s: dict[str | None, list[float]] = {}
+    convert_s: dict[str, list[float]] = {}
+    link_s: dict[tuple[str, str], list[float]] = {}
+    api_s: dict[tuple[str, str], list[float]] = {}
+    sizes: dict[tuple[str, str], int] = {}
+    for compression in [None, *args.compressions]:
+        config, _ = write_config(work, port, compression)
+        log = work / f"server-{compression or 'untyped'}.log"
+        with LakehostServer(lakehost, config, port, log) as server:
             client = Client(server.base_url)
             client.run(SQL)  # warm-up: the file cache, the catalog
             remove_results(data_dir)
+            query_s[compression] = []
             for _ in range(args.runs):
                 _, seconds = client.run(SQL)
-                query_s[typed].append(seconds)
+                query_s[compression].append(seconds)
                 remove_results(data_dir)
-            if not typed:
+            if compression is None:
                 continue
-            # 2. Downloads, each run on a fresh result.
-            link_s = {f: [] for f in FORMATS}
-            api_s = {f: [] for f in FORMATS}
-            sizes: dict[str, int] = {}
-            convert_s: list[float] = []
+            convert_s[compression] = []
             for _ in range(args.runs):
                 query_id, _ = client.run(SQL)
                 for fmt in FORMATS:
                     url, seconds = client.link(query_id, fmt)
                     if fmt == "parquet":
-                        convert_s.append(seconds)
+                        convert_s[compression].append(seconds)
                         url, seconds = client.link(query_id, fmt)
                     size, download = download_link(url)
-                    sizes[fmt] = size
-                    link_s[fmt].append(seconds + download)
+                    key = (compression, fmt)
+                    sizes[key] = size
+                    link_s.setdefault(key, []).append(seconds + download)
                     size, through_api = client.download_api(query_id, fmt)
-                    if size != sizes[fmt]:
-                        raise RuntimeError(f"{fmt}: /result sent {size} bytes, the link {sizes[fmt]}")
-                    api_s[fmt].append(through_api)
+                    if size != sizes[key]:
+                        raise RuntimeError(f"{fmt}: /result sent {size} bytes, the link {sizes[key]}")
+                    api_s.setdefault(key, []).append(through_api)
                 remove_results(data_dir)
 
     out = work / "peer-out"
@@ -345,43 +351,54 @@ def run(args: argparse.Namespace) -> None:
     for _ in range(args.runs):
         peers["duckdb"].append(duckdb_peer(lake_dir, out))
         peers["datafusion-python"].append(datafusion_peer(lake_dir, out))
+    shutil.rmtree(out, ignore_errors=True)
 
-    off, on = median(query_s[False]), median(query_s[True])
-    print(f"Query, submit to SUCCEEDED (median of {args.runs}; writes the result CSV, and the "
-          f"Arrow copy when on):")
-    print(f"  typed copy off {off:.2f} s, on {on:.2f} s: the Arrow copy costs "
-          f"{on - off:+.2f} s ({(on - off) / off * 100:+.0f}%)")
-    print(f"  Parquet made from the Arrow copy on its first link request: "
-          f"{median(convert_s):.2f} s (median)")
-    print(f"  sizes: " + ", ".join(f"{f} {sizes[f] / 1e6:,.1f} MB" for f in FORMATS))
+    off = median(query_s[None])
+    print(f"Query, submit to SUCCEEDED (median of {args.runs}): writes the result CSV, and "
+          f"the Arrow copy when typed results are on")
+    print(f"  typed results off: {off:.2f} s")
+    for c in args.compressions:
+        on = median(query_s[c])
+        print(f"  on, Arrow compression {c:<4}: {on:.2f} s, the Arrow copy costs "
+              f"{on - off:+.2f} s ({(on - off) / off * 100:+.0f}%); Parquet made from it on "
+              f"the first link request in {median(convert_s[c]):.2f} s; Arrow file "
+              f"{sizes[(c, 'arrow')] / 1e6:,.1f} MB")
+    first = args.compressions[0]
+    print(f"  CSV {sizes[(first, 'csv')] / 1e6:,.1f} MB, Parquet "
+          f"{sizes[(first, 'parquet')] / 1e6:,.1f} MB")
 
-    header = ["format", "link s", "link rows/s", "MB/s", "/result s", "/result rows/s",
+    header = ["format", "MB", "link s", "link rows/s", "MB/s", "/result s", "/result rows/s",
               "end to end s", "e2e rows/s", "duckdb s", "duckdb rows/s",
               "datafusion-py s", "datafusion-py rows/s"]
+    lines = [("csv", first)] + [("arrow", c) for c in args.compressions] + [("parquet", first)]
     table = []
-    for fmt in FORMATS:
-        link = median(link_s[fmt])
-        api = median(api_s[fmt])
-        e2e = on + link + (median(convert_s) if fmt == "parquet" else 0.0)
+    for fmt, c in lines:
+        link = median(link_s[(c, fmt)])
+        api = median(api_s[(c, fmt)])
+        e2e = median(query_s[c]) + link + (median(convert_s[c]) if fmt == "parquet" else 0.0)
         duck = median([p[fmt][0] for p in peers["duckdb"]])
         fusion = median([p[fmt][0] for p in peers["datafusion-python"]])
-        table.append([fmt, f"{link:.2f}", f"{rows / link:,.0f}", f"{sizes[fmt] / 1e6 / link:,.0f}",
-                      f"{api:.2f}", f"{rows / api:,.0f}", f"{e2e:.2f}", f"{rows / e2e:,.0f}",
-                      f"{duck:.2f}", f"{rows / duck:,.0f}", f"{fusion:.2f}", f"{rows / fusion:,.0f}"])
+        label = f"arrow ({c})" if fmt == "arrow" else fmt
+        size = sizes[(c, fmt)] / 1e6
+        table.append([label, f"{size:,.1f}", f"{link:.2f}", f"{rows / link:,.0f}",
+                      f"{size / link:,.0f}", f"{api:.2f}", f"{rows / api:,.0f}",
+                      f"{e2e:.2f}", f"{rows / e2e:,.0f}", f"{duck:.2f}", f"{rows / duck:,.0f}",
+                      f"{fusion:.2f}", f"{rows / fusion:,.0f}"])
     widths = [max(len(r[i]) for r in [header] + table) for i in range(len(header))]
     print(f"\nWhole result, time to last byte (median of {args.runs}):")
     for r in [header] + table:
         print("  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
                                for i, (c, w) in enumerate(zip(r, widths))))
-    print(f"  Arrow over CSV, link download rows/s: "
-          f"{median(link_s['csv']) / median(link_s['arrow']):.2f}x (target: at least 3x)")
+    csv_link = median(link_s[(first, "csv")])
+    for c in args.compressions:
+        print(f"  Arrow ({c}) over CSV, link download rows/s: "
+              f"{csv_link / median(link_s[(c, 'arrow')]):.2f}x (target: at least 3x)")
     print("  peers' Arrow: " + "; ".join(f"{name} {runs[0]['arrow'][1]}"
                                         for name, runs in peers.items()))
     print("\nlink: the signed link's request + GET to the last byte; /result: GET "
           "/v2/query/{id}/result with Accept, to the last byte; end to end: the query "
-          "(typed copy on) + [Parquet: making it] + the link's download. Peers: the same "
-          "rows from the same lake files written to a local file of each format.")
-    shutil.rmtree(out, ignore_errors=True)
+          "(with that typed copy) + [Parquet: making it] + the link's download. Peers: the "
+          "same rows from the same lake files written to a local file of each format.")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -391,6 +408,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--scale", type=float, default=1,
                         help="TPC-H scale factor; lineitem has ~6M rows per unit (default: 1)")
     parser.add_argument("--runs", type=int, default=3, help="timed runs (default: 3)")
+    parser.add_argument("--compressions", default="zstd",
+                        type=lambda text: [c.strip() for c in text.split(",") if c.strip()],
+                        help="Arrow copy compressions to measure, comma separated, of none, "
+                             "lz4, zstd (default: zstd, the server's default)")
     parser.add_argument("--lakehost", type=Path, default=REPO_ROOT / "target/release/lakehost",
                         help="the lakehost binary (default: target/release/lakehost)")
     parser.add_argument("--work", type=Path, default=BENCH_DIR / ".work-results",
@@ -398,6 +419,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.runs < 1 or args.scale <= 0:
         parser.error("--runs must be >= 1, --scale > 0")
+    if not args.compressions or set(args.compressions) - {"none", "lz4", "zstd"}:
+        parser.error("--compressions: a list of none, lz4, zstd")
     return args
 
 

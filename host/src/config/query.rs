@@ -36,6 +36,21 @@ pub struct QueryConfig {
     /// beside the CSV, which the Arrow and Parquet downloads serve (with the
     /// engine's column types). Off, results are CSV and JSON pages only.
     pub typed_results: bool,
+    /// How that Arrow copy's buffers are compressed (Arrow IPC's own body
+    /// compression): `none`, `lz4` or `zstd`.
+    pub typed_results_compression: ArrowCompression,
+}
+
+/// Arrow IPC body compression of the typed result copies. Readers decompress
+/// by themselves (pyarrow and everything on Arrow C++, arrow-rs, Java, Go,
+/// polars); a few small readers (arrow-js) read `none` only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ArrowCompression {
+    None,
+    Lz4,
+    #[default]
+    Zstd,
 }
 
 impl Default for QueryConfig {
@@ -50,6 +65,7 @@ impl Default for QueryConfig {
             max_attempts: 5,
             csv_link_lifetime_s: 900,
             typed_results: true,
+            typed_results_compression: ArrowCompression::default(),
         }
     }
 }

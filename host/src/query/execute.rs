@@ -19,6 +19,7 @@ use futures::StreamExt as _;
 use super::{QueryError, prepare::Prepared, result_writer::ResultWriter};
 use crate::{
     auth::Access,
+    config::ArrowCompression,
     engine::{
         EngineError,
         columns::{ResultColumn, columns_of},
@@ -41,12 +42,12 @@ pub struct Execution {
     pub staged: Vec<String>,
 }
 
-/// Where a statement's result goes: the CSV at `csv_path` and, when `typed`,
-/// its Arrow copy beside it (`lake::result_file_path`).
+/// Where a statement's result goes: the CSV at `csv_path` and, when `typed`
+/// names its compression, its Arrow copy beside it (`lake::result_file_path`).
 #[derive(Debug, Clone)]
 pub struct ResultTarget {
     pub csv_path: String,
-    pub typed: bool,
+    pub typed: Option<ArrowCompression>,
 }
 
 /// Runs a prepared statement; its result goes to `target`.

@@ -18,12 +18,15 @@ use datafusion::arrow::{
     compute::cast,
     datatypes::{Schema, SchemaRef},
     error::ArrowError,
-    ipc::writer::StreamWriter,
+    ipc::{
+        CompressionType,
+        writer::{IpcWriteOptions, StreamWriter},
+    },
 };
 use object_store::{ObjectStore, buffered::BufWriter, path::Path};
 use tokio::io::AsyncWriteExt as _;
 
-use crate::engine::layout::without_view_types;
+use crate::{config::ArrowCompression, engine::layout::without_view_types};
 
 /// Bytes gathered before they go to the object store.
 const FLUSH_BYTES: usize = 1 << 20;
@@ -42,15 +45,25 @@ fn io_error(error: ArrowError) -> std::io::Error {
 }
 
 impl ArrowResultWriter {
-    /// Starts the stream with its schema message.
+    /// Starts the stream with its schema message; record batches' buffers
+    /// are compressed as `compression` says.
     pub async fn create(
         store: Arc<dyn ObjectStore>,
         path: &str,
         schema: &Schema,
+        compression: ArrowCompression,
     ) -> std::io::Result<Self> {
         let schema = Arc::new(without_view_types(schema));
-        let ipc = StreamWriter::try_new(Vec::with_capacity(2 * FLUSH_BYTES), &schema)
+        let codec = match compression {
+            ArrowCompression::None => None,
+            ArrowCompression::Lz4 => Some(CompressionType::LZ4_FRAME),
+            ArrowCompression::Zstd => Some(CompressionType::ZSTD),
+        };
+        let options = IpcWriteOptions::default()
+            .try_with_compression(codec)
             .map_err(io_error)?;
+        let buffer = Vec::with_capacity(2 * FLUSH_BYTES);
+        let ipc = StreamWriter::try_new_with_options(buffer, &schema, options).map_err(io_error)?;
         let path = Path::from(path);
         Ok(Self {
             ipc,
@@ -138,12 +151,23 @@ mod tests {
             ],
         )
         .unwrap();
-        let mut writer = ArrowResultWriter::create(store.clone(), "r.arrows", &schema)
-            .await
-            .unwrap();
-        writer.write(&batch).await.unwrap();
-        writer.write(&batch).await.unwrap();
-        let size = writer.finish().await.unwrap();
+        for compression in [
+            ArrowCompression::None,
+            ArrowCompression::Lz4,
+            ArrowCompression::Zstd,
+        ] {
+            let mut writer =
+                ArrowResultWriter::create(store.clone(), "r.arrows", &schema, compression)
+                    .await
+                    .unwrap();
+            writer.write(&batch).await.unwrap();
+            writer.write(&batch).await.unwrap();
+            let size = writer.finish().await.unwrap();
+            read_back(&store, size).await;
+        }
+    }
+
+    async fn read_back(store: &Arc<dyn ObjectStore>, size: u64) {
         let bytes = store
             .get(&Path::from("r.arrows"))
             .await

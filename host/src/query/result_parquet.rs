@@ -225,9 +225,11 @@ mod tests {
 
     async fn arrow_copy(store: &Arc<dyn ObjectStore>, csv: &str, batches: &[RecordBatch]) {
         let path = result_file_path(csv, ResultFormat::Arrow);
-        let mut writer = ArrowResultWriter::create(store.clone(), &path, &batches[0].schema())
-            .await
-            .unwrap();
+        let compression = crate::config::ArrowCompression::Zstd;
+        let mut writer =
+            ArrowResultWriter::create(store.clone(), &path, &batches[0].schema(), compression)
+                .await
+                .unwrap();
         for batch in batches {
             writer.write(batch).await.unwrap();
         }
@@ -280,7 +282,8 @@ mod tests {
     async fn a_result_of_no_columns_converts() {
         let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
         let path = result_file_path("_results/ddl-1.csv", ResultFormat::Arrow);
-        let writer = ArrowResultWriter::create(store.clone(), &path, &Schema::empty())
+        let compression = crate::config::ArrowCompression::None;
+        let writer = ArrowResultWriter::create(store.clone(), &path, &Schema::empty(), compression)
             .await
             .unwrap();
         writer.finish().await.unwrap();

@@ -18,7 +18,10 @@ use object_store::{ObjectStore, buffered::BufWriter, path::Path};
 use tokio::io::AsyncWriteExt as _;
 
 use super::result_arrow::ArrowResultWriter;
-use crate::lake::{ResultFormat, result_file_path};
+use crate::{
+    config::ArrowCompression,
+    lake::{ResultFormat, result_file_path},
+};
 
 /// How cells become strings: SQL-style timestamps, everything else Arrow's text.
 fn format_options() -> FormatOptions<'static> {
@@ -174,17 +177,18 @@ pub struct ResultWriter {
 }
 
 impl ResultWriter {
-    /// Starts the CSV at `csv_path` and, when `typed`, its Arrow copy.
+    /// Starts the CSV at `csv_path` and, when `typed` says how to compress
+    /// it, its Arrow copy.
     pub async fn create(
         store: Arc<dyn ObjectStore>,
         csv_path: &str,
         schema: &Schema,
-        typed: bool,
+        typed: Option<ArrowCompression>,
     ) -> std::io::Result<Self> {
         let csv = CsvResultWriter::create(store.clone(), csv_path, schema).await?;
-        let arrow = if typed {
+        let arrow = if let Some(compression) = typed {
             let path = result_file_path(csv_path, ResultFormat::Arrow);
-            match ArrowResultWriter::create(store, &path, schema).await {
+            match ArrowResultWriter::create(store, &path, schema, compression).await {
                 Ok(writer) => Some(writer),
                 Err(e) => {
                     tracing::warn!(%path, error = %e, "result kept without its typed copy");

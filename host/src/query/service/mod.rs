@@ -349,7 +349,10 @@ impl QueryService {
         let id = id.to_string();
         let target = ResultTarget {
             csv_path: result_path.to_string(),
-            typed: self.limits.typed_results,
+            typed: self
+                .limits
+                .typed_results
+                .then_some(self.limits.typed_results_compression),
         };
         let task = self
             .engine
