@@ -1094,3 +1094,9 @@ pub async fn rss_growth_while<T>(work: impl std::future::Future<Output = T>) -> 
     let peak = peak.load(Ordering::Relaxed).max(resident_bytes());
     (outcome, peak.saturating_sub(before))
 }
+
+/// Runs one command of `tests/python/result_client.py` (pyarrow, pandas and
+/// DuckDB reading a typed result from a URL) and returns the JSON it prints.
+pub async fn result_client(python: &std::path::Path, command: &str, args: &Value) -> Value {
+    python_client(python, "result_client.py", command, args).await
+}

@@ -108,6 +108,13 @@ pub enum ApiError {
     /// Any failure of GET /query/{id}/csv: 500 {"message":"Internal Server Error"}.
     #[error("csv link failed: {0}")]
     CsvFailure(String),
+    /// 406: the `Accept` header names nothing the endpoint serves (the
+    /// message lists what it does).
+    #[error("not acceptable: {0}")]
+    NotAcceptable(String),
+    /// 416: a `Range` outside a result file of this many bytes.
+    #[error("range not satisfiable in {0} bytes")]
+    RangeNotSatisfiable(u64),
 }
 
 impl ApiError {
@@ -120,7 +127,9 @@ impl ApiError {
             | QueryError::Failed(message) => invalid(message),
             QueryError::BadPageToken => invalid(QueryError::BadPageToken.to_string()),
             QueryError::Denied(denial) => ApiError::Denied(denial),
-            QueryError::Conflict(message) => ApiError::Conflict(message),
+            QueryError::Conflict(message) | QueryError::FormatUnavailable(message) => {
+                ApiError::Conflict(message)
+            }
             QueryError::NotFound(id) => ApiError::QueryNotFound { operation, id },
             QueryError::Internal(why) => ApiError::Internal(why),
         }
@@ -181,6 +190,8 @@ impl ApiError {
             ApiError::DailyRunStore { .. } => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Denied(_) => StatusCode::FORBIDDEN,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
+            ApiError::RangeNotSatisfiable(_) => StatusCode::RANGE_NOT_SATISFIABLE,
         }
     }
 }
@@ -233,7 +244,18 @@ impl IntoResponse for ApiError {
                 };
                 (status, Json(body)).into_response()
             }
-            ApiError::BadRequest(text) | ApiError::Conflict(text) => message(status, &text),
+            ApiError::BadRequest(text)
+            | ApiError::Conflict(text)
+            | ApiError::NotAcceptable(text) => message(status, &text),
+            ApiError::RangeNotSatisfiable(size) => {
+                let mut response = message(status, "The requested range is not satisfiable");
+                let unsatisfiable = super::object_response::Unsatisfiable { size };
+                response.headers_mut().insert(
+                    axum::http::header::CONTENT_RANGE,
+                    unsatisfiable.content_range(),
+                );
+                response
+            }
             ApiError::InvalidRequest {
                 operation,
                 message: text,

@@ -4,7 +4,7 @@
 //! first answer back and makes no second query, load or commit. Opt-in: a
 //! request without the header never reaches anything here but a `None`.
 //!
-//! The rules (docs/api-extensions.md says them to users):
+//! The rules (docs/api.md says them to users):
 //! - **The key** is 1 to 255 of `A-Z a-z 0-9 - _ . : ~ + / =`, bare or as
 //!   the draft's structured-field string in double quotes (`"k"` and `k` are
 //!   one key). Anything else, or the header twice, is 400.

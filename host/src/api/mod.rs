@@ -2,6 +2,7 @@
 //! the gateway behaviour around them. Handlers are thin: extract, call one
 //! domain function, return. Only this module (with `idp/`) knows HTTP.
 
+mod accept;
 pub mod dailyrun;
 mod dailyrun_body;
 pub mod error;
@@ -14,10 +15,13 @@ pub mod load;
 pub mod load_body;
 pub mod metrics;
 pub mod migration;
+pub mod object_response;
 pub mod openapi;
 mod prefer;
 pub mod principal;
 pub mod query;
+mod result_download;
+pub mod result_page;
 pub mod routing;
 pub mod schemas;
 

@@ -5,8 +5,8 @@
 
 use axum::{
     Json,
-    extract::{Path, Query, State},
-    http::{HeaderMap, HeaderValue, StatusCode, header},
+    extract::{Path, Query, RawQuery, State},
+    http::{HeaderMap, HeaderValue, Method, StatusCode, header},
     response::{IntoResponse, Response},
 };
 use std::time::Duration;
@@ -23,11 +23,13 @@ use super::{
     json_body::JsonBody,
     prefer::{PREFERENCE_APPLIED, Preferences},
     principal::{Caller, LakeCallerOf, QueryRead, QueryWrite},
+    result_download::{self, ResultAnswer},
+    result_page::{PageShape, page_body},
     schemas,
 };
 use crate::{
     auth::LakeCaller,
-    query::service::ResultPage,
+    lake::ResultFormat,
     store::queries::{QueryJob, QueryState},
 };
 
@@ -125,6 +127,12 @@ async fn submit_once(
     received: tokio::time::Instant,
 ) -> Result<Response, ApiError> {
     let preferences = Preferences::from_headers(&headers)?;
+    // The page a wait may answer with comes in the shape `Accept` asks for
+    // (checked before anything runs); without a wait, `Accept` is not read.
+    let shape = match preferences.wait {
+        Some(_) => PageShape::from_headers(&headers)?,
+        None => PageShape::Spec,
+    };
     let body = body.object()?;
     let sql = match body.get("query") {
         None | Some(Value::Null) => None,
@@ -162,7 +170,7 @@ async fn submit_once(
         Some(wait) => {
             let budget = wait_budget(&state, wait, received);
             match state.queries.wait_for_end(&caller, &id, budget).await {
-                Ok(Some(job)) => ended_body(&state, &caller, &job)
+                Ok(Some(job)) => ended_body(&state, &caller, &job, shape)
                     .await
                     .inspect_err(|e| tracing::warn!(query = %id, error = %e, "waited for a query, answering 202"))
                     .ok(),
@@ -176,7 +184,14 @@ async fn submit_once(
         None => None,
     };
     let mut response = match ended {
-        Some(body) => (StatusCode::OK, Json(body)).into_response(),
+        Some(body) => {
+            let mut response = (StatusCode::OK, Json(body)).into_response();
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(shape.content_type()),
+            );
+            response
+        }
         None => (
             StatusCode::ACCEPTED,
             Json(schemas::QueryAccepted { query_id: id }),
@@ -210,6 +225,7 @@ async fn ended_body(
     state: &AppState,
     caller: &LakeCaller,
     job: &QueryJob,
+    shape: PageShape,
 ) -> Result<Value, ApiError> {
     let mut body = query_resource(job);
     if job.state == QueryState::Succeeded {
@@ -218,7 +234,8 @@ async fn ended_body(
             .page(caller, &job.query.id, None)
             .await
             .map_err(|e| ApiError::query(e, QueryOperation::Results))?;
-        if let (Value::Object(resource), Value::Object(page)) = (&mut body, result_body(&page)) {
+        if let (Value::Object(resource), Value::Object(page)) = (&mut body, page_body(&page, shape))
+        {
             resource.extend(page);
         }
     }
@@ -288,55 +305,10 @@ struct PageParams {
     next_token: Option<String>,
 }
 
-/// The result page shape (spec "Query result page").
-fn result_body(page: &ResultPage) -> Value {
-    let cell = |value: &Option<String>| match value {
-        Some(text) => json!({ "VarCharValue": text }),
-        None => json!({}),
-    };
-    let mut rows: Vec<Value> = Vec::with_capacity(page.rows.len() + 1);
-    if page.first && !page.columns.is_empty() {
-        rows.push(json!({
-            "Data": page.columns.iter().map(|c| json!({ "VarCharValue": c.name })).collect::<Vec<_>>()
-        }));
-    }
-    rows.extend(
-        page.rows
-            .iter()
-            .map(|row| json!({ "Data": row.iter().map(cell).collect::<Vec<_>>() })),
-    );
-    let columns: Vec<Value> = page
-        .columns
-        .iter()
-        .map(|c| {
-            json!({
-                "CatalogName": "hive",
-                "SchemaName": "",
-                "TableName": "",
-                "Name": c.name,
-                "Label": c.name,
-                "Type": c.sql_type,
-                "Precision": c.precision,
-                "Scale": c.scale,
-                "Nullable": if c.nullable { "NULLABLE" } else { "NOT_NULL" },
-                "CaseSensitive": c.case_sensitive(),
-            })
-        })
-        .collect();
-    let mut body = json!({
-        "resultSet": {
-            "Rows": rows,
-            "ResultSetMetadata": { "ColumnInfo": columns },
-        }
-    });
-    if let Some(token) = &page.next_token {
-        body["nextToken"] = json!(token);
-    }
-    body
-}
-
 /// GET /query/{query_id}/result: the first 1,000 rows; `next_token` (the
-/// previous page's `nextToken`) selects a later page.
+/// previous page's `nextToken`) selects a later page. `Accept` chooses the
+/// page's shape (`application/json; types=native`: typed values) or the whole
+/// result instead (text/csv, Arrow IPC stream, Parquet: `result_download.rs`).
 #[utoipa::path(
     get,
     path = "/v2/query/{query_id}/result",
@@ -344,14 +316,28 @@ fn result_body(page: &ResultPage) -> Value {
     security(("bearer" = ["query:read"])),
     params(
         ("query_id" = String, Path, description = "The queryId of POST /query"),
-        ("next_token" = Option<String>, Query, description = "nextToken of the previous page"),
+        ("next_token" = Option<String>, Query, description = "nextToken of the previous page (JSON pages only)"),
     ),
     responses(
-        (status = 200, description = "A result page", body = schemas::ResultPage),
-        (status = 400, description = "Query not SUCCEEDED, or a next_token not issued for it", body = schemas::ErrorBody),
+        (status = 200, description = "A result page (the default: no Accept header, `*/*` or `application/json`). With `Accept: application/json; types=native` the same page with each cell a bare value typed by its column (integers and floats as JSON numbers, booleans, NULL as null; decimals and other types as strings; NaN and infinities as the strings NaN, Infinity, -Infinity). With `Accept: text/csv`, `application/vnd.apache.arrow.stream` or `application/vnd.apache.parquet`, the whole result in that format (Arrow and Parquet with the engine's column types), with Content-Length and Accept-Ranges", content(
+            (schemas::ResultPage = "application/json"),
+            (schemas::NativeResultPage = "application/json; types=native"),
+            (schemas::BinaryBody = "text/csv; charset=utf-8"),
+            (schemas::BinaryBody = "application/vnd.apache.arrow.stream"),
+            (schemas::BinaryBody = "application/vnd.apache.parquet"),
+        )),
+        (status = 206, description = "One byte range of a whole-result download (`Range: bytes=...`)", content(
+            (schemas::BinaryBody = "text/csv; charset=utf-8"),
+            (schemas::BinaryBody = "application/vnd.apache.arrow.stream"),
+            (schemas::BinaryBody = "application/vnd.apache.parquet"),
+        )),
+        (status = 400, description = "Query not SUCCEEDED, a next_token not issued for it, or a next_token with a whole-result download", body = schemas::ErrorBody),
         (status = 401, description = "Missing or invalid token", body = schemas::ErrorBody),
         (status = 403, description = "Missing scope, or the caller's access changed since submission", body = schemas::ErrorBody),
         (status = 404, description = "Unknown query", body = schemas::ErrorBody),
+        (status = 406, description = "The Accept header names nothing this endpoint answers", body = schemas::ErrorBody),
+        (status = 409, description = "Arrow or Parquet asked of a result kept without its typed copy (it ran before typed results were kept, or with `query.typed_results` off)", body = schemas::ErrorBody),
+        (status = 416, description = "A Range outside the whole result", body = schemas::ErrorBody),
         (status = 500, description = "Unexpected error", body = schemas::ErrorBody),
     )
 )]
@@ -360,34 +346,98 @@ async fn get_result(
     LakeCallerOf(caller, _): LakeCallerOf<QueryRead>,
     Path(query_id): Path<String>,
     Query(params): Query<PageParams>,
-) -> Result<Json<Value>, ApiError> {
+    method: Method,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let failed = |e| ApiError::query(e, QueryOperation::Results);
+    let shape = match result_download::negotiate(&headers)? {
+        ResultAnswer::Page(shape) => shape,
+        ResultAnswer::Whole(format) => {
+            if params.next_token.is_some() {
+                return Err(ApiError::BadRequest(
+                    "InvalidParameterError: \"next_token\" selects a JSON page; the whole \
+                     result has no pages."
+                        .into(),
+                ));
+            }
+            let file = state
+                .queries
+                .result_file(&caller, &query_id, format)
+                .await
+                .map_err(failed)?;
+            return result_download::whole_result(&file, &method, &headers).await;
+        }
+    };
     let page = state
         .queries
         .page(&caller, &query_id, params.next_token.as_deref())
         .await
-        .map_err(|e| ApiError::query(e, QueryOperation::Results))?;
-    Ok(Json(result_body(&page)))
+        .map_err(failed)?;
+    let mut response = Json(page_body(&page, shape)).into_response();
+    let response_headers = response.headers_mut();
+    if shape == PageShape::Native {
+        response_headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(shape.content_type()),
+        );
+    }
+    response_headers.insert(header::VARY, HeaderValue::from_static("accept"));
+    Ok(response)
 }
 
 /// GET /query/{query_id}/csv: 302 to a signed link to the whole result.
-/// Every failure is 500 {"message": "Internal Server Error"}.
+/// Without `format`, the spec's endpoint: a CSV link, and every failure is
+/// 500 {"message": "Internal Server Error"}. With `format=csv|arrow|parquet`
+/// (opt-in), a link to that format, and failures are the clear errors of
+/// `GET /query/{query_id}/result`.
 #[utoipa::path(
     get,
     path = "/v2/query/{query_id}/csv",
     tag = "query",
     security(("bearer" = ["query:read"])),
-    params(("query_id" = String, Path, description = "The queryId of POST /query")),
+    params(
+        ("query_id" = String, Path, description = "The queryId of POST /query"),
+        ("format" = Option<schemas::LinkFormat>, Query, description = "Not in the spec (opt-in): the link's format. `arrow`: an Arrow IPC stream, `parquet`: a Parquet file (made on the first request, then kept), both with the engine's column types; `csv`: the spec's CSV. With it, errors are clear (400, 403, 404, 409) instead of the spec's 500"),
+    ),
     responses(
-        (status = 302, body = schemas::CsvLocation, headers(("Location" = String, description = "The link")), description = "Location (and body.location): an S3-style presigned GET of the CSV on the storage endpoint (or on S3 when the lake is there), valid `query.csv_link_lifetime_s` (at most 15 minutes); it answers Range (206) and HEAD"),
+        (status = 302, body = schemas::CsvLocation, headers(("Location" = String, description = "The link")), description = "Location (and body.location): an S3-style presigned GET of the result file on the storage endpoint (or on S3 when the lake is there), valid `query.csv_link_lifetime_s` (at most 15 minutes); it answers Range (206) and HEAD, with Content-Length"),
+        (status = 400, description = "With `format`: an unknown format, or the query not SUCCEEDED", body = schemas::ErrorBody),
         (status = 401, description = "Missing or invalid token", body = schemas::ErrorBody),
-        (status = 403, description = "Missing scope", body = schemas::ErrorBody),
-        (status = 500, description = "Any other problem", body = schemas::ErrorBody),
+        (status = 403, description = "Missing scope; with `format`, also the caller's access changed since submission", body = schemas::ErrorBody),
+        (status = 404, description = "With `format`: unknown query", body = schemas::ErrorBody),
+        (status = 409, description = "With `format=arrow|parquet`: the result was kept without its typed copy", body = schemas::ErrorBody),
+        (status = 500, description = "Any other problem (without `format`: every problem)", body = schemas::ErrorBody),
     )
 )]
 async fn get_csv(
     State(state): State<AppState>,
     caller: Result<Caller<QueryRead>, ApiError>,
     Path(query_id): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    let format = url::form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+        .find(|(name, _)| name == "format")
+        .map(|(_, value)| value.into_owned());
+    let Some(format) = format else {
+        return spec_csv_link(&state, caller, &query_id).await;
+    };
+    let format = result_download::link_format(&format)?;
+    let caller = caller?.lake_caller()?;
+    let location = state
+        .queries
+        .result_link(&caller, &query_id, format)
+        .await
+        .map_err(|e| ApiError::query(e, QueryOperation::Results))?
+        .to_string();
+    found(location).map_err(|e| ApiError::Internal(e.to_string()))
+}
+
+/// The spec's GET /query/{query_id}/csv: every failure is 500 {"message":
+/// "Internal Server Error"}.
+async fn spec_csv_link(
+    state: &AppState,
+    caller: Result<Caller<QueryRead>, ApiError>,
+    query_id: &str,
 ) -> Result<Response, ApiError> {
     let caller = caller.map_err(|e| match e {
         ApiError::Internal(why) => ApiError::CsvFailure(why),
@@ -398,19 +448,17 @@ async fn get_csv(
         .map_err(|e| ApiError::CsvFailure(e.to_string()))?;
     let location = state
         .queries
-        .csv_link(&caller, &query_id)
+        .result_link(&caller, query_id, ResultFormat::Csv)
         .await
         .map_err(|e| ApiError::CsvFailure(e.to_string()))?
         .to_string();
-    let header_value =
-        HeaderValue::from_str(&location).map_err(|e| ApiError::CsvFailure(format!("link: {e}")))?;
-    let mut response = (
-        StatusCode::FOUND,
-        Json(schemas::CsvLocation {
-            location: location.clone(),
-        }),
-    )
-        .into_response();
+    found(location).map_err(|e| ApiError::CsvFailure(format!("link: {e}")))
+}
+
+/// 302 to `location`, which the body repeats.
+fn found(location: String) -> Result<Response, axum::http::header::InvalidHeaderValue> {
+    let header_value = HeaderValue::from_str(&location)?;
+    let mut response = (StatusCode::FOUND, Json(schemas::CsvLocation { location })).into_response();
     response
         .headers_mut()
         .insert(header::LOCATION, header_value);

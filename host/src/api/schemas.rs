@@ -201,6 +201,78 @@ pub struct QueryEnded {
     next_token: Option<String>,
 }
 
+/// One cell of a native page (`Accept: application/json; types=native`): the
+/// value typed by its column (integers and floats as numbers, booleans;
+/// decimals, texts, dates, timestamps and NaN/Infinity/-Infinity as strings),
+/// or null for NULL. On the first page's header row, the column name.
+pub struct NativeCell;
+
+impl PartialSchema for NativeCell {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(SchemaType::from_iter([
+                Type::String,
+                Type::Number,
+                Type::Boolean,
+                Type::Null,
+            ]))
+            .into()
+    }
+}
+
+impl ToSchema for NativeCell {}
+
+/// One row of a native page; the first page's first row holds the column names.
+#[derive(ToSchema)]
+pub struct NativeRow {
+    #[serde(rename = "Data")]
+    data: Vec<NativeCell>,
+}
+
+#[derive(ToSchema)]
+pub struct NativeResultSet {
+    #[serde(rename = "Rows")]
+    rows: Vec<NativeRow>,
+    #[serde(rename = "ResultSetMetadata")]
+    result_set_metadata: ResultSetMetadata,
+}
+
+/// A result page with typed values (`Accept: application/json; types=native`):
+/// the spec's page with each cell a bare JSON value.
+#[derive(ToSchema)]
+pub struct NativeResultPage {
+    #[serde(rename = "resultSet")]
+    result_set: NativeResultSet,
+    /// Present when more rows follow: pass it as `next_token`.
+    #[serde(rename = "nextToken")]
+    next_token: Option<String>,
+}
+
+/// A whole result file's bytes (CSV, Arrow IPC stream, Parquet).
+pub struct BinaryBody;
+
+impl PartialSchema for BinaryBody {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .format(Some(utoipa::openapi::SchemaFormat::KnownFormat(
+                utoipa::openapi::KnownFormat::Binary,
+            )))
+            .into()
+    }
+}
+
+impl ToSchema for BinaryBody {}
+
+/// The `format` of GET /query/{query_id}/csv's link (not in the spec).
+#[derive(ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum LinkFormat {
+    Csv,
+    Arrow,
+    Parquet,
+}
+
 /// 302 of GET /query/{query_id}/csv: the link, also in `Location`.
 #[derive(Serialize, ToSchema)]
 pub struct CsvLocation {

@@ -36,7 +36,7 @@ pub use self::{
     idp::{IdpConfig, IdpPrincipal, ROLE_NAMES},
     orgs::OrgConfig,
     pipeline::{ErrorMessagesShape, PipelineConfig},
-    query::{MAX_CSV_LINK_LIFETIME_S, MAX_REUSE_AGE_S, QueryConfig},
+    query::{ArrowCompression, MAX_CSV_LINK_LIFETIME_S, MAX_REUSE_AGE_S, QueryConfig},
     server::{LogFormat, ServerConfig},
     storage::StorageConfig,
     uploads::UploadsConfig,

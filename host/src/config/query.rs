@@ -1,6 +1,6 @@
 //! The `[query]` section: the query engine's admission control, fair sharing,
-//! per-query limits, leases and CSV link lifetime, with their defaults and
-//! their checks.
+//! per-query limits, leases, CSV link lifetime and typed result copies, with
+//! their defaults and their checks.
 //!
 //! It holds settings only; the engine that obeys them is `query/`.
 
@@ -39,6 +39,25 @@ pub struct QueryConfig {
     /// instead of running. A request's `Prefer: reuse=N` overrides it
     /// (`reuse=0` turns it off for that request).
     pub reuse_max_age_s: BTreeMap<String, u64>,
+    /// Whether a read query also writes its rows as an Arrow IPC stream
+    /// beside the CSV, which the Arrow and Parquet downloads serve (with the
+    /// engine's column types). Off, results are CSV and JSON pages only.
+    pub typed_results: bool,
+    /// How that Arrow copy's buffers are compressed (Arrow IPC's own body
+    /// compression): `none`, `lz4` or `zstd`.
+    pub typed_results_compression: ArrowCompression,
+}
+
+/// Arrow IPC body compression of the typed result copies. Readers decompress
+/// by themselves (pyarrow and everything on Arrow C++, arrow-rs, Java, Go,
+/// polars); a few small readers (arrow-js) read `none` only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ArrowCompression {
+    None,
+    Lz4,
+    #[default]
+    Zstd,
 }
 
 impl Default for QueryConfig {
@@ -53,6 +72,8 @@ impl Default for QueryConfig {
             max_attempts: 5,
             csv_link_lifetime_s: 900,
             reuse_max_age_s: BTreeMap::new(),
+            typed_results: true,
+            typed_results_compression: ArrowCompression::default(),
         }
     }
 }

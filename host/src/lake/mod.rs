@@ -7,7 +7,9 @@
 //! (`store::catalog`), never a listing.
 //!
 //! Layout: `lake/<database>/<table>/service_client_id=<id>/svc$load_id=<load>/<file>.parquet`;
-//! query results under `lake/_results/` (a name no database can have).
+//! query results under `lake/_results/` (a name no database can have), each
+//! as `<query>-<attempt>.csv` with its typed copies beside it
+//! (`result_file_path`: `.arrows`, `.parquet`).
 
 mod prefixed;
 pub mod presigned;
@@ -147,6 +149,18 @@ impl Lake {
         }
     }
 
+    /// Deletes a result in every format it was kept in (`csv_path` is its
+    /// `result_path`); formats never written are not an error.
+    pub async fn delete_result(&self, csv_path: &str) {
+        for format in ResultFormat::ALL {
+            let path = result_file_path(csv_path, format);
+            match self.store.delete(&ObjectPath::from(path.as_str())).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => tracing::warn!(%path, error = %e, "could not delete a result file"),
+            }
+        }
+    }
+
     /// The lake's directory when it is on local disk.
     pub fn local_root(&self) -> Option<&Path> {
         self.root.as_deref()
@@ -179,6 +193,56 @@ pub fn result_path(
         zone.unwrap_or("-"),
         &user[..16]
     )
+}
+
+/// The forms a query's result is kept in, side by side under one name: the
+/// spec's CSV, written while the query runs; an Arrow IPC stream of the same
+/// batches with the engine's types (`query.typed_results`); and Parquet, made
+/// from the Arrow file when first asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ResultFormat {
+    Csv,
+    Arrow,
+    Parquet,
+}
+
+impl ResultFormat {
+    pub const ALL: [ResultFormat; 3] = [
+        ResultFormat::Csv,
+        ResultFormat::Arrow,
+        ResultFormat::Parquet,
+    ];
+
+    /// The file name extension: `.arrows` is the Arrow IPC *stream* format's
+    /// (`.arrow` names the file format, which this is not).
+    pub fn extension(self) -> &'static str {
+        match self {
+            ResultFormat::Csv => "csv",
+            ResultFormat::Arrow => "arrows",
+            ResultFormat::Parquet => "parquet",
+        }
+    }
+
+    /// The registered media type of the format.
+    pub fn media_type(self) -> &'static str {
+        match self {
+            ResultFormat::Csv => "text/csv; charset=utf-8",
+            ResultFormat::Arrow => "application/vnd.apache.arrow.stream",
+            ResultFormat::Parquet => "application/vnd.apache.parquet",
+        }
+    }
+
+    /// The format of a result file, by its extension.
+    pub fn of_path(path: &str) -> Option<ResultFormat> {
+        let extension = path.rsplit_once('.')?.1;
+        Self::ALL.into_iter().find(|f| f.extension() == extension)
+    }
+}
+
+/// The result file in `format` beside the CSV at `csv_path` (a `result_path`).
+pub fn result_file_path(csv_path: &str, format: ResultFormat) -> String {
+    let stem = csv_path.strip_suffix(".csv").unwrap_or(csv_path);
+    format!("{stem}.{}", format.extension())
 }
 
 /// Where a data file of a table lives.
@@ -243,6 +307,25 @@ pub fn schema_from_json(text: &str) -> Result<SchemaRef, Error> {
 mod tests {
     use super::*;
     use datafusion::arrow::datatypes::TimeUnit;
+
+    #[test]
+    fn result_files_sit_beside_the_csv() {
+        let csv = result_path("demo", None, "user", "fp", "q1", 2);
+        assert!(csv.ends_with("/fp/q1-2.csv"), "{csv}");
+        for (format, name) in [
+            (ResultFormat::Csv, "q1-2.csv"),
+            (ResultFormat::Arrow, "q1-2.arrows"),
+            (ResultFormat::Parquet, "q1-2.parquet"),
+        ] {
+            let path = result_file_path(&csv, format);
+            assert_eq!(
+                path,
+                format!("{}{name}", csv.strip_suffix("q1-2.csv").unwrap())
+            );
+            assert_eq!(ResultFormat::of_path(&path), Some(format));
+        }
+        assert_eq!(ResultFormat::of_path("_results/x/q1-2"), None);
+    }
 
     #[test]
     fn schemas_round_trip() {

@@ -1,6 +1,7 @@
 //! From a plan to a result: `execute` runs a prepared statement, streaming
-//! rows to the result CSV or, for CREATE TABLE AS and INSERT, to staged lake
-//! files (through `engine::write`) that the job commits with its final state.
+//! rows to the result CSV (and its typed Arrow copy, when `typed`) or, for
+//! CREATE TABLE AS and INSERT, to staged lake files (through `engine::write`)
+//! that the job commits with its final state.
 
 use std::sync::Arc;
 
@@ -15,9 +16,10 @@ use datafusion::{
 };
 use futures::StreamExt as _;
 
-use super::{QueryError, prepare::Prepared, result_writer::CsvResultWriter};
+use super::{QueryError, prepare::Prepared, result_writer::ResultWriter};
 use crate::{
     auth::Access,
+    config::ArrowCompression,
     engine::{
         EngineError,
         columns::{ResultColumn, columns_of},
@@ -42,20 +44,28 @@ pub struct Execution {
     pub snapshot: Option<String>,
 }
 
-/// Runs a prepared statement; its result goes to `result_path` as CSV.
+/// Where a statement's result goes: the CSV at `csv_path` and, when `typed`
+/// names its compression, its Arrow copy beside it (`lake::result_file_path`).
+#[derive(Debug, Clone)]
+pub struct ResultTarget {
+    pub csv_path: String,
+    pub typed: Option<ArrowCompression>,
+}
+
+/// Runs a prepared statement; its result goes to `target`.
 pub async fn execute(
     context: &SessionContext,
     prepared: Prepared,
     lake: &Lake,
     access: &Access,
     query_id: &str,
-    result_path: &str,
+    target: &ResultTarget,
 ) -> Result<Execution, QueryError> {
     let store = lake.object_store();
     match prepared {
         Prepared::Read { plan, snapshot } => {
             let schema = plan.schema();
-            let mut writer = CsvResultWriter::create(store, result_path, &schema)
+            let mut writer = ResultWriter::create(store, &target.csv_path, &schema, target.typed)
                 .await
                 .map_err(|e| QueryError::Internal(format!("result file: {e}")))?;
             let mut stream = execute_stream(plan.clone(), context.task_ctx()).map_err(run_error)?;
@@ -87,12 +97,12 @@ pub async fn execute(
                 snapshot,
             })
         }
-        Prepared::Nothing => empty_result(lake, result_path, CatalogWrite::None).await,
+        Prepared::Nothing => empty_result(lake, target, CatalogWrite::None).await,
         Prepared::CreateTable { table } => {
-            empty_result(lake, result_path, CatalogWrite::CreateTable { table }).await
+            empty_result(lake, target, CatalogWrite::CreateTable { table }).await
         }
         Prepared::Drop { tables } => {
-            empty_result(lake, result_path, CatalogWrite::DropTables { tables }).await
+            empty_result(lake, target, CatalogWrite::DropTables { tables }).await
         }
         Prepared::Alter {
             table_id,
@@ -104,7 +114,7 @@ pub async fn execute(
                 new_name,
                 new_schema_json,
             };
-            empty_result(lake, result_path, write).await
+            empty_result(lake, target, write).await
         }
         Prepared::CreateTableAs {
             database,
@@ -123,7 +133,7 @@ pub async fn execute(
             let (files, rows) = (written.files, written.rows);
             let staged = files.iter().map(|f| f.path.clone()).collect();
             let write = CatalogWrite::CreateTableWithFiles { table, files };
-            count_result(lake, result_path, rows, write, staged).await
+            count_result(lake, target, rows, write, staged).await
         }
         Prepared::Insert {
             database,
@@ -145,7 +155,7 @@ pub async fn execute(
                 table_id: table.id,
                 files,
             };
-            count_result(lake, result_path, rows, write, staged).await
+            count_result(lake, target, rows, write, staged).await
         }
     }
 }
@@ -156,14 +166,15 @@ fn run_error(error: DataFusionError) -> QueryError {
     EngineError::run(error).into()
 }
 
-/// The result of a statement that returns no rows: an empty CSV.
+/// The result of a statement that returns no rows: an empty CSV (and an
+/// Arrow stream of no columns).
 async fn empty_result(
     lake: &Lake,
-    result_path: &str,
+    target: &ResultTarget,
     write: CatalogWrite,
 ) -> Result<Execution, QueryError> {
     let schema = Schema::empty();
-    let writer = CsvResultWriter::create(lake.object_store(), result_path, &schema)
+    let writer = ResultWriter::create(lake.object_store(), &target.csv_path, &schema, target.typed)
         .await
         .map_err(|e| QueryError::Internal(format!("result file: {e}")))?;
     let written = writer
@@ -184,7 +195,7 @@ async fn empty_result(
 /// The result of a write: one row, the number of rows written.
 async fn count_result(
     lake: &Lake,
-    result_path: &str,
+    target: &ResultTarget,
     rows: u64,
     write: CatalogWrite,
     staged: Vec<String>,
@@ -200,7 +211,9 @@ async fn count_result(
     )
     .map_err(|e| QueryError::Internal(e.to_string()))?;
     let outcome = async {
-        let mut writer = CsvResultWriter::create(lake.object_store(), result_path, &schema).await?;
+        let store = lake.object_store();
+        let mut writer =
+            ResultWriter::create(store, &target.csv_path, &schema, target.typed).await?;
         writer.write(&batch).await?;
         writer.finish().await
     }

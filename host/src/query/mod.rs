@@ -1,6 +1,7 @@
 //! Queries as durable jobs: submission (checked against the caller's roles
 //! and planned on the engine), a bounded worker pool that runs them on any
-//! replica, results stored as CSV that pages and signed links read back.
+//! replica, results stored as CSV that pages and signed links read back, with
+//! typed copies (Arrow IPC, and Parquet made from it) for whole downloads.
 //!
 //! The lake itself (sessions, the access decision, table layout and writes)
 //! is `engine/`'s. This module knows no HTTP; its errors are plain enums that
@@ -11,6 +12,8 @@ mod page_tokens;
 pub mod prepare;
 mod recent_results;
 pub mod result;
+pub mod result_arrow;
+pub mod result_parquet;
 pub mod result_writer;
 pub mod service;
 
@@ -36,6 +39,10 @@ pub enum QueryError {
     /// The query has no result to read (not SUCCEEDED).
     #[error("{0}")]
     NoResult(String),
+    /// The result exists but not in the format asked for (a typed format of
+    /// a result kept without its typed copy): the message says why.
+    #[error("{0}")]
+    FormatUnavailable(String),
     /// A paging token that this server did not issue for this query.
     #[error("the next_token is not valid for this query")]
     BadPageToken,

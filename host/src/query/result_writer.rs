@@ -2,6 +2,9 @@
 //! link serves (header row, every value quoted, NULL as an empty unquoted
 //! field so it stays distinguishable from an empty string), streamed batch by
 //! batch to the object store: no result is ever held in memory whole.
+//! `ResultWriter` also writes the same batches as the typed Arrow copy
+//! (`result_arrow.rs`) when `query.typed_results` is on; the CSV never
+//! depends on it: a typed copy that fails is dropped, the query goes on.
 
 use std::sync::Arc;
 
@@ -13,6 +16,12 @@ use datafusion::arrow::{
 };
 use object_store::{ObjectStore, buffered::BufWriter, path::Path};
 use tokio::io::AsyncWriteExt as _;
+
+use super::result_arrow::ArrowResultWriter;
+use crate::{
+    config::ArrowCompression,
+    lake::{ResultFormat, result_file_path},
+};
 
 /// How cells become strings: SQL-style timestamps, everything else Arrow's text.
 fn format_options() -> FormatOptions<'static> {
@@ -157,5 +166,73 @@ impl CsvResultWriter {
     pub async fn abort(mut self) {
         let _ = self.writer.abort().await;
         tracing::debug!(path = %self.path, "result upload abandoned");
+    }
+}
+
+/// A result's files: the CSV at its result path and, when typed copies are
+/// kept, the Arrow stream beside it.
+pub struct ResultWriter {
+    csv: CsvResultWriter,
+    arrow: Option<ArrowResultWriter>,
+}
+
+impl ResultWriter {
+    /// Starts the CSV at `csv_path` and, when `typed` says how to compress
+    /// it, its Arrow copy.
+    pub async fn create(
+        store: Arc<dyn ObjectStore>,
+        csv_path: &str,
+        schema: &Schema,
+        typed: Option<ArrowCompression>,
+    ) -> std::io::Result<Self> {
+        let csv = CsvResultWriter::create(store.clone(), csv_path, schema).await?;
+        let arrow = if let Some(compression) = typed {
+            let path = result_file_path(csv_path, ResultFormat::Arrow);
+            match ArrowResultWriter::create(store, &path, schema, compression).await {
+                Ok(writer) => Some(writer),
+                Err(e) => {
+                    tracing::warn!(%path, error = %e, "result kept without its typed copy");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        Ok(Self { csv, arrow })
+    }
+
+    pub async fn write(&mut self, batch: &RecordBatch) -> std::io::Result<()> {
+        if batch.num_columns() == 0 {
+            return Ok(());
+        }
+        self.csv.write(batch).await?;
+        if let Some(arrow) = &mut self.arrow
+            && let Err(e) = arrow.write(batch).await
+        {
+            tracing::warn!(error = %e, "result kept without its typed copy");
+            if let Some(arrow) = self.arrow.take() {
+                arrow.abort().await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Completes both files (the typed copy first: a CSV that then fails
+    /// fails the query, whose end deletes every file of the result).
+    pub async fn finish(self) -> std::io::Result<WrittenResult> {
+        if let Some(arrow) = self.arrow
+            && let Err(e) = arrow.finish().await
+        {
+            tracing::warn!(error = %e, "result kept without its typed copy");
+        }
+        self.csv.finish().await
+    }
+
+    /// Abandons both uploads (cancellation, failure).
+    pub async fn abort(self) {
+        if let Some(arrow) = self.arrow {
+            arrow.abort().await;
+        }
+        self.csv.abort().await;
     }
 }

@@ -1,16 +1,17 @@
-//! Presigned GETs and HEADs of result files on the storage endpoint
-//! (`lake::presigned` makes and checks the links): the whole CSV with its
-//! `Content-Length`, one byte range (206, `Content-Range`), or only the
-//! headers; refusals in S3's XML error shape. A request carrying an
-//! `Authorization` header beside the link's signature is refused as S3
-//! refuses it.
+//! Presigned GETs and HEADs of result files (CSV, Arrow, Parquet, each with
+//! its media type) on the storage endpoint (`lake::presigned` makes and
+//! checks the links): the whole file with its `Content-Length`, one byte
+//! range (206, `Content-Range`), or only the headers, as
+//! `api::object_response` answers stored files; refusals in S3's XML error
+//! shape. A request carrying an `Authorization` header beside the link's
+//! signature is refused as S3 refuses it.
 
 use std::sync::Arc;
 
 use axum::{
     body::Body,
     extract::Request,
-    http::{HeaderValue, Method, StatusCode, header},
+    http::{Method, StatusCode, header},
     response::{IntoResponse, Response},
 };
 use futures::StreamExt as _;
@@ -19,8 +20,12 @@ use object_store::{
 };
 
 use crate::{
+    api::object_response::{StoredFile, requested_range, stored_file_response, wants_body},
     clock::SharedClock,
-    lake::presigned::{PresignError, ResultLinks},
+    lake::{
+        ResultFormat,
+        presigned::{PresignError, ResultLinks},
+    },
 };
 
 /// What the storage endpoint needs to serve result links.
@@ -81,28 +86,22 @@ pub async fn serve(downloads: &ResultDownloads, request: Request) -> Response {
         Err(e) => return internal(&e),
     };
     let size = meta.size;
-    let range = match request.headers().get(header::RANGE) {
-        None => None,
-        Some(value) => match byte_range(value.to_str().unwrap_or_default(), size) {
-            Ok(range) => range,
-            Err(()) => {
-                let mut response = s3_error(
-                    StatusCode::RANGE_NOT_SATISFIABLE,
-                    "InvalidRange",
-                    "The requested range is not satisfiable",
-                );
-                if let Ok(value) = HeaderValue::from_str(&format!("bytes */{size}")) {
-                    response.headers_mut().insert(header::CONTENT_RANGE, value);
-                }
-                return response;
-            }
-        },
+    let range = match requested_range(request.headers(), size) {
+        Ok(range) => range,
+        Err(unsatisfiable) => {
+            let mut response = s3_error(
+                StatusCode::RANGE_NOT_SATISFIABLE,
+                "InvalidRange",
+                "The requested range is not satisfiable",
+            );
+            response
+                .headers_mut()
+                .insert(header::CONTENT_RANGE, unsatisfiable.content_range());
+            return response;
+        }
     };
-    let (status, length) = match &range {
-        Some((start, end)) => (StatusCode::PARTIAL_CONTENT, end - start + 1),
-        None => (StatusCode::OK, size),
-    };
-    let body = if request.method() == Method::HEAD || length == 0 {
+    let length = range.map_or(size, |(start, end)| end - start + 1);
+    let body = if !wants_body(request.method()) || length == 0 {
         Body::empty()
     } else {
         let options = GetOptions {
@@ -118,68 +117,15 @@ pub async fn serve(downloads: &ResultDownloads, request: Request) -> Response {
             Err(e) => return internal(&e),
         }
     };
-    let mut response = Response::new(body);
-    *response.status_mut() = status;
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/csv; charset=utf-8"),
-    );
-    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
-    headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
-    if let Some((start, end)) = range
-        && let Ok(value) = HeaderValue::from_str(&format!("bytes {start}-{end}/{size}"))
-    {
-        headers.insert(header::CONTENT_RANGE, value);
-    }
-    if let Ok(value) = HeaderValue::from_str(
-        &meta
-            .last_modified
-            .format("%a, %d %b %Y %H:%M:%S GMT")
-            .to_string(),
-    ) {
-        headers.insert(header::LAST_MODIFIED, value);
-    }
-    if let Some(name) = key.rsplit('/').next()
-        && let Ok(value) = HeaderValue::from_str(&format!("attachment; filename=\"{name}\""))
-    {
-        headers.insert(header::CONTENT_DISPOSITION, value);
-    }
-    response
-}
-
-/// One `bytes=` range of an object of `size` bytes as inclusive bounds;
-/// `Ok(None)` when the header is to be ignored (several ranges, another unit:
-/// the whole object is sent, as S3 does), `Err` when it is unsatisfiable.
-fn byte_range(header: &str, size: u64) -> Result<Option<(u64, u64)>, ()> {
-    let Some(spec) = header.trim().strip_prefix("bytes=") else {
-        return Ok(None);
+    let file = StoredFile {
+        size,
+        content_type: ResultFormat::of_path(&key)
+            .unwrap_or(ResultFormat::Csv)
+            .media_type(),
+        name: key.rsplit('/').next().unwrap_or_default(),
+        last_modified: Some(meta.last_modified),
     };
-    if spec.contains(',') {
-        return Ok(None);
-    }
-    let Some((first, last)) = spec.split_once('-') else {
-        return Ok(None);
-    };
-    let (first, last) = (first.trim(), last.trim());
-    let parse = |s: &str| s.parse::<u64>().map_err(|_| ());
-    let (start, end) = match (first.is_empty(), last.is_empty()) {
-        // bytes=-N: the last N bytes.
-        (true, false) => {
-            let n = parse(last)?;
-            if n == 0 || size == 0 {
-                return Err(());
-            }
-            (size.saturating_sub(n), size - 1)
-        }
-        (false, true) => (parse(first)?, size.saturating_sub(1)),
-        (false, false) => (parse(first)?, parse(last)?.min(size.saturating_sub(1))),
-        (true, true) => return Ok(None),
-    };
-    if start >= size || start > end {
-        return Err(());
-    }
-    Ok(Some((start, end)))
+    stored_file_response(&file, range, body)
 }
 
 fn refusal(error: &PresignError) -> Response {
@@ -218,23 +164,4 @@ fn s3_error(status: StatusCode, code: &str, message: &str) -> Response {
             .replace('>', "&gt;")
     );
     (status, [(header::CONTENT_TYPE, "application/xml")], body).into_response()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ranges_are_read_as_s3_reads_them() {
-        assert_eq!(byte_range("bytes=0-9", 100), Ok(Some((0, 9))));
-        assert_eq!(byte_range("bytes=90-", 100), Ok(Some((90, 99))));
-        assert_eq!(byte_range("bytes=-10", 100), Ok(Some((90, 99))));
-        assert_eq!(byte_range("bytes=-500", 100), Ok(Some((0, 99))));
-        assert_eq!(byte_range("bytes=50-500", 100), Ok(Some((50, 99))));
-        assert_eq!(byte_range("bytes=100-", 100), Err(()));
-        assert_eq!(byte_range("bytes=9-0", 100), Err(()));
-        assert_eq!(byte_range("bytes=x-1", 100), Err(()));
-        assert_eq!(byte_range("bytes=0-1,5-6", 100), Ok(None));
-        assert_eq!(byte_range("items=0-1", 100), Ok(None));
-    }
 }

@@ -24,6 +24,7 @@ mod query_access;
 mod query_api;
 mod query_permissions;
 mod query_wait;
+mod result_formats;
 mod result_reuse;
 mod routing;
 mod s3_lake;

@@ -32,10 +32,11 @@ use url::Url;
 
 use super::{
     QueryError,
-    execute::{Execution, execute},
+    execute::{Execution, ResultTarget, execute},
     page_tokens::PageTokens,
     prepare::{Prepared, Target, prepare},
     recent_results::RecentResults,
+    result_parquet::ParquetConversions,
 };
 use crate::{
     auth::{Access, LakeCaller},
@@ -104,6 +105,8 @@ mod reuse;
 mod waiting;
 mod worker;
 
+pub use reading::ResultFile;
+
 pub use worker::ABANDONED_QUERY;
 
 pub struct QueryService {
@@ -125,6 +128,8 @@ pub struct QueryService {
     page_tokens: PageTokens,
     /// Presigned GETs of results on the storage endpoint (lake on disk).
     result_links: ResultLinks,
+    /// Parquet copies of results being made on this replica.
+    parquet_conversions: ParquetConversions,
     /// This replica's name as the holder of the leases it takes.
     holder: String,
     /// This replica's drain: no claims while it drains, hand-backs at its end.
@@ -178,6 +183,7 @@ impl QueryService {
             recent_results: Mutex::new(RecentResults::default()),
             page_tokens: PageTokens::new(signer),
             result_links,
+            parquet_conversions: ParquetConversions::default(),
             holder: uuid::Uuid::new_v4().simple().to_string(),
             drain,
             metadata_cache,
@@ -356,11 +362,17 @@ impl QueryService {
         } = planned;
         let lake = self.lake.clone();
         let id = id.to_string();
-        let path = result_path.to_string();
+        let target = ResultTarget {
+            csv_path: result_path.to_string(),
+            typed: self
+                .limits
+                .typed_results
+                .then_some(self.limits.typed_results_compression),
+        };
         let task = self
             .engine
             .handle()
-            .spawn(async move { execute(&context, prepared, &lake, &access, &id, &path).await });
+            .spawn(async move { execute(&context, prepared, &lake, &access, &id, &target).await });
         let abort = AbortOnDrop(task.abort_handle());
         Started {
             task,

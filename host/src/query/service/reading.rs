@@ -1,22 +1,71 @@
 //! The caller's side of a stored query: reading its state (only the caller's
-//! own, on the API it was submitted to), cancelling it, its result pages and
-//! its signed CSV link.
+//! own, on the API it was submitted to), cancelling it, its result pages, and
+//! its whole result in each format (CSV, Arrow, Parquet): as a stored file to
+//! stream, or as a signed link to that file. Every read goes through
+//! `readable`: the owner, SUCCEEDED, and the access the query ran with.
 
-use std::time::Duration;
+use std::{ops::Range, sync::Arc, time::Duration};
 
+use bytes::Bytes;
+use futures::{StreamExt as _, TryStreamExt as _, stream::BoxStream};
+use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt as _, path::Path};
 use url::Url;
 
 use super::{QueryService, ResultPage};
 use crate::{
     auth::LakeCaller,
     engine::columns::ResultColumn,
+    lake::{ResultFormat, result_file_path},
     observability::jobs,
     query::{
         Denial, QueryError,
         result::{PAGE_ROWS, PageCursor, page_from_bytes, read_page},
+        result_parquet::TypedResultError,
     },
     store::queries::{QueryJob, QueryState},
 };
+
+/// A finished query's whole result in one format: a stored file of known
+/// size, streamed from the lake.
+pub struct ResultFile {
+    pub format: ResultFormat,
+    pub size: u64,
+    path: String,
+    store: Arc<dyn ObjectStore>,
+}
+
+impl ResultFile {
+    /// The file's name, `<query>-<attempt>.<extension>`.
+    pub fn name(&self) -> &str {
+        self.path.rsplit('/').next().unwrap_or(&self.path)
+    }
+
+    /// The file's bytes, or those of `range` (within `0..size`).
+    pub async fn bytes(
+        &self,
+        range: Option<Range<u64>>,
+    ) -> Result<BoxStream<'static, std::io::Result<Bytes>>, QueryError> {
+        let options = GetOptions {
+            range: range.map(GetRange::Bounded),
+            ..GetOptions::default()
+        };
+        let object = self
+            .store
+            .get_opts(&Path::from(self.path.as_str()), options)
+            .await
+            .map_err(|e| QueryError::Internal(format!("reading the result: {e}")))?;
+        Ok(object.into_stream().map_err(std::io::Error::other).boxed())
+    }
+}
+
+/// Why a typed format of query `id` is not there.
+fn no_typed_copy(id: &str) -> QueryError {
+    QueryError::FormatUnavailable(format!(
+        "Query {id} has no typed copy of its result: it ran before typed results were kept, \
+         or while this service kept none. Its result is available as CSV and as JSON pages; \
+         run the query again for Arrow or Parquet."
+    ))
+}
 
 impl QueryService {
     /// The caller's own query on this API, or NotFound (also for another
@@ -127,14 +176,71 @@ impl QueryService {
         })
     }
 
-    /// GET /query/{id}/csv: a signed link to the whole result, valid for
-    /// `query.csv_link_lifetime_s`: S3's own presigned GET when the lake is on
-    /// S3, else the storage endpoint's presigned GET (`lake::presigned`).
-    pub async fn csv_link(&self, caller: &LakeCaller, id: &str) -> Result<Url, QueryError> {
+    /// The stored file of the caller's result in `format` and its size: the
+    /// CSV; the Arrow copy written with it; the Parquet copy, made from the
+    /// Arrow copy on first request (`result_parquet.rs`).
+    async fn stored_result(
+        &self,
+        caller: &LakeCaller,
+        id: &str,
+        format: ResultFormat,
+    ) -> Result<(String, u64), QueryError> {
         let job = self.readable(caller, id).await?;
-        let path = job
+        let csv_path = job
             .result_path
             .ok_or_else(|| QueryError::Internal(format!("query {id} has no result")))?;
+        let path = result_file_path(&csv_path, format);
+        let store = self.lake.object_store();
+        let size = match (format, job.result_bytes) {
+            (ResultFormat::Csv, Some(bytes)) => u64::try_from(bytes).unwrap_or(0),
+            (ResultFormat::Csv, None) | (ResultFormat::Arrow, _) => {
+                match store.head(&Path::from(path.as_str())).await {
+                    Ok(meta) => meta.size,
+                    Err(object_store::Error::NotFound { .. }) if format == ResultFormat::Arrow => {
+                        return Err(no_typed_copy(id));
+                    }
+                    Err(e) => return Err(QueryError::Internal(format!("result file: {e}"))),
+                }
+            }
+            (ResultFormat::Parquet, _) => self
+                .parquet_conversions
+                .ensure(self.engine.handle(), store, &csv_path)
+                .await
+                .map_err(|e| match e {
+                    TypedResultError::NoTypedCopy => no_typed_copy(id),
+                    TypedResultError::Failed(why) => QueryError::Internal(why),
+                })?,
+        };
+        Ok((path, size))
+    }
+
+    /// GET /query/{id}/result with a whole-result media type: the file to stream.
+    pub async fn result_file(
+        &self,
+        caller: &LakeCaller,
+        id: &str,
+        format: ResultFormat,
+    ) -> Result<ResultFile, QueryError> {
+        let (path, size) = self.stored_result(caller, id, format).await?;
+        Ok(ResultFile {
+            format,
+            size,
+            path,
+            store: self.lake.object_store(),
+        })
+    }
+
+    /// GET /query/{id}/csv (`format` CSV, or another with `?format=`): a
+    /// signed link to the whole result, valid for `query.csv_link_lifetime_s`:
+    /// S3's own presigned GET when the lake is on S3, else the storage
+    /// endpoint's presigned GET (`lake::presigned`).
+    pub async fn result_link(
+        &self,
+        caller: &LakeCaller,
+        id: &str,
+        format: ResultFormat,
+    ) -> Result<Url, QueryError> {
+        let (path, _) = self.stored_result(caller, id, format).await?;
         let lifetime = Duration::from_secs(self.limits.csv_link_lifetime_s);
         let presigned = self
             .lake

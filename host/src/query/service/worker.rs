@@ -142,7 +142,7 @@ impl QueryService {
             Ended::Ran(outcome) => self.record(&job.query, *outcome, Some(&result_path)).await,
             Ended::Stopped => {
                 tracing::info!("query stopped: cancelled or taken over");
-                delete_paths(self.lake.object_store().as_ref(), &[result_path]).await;
+                self.lake.delete_result(&result_path).await;
             }
             Ended::HandedBack => {
                 match self.store.hand_back_query(&id, &self.holder).await {
@@ -152,7 +152,7 @@ impl QueryService {
                         tracing::warn!(error = %e, "query not handed back; it ends FAILED when its lease runs out")
                     }
                 }
-                delete_paths(self.lake.object_store().as_ref(), &[result_path]).await;
+                self.lake.delete_result(&result_path).await;
             }
         }
     }
@@ -177,7 +177,7 @@ impl QueryService {
             jobs::query_abandoned(&job.query.id, &job.query.statement_type);
             self.ended.notify_waiters();
             let result_path = Self::result_path_of(&job.query, job.attempts);
-            delete_paths(self.lake.object_store().as_ref(), &[result_path]).await;
+            self.lake.delete_result(&result_path).await;
         }
     }
 
@@ -287,13 +287,13 @@ impl QueryService {
                     }
                 }
                 if !succeeded && let Some(path) = result_path {
-                    delete_paths(store.as_ref(), &[path.to_string()]).await;
+                    self.lake.delete_result(path).await;
                 }
             }
             Ok(Finished::Lost) => {
                 delete_paths(store.as_ref(), &staged).await;
                 if let Some(path) = result_path {
-                    delete_paths(store.as_ref(), &[path.to_string()]).await;
+                    self.lake.delete_result(path).await;
                 }
             }
             Err(e) => {

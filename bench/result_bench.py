@@ -1,0 +1,440 @@
+#!/usr/bin/env python3
+"""Whole-result download benchmark: a big result (TPC-H lineitem, 6,001,215
+rows at scale 1) fetched from lakehost as CSV, Arrow IPC stream and Parquet,
+beside DuckDB's and DataFusion-python's `COPY ... TO` / `write_*` of the
+same rows to a file of each format, in one run on the same lake files.
+
+For lakehost it measures:
+
+* the query (submit to SUCCEEDED, which writes the result CSV, and the Arrow
+  copy when `query.typed_results` is on) with the typed copy off and on: the
+  difference is what the Arrow copy costs;
+* per format, time to last byte of the signed link (`GET /query/{id}/csv
+  ?format=...` then the link), and of `GET /query/{id}/result` with `Accept`;
+  Parquet's first link request makes the Parquet file, timed on its own;
+* end to end per format: query + (Parquet: making it) + download.
+
+Peers, in process, on the lake's parquet files: DuckDB `COPY (SELECT ...) TO`
+CSV (every value quoted, like lakehost's), Parquet (zstd) and Arrow IPC (the
+`nanoarrow` extension's `arrows` format when it can be loaded, else DuckDB's
+Arrow batches written by pyarrow's IPC writer, named as such); the same
+three through DataFusion-python (`write_csv`, `write_parquet`, its batches
+through pyarrow's IPC writer).
+
+Run it through ``bench/run-results`` (the virtualenv); see README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import urllib.parse
+from pathlib import Path
+
+import datafusion
+import duckdb
+import pyarrow as pa
+import pyarrow.ipc
+import pyarrow.parquet as pq
+import requests
+
+from query_bench import (
+    API_HOST,
+    CLIENT_ID,
+    CLIENT_SECRET,
+    DATABASE,
+    FINAL_STATES,
+    ORG,
+    PARTITION_COLS,
+    LakehostServer,
+    free_port,
+    generate_tpch,
+    lakehost_version,
+    write_import_file,
+)
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+TABLE = "lineitem"
+SQL = f"SELECT * FROM {TABLE}"
+FORMATS = ("csv", "arrow", "parquet")
+MEDIA_TYPES = {
+    "csv": "text/csv",
+    "arrow": "application/vnd.apache.arrow.stream",
+    "parquet": "application/vnd.apache.parquet",
+}
+CHUNK = 1 << 20
+HTTP_TIMEOUT_S = 600
+
+
+# ----------------------------------------------------------------------- lakehost
+
+
+def write_config(work: Path, port: int, compression: str | None) -> tuple[Path, Path]:
+    """<work>/lakehost.toml on <work>/lakehost-data (kept between servers:
+    each serves the lake the first imported). `compression`: the typed
+    copy's, or None for no typed copy."""
+    data_dir = work / "lakehost-data"
+    config = work / "lakehost.toml"
+    typed = "false" if compression is None else "true"
+    config.write_text(
+        "[server]\n"
+        f"listen = {json.dumps(f'127.0.0.1:{port}')}\n"
+        "metrics_listen = \"127.0.0.1:0\"\n"
+        "[storage]\n"
+        f"data_dir = {json.dumps(str(data_dir))}\n"
+        f"s3_listen = {json.dumps(f'127.0.0.1:{free_port()}')}\n"
+        "[query]\n"
+        f"typed_results = {typed}\n"
+        f"typed_results_compression = {json.dumps(compression or 'none')}\n"
+    )
+    return config, data_dir
+
+
+def import_table(lakehost: Path, config: Path, source: Path) -> None:
+    result = subprocess.run(
+        [str(lakehost), "import", "--config", str(config), "--org", ORG,
+         "--database", DATABASE, "--table", TABLE, str(source)],
+        capture_output=True, text=True,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"lakehost import failed:\n{result.stdout}{result.stderr}")
+
+
+class Client:
+    """lakehost's API over http.client (cheap on CPU, like query_bench's)."""
+
+    def __init__(self, base_url: str):
+        self.base_url = base_url
+        parsed = urllib.parse.urlsplit(base_url)
+        self.api = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=HTTP_TIMEOUT_S)
+        token = requests.post(
+            f"{base_url}/realms/{ORG}/protocol/openid-connect/token",
+            data={"grant_type": "client_credentials", "client_id": CLIENT_ID,
+                  "client_secret": CLIENT_SECRET},
+            timeout=10,
+        ).json()["access_token"]
+        self.headers = {"Host": API_HOST, "Authorization": f"Bearer {token}"}
+
+    def call(self, method: str, path: str, body: dict | None = None,
+             headers: dict | None = None) -> tuple[int, dict, bytes]:
+        all_headers = dict(self.headers, **(headers or {}))
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            all_headers["Content-Type"] = "application/json"
+        self.api.request(method, path, body=data, headers=all_headers)
+        response = self.api.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+
+    def run(self, sql: str) -> tuple[str, float]:
+        """Submit, poll until final; the id and seconds to SUCCEEDED."""
+        start = time.perf_counter()
+        status, _, body = self.call("POST", "/v2/query", {"query": sql})
+        if status != 202:
+            raise RuntimeError(f"submit: {status} {body[:300]!r}")
+        query_id = json.loads(body)["queryId"]
+        while True:
+            _, _, body = self.call("GET", f"/v2/query/{query_id}")
+            state = json.loads(body)["status"]
+            if state["state"] in FINAL_STATES:
+                break
+            time.sleep(min(0.05, max(0.001, (time.perf_counter() - start) * 0.02)))
+        seconds = time.perf_counter() - start
+        if state["state"] != "SUCCEEDED":
+            raise RuntimeError(f"query {state}")
+        return query_id, seconds
+
+    def link(self, query_id: str, fmt: str) -> tuple[str, float]:
+        """The signed link of `fmt`; seconds the request took (Parquet's
+        first one makes the file)."""
+        start = time.perf_counter()
+        status, headers, body = self.call("GET", f"/v2/query/{query_id}/csv?format={fmt}")
+        seconds = time.perf_counter() - start
+        if status != 302:
+            raise RuntimeError(f"link {fmt}: {status} {body[:300]!r}")
+        return headers["location"], seconds
+
+    def download_api(self, query_id: str, fmt: str) -> tuple[int, float]:
+        """GET /result with Accept, read to the last byte: (bytes, seconds)."""
+        start = time.perf_counter()
+        headers = dict(self.headers, Accept=MEDIA_TYPES[fmt])
+        self.api.request("GET", f"/v2/query/{query_id}/result", headers=headers)
+        response = self.api.getresponse()
+        size = drain(response)
+        if response.status != 200:
+            raise RuntimeError(f"/result {fmt}: {response.status}")
+        return size, time.perf_counter() - start
+
+
+def drain(response) -> int:
+    size = 0
+    while True:
+        chunk = response.read(CHUNK)
+        if not chunk:
+            return size
+        size += len(chunk)
+
+
+def download_link(url: str) -> tuple[int, float]:
+    """GET a signed link to the last byte on a fresh connection: (bytes, seconds)."""
+    parsed = urllib.parse.urlsplit(url)
+    start = time.perf_counter()
+    connection = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=HTTP_TIMEOUT_S)
+    connection.request("GET", f"{parsed.path}?{parsed.query}")
+    response = connection.getresponse()
+    size = drain(response)
+    seconds = time.perf_counter() - start
+    connection.close()
+    if response.status != 200:
+        raise RuntimeError(f"link GET: {response.status}")
+    return size, seconds
+
+
+def remove_results(data_dir: Path) -> None:
+    """Deletes the result files the runs left (only the bench's own lake)."""
+    shutil.rmtree(data_dir / "lake" / "_results", ignore_errors=True)
+
+
+# -------------------------------------------------------------------------- peers
+
+
+def duckdb_peer(lake_dir: Path, out: Path) -> dict[str, tuple[float, str]]:
+    """DuckDB's COPY of the table to each format: {format: (seconds, how)}."""
+    con = duckdb.connect()
+    hive_types = ", ".join(f"'{c}': {'BIGINT' if t == pa.int64() else 'VARCHAR'}"
+                           for c, t in PARTITION_COLS)
+    pattern = str(lake_dir / TABLE / "**" / "*.parquet").replace("'", "''")
+    con.execute(f"CREATE VIEW {TABLE} AS SELECT * FROM read_parquet('{pattern}', "
+                f"hive_partitioning = true, hive_types = {{{hive_types}}})")
+    timings: dict[str, tuple[float, str]] = {}
+    for fmt, options in (("csv", "FORMAT csv, HEADER true, FORCE_QUOTE *"),
+                         ("parquet", "FORMAT parquet, COMPRESSION zstd")):
+        target = out / f"duckdb.{fmt}"
+        start = time.perf_counter()
+        con.execute(f"COPY ({SQL}) TO '{target}' ({options})")
+        timings[fmt] = (time.perf_counter() - start, "COPY TO")
+        target.unlink()
+    target = out / "duckdb.arrows"
+    try:
+        con.execute("LOAD nanoarrow")
+        start = time.perf_counter()
+        con.execute(f"COPY ({SQL}) TO '{target}' (FORMAT arrows)")
+        timings["arrow"] = (time.perf_counter() - start, "COPY TO (nanoarrow)")
+    except duckdb.Error:
+        start = time.perf_counter()
+        reader = con.sql(SQL).to_arrow_reader()
+        with pa.OSFile(str(target), "wb") as sink, \
+                pa.ipc.new_stream(sink, reader.schema) as writer:
+            for batch in reader:
+                writer.write_batch(batch)
+        timings["arrow"] = (time.perf_counter() - start, "batches + pyarrow IPC writer")
+    target.unlink()
+    return timings
+
+
+def datafusion_peer(lake_dir: Path, out: Path) -> dict[str, tuple[float, str]]:
+    """DataFusion-python's writes of the table to each format."""
+    ctx = datafusion.SessionContext()
+    ctx.register_parquet(TABLE, f"{lake_dir / TABLE}/", table_partition_cols=PARTITION_COLS)
+    timings: dict[str, tuple[float, str]] = {}
+    target = out / "datafusion.csv"
+    start = time.perf_counter()
+    ctx.sql(SQL).write_csv(str(target), with_header=True)
+    timings["csv"] = (time.perf_counter() - start, "write_csv")
+    shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink()
+    target = out / "datafusion.parquet"
+    start = time.perf_counter()
+    ctx.sql(SQL).write_parquet(str(target), compression="zstd", compression_level=1)
+    timings["parquet"] = (time.perf_counter() - start, "write_parquet")
+    shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink()
+    target = out / "datafusion.arrows"
+    start = time.perf_counter()
+    df = ctx.sql(SQL)
+    with pa.OSFile(str(target), "wb") as sink:
+        writer = None
+        for batch in df.execute_stream():
+            batch = batch.to_pyarrow()
+            if writer is None:
+                writer = pa.ipc.new_stream(sink, batch.schema)
+            writer.write_batch(batch)
+        if writer is not None:
+            writer.close()
+    timings["arrow"] = (time.perf_counter() - start, "batches + pyarrow IPC writer")
+    target.unlink()
+    return timings
+
+
+# ---------------------------------------------------------------------------- main
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def run(args: argparse.Namespace) -> None:
+    work = args.work.resolve()
+    lakehost = args.lakehost.resolve()
+    if not lakehost.is_file():
+        sys.exit(f"lakehost binary not found: {lakehost} (cargo build --release, or --lakehost)")
+    work.mkdir(parents=True, exist_ok=True)
+    tpch_dir = generate_tpch(work, args.scale)
+    source = work / "import" / f"{TABLE}.parquet"
+    source.parent.mkdir(parents=True, exist_ok=True)
+    write_import_file(TABLE, tpch_dir / f"{TABLE}.parquet", source)
+    rows = pq.ParquetFile(source).metadata.num_rows
+
+    port = free_port()
+    config, data_dir = write_config(work, port, None)
+    shutil.rmtree(data_dir, ignore_errors=True)
+    print(f"Importing {TABLE} ({rows:,} rows) into {data_dir}")
+    import_table(lakehost, config, source)
+    lake_dir = data_dir / "lake" / DATABASE
+    env_log = os.environ.setdefault("RUST_LOG", "warn")
+
+    print(f"\nEnvironment: lakehost {lakehost_version(lakehost)}, duckdb {duckdb.__version__}, "
+          f"datafusion-python {datafusion.__version__}, pyarrow {pa.__version__}, "
+          f"{os.cpu_count()} CPUs, scale {args.scale:g}, RUST_LOG={env_log}")
+    print(f"Result: {SQL}: {rows:,} rows\n")
+
+    # The query without a typed copy, then with one per compression; with
+    # one, every format downloaded, each run from a fresh result.
+    query_s: dict[str | None, list[float]] = {}
+    convert_s: dict[str, list[float]] = {}
+    link_s: dict[tuple[str, str], list[float]] = {}
+    api_s: dict[tuple[str, str], list[float]] = {}
+    sizes: dict[tuple[str, str], int] = {}
+    for compression in [None, *args.compressions]:
+        config, _ = write_config(work, port, compression)
+        log = work / f"server-{compression or 'untyped'}.log"
+        with LakehostServer(lakehost, config, port, log) as server:
+            client = Client(server.base_url)
+            client.run(SQL)  # warm-up: the file cache, the catalog
+            remove_results(data_dir)
+            query_s[compression] = []
+            for _ in range(args.runs):
+                _, seconds = client.run(SQL)
+                query_s[compression].append(seconds)
+                remove_results(data_dir)
+            if compression is None:
+                continue
+            convert_s[compression] = []
+            for _ in range(args.runs):
+                query_id, _ = client.run(SQL)
+                for fmt in FORMATS:
+                    url, seconds = client.link(query_id, fmt)
+                    if fmt == "parquet":
+                        convert_s[compression].append(seconds)
+                        url, seconds = client.link(query_id, fmt)
+                    size, download = download_link(url)
+                    key = (compression, fmt)
+                    sizes[key] = size
+                    link_s.setdefault(key, []).append(seconds + download)
+                    size, through_api = client.download_api(query_id, fmt)
+                    if size != sizes[key]:
+                        raise RuntimeError(f"{fmt}: /result sent {size} bytes, the link {sizes[key]}")
+                    api_s.setdefault(key, []).append(through_api)
+                remove_results(data_dir)
+
+    out = work / "peer-out"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir()
+    peers = {"duckdb": [], "datafusion-python": []}
+    for _ in range(args.runs):
+        peers["duckdb"].append(duckdb_peer(lake_dir, out))
+        peers["datafusion-python"].append(datafusion_peer(lake_dir, out))
+    shutil.rmtree(out, ignore_errors=True)
+
+    off = median(query_s[None])
+    print(f"Query, submit to SUCCEEDED (median of {args.runs}): writes the result CSV, and "
+          f"the Arrow copy when typed results are on")
+    print(f"  typed results off: {off:.2f} s")
+    for c in args.compressions:
+        on = median(query_s[c])
+        print(f"  on, Arrow compression {c:<4}: {on:.2f} s, the Arrow copy costs "
+              f"{on - off:+.2f} s ({(on - off) / off * 100:+.0f}%); Parquet made from it on "
+              f"the first link request in {median(convert_s[c]):.2f} s; Arrow file "
+              f"{sizes[(c, 'arrow')] / 1e6:,.1f} MB")
+    first = args.compressions[0]
+    print(f"  CSV {sizes[(first, 'csv')] / 1e6:,.1f} MB, Parquet "
+          f"{sizes[(first, 'parquet')] / 1e6:,.1f} MB")
+
+    header = ["format", "MB", "link s", "link rows/s", "MB/s", "/result s", "/result rows/s",
+              "end to end s", "e2e rows/s", "duckdb s", "duckdb rows/s",
+              "datafusion-py s", "datafusion-py rows/s"]
+    lines = [("csv", first)] + [("arrow", c) for c in args.compressions] + [("parquet", first)]
+    table = []
+    for fmt, c in lines:
+        link = median(link_s[(c, fmt)])
+        api = median(api_s[(c, fmt)])
+        e2e = median(query_s[c]) + link + (median(convert_s[c]) if fmt == "parquet" else 0.0)
+        duck = median([p[fmt][0] for p in peers["duckdb"]])
+        fusion = median([p[fmt][0] for p in peers["datafusion-python"]])
+        label = f"arrow ({c})" if fmt == "arrow" else fmt
+        size = sizes[(c, fmt)] / 1e6
+        table.append([label, f"{size:,.1f}", f"{link:.2f}", f"{rows / link:,.0f}",
+                      f"{size / link:,.0f}", f"{api:.2f}", f"{rows / api:,.0f}",
+                      f"{e2e:.2f}", f"{rows / e2e:,.0f}", f"{duck:.2f}", f"{rows / duck:,.0f}",
+                      f"{fusion:.2f}", f"{rows / fusion:,.0f}"])
+    widths = [max(len(r[i]) for r in [header] + table) for i in range(len(header))]
+    print(f"\nWhole result, time to last byte (median of {args.runs}):")
+    for r in [header] + table:
+        print("  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                               for i, (c, w) in enumerate(zip(r, widths))))
+    csv_link = median(link_s[(first, "csv")])
+    for c in args.compressions:
+        print(f"  Arrow ({c}) over CSV, link download rows/s: "
+              f"{csv_link / median(link_s[(c, 'arrow')]):.2f}x (target: at least 3x)")
+    print("  peers' Arrow: " + "; ".join(f"{name} {runs[0]['arrow'][1]}"
+                                        for name, runs in peers.items()))
+    print("\nlink: the signed link's request + GET to the last byte; /result: GET "
+          "/v2/query/{id}/result with Accept, to the last byte; end to end: the query "
+          "(with that typed copy) + [Parquet: making it] + the link's download. Peers: the "
+          "same rows from the same lake files written to a local file of each format.")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Whole-result downloads from lakehost as CSV, Arrow and Parquet, beside "
+                    "DuckDB and DataFusion-python writing the same rows.")
+    parser.add_argument("--scale", type=float, default=1,
+                        help="TPC-H scale factor; lineitem has ~6M rows per unit (default: 1)")
+    parser.add_argument("--runs", type=int, default=3, help="timed runs (default: 3)")
+    parser.add_argument("--compressions", default="zstd",
+                        type=lambda text: [c.strip() for c in text.split(",") if c.strip()],
+                        help="Arrow copy compressions to measure, comma separated, of none, "
+                             "lz4, zstd (default: zstd, the server's default)")
+    parser.add_argument("--lakehost", type=Path, default=REPO_ROOT / "target/release/lakehost",
+                        help="the lakehost binary (default: target/release/lakehost)")
+    parser.add_argument("--work", type=Path, default=BENCH_DIR / ".work-results",
+                        help="data, config, lake and logs (default: bench/.work-results)")
+    args = parser.parse_args(argv)
+    if args.runs < 1 or args.scale <= 0:
+        parser.error("--runs must be >= 1, --scale > 0")
+    if not args.compressions or set(args.compressions) - {"none", "lz4", "zstd"}:
+        parser.error("--compressions: a list of none, lz4, zstd")
+    return args
+
+
+def main() -> None:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    args = parse_args()
+    try:
+        run(args)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except (RuntimeError, OSError, subprocess.CalledProcessError,
+            requests.RequestException, http.client.HTTPException) as e:
+        sys.exit(f"result_bench: {e}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,343 @@
+//! The Parquet copy of a result, made from its Arrow copy
+//! (`result_arrow.rs`) the first time it is asked for and kept beside it
+//! (`<query>-<attempt>.parquet`), so that its link has a length and answers
+//! ranges like any stored file. The Arrow stream is read and the Parquet file
+//! written a batch at a time: neither is ever whole in memory (the Parquet
+//! writer holds one row group, `ROW_GROUP_ROWS` rows, encoded).
+//!
+//! A conversion runs as its own task on the engine runtime: a caller that
+//! gives up (a gateway timeout, a closed connection) does not stop it, so
+//! asking again finds it done or joins it, and concurrent askers on one
+//! replica share one run. Two replicas converting at once write the same
+//! bytes; the object store's upload is all or nothing, so a reader never
+//! sees half a file.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
+
+use datafusion::{
+    arrow::{buffer::Buffer, error::ArrowError, ipc::reader::StreamDecoder},
+    parquet::{
+        arrow::AsyncArrowWriter,
+        basic::{Compression, ZstdLevel},
+        errors::ParquetError,
+        file::properties::WriterProperties,
+    },
+};
+use futures::{
+    FutureExt as _, StreamExt as _,
+    future::{BoxFuture, Shared},
+};
+use object_store::{ObjectStore, ObjectStoreExt as _, buffered::BufWriter, path::Path};
+
+use crate::lake::{ResultFormat, result_file_path};
+
+/// Rows per row group: DuckDB's own default, small enough that a reader
+/// ranging over the file fetches little and the writer holds little.
+const ROW_GROUP_ROWS: usize = 122_880;
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum TypedResultError {
+    /// The result has no Arrow copy (it ran before typed copies were kept,
+    /// or with `query.typed_results` off).
+    #[error("the result has no typed copy")]
+    NoTypedCopy,
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl From<object_store::Error> for TypedResultError {
+    fn from(e: object_store::Error) -> Self {
+        TypedResultError::Failed(format!("object store: {e}"))
+    }
+}
+
+impl From<ArrowError> for TypedResultError {
+    fn from(e: ArrowError) -> Self {
+        TypedResultError::Failed(format!("arrow copy: {e}"))
+    }
+}
+
+impl From<ParquetError> for TypedResultError {
+    fn from(e: ParquetError) -> Self {
+        TypedResultError::Failed(format!("parquet: {e}"))
+    }
+}
+
+/// How Parquet copies are written: zstd at its fastest level (every Parquet
+/// reader has it; a third smaller than snappy on typical results, at about
+/// snappy's speed), and the Arrow schema embedded, so readers get back the
+/// engine's types (time zones, unsigned integers) exactly.
+fn writer_properties() -> WriterProperties {
+    WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::default()))
+        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+        .build()
+}
+
+/// Writes the Parquet copy of the Arrow stream at `arrow_path` to
+/// `parquet_path`; returns its size.
+pub async fn convert(
+    store: Arc<dyn ObjectStore>,
+    arrow_path: &str,
+    parquet_path: &str,
+) -> Result<u64, TypedResultError> {
+    let source = match store.get(&Path::from(arrow_path)).await {
+        Ok(source) => source,
+        Err(object_store::Error::NotFound { .. }) => return Err(TypedResultError::NoTypedCopy),
+        Err(e) => return Err(e.into()),
+    };
+    let mut chunks = source.into_stream();
+    let mut decoder = StreamDecoder::new();
+    let target = Path::from(parquet_path);
+    let mut writer: Option<AsyncArrowWriter<BufWriter>> = None;
+    let outcome: Result<(), TypedResultError> = async {
+        while let Some(chunk) = chunks.next().await {
+            let mut buffer = Buffer::from(chunk?);
+            while !buffer.is_empty() {
+                let batch = decoder.decode(&mut buffer)?;
+                if writer.is_none()
+                    && let Some(schema) = decoder.schema()
+                {
+                    let upload = BufWriter::new(store.clone(), target.clone());
+                    writer = Some(AsyncArrowWriter::try_new(
+                        upload,
+                        schema,
+                        Some(writer_properties()),
+                    )?);
+                }
+                if let (Some(batch), Some(writer)) = (batch, writer.as_mut()) {
+                    writer.write(&batch).await?;
+                }
+            }
+        }
+        decoder.finish()?;
+        Ok(())
+    }
+    .await;
+    match (outcome, writer) {
+        (Ok(()), Some(writer)) => {
+            writer.close().await?;
+            Ok(store.head(&target).await?.size)
+        }
+        (Ok(()), None) => Err(TypedResultError::Failed(
+            "the Arrow copy holds no schema".into(),
+        )),
+        // The writer is dropped unfinished: its upload is never completed,
+        // so no file appears at `parquet_path`.
+        (Err(e), _) => Err(e),
+    }
+}
+
+type Conversion = Shared<BoxFuture<'static, Result<u64, TypedResultError>>>;
+
+/// The Parquet conversions running on this replica, by Parquet path.
+#[derive(Default)]
+pub struct ParquetConversions {
+    running: Arc<Mutex<HashMap<String, Conversion>>>,
+}
+
+impl ParquetConversions {
+    /// The size of the Parquet copy of the result whose CSV is at
+    /// `csv_path`: made now on `runtime` if it is not there yet (or joined,
+    /// if another request on this replica is making it).
+    pub async fn ensure(
+        &self,
+        runtime: &tokio::runtime::Handle,
+        store: Arc<dyn ObjectStore>,
+        csv_path: &str,
+    ) -> Result<u64, TypedResultError> {
+        let parquet_path = result_file_path(csv_path, ResultFormat::Parquet);
+        match store.head(&Path::from(parquet_path.as_str())).await {
+            Ok(meta) => return Ok(meta.size),
+            Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let conversion = {
+            let mut running = self.running.lock().expect("conversions lock");
+            running
+                .entry(parquet_path.clone())
+                .or_insert_with(|| {
+                    let arrow_path = result_file_path(csv_path, ResultFormat::Arrow);
+                    let running = self.running.clone();
+                    let key = parquet_path.clone();
+                    let task = runtime.spawn(async move {
+                        let outcome = convert(store, &arrow_path, &key).await;
+                        if let Err(TypedResultError::Failed(why)) = &outcome {
+                            tracing::warn!(path = %key, error = %why, "parquet copy failed");
+                        }
+                        running.lock().expect("conversions lock").remove(&key);
+                        outcome
+                    });
+                    async move {
+                        task.await.unwrap_or_else(|e| {
+                            Err(TypedResultError::Failed(format!("parquet copy task: {e}")))
+                        })
+                    }
+                    .boxed()
+                    .shared()
+                })
+                .clone()
+        };
+        conversion.await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::{
+        arrow::{
+            array::{Decimal128Array, Int64Array, RecordBatch, StringArray},
+            datatypes::{DataType, Field, Schema},
+        },
+        parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder,
+    };
+    use object_store::memory::InMemory;
+
+    use super::*;
+    use crate::query::result_arrow::ArrowResultWriter;
+
+    fn batch(start: i64, rows: i64) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("name", DataType::Utf8, true),
+            Field::new("amount", DataType::Decimal128(38, 4), true),
+        ]));
+        let ids: Vec<i64> = (start..start + rows).collect();
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(Int64Array::from(ids.clone())),
+                Arc::new(StringArray::from_iter(
+                    ids.iter().map(|i| (i % 3 != 0).then(|| format!("n{i}"))),
+                )),
+                Arc::new(
+                    Decimal128Array::from_iter_values(ids.iter().map(|i| i128::from(*i) * 10_001))
+                        .with_precision_and_scale(38, 4)
+                        .unwrap(),
+                ),
+            ],
+        )
+        .unwrap()
+    }
+
+    async fn arrow_copy(store: &Arc<dyn ObjectStore>, csv: &str, batches: &[RecordBatch]) {
+        let path = result_file_path(csv, ResultFormat::Arrow);
+        let compression = crate::config::ArrowCompression::Zstd;
+        let mut writer =
+            ArrowResultWriter::create(store.clone(), &path, &batches[0].schema(), compression)
+                .await
+                .unwrap();
+        for batch in batches {
+            writer.write(batch).await.unwrap();
+        }
+        writer.finish().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_parquet_copy_holds_the_arrow_rows_and_types() {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let batches: Vec<_> = (0..40).map(|i| batch(i * 8192, 8192)).collect();
+        arrow_copy(&store, "_results/q-1.csv", &batches).await;
+        let conversions = ParquetConversions::default();
+        let runtime = tokio::runtime::Handle::current();
+        let (first, second) = tokio::join!(
+            conversions.ensure(&runtime, store.clone(), "_results/q-1.csv"),
+            conversions.ensure(&runtime, store.clone(), "_results/q-1.csv"),
+        );
+        let size = first.unwrap();
+        assert_eq!(second.unwrap(), size);
+        assert!(conversions.running.lock().unwrap().is_empty());
+        let bytes = store
+            .get(&Path::from("_results/q-1.parquet"))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        assert_eq!(bytes.len() as u64, size);
+        let reader = ParquetRecordBatchReaderBuilder::try_new(bytes).unwrap();
+        assert_eq!(
+            reader.metadata().num_row_groups(),
+            3,
+            "row groups of 122,880 rows"
+        );
+        assert_eq!(reader.schema(), &batches[0].schema());
+        let read: Vec<RecordBatch> = reader.build().unwrap().map(Result::unwrap).collect();
+        let all =
+            datafusion::arrow::compute::concat_batches(&batches[0].schema(), &batches).unwrap();
+        let back = datafusion::arrow::compute::concat_batches(&batches[0].schema(), &read).unwrap();
+        assert_eq!(back, all);
+        // Asked again: the file is there, nothing is converted.
+        let again = conversions
+            .ensure(&runtime, store.clone(), "_results/q-1.csv")
+            .await
+            .unwrap();
+        assert_eq!(again, size);
+    }
+
+    #[tokio::test]
+    async fn a_result_of_no_columns_converts() {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let path = result_file_path("_results/ddl-1.csv", ResultFormat::Arrow);
+        let compression = crate::config::ArrowCompression::None;
+        let writer = ArrowResultWriter::create(store.clone(), &path, &Schema::empty(), compression)
+            .await
+            .unwrap();
+        writer.finish().await.unwrap();
+        let outcome = convert(store.clone(), &path, "_results/ddl-1.parquet").await;
+        let size = outcome.unwrap();
+        let bytes = store
+            .get(&Path::from("_results/ddl-1.parquet"))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        assert_eq!(bytes.len() as u64, size);
+        let reader = ParquetRecordBatchReaderBuilder::try_new(bytes).unwrap();
+        assert_eq!(reader.metadata().file_metadata().num_rows(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_result_without_an_arrow_copy_has_no_parquet_copy() {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let conversions = ParquetConversions::default();
+        let runtime = tokio::runtime::Handle::current();
+        let outcome = conversions
+            .ensure(&runtime, store.clone(), "_results/old-1.csv")
+            .await;
+        assert!(matches!(outcome, Err(TypedResultError::NoTypedCopy)));
+        assert!(
+            store
+                .head(&Path::from("_results/old-1.parquet"))
+                .await
+                .is_err()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_broken_arrow_copy_leaves_no_parquet_file() {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        arrow_copy(&store, "_results/q-1.csv", &[batch(0, 100)]).await;
+        let path = Path::from("_results/q-1.arrows");
+        let whole = store.get(&path).await.unwrap().bytes().await.unwrap();
+        store
+            .put(&path, whole.slice(..whole.len() - 20).into())
+            .await
+            .unwrap();
+        let outcome = convert(store.clone(), "_results/q-1.arrows", "_results/q-1.parquet").await;
+        assert!(
+            matches!(outcome, Err(TypedResultError::Failed(_))),
+            "{outcome:?}"
+        );
+        assert!(
+            store
+                .head(&Path::from("_results/q-1.parquet"))
+                .await
+                .is_err()
+        );
+    }
+}
