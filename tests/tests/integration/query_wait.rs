@@ -283,3 +283,48 @@ async fn a_query_another_replica_runs_ends_the_wait_through_the_store() {
         .unwrap();
     assert_eq!(cancelled.status(), StatusCode::OK);
 }
+
+#[tokio::test]
+async fn the_waited_page_comes_in_the_shape_accept_asks_for() {
+    let app = spawn_app().await;
+    let token = admin(&app);
+    let sql = "SELECT 7 AS n, 'x' AS s, CAST(NULL AS INT) AS z";
+    let response = app
+        .request(reqwest::Method::POST, ORG_HOST, QUERY)
+        .bearer_auth(&token)
+        .header("Prefer", "wait=10")
+        .header("Accept", "application/json; types=native")
+        .json(&json!({ "query": sql }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/json; types=native"
+    );
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["resultSet"]["Rows"][1]["Data"], json!([7, "x", null]));
+    // An Accept that allows no JSON is refused before anything runs.
+    let response = app
+        .request(reqwest::Method::POST, ORG_HOST, QUERY)
+        .bearer_auth(&token)
+        .header("Prefer", "wait=10")
+        .header("Accept", "text/html")
+        .json(&json!({ "query": sql }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::NOT_ACCEPTABLE);
+    assert_eq!(stored_query_ids(&app).await.len(), 1);
+    // Without a wait, Accept is not read: the spec's 202.
+    let response = app
+        .request(reqwest::Method::POST, ORG_HOST, QUERY)
+        .bearer_auth(&token)
+        .header("Accept", "text/html")
+        .json(&json!({ "query": sql }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+}
