@@ -14,16 +14,13 @@ use axum::{
     http::{Method, StatusCode, header},
     response::{IntoResponse, Response},
 };
-use futures::StreamExt as _;
-use object_store::{
-    GetOptions, GetRange, ObjectStore, ObjectStoreExt as _, path::Path as ObjectPath,
-};
+use object_store::{ObjectStore, ObjectStoreExt as _, path::Path as ObjectPath};
 
 use crate::{
     api::object_response::{StoredFile, requested_range, stored_file_response, wants_body},
     clock::SharedClock,
     lake::{
-        ResultFormat,
+        ResultFormat, object_bytes,
         presigned::{PresignError, ResultLinks},
     },
 };
@@ -104,16 +101,9 @@ pub async fn serve(downloads: &ResultDownloads, request: Request) -> Response {
     let body = if !wants_body(request.method()) || length == 0 {
         Body::empty()
     } else {
-        let options = GetOptions {
-            range: range.map(|(start, end)| GetRange::Bounded(start..end + 1)),
-            ..GetOptions::default()
-        };
-        match downloads.store.get_opts(&path, options).await {
-            Ok(object) => Body::from_stream(
-                object
-                    .into_stream()
-                    .map(|chunk| chunk.map_err(std::io::Error::other)),
-            ),
+        let range = range.map(|(start, end)| start..end + 1);
+        match object_bytes(downloads.store.as_ref(), &key, range).await {
+            Ok(bytes) => Body::from_stream(bytes),
             Err(e) => return internal(&e),
         }
     };

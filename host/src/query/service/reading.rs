@@ -7,15 +7,15 @@
 use std::{ops::Range, sync::Arc, time::Duration};
 
 use bytes::Bytes;
-use futures::{StreamExt as _, TryStreamExt as _, stream::BoxStream};
-use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt as _, path::Path};
+use futures::stream::BoxStream;
+use object_store::{ObjectStore, ObjectStoreExt as _, path::Path};
 use url::Url;
 
 use super::{QueryService, ResultPage};
 use crate::{
     auth::LakeCaller,
     engine::columns::ResultColumn,
-    lake::{ResultFormat, result_file_path},
+    lake::{self, ResultFormat, result_file_path},
     observability::jobs,
     query::{
         Denial, QueryError,
@@ -45,16 +45,9 @@ impl ResultFile {
         &self,
         range: Option<Range<u64>>,
     ) -> Result<BoxStream<'static, std::io::Result<Bytes>>, QueryError> {
-        let options = GetOptions {
-            range: range.map(GetRange::Bounded),
-            ..GetOptions::default()
-        };
-        let object = self
-            .store
-            .get_opts(&Path::from(self.path.as_str()), options)
+        lake::object_bytes(self.store.as_ref(), &self.path, range)
             .await
-            .map_err(|e| QueryError::Internal(format!("reading the result: {e}")))?;
-        Ok(object.into_stream().map_err(std::io::Error::other).boxed())
+            .map_err(|e| QueryError::Internal(format!("reading the result: {e}")))
     }
 }
 
