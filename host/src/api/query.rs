@@ -158,29 +158,44 @@ async fn submit_once(
             ));
         }
     };
-    let id = state
+    let submitted = state
         .queries
-        .submit(&caller, sql, database, preferences.reuse_max_age_s)
+        .submit(
+            &caller,
+            sql,
+            database,
+            preferences.reuse_max_age_s,
+            preferences
+                .wait
+                .map(|wait| wait_budget(&state, wait, received)),
+        )
         .await
         .map_err(|e| ApiError::query(e, QueryOperation::Start))?;
+    let id = submitted.id;
     // The job exists from here on: whatever goes wrong while waiting, the
     // answer is at worst the 202 with its id (never an error that would
     // hide it, or make a keyed retry submit it again).
-    let ended = match preferences.wait {
-        Some(wait) => {
+    let ended = match (preferences.wait, submitted.ended) {
+        (None, _) => None,
+        (Some(_), Some(job)) => Some(job),
+        (Some(wait), None) => {
             let budget = wait_budget(&state, wait, received);
             match state.queries.wait_for_end(&caller, &id, budget).await {
-                Ok(Some(job)) => ended_body(&state, &caller, &job, shape)
-                    .await
-                    .inspect_err(|e| tracing::warn!(query = %id, error = %e, "waited for a query, answering 202"))
-                    .ok(),
-                Ok(None) => None,
+                Ok(ended) => ended,
                 Err(e) => {
                     tracing::warn!(query = %id, error = %e, "waiting for a query failed, answering 202");
                     None
                 }
             }
         }
+    };
+    let ended = match ended {
+        Some(job) => ended_body(&state, &caller, &job, shape)
+            .await
+            .inspect_err(
+                |e| tracing::warn!(query = %id, error = %e, "waited for a query, answering 202"),
+            )
+            .ok(),
         None => None,
     };
     let mut response = match ended {
@@ -231,7 +246,7 @@ async fn ended_body(
     if job.state == QueryState::Succeeded {
         let page = state
             .queries
-            .page(caller, &job.query.id, None)
+            .page_of(caller, job, None)
             .await
             .map_err(|e| ApiError::query(e, QueryOperation::Results))?;
         if let (Value::Object(resource), Value::Object(page)) = (&mut body, page_body(&page, shape))

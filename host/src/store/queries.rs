@@ -163,10 +163,67 @@ fn job_from_row(row: &sqlx::any::AnyRow) -> Result<QueryJob> {
     })
 }
 
+/// The columns an end writes: (state, reason, result path, rows, bytes,
+/// columns JSON, reuse key).
+type EndColumns<'a> = (
+    &'static str,
+    Option<&'a str>,
+    Option<&'a str>,
+    Option<i64>,
+    Option<i64>,
+    Option<&'a str>,
+    Option<&'a str>,
+);
+
+fn end_columns(outcome: &QueryOutcome) -> EndColumns<'_> {
+    match outcome {
+        QueryOutcome::Succeeded {
+            result_path,
+            rows,
+            bytes,
+            columns_json,
+            reuse_key,
+        } => (
+            "SUCCEEDED",
+            None,
+            Some(result_path.as_str()),
+            Some(*rows),
+            Some(*bytes),
+            Some(columns_json.as_str()),
+            reuse_key.as_deref(),
+        ),
+        QueryOutcome::Failed { reason } => (
+            "FAILED",
+            Some(reason.as_str()),
+            None,
+            None,
+            None,
+            None,
+            None,
+        ),
+    }
+}
+
+/// The state a job is stored in when it is inserted.
+enum Inserted<'a> {
+    Queued,
+    /// Run at once by the submitting replica, under its lease.
+    Running {
+        holder: &'a str,
+        lease_until: i64,
+    },
+    /// Run by the submitting replica before it was stored, and ended (a
+    /// waited query that ended at once): final, without a lease.
+    Ended {
+        started_at: i64,
+        outcome: &'a QueryOutcome,
+    },
+}
+
 impl Store {
     /// Inserts a QUEUED job.
     pub async fn insert_query(&self, query: &NewQuery, now: i64) -> Result<QueryJob> {
-        self.insert_job(query, now, None).await
+        self.insert_job(query, now, Inserted::Queued).await
     }
 
     /// Inserts a job already RUNNING, held by `holder` until `lease_until`
@@ -178,27 +235,84 @@ impl Store {
         now: i64,
         lease_until: i64,
     ) -> Result<QueryJob> {
-        self.insert_job(query, now, Some((holder, lease_until)))
-            .await
+        self.insert_job(
+            query,
+            now,
+            Inserted::Running {
+                holder,
+                lease_until,
+            },
+        )
+        .await
     }
 
-    /// One INSERT for both: QUEUED without a holder, RUNNING (first attempt,
-    /// started now) with one. The job is returned as stored, without reading it.
+    /// Inserts a job that already ran (one attempt, from `started_at`) and
+    /// ended at `now` with `outcome`, changing nothing in the catalog: a
+    /// waited query the submitting replica ran before storing it, so its
+    /// whole life is one write.
+    pub async fn insert_ended_query(
+        &self,
+        query: &NewQuery,
+        started_at: i64,
+        outcome: &QueryOutcome,
+        now: i64,
+    ) -> Result<QueryJob> {
+        self.insert_job(
+            query,
+            now,
+            Inserted::Ended {
+                started_at,
+                outcome,
+            },
+        )
+        .await
+    }
+
+    /// One INSERT for all three. The job is returned as stored, without
+    /// reading it.
     async fn insert_job(
         &self,
         query: &NewQuery,
         now: i64,
-        holder: Option<(&str, i64)>,
+        inserted: Inserted<'_>,
     ) -> Result<QueryJob> {
-        let (state, started_at, attempts) = match holder {
-            None => (QueryState::Queued, None, 0),
-            Some(_) => (QueryState::Running, Some(now), 1),
+        let (state, started_at, attempts, lease, ended) = match inserted {
+            Inserted::Queued => (QueryState::Queued, None, 0, None, None),
+            Inserted::Running {
+                holder,
+                lease_until,
+            } => (
+                QueryState::Running,
+                Some(now),
+                1,
+                Some((holder, lease_until)),
+                None,
+            ),
+            Inserted::Ended {
+                started_at,
+                outcome,
+            } => {
+                let state = match outcome {
+                    QueryOutcome::Succeeded { .. } => QueryState::Succeeded,
+                    QueryOutcome::Failed { .. } => QueryState::Failed,
+                };
+                (state, Some(started_at), 1, None, Some(end_columns(outcome)))
+            }
+        };
+        let (_, reason, path, rows, bytes, columns, reuse_key) =
+            ended.unwrap_or((state.as_str(), None, None, None, None, None, None));
+        // A job stored at its end was submitted when it started.
+        let (submitted_at, completed_at) = match ended {
+            Some(_) => (started_at.unwrap_or(now), Some(now)),
+            None => (now, None),
         };
         sqlx::query(
             "INSERT INTO query_jobs (id, org, zone, owner_sub, access_fingerprint, sql_text, \
              database_name, statement_type, access_json, state, submitted_at, started_at, \
-             lease_owner, lease_expires_at, attempts) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+             lease_owner, lease_expires_at, attempts, state_change_reason, completed_at, \
+             result_path, result_rows, result_bytes, result_columns_json, reuse_key) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
+             $17, $18, $19, $20, $21, $22)",
         )
         .bind(&query.id)
         .bind(&query.org)
@@ -210,24 +324,31 @@ impl Store {
         .bind(&query.statement_type)
         .bind(&query.access_json)
         .bind(state.as_str())
-        .bind(now)
+        .bind(submitted_at)
         .bind(started_at)
-        .bind(holder.map(|(holder, _)| holder))
-        .bind(holder.map(|(_, until)| until))
+        .bind(lease.map(|(holder, _)| holder))
+        .bind(lease.map(|(_, until)| until))
         .bind(attempts)
+        .bind(reason)
+        .bind(completed_at)
+        .bind(path)
+        .bind(rows)
+        .bind(bytes)
+        .bind(columns)
+        .bind(reuse_key)
         .execute(self.pool())
         .await?;
         Ok(QueryJob {
             query: query.clone(),
             state,
-            state_change_reason: None,
-            submitted_at: now,
+            state_change_reason: reason.map(str::to_string),
+            submitted_at,
             started_at,
-            completed_at: None,
-            result_path: None,
-            result_rows: None,
-            result_bytes: None,
-            result_columns_json: None,
+            completed_at,
+            result_path: path.map(str::to_string),
+            result_rows: rows,
+            result_bytes: bytes,
+            result_columns_json: columns.map(str::to_string),
             attempts,
             reused_query_id: None,
         })
@@ -336,32 +457,7 @@ impl Store {
         write: &CatalogWrite,
         now: i64,
     ) -> Result<Finished> {
-        let (state, reason, path, rows, bytes, columns, reuse_key) = match outcome {
-            QueryOutcome::Succeeded {
-                result_path,
-                rows,
-                bytes,
-                columns_json,
-                reuse_key,
-            } => (
-                "SUCCEEDED",
-                None,
-                Some(result_path.as_str()),
-                Some(*rows),
-                Some(*bytes),
-                Some(columns_json.as_str()),
-                reuse_key.as_deref(),
-            ),
-            QueryOutcome::Failed { reason } => (
-                "FAILED",
-                Some(reason.as_str()),
-                None,
-                None,
-                None,
-                None,
-                None,
-            ),
-        };
+        let (state, reason, path, rows, bytes, columns, reuse_key) = end_columns(outcome);
         let end = sqlx::query(
             "UPDATE query_jobs SET state = $1, state_change_reason = $2, result_path = $3, \
              result_rows = $4, result_bytes = $5, result_columns_json = $6, completed_at = $7, \

@@ -328,3 +328,137 @@ async fn the_waited_page_comes_in_the_shape_accept_asks_for() {
         .unwrap();
     assert_eq!(response.status(), StatusCode::ACCEPTED);
 }
+
+/// The stored row of query `id`: (state, attempts, lease owner, submitted,
+/// started and completed at).
+async fn stored_job(app: &TestApp, id: &str) -> (String, i64, Option<String>, i64, i64, i64) {
+    use sqlx::Row as _;
+    let url = format!(
+        "sqlite://{}?mode=ro",
+        app.data_dir.join("lakehost.db").display()
+    );
+    let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+    let row = sqlx::query(
+        "SELECT state, attempts, lease_owner, submitted_at, started_at, completed_at \
+         FROM query_jobs WHERE id = $1",
+    )
+    .bind(id)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    (
+        row.get("state"),
+        row.get("attempts"),
+        row.get("lease_owner"),
+        row.get("submitted_at"),
+        row.get("started_at"),
+        row.get("completed_at"),
+    )
+}
+
+/// The files under the lake's `_results` directory.
+fn result_files(app: &TestApp) -> Vec<std::path::PathBuf> {
+    fn walk(dir: &std::path::Path, found: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, found);
+            } else {
+                found.push(path);
+            }
+        }
+    }
+    let mut found = Vec::new();
+    walk(&app.data_dir.join("lake").join("_results"), &mut found);
+    found
+}
+
+#[tokio::test]
+async fn a_waited_query_that_ends_at_once_is_stored_once_final_and_reads_back_the_same() {
+    let app = spawn_app().await;
+    let token = admin(&app);
+    let (status, _, body) = submit_preferring(
+        &app,
+        &token,
+        "wait=10",
+        &json!({ "query": "SELECT 1 AS one" }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let id = body["queryId"].as_str().unwrap();
+    let (state, attempts, lease_owner, submitted, started, completed) = stored_job(&app, id).await;
+    assert_eq!(
+        (state.as_str(), attempts, lease_owner),
+        ("SUCCEEDED", 1, None)
+    );
+    assert!(
+        submitted <= started && started <= completed,
+        "{submitted} {started} {completed}"
+    );
+    let (_, resource) = app.query_status(ORG_HOST, &token, id).await;
+    assert_eq!(resource["status"], body["status"]);
+    assert_eq!(resource["statistics"], body["statistics"]);
+    // Its whole result is in the lake for the link: the CSV and its Arrow copy.
+    let files = result_files(&app);
+    let csv = files
+        .iter()
+        .find(|path| path.extension().is_some_and(|e| e == "csv"))
+        .expect("a result CSV");
+    assert_eq!(std::fs::read_to_string(csv).unwrap(), "\"one\"\n\"1\"\n");
+    assert_eq!(files.len(), 2, "{files:?}");
+}
+
+#[tokio::test]
+async fn a_waited_query_that_fails_at_once_is_stored_failed_and_leaves_no_result() {
+    let app = spawn_app().await;
+    let token = admin(&app);
+    // Planned fine; the division fails while it runs.
+    let sql = "SELECT 10 / (value - 3) AS q FROM generate_series(1, 5)";
+    let (status, _, body) =
+        submit_preferring(&app, &token, "wait=10", &json!({ "query": sql })).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["status"]["state"], "FAILED", "{body}");
+    let reason = body["status"]["stateChangeReason"].as_str().unwrap();
+    assert!(reason.contains("Divide by zero"), "{reason}");
+    assert!(body.get("resultSet").is_none(), "{body}");
+    let id = body["queryId"].as_str().unwrap();
+    let (_, resource) = app.query_status(ORG_HOST, &token, id).await;
+    assert_eq!(resource["status"], body["status"]);
+    assert_eq!(stored_job(&app, id).await.0, "FAILED");
+    assert_eq!(result_files(&app), Vec::<std::path::PathBuf>::new());
+}
+
+#[tokio::test]
+async fn a_waited_statement_that_changes_the_catalog_commits_with_its_end() {
+    let app = spawn_app().await;
+    seed_demo_lake(&app).await;
+    let token = admin(&app);
+    let ctas = "CREATE TABLE demo_lake_v2.trip_copy AS SELECT * FROM demo_lake_v2.trips";
+    let (status, _, body) =
+        submit_preferring(&app, &token, "wait=10", &json!({ "query": ctas })).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["status"]["state"], "SUCCEEDED", "{body}");
+    let id = body["queryId"].as_str().unwrap();
+    assert_eq!(stored_job(&app, id).await.0, "SUCCEEDED");
+    let count = |table: &'static str| {
+        let (app, token) = (&app, &token);
+        async move {
+            let sql = format!("SELECT count(*) AS n FROM demo_lake_v2.{table}");
+            let (status, _, body) =
+                submit_preferring(app, token, "wait=10", &json!({ "query": sql })).await;
+            assert_eq!(status, StatusCode::OK, "{body}");
+            body["resultSet"]["Rows"][1]["Data"][0]["VarCharValue"].clone()
+        }
+    };
+    assert_eq!(count("trip_copy").await, count("trips").await);
+    // Again: the table exists now, so the same statement fails, and the
+    // first copy's rows stay as they were.
+    let (status, _, body) =
+        submit_preferring(&app, &token, "wait=10", &json!({ "query": ctas })).await;
+    assert!(
+        status == StatusCode::CONFLICT || body["status"]["state"] == "FAILED",
+        "{status} {body}"
+    );
+    assert_eq!(count("trip_copy").await, count("trips").await);
+}

@@ -358,6 +358,79 @@ async fn a_reused_query_copies_the_newest_matching_result_within_its_age() {
     }
 }
 
+/// A waited query the submitting replica ran before storing it is stored
+/// once, final: read back as written, never claimed or counted as running,
+/// and its result reusable through its key like any other.
+#[tokio::test]
+async fn a_query_stored_at_its_end_reads_back_final_and_is_reusable() {
+    for (backend, store, _dir) in backends().await {
+        let succeeded = QueryOutcome::Succeeded {
+            result_path: "results/at-once".into(),
+            rows: 1,
+            bytes: 4,
+            columns_json: "[]".into(),
+            reuse_key: Some("key-at-once".into()),
+        };
+        let failed = QueryOutcome::Failed {
+            reason: "Divide by zero error".into(),
+        };
+        for (job, outcome, state) in [
+            (query("at-once", 1), &succeeded, QueryState::Succeeded),
+            (query("failed-at-once", 2), &failed, QueryState::Failed),
+        ] {
+            let stored = store
+                .insert_ended_query(&job, 100, outcome, 105)
+                .await
+                .unwrap();
+            assert_eq!(
+                store.query_job(&job.id).await.unwrap().unwrap(),
+                stored,
+                "{backend}"
+            );
+            assert_eq!(stored.state, state, "{backend}");
+            assert_eq!(
+                (stored.submitted_at, stored.started_at, stored.completed_at),
+                (100, Some(100), Some(105)),
+                "{backend}"
+            );
+            assert_eq!(stored.attempts, 1, "{backend}");
+        }
+        let failed_job = store
+            .query_job(&query("failed-at-once", 2).id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            failed_job.state_change_reason.as_deref(),
+            Some("Divide by zero error")
+        );
+        assert_eq!(failed_job.result_path, None, "{backend}");
+        assert!(
+            store
+                .claim_query("w1", 106, 200, JobCaps::NONE)
+                .await
+                .unwrap()
+                .is_none(),
+            "{backend}: nothing to claim"
+        );
+        let job = query("at-once", 1);
+        assert_eq!(
+            store
+                .running_queries_of("w1", &job.org, &job.owner_sub)
+                .await
+                .unwrap(),
+            (0, 0),
+            "{backend}"
+        );
+        let reusable = store.reusable_query("key-at-once", 100).await.unwrap();
+        assert_eq!(
+            reusable.map(|reused| reused.query.id),
+            Some(job.id),
+            "{backend}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn claims_share_the_workers_between_orgs_and_callers() {
     let caps = JobCaps {

@@ -55,7 +55,11 @@ use crate::{
     lake::{self, Lake, presigned::ResultLinks, signing::LinkSigner},
     lease::Lease,
     observability::jobs,
-    store::{Store, catalog::standard_databases, queries::NewQuery},
+    store::{
+        Store,
+        catalog::standard_databases,
+        queries::{NewQuery, QueryJob},
+    },
 };
 
 /// How often idle workers look for jobs submitted to other replicas and for
@@ -81,13 +85,27 @@ struct Started {
 }
 
 impl Started {
-    async fn outcome(self) -> Result<Execution, QueryError> {
-        let Started { task, _abort } = self;
-        match task.await {
+    async fn outcome(mut self) -> Result<Execution, QueryError> {
+        self.wait().await
+    }
+
+    /// Its outcome; dropping this future before it is ready leaves the
+    /// statement running (see `waiting.rs`).
+    async fn wait(&mut self) -> Result<Execution, QueryError> {
+        match (&mut self.task).await {
             Ok(outcome) => outcome,
             Err(e) => Err(QueryError::Internal(format!("query task: {e}"))),
         }
     }
+}
+
+/// What POST /query made.
+#[derive(Debug)]
+pub struct Submitted {
+    pub id: String,
+    /// The job in its final state, when it ended before `submit` returned
+    /// (run before it was stored, or answered with a reused result).
+    pub ended: Option<QueryJob>,
 }
 
 /// One page of a SUCCEEDED query's result.
@@ -106,6 +124,7 @@ mod waiting;
 mod worker;
 
 pub use reading::ResultFile;
+use waiting::UnstoredRuns;
 
 pub use worker::ABANDONED_QUERY;
 
@@ -121,6 +140,8 @@ pub struct QueryService {
     ended: Notify,
     /// One permit per query that may run at once on this replica.
     slots: Arc<Semaphore>,
+    /// Waited queries running here before they are stored (`waiting.rs`).
+    unstored: UnstoredRuns,
     running: Mutex<HashMap<String, CancellationToken>>,
     /// Small results this replica wrote lately, by result path: their pages
     /// are served without reading the file back.
@@ -179,6 +200,7 @@ impl QueryService {
             wake: Notify::new(),
             ended: Notify::new(),
             slots: Arc::new(Semaphore::new(workers)),
+            unstored: UnstoredRuns::default(),
             running: Mutex::new(HashMap::new()),
             recent_results: Mutex::new(RecentResults::default()),
             page_tokens: PageTokens::new(signer),
@@ -262,13 +284,18 @@ impl QueryService {
     /// A read may instead be answered with an earlier result (`reuse.rs`):
     /// `reuse_max_age_s` is the caller's `Prefer: reuse=N`, else the org's
     /// setting applies.
+    ///
+    /// `wait` is the caller's `Prefer: wait` (what is left of it): a query
+    /// that ends within `RUN_BEFORE_STORING` of it is stored once, at its end
+    /// (`waiting.rs`), and comes back in `Submitted::ended`.
     pub async fn submit(
         self: &Arc<Self>,
         caller: &LakeCaller,
         sql: &str,
         database: Option<&str>,
         reuse_max_age_s: Option<u64>,
-    ) -> Result<String, QueryError> {
+        wait: Option<Duration>,
+    ) -> Result<Submitted, QueryError> {
         let database = database
             .map(str::to_string)
             .unwrap_or_else(|| Self::default_database(caller));
@@ -293,9 +320,12 @@ impl QueryService {
             access_json: serde_json::to_string(&caller.grant).expect("grant serialises"),
         };
         if let Some(max_age_s) = self.reuse_max_age_s(&query, reuse_max_age_s)
-            && self.reuse(&query, &planned, max_age_s).await?.is_some()
+            && let Some(reused) = self.reuse(&query, &planned, max_age_s).await?
         {
-            return Ok(id);
+            return Ok(Submitted {
+                id,
+                ended: Some(reused),
+            });
         }
         // Run now when a slot is free and the org and caller are under their
         // caps (fair sharing); else queue, where the fairest job goes next.
@@ -308,13 +338,23 @@ impl QueryService {
             self.store.insert_query(&query, self.now()).await?;
             jobs::query_submitted(&id, &query.statement_type, true);
             self.wake.notify_one();
-            return Ok(id);
+            return Ok(Submitted { id, ended: None });
         };
         // The plan starts now, while the job is stored: its result file and
         // any lake files stay unlisted until the job's end is recorded, which
         // needs the stored job and this replica's lease.
         let result_path = Self::result_path_of(&query, 1);
-        let started = self.start_engine(planned, &id, &result_path);
+        let mut started = self.start_engine(planned, &id, &result_path);
+        if let Some(wait) = wait
+            && let Some(ended) = self
+                .end_before_storing(&query, &mut started, &result_path, wait)
+                .await?
+        {
+            return Ok(Submitted {
+                id,
+                ended: Some(ended),
+            });
+        }
         let now = self.now();
         let job = match self
             .store
@@ -338,7 +378,7 @@ impl QueryService {
             }
             .in_current_span(),
         );
-        Ok(id)
+        Ok(Submitted { id, ended: None })
     }
 
     fn result_path_of(query: &NewQuery, attempt: i64) -> String {

@@ -66,11 +66,15 @@ impl QueryService {
     pub async fn get(&self, caller: &LakeCaller, id: &str) -> Result<QueryJob, QueryError> {
         let not_found = || QueryError::NotFound(id.to_string());
         let job = self.store.query_job(id).await?.ok_or_else(not_found)?;
-        let q = &job.query;
-        if q.owner_sub != caller.sub || q.org != caller.org || q.zone != caller.zone {
+        if !Self::owns(caller, &job) {
             return Err(not_found());
         }
         Ok(job)
+    }
+
+    fn owns(caller: &LakeCaller, job: &QueryJob) -> bool {
+        let q = &job.query;
+        q.owner_sub == caller.sub && q.org == caller.org && q.zone == caller.zone
     }
 
     /// DELETE /query: cancels a QUEUED or RUNNING query and stops its work; a
@@ -100,6 +104,12 @@ impl QueryService {
     /// clients as at submission).
     async fn readable(&self, caller: &LakeCaller, id: &str) -> Result<QueryJob, QueryError> {
         let job = self.get(caller, id).await?;
+        Self::check_readable(caller, &job)?;
+        Ok(job)
+    }
+
+    /// Whether `caller` may read the result of `job`, their own query.
+    fn check_readable(caller: &LakeCaller, job: &QueryJob) -> Result<(), QueryError> {
         match job.state {
             QueryState::Succeeded => {}
             QueryState::Queued | QueryState::Running => {
@@ -118,7 +128,7 @@ impl QueryService {
         if job.query.access_fingerprint != caller.grant.fingerprint() {
             return Err(QueryError::Denied(Denial::Data));
         }
-        Ok(job)
+        Ok(())
     }
 
     /// GET /query/{id}/result: the first page, or the one `next_token` names.
@@ -129,6 +139,30 @@ impl QueryService {
         next_token: Option<&str>,
     ) -> Result<ResultPage, QueryError> {
         let job = self.readable(caller, id).await?;
+        self.page_of_readable(&job, next_token).await
+    }
+
+    /// A page of `job`, just read from the store or stored (the POST that
+    /// waited for it), without reading it again.
+    pub async fn page_of(
+        &self,
+        caller: &LakeCaller,
+        job: &QueryJob,
+        next_token: Option<&str>,
+    ) -> Result<ResultPage, QueryError> {
+        if !Self::owns(caller, job) {
+            return Err(QueryError::NotFound(job.query.id.clone()));
+        }
+        Self::check_readable(caller, job)?;
+        self.page_of_readable(job, next_token).await
+    }
+
+    async fn page_of_readable(
+        &self,
+        job: &QueryJob,
+        next_token: Option<&str>,
+    ) -> Result<ResultPage, QueryError> {
+        let id = job.query.id.as_str();
         let (Some(path), Some(bytes), Some(columns)) = (
             job.result_path.as_deref(),
             job.result_bytes,

@@ -6,6 +6,8 @@
 
 use std::{sync::Arc, time::Duration};
 
+use bytes::Bytes;
+
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
@@ -18,7 +20,7 @@ use crate::{
     query::{QueryError, execute::Execution},
     store::{
         Finished,
-        queries::{NewQuery, QueryJob, QueryOutcome, QueryState},
+        queries::{CatalogWrite, NewQuery, QueryJob, QueryOutcome, QueryState},
     },
 };
 
@@ -26,6 +28,16 @@ use crate::{
 pub const ABANDONED_QUERY: &str = "The server running this query stopped before the query ended \
      (it was killed, ran out of memory or crashed, or lost its metadata store for longer than \
      its lease). The query was not run again, in case it was the cause; submit it again.";
+
+/// What the end of a run stores (`QueryService::end_of`).
+pub(super) struct RunEnd {
+    pub outcome: QueryOutcome,
+    pub write: CatalogWrite,
+    /// Lake files the run staged for `write`.
+    pub staged: Vec<String>,
+    /// A small result's CSV, kept in memory for its pages.
+    pub small_result: Option<Bytes>,
+}
 
 /// How a run on this worker ended.
 enum Ended {
@@ -39,14 +51,16 @@ enum Ended {
 
 impl QueryService {
     /// Whether this replica runs fewer than the caps' queries of the job's
-    /// org and caller.
+    /// org and caller (stored RUNNING, or waited and not stored yet).
     pub(super) async fn under_caps(&self, query: &NewQuery) -> Result<bool, QueryError> {
         let caps = self.limits.caps();
-        let (of_org, of_caller) = self
+        let (stored_of_org, stored_of_caller) = self
             .store
             .running_queries_of(&self.holder, &query.org, &query.owner_sub)
             .await?;
-        Ok(of_org < caps.per_org && of_caller < caps.per_caller)
+        let (unstored_of_org, unstored_of_caller) = self.unstored.of(&query.org, &query.owner_sub);
+        Ok(stored_of_org + unstored_of_org < caps.per_org
+            && stored_of_caller + unstored_of_caller < caps.per_caller)
     }
 
     /// One worker: wait for a free slot, claim, run, repeat; sleep when there
@@ -220,18 +234,16 @@ impl QueryService {
         Ok(planned)
     }
 
-    /// Records a run's end; deletes files that did not become part of the lake.
-    async fn record(
-        &self,
+    /// What a run's end stores: the job's outcome, the catalog change, the
+    /// files staged for it, and a small result's CSV to keep in memory.
+    pub(super) fn end_of(
         query: &NewQuery,
         outcome: Result<Execution, QueryError>,
         result_path: Option<&str>,
-    ) {
-        let (id, statement_type) = (query.id.as_str(), query.statement_type.as_str());
-        let store = self.lake.object_store();
-        let (job_outcome, write, staged, small_result) = match outcome {
-            Ok(execution) => (
-                QueryOutcome::Succeeded {
+    ) -> RunEnd {
+        match outcome {
+            Ok(execution) => RunEnd {
+                outcome: QueryOutcome::Succeeded {
                     result_path: result_path.unwrap_or_default().to_string(),
                     rows: execution.rows as i64,
                     bytes: execution.bytes as i64,
@@ -242,32 +254,70 @@ impl QueryService {
                         .as_deref()
                         .and_then(|snapshot| reuse_key(query, snapshot)),
                 },
-                execution.write,
-                execution.staged,
-                execution.small_result,
-            ),
+                write: execution.write,
+                staged: execution.staged,
+                small_result: execution.small_result,
+            },
             Err(error) => {
                 if let QueryError::Internal(why) = &error {
                     tracing::error!(error = %why, "query failed unexpectedly");
                 }
-                (
-                    QueryOutcome::Failed {
+                RunEnd {
+                    outcome: QueryOutcome::Failed {
                         reason: error.reason(),
                     },
-                    crate::store::queries::CatalogWrite::None,
-                    Vec::new(),
-                    None,
-                )
+                    write: CatalogWrite::None,
+                    staged: Vec::new(),
+                    small_result: None,
+                }
             }
-        };
-        let succeeded = matches!(job_outcome, QueryOutcome::Succeeded { .. });
-        // Kept before the end is recorded, so the first GET after SUCCEEDED finds it.
+        }
+    }
+
+    /// Keeps a small result in memory before its end is recorded, so the
+    /// first page read after SUCCEEDED finds it.
+    pub(super) fn keep_small_result(&self, small_result: Option<Bytes>, result_path: Option<&str>) {
         if let (Some(csv), Some(path)) = (small_result, result_path) {
             self.recent_results
                 .lock()
                 .expect("recent results lock")
                 .insert(path.to_string(), csv);
         }
+    }
+
+    /// Counts a recorded end in the metrics (and logs it).
+    pub(super) fn count_end(query: &NewQuery, outcome: &QueryOutcome) {
+        let (id, statement_type) = (query.id.as_str(), query.statement_type.as_str());
+        match outcome {
+            QueryOutcome::Succeeded { bytes, .. } => jobs::query_ended(
+                id,
+                QueryState::Succeeded,
+                statement_type,
+                Some(u64::try_from(*bytes).unwrap_or(0)),
+            ),
+            QueryOutcome::Failed { .. } => {
+                jobs::query_ended(id, QueryState::Failed, statement_type, None)
+            }
+        }
+    }
+
+    /// Records a run's end; deletes files that did not become part of the lake.
+    pub(super) async fn record(
+        &self,
+        query: &NewQuery,
+        outcome: Result<Execution, QueryError>,
+        result_path: Option<&str>,
+    ) {
+        let (id, statement_type) = (query.id.as_str(), query.statement_type.as_str());
+        let store = self.lake.object_store();
+        let RunEnd {
+            outcome: job_outcome,
+            write,
+            staged,
+            small_result,
+        } = Self::end_of(query, outcome, result_path);
+        self.keep_small_result(small_result, result_path);
+        let succeeded = matches!(job_outcome, QueryOutcome::Succeeded { .. });
         match self
             .store
             .finish_query(id, &self.holder, &job_outcome, &write, self.now())
@@ -275,17 +325,7 @@ impl QueryService {
         {
             Ok(Finished::Recorded) => {
                 self.ended.notify_waiters();
-                match &job_outcome {
-                    QueryOutcome::Succeeded { bytes, .. } => jobs::query_ended(
-                        id,
-                        QueryState::Succeeded,
-                        statement_type,
-                        Some(u64::try_from(*bytes).unwrap_or(0)),
-                    ),
-                    QueryOutcome::Failed { .. } => {
-                        jobs::query_ended(id, QueryState::Failed, statement_type, None)
-                    }
-                }
+                Self::count_end(query, &job_outcome);
                 if !succeeded && let Some(path) = result_path {
                     self.lake.delete_result(path).await;
                 }
@@ -303,7 +343,7 @@ impl QueryService {
                 let failed = QueryOutcome::Failed {
                     reason: format!("The query's changes could not be committed: {e}"),
                 };
-                let none = crate::store::queries::CatalogWrite::None;
+                let none = CatalogWrite::None;
                 if let Ok(Finished::Recorded) = self
                     .store
                     .finish_query(id, &self.holder, &failed, &none, self.now())
