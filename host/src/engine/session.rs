@@ -65,14 +65,19 @@ pub async fn session_for(
     lake: &Lake,
     scope: &SessionScope<'_>,
 ) -> Result<SessionContext, SessionError> {
-    let databases = store.databases(scope.org, scope.zone).await?;
+    // Two reads at once: a small query spends much of its time waiting on
+    // the store.
+    let (databases, tables) = tokio::try_join!(
+        store.databases(scope.org, scope.zone),
+        store.tables_of(scope.org, scope.zone)
+    )?;
     if !databases.iter().any(|d| d.name == scope.default_database) {
         return Err(SessionError::UnknownDatabase(
             scope.default_database.to_string(),
         ));
     }
     let mut tables_by_database: BTreeMap<String, BTreeMap<String, LakeTable>> = BTreeMap::new();
-    for table in store.tables_of(scope.org, scope.zone).await? {
+    for table in tables {
         tables_by_database
             .entry(table.database_id.clone())
             .or_default()

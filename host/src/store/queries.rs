@@ -410,25 +410,6 @@ impl Store {
         row.as_ref().map(job_from_row).transpose()
     }
 
-    /// How many jobs `holder` runs for `org`, and for `owner_sub` of it.
-    pub async fn running_queries_of(
-        &self,
-        holder: &str,
-        org: &str,
-        owner_sub: &str,
-    ) -> Result<(i64, i64)> {
-        let row = sqlx::query(
-            "SELECT count(*), COALESCE(SUM(CASE WHEN owner_sub = $3 THEN 1 ELSE 0 END), 0) \
-             FROM query_jobs WHERE state = 'RUNNING' AND lease_owner = $1 AND org = $2",
-        )
-        .bind(holder)
-        .bind(org)
-        .bind(owner_sub)
-        .fetch_one(self.pool())
-        .await?;
-        Ok((row.try_get(0)?, row.try_get(1)?))
-    }
-
     /// Extends a lease the worker still holds; false when it lost the job.
     pub async fn renew_query_lease(
         &self,

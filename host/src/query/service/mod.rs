@@ -120,11 +120,12 @@ pub struct ResultPage {
 
 mod reading;
 mod reuse;
+mod runs_here;
 mod waiting;
 mod worker;
 
 pub use reading::ResultFile;
-use waiting::UnstoredRuns;
+use runs_here::RunsHere;
 
 pub use worker::ABANDONED_QUERY;
 
@@ -140,8 +141,8 @@ pub struct QueryService {
     ended: Notify,
     /// One permit per query that may run at once on this replica.
     slots: Arc<Semaphore>,
-    /// Waited queries running here before they are stored (`waiting.rs`).
-    unstored: UnstoredRuns,
+    /// The queries running here, per org and caller, stored or not yet.
+    runs_here: RunsHere,
     running: Mutex<HashMap<String, CancellationToken>>,
     /// Small results this replica wrote lately, by result path: their pages
     /// are served without reading the file back.
@@ -200,7 +201,7 @@ impl QueryService {
             wake: Notify::new(),
             ended: Notify::new(),
             slots: Arc::new(Semaphore::new(workers)),
-            unstored: UnstoredRuns::default(),
+            runs_here: RunsHere::default(),
             running: Mutex::new(HashMap::new()),
             recent_results: Mutex::new(RecentResults::default()),
             page_tokens: PageTokens::new(signer),
@@ -331,7 +332,7 @@ impl QueryService {
         // caps (fair sharing); else queue, where the fairest job goes next.
         // A draining replica runs nothing new: the job waits for another.
         let slot = match self.slots.clone().try_acquire_owned() {
-            Ok(slot) if !self.drain.is_draining() && self.under_caps(&query).await? => Some(slot),
+            Ok(slot) if !self.drain.is_draining() && self.under_caps(&query) => Some(slot),
             _ => None,
         };
         let Some(slot) = slot else {

@@ -14,7 +14,7 @@
 //! on another replica is seen through the store, read every
 //! `OTHER_REPLICA_POLL`.
 
-use std::{collections::HashMap, sync::Mutex, time::Duration};
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -32,59 +32,6 @@ const OTHER_REPLICA_POLL: Duration = Duration::from_millis(100);
 
 /// How long a waited query runs before it is stored, at most.
 pub const RUN_BEFORE_STORING: Duration = Duration::from_millis(200);
-
-/// Waited queries running on this replica before they are stored, per org
-/// and caller: the fair-sharing caps count them beside the stored RUNNING
-/// jobs (a worker's claim sees only the stored ones, for at most
-/// `RUN_BEFORE_STORING`).
-#[derive(Debug, Default)]
-pub(super) struct UnstoredRuns(Mutex<HashMap<(String, String), i64>>);
-
-/// One unstored run, counted until dropped.
-struct UnstoredRun<'a> {
-    runs: &'a UnstoredRuns,
-    key: (String, String),
-}
-
-impl UnstoredRuns {
-    fn enter(&self, org: &str, caller_sub: &str) -> UnstoredRun<'_> {
-        let key = (org.to_string(), caller_sub.to_string());
-        *self
-            .0
-            .lock()
-            .expect("unstored runs lock")
-            .entry(key.clone())
-            .or_default() += 1;
-        UnstoredRun { runs: self, key }
-    }
-
-    /// How many run for `org`, and for its caller `caller_sub`.
-    pub(super) fn of(&self, org: &str, caller_sub: &str) -> (i64, i64) {
-        let runs = self.0.lock().expect("unstored runs lock");
-        let of_org = runs
-            .iter()
-            .filter(|((run_org, _), _)| run_org == org)
-            .map(|(_, count)| count)
-            .sum();
-        let of_caller = runs
-            .get(&(org.to_string(), caller_sub.to_string()))
-            .copied()
-            .unwrap_or(0);
-        (of_org, of_caller)
-    }
-}
-
-impl Drop for UnstoredRun<'_> {
-    fn drop(&mut self) {
-        let mut runs = self.runs.0.lock().expect("unstored runs lock");
-        if let Some(count) = runs.get_mut(&self.key) {
-            *count -= 1;
-            if *count <= 0 {
-                runs.remove(&self.key);
-            }
-        }
-    }
-}
 
 impl QueryService {
     /// Runs a waited query that is not stored yet for up to
@@ -104,7 +51,7 @@ impl QueryService {
         let started_at = self.now();
         let ran = {
             let _draining_waits = self.drain.running_job();
-            let _counted = self.unstored.enter(&query.org, &query.owner_sub);
+            let _counted = self.runs_here.enter(&query.org, &query.owner_sub);
             match tokio::time::timeout(window, started.wait()).await {
                 Ok(ran) => ran,
                 Err(_) => return Ok(None),
@@ -180,28 +127,5 @@ impl QueryService {
                 () = tokio::time::sleep_until(next_look) => {}
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::UnstoredRuns;
-
-    #[test]
-    fn unstored_runs_count_per_org_and_caller_until_dropped() {
-        let runs = UnstoredRuns::default();
-        let first = runs.enter("demo", "alice");
-        let second = runs.enter("demo", "alice");
-        let other_caller = runs.enter("demo", "bob");
-        let other_org = runs.enter("acme", "alice");
-        assert_eq!(runs.of("demo", "alice"), (3, 2));
-        assert_eq!(runs.of("demo", "carol"), (3, 0));
-        assert_eq!(runs.of("acme", "alice"), (1, 1));
-        drop((first, other_caller));
-        assert_eq!(runs.of("demo", "alice"), (1, 1));
-        drop((second, other_org));
-        assert_eq!(runs.of("demo", "alice"), (0, 0));
-        assert_eq!(runs.of("acme", "alice"), (0, 0));
-        assert!(runs.0.lock().unwrap().is_empty(), "no counts left behind");
     }
 }

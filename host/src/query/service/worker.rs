@@ -51,16 +51,11 @@ enum Ended {
 
 impl QueryService {
     /// Whether this replica runs fewer than the caps' queries of the job's
-    /// org and caller (stored RUNNING, or waited and not stored yet).
-    pub(super) async fn under_caps(&self, query: &NewQuery) -> Result<bool, QueryError> {
+    /// org and caller (`runs_here.rs`).
+    pub(super) fn under_caps(&self, query: &NewQuery) -> bool {
         let caps = self.limits.caps();
-        let (stored_of_org, stored_of_caller) = self
-            .store
-            .running_queries_of(&self.holder, &query.org, &query.owner_sub)
-            .await?;
-        let (unstored_of_org, unstored_of_caller) = self.unstored.of(&query.org, &query.owner_sub);
-        Ok(stored_of_org + unstored_of_org < caps.per_org
-            && stored_of_caller + unstored_of_caller < caps.per_caller)
+        let (of_org, of_caller) = self.runs_here.of(&query.org, &query.owner_sub);
+        of_org < caps.per_org && of_caller < caps.per_caller
     }
 
     /// One worker: wait for a free slot, claim, run, repeat; sleep when there
@@ -129,6 +124,7 @@ impl QueryService {
             return;
         }
         let _counted = self.drain.running_job();
+        let _capped = self.runs_here.enter(&job.query.org, &job.query.owner_sub);
         let token = CancellationToken::new();
         self.running
             .lock()
