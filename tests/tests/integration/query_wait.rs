@@ -113,14 +113,19 @@ async fn a_query_still_running_when_the_wait_passes_is_accepted_as_usual() {
     assert_eq!(cancelled.status(), StatusCode::OK);
 }
 
-/// The ids of the caller's queries, read from the SQLite store.
-async fn stored_query_ids(app: &TestApp) -> Vec<String> {
-    use sqlx::Row as _;
+/// The app's SQLite store, read-only.
+async fn read_store(app: &TestApp) -> sqlx::SqlitePool {
     let url = format!(
         "sqlite://{}?mode=ro",
         app.data_dir.join("lakehost.db").display()
     );
-    let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+    sqlx::SqlitePool::connect(&url).await.unwrap()
+}
+
+/// The ids of the caller's queries, read from the SQLite store.
+async fn stored_query_ids(app: &TestApp) -> Vec<String> {
+    use sqlx::Row as _;
+    let pool = read_store(app).await;
     let rows = sqlx::query("SELECT id FROM query_jobs")
         .fetch_all(&pool)
         .await
@@ -333,11 +338,7 @@ async fn the_waited_page_comes_in_the_shape_accept_asks_for() {
 /// started and completed at).
 async fn stored_job(app: &TestApp, id: &str) -> (String, i64, Option<String>, i64, i64, i64) {
     use sqlx::Row as _;
-    let url = format!(
-        "sqlite://{}?mode=ro",
-        app.data_dir.join("lakehost.db").display()
-    );
-    let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+    let pool = read_store(app).await;
     let row = sqlx::query(
         "SELECT state, attempts, lease_owner, submitted_at, started_at, completed_at \
          FROM query_jobs WHERE id = $1",
