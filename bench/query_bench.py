@@ -427,6 +427,16 @@ class LakehostEngine:
         return Outcome(rows, "nextToken" not in body, seconds)
 
 
+    def run_floor(self, _sql: str) -> Outcome:
+        """`GET /livez` on the same connection: what any request costs this
+        client and the server's HTTP stack, with no token, query or store.
+        Printed beside the small queries so that a run on a busy machine
+        shows how much of their time is the machine's."""
+        start = time.perf_counter()
+        self._call("GET", "/livez", 200)
+        return Outcome(0, True, time.perf_counter() - start)
+
+
 def lakehost_version(lakehost: Path) -> str:
     """What `lakehost --version` prints."""
     return subprocess.run([str(lakehost), "--version"], capture_output=True,
@@ -577,7 +587,8 @@ def measure_small_queries(lakehost: LakehostEngine, peers: list, count: int) -> 
     lakehost submit-poll-page, and the in-process peers; p50/p99 of `count`
     runs after warm-ups, and lakehost's wait mode minus in-process DataFusion."""
     contenders = [("lakehost Prefer: wait", lakehost.run_waiting),
-                  ("lakehost submit+poll+page", lakehost.run)]
+                  ("lakehost submit+poll+page", lakehost.run),
+                  ("lakehost HTTP floor (GET /livez)", lakehost.run_floor)]
     contenders += [(peer.name + " (in process)", peer.run) for peer in peers]
     print(f"\nSmall queries ({count} runs each after {SELECT1_WARMUPS} warm-ups; "
           "lakehost over HTTP on the loopback, one keep-alive connection):")
@@ -596,6 +607,9 @@ def measure_small_queries(lakehost: LakehostEngine, peers: list, count: int) -> 
         if datafusion is not None:
             print(f"    lakehost wait mode p50 - in-process DataFusion p50: "
                   f"{p50s[contenders[0][0]] - datafusion:+.3f} ms (target: within 1 ms)")
+        floor = p50s[contenders[2][0]]
+        print(f"    lakehost wait mode p50 - its HTTP floor p50: "
+              f"{p50s[contenders[0][0]] - floor:+.3f} ms (the server's work for the query)")
 
 
 def print_environment(versions: dict[str, str], scale: float | None,

@@ -1070,6 +1070,19 @@ impl Cluster {
         Load { stop, tasks }
     }
 
+    /// Every replica's log lines that name `id` (a job's story, for a
+    /// failure message: CI keeps only the test's output).
+    fn log_lines_naming(&self, id: &str) -> String {
+        let mut lines = String::new();
+        for replica in &self.replicas {
+            let log = std::fs::read_to_string(&replica.log).unwrap_or_default();
+            for line in log.lines().filter(|line| line.contains(id)) {
+                lines.push_str(&format!("\n{}: {line}", replica.name));
+            }
+        }
+        lines
+    }
+
     async fn begin_phase(&self, phase: &'static str) {
         *self.clients.phase.lock().unwrap() = phase;
         self.clients.refresh_token().await;
@@ -1486,17 +1499,23 @@ async fn three_replicas_behind_haproxy_survive_a_kill_a_rolling_restart_a_postgr
         .submit_query(&clients.api, "SELECT 1 AS one")
         .await
         .expect("a query after recovery");
+    let outcome = clients.poll_query(&probe, SETTLE).await;
     assert_eq!(
-        clients.poll_query(&probe, SETTLE).await.unwrap()["status"]["state"],
-        "SUCCEEDED"
+        outcome.as_ref().map(|body| &body["status"]["state"]),
+        Some(&Value::from("SUCCEEDED")),
+        "a query after Postgres came back: {outcome:?}; its log lines:{}",
+        cluster.log_lines_naming(&probe)
     );
     let probe = clients
         .commit_a_load(&clients.api)
         .await
         .expect("a load after recovery");
+    let outcome = clients.poll_load(&probe, SETTLE).await;
     assert_eq!(
-        clients.poll_load(&probe, SETTLE).await.unwrap()["LoadStatus"],
-        "SUCCESS"
+        outcome.as_ref().map(|body| &body["LoadStatus"]),
+        Some(&Value::from("SUCCESS")),
+        "a load after Postgres came back: {outcome:?}; its log lines:{}",
+        cluster.log_lines_naming(&probe)
     );
     let account = cluster.settle_and_check("postgres restart").await;
     ended.extend(account.final_states);

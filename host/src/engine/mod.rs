@@ -25,8 +25,8 @@ mod scan_tests;
 use std::sync::Arc;
 
 use datafusion::{
-    common::DataFusionError, logical_expr::LogicalPlan, physical_plan::ExecutionPlan,
-    prelude::SessionContext,
+    common::DataFusionError, execution::SessionState, logical_expr::LogicalPlan,
+    physical_plan::ExecutionPlan, prelude::SessionContext,
 };
 
 pub use provider::{AccessDenied, LakeTableProvider};
@@ -140,10 +140,9 @@ impl From<TableWriteError> for EngineError {
 /// inner statement is planned first: an EXPLAIN of a read the caller may not
 /// do is refused like the read itself.
 pub async fn plan_read(
-    context: &SessionContext,
+    state: &SessionState,
     plan: &LogicalPlan,
 ) -> Result<Arc<dyn ExecutionPlan>, EngineError> {
-    let state = context.state();
     if let LogicalPlan::Explain(explain) = plan {
         state
             .create_physical_plan(&explain.plan)
@@ -162,10 +161,10 @@ pub async fn plan_sql(
     context: &SessionContext,
     sql: &str,
 ) -> Result<Arc<dyn ExecutionPlan>, EngineError> {
-    let plan = context
-        .state()
+    let state = context.state();
+    let plan = state
         .create_logical_plan(sql)
         .await
         .map_err(EngineError::plan)?;
-    plan_read(context, &plan).await
+    plan_read(&state, &plan).await
 }

@@ -137,14 +137,13 @@ pub async fn prepare(
     let access = target.access;
     match &classified.action {
         Action::Read => {
-            let plan = context
-                .state()
-                .create_logical_plan(sql)
-                .await
-                .map_err(plan_error)?;
+            // One copy of the session's state for both plans (a copy
+            // clones every function registry).
+            let state = context.state();
+            let plan = state.create_logical_plan(sql).await.map_err(plan_error)?;
             Ok(Prepared::Read {
                 snapshot: read_snapshot(&plan),
-                plan: plan_read(context, &plan).await?,
+                plan: plan_read(&state, &plan).await?,
             })
         }
         Action::CreateTable {

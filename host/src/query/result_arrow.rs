@@ -8,6 +8,12 @@
 //! logical type, and every Arrow reader (pyarrow before 16, DuckDB, arrow-js,
 //! R) knows the plain ones. Nothing else is converted.
 //!
+//! A query writes its copy on a task of its own (`TypedCopyTask`), fed the
+//! result's batches through a bounded channel: encoding and compressing it
+//! runs beside the CSV's encoding rather than after it. A copy whose batches
+//! come to less than `COMPRESS_FROM_BYTES` is written uncompressed: for a few
+//! rows a codec costs more than it saves.
+//!
 //! It never decides whether a copy is kept (`query.typed_results`), nor
 //! serves one: `result_writer.rs` and `service/reading.rs` do.
 
@@ -24,7 +30,7 @@ use datafusion::arrow::{
     },
 };
 use object_store::{ObjectStore, buffered::BufWriter, path::Path};
-use tokio::io::AsyncWriteExt as _;
+use tokio::{io::AsyncWriteExt as _, sync::mpsc, task::JoinHandle};
 
 use crate::{config::ArrowCompression, engine::layout::without_view_types};
 
@@ -107,6 +113,129 @@ impl ArrowResultWriter {
     }
 }
 
+/// Batches in memory below which a typed copy is written uncompressed.
+const COMPRESS_FROM_BYTES: usize = 64 * 1024;
+
+/// Batches handed to a `TypedCopyTask` that it has not written yet: the
+/// most the copy holds back beside the query.
+const FED_BATCHES: usize = 4;
+
+/// What a `TypedCopyTask` is fed; a feed that closes without `Finish` (the
+/// query failed or was dropped) abandons the copy.
+enum Feed {
+    Batch(RecordBatch),
+    Finish,
+}
+
+/// The typed copy of one result, written on its own task.
+pub struct TypedCopyTask {
+    feed: mpsc::Sender<Feed>,
+    task: JoinHandle<std::io::Result<u64>>,
+}
+
+impl TypedCopyTask {
+    /// Starts the task that writes the copy to `path`, compressing as
+    /// `compression` says once the copy is big enough to gain from it.
+    pub fn start(
+        store: Arc<dyn ObjectStore>,
+        path: String,
+        schema: &Schema,
+        compression: ArrowCompression,
+    ) -> Self {
+        let (feed, batches) = mpsc::channel(FED_BATCHES);
+        let schema = Arc::new(schema.clone());
+        let task = tokio::spawn(write_fed(store, path, schema, compression, batches));
+        Self { feed, task }
+    }
+
+    /// Hands `batch` to the task (waiting while it is `FED_BATCHES` behind);
+    /// false once the task has ended, that is, once the copy failed.
+    pub async fn write(&self, batch: &RecordBatch) -> bool {
+        self.feed.send(Feed::Batch(batch.clone())).await.is_ok()
+    }
+
+    /// Completes the copy; returns its size, or why it failed.
+    pub async fn finish(self) -> std::io::Result<u64> {
+        // A send that fails finds the task ended; its outcome says why.
+        let _ = self.feed.send(Feed::Finish).await;
+        self.outcome().await
+    }
+
+    /// Abandons the copy and waits until its upload is abandoned too.
+    pub async fn abort(self) {
+        let Self { feed, task } = self;
+        drop(feed);
+        let _ = task.await;
+    }
+
+    /// How the task ended (it runs until its feed finishes or closes).
+    pub async fn outcome(self) -> std::io::Result<u64> {
+        match self.task.await {
+            Ok(outcome) => outcome,
+            Err(e) => Err(std::io::Error::other(format!("typed copy task: {e}"))),
+        }
+    }
+}
+
+/// The task of a `TypedCopyTask`: holds the first batches until they are
+/// worth compressing or the feed finishes, then streams the rest.
+async fn write_fed(
+    store: Arc<dyn ObjectStore>,
+    path: String,
+    schema: SchemaRef,
+    compression: ArrowCompression,
+    mut feed: mpsc::Receiver<Feed>,
+) -> std::io::Result<u64> {
+    let mut held = Vec::new();
+    let mut held_bytes = 0;
+    let finished = loop {
+        match feed.recv().await {
+            Some(Feed::Batch(batch)) => {
+                held_bytes += batch.get_array_memory_size();
+                held.push(batch);
+                if held_bytes >= COMPRESS_FROM_BYTES {
+                    break false;
+                }
+            }
+            Some(Feed::Finish) => break true,
+            None => return Err(abandoned()),
+        }
+    };
+    let codec = if finished && held_bytes < COMPRESS_FROM_BYTES {
+        ArrowCompression::None
+    } else {
+        compression
+    };
+    let mut writer = ArrowResultWriter::create(store, &path, &schema, codec).await?;
+    let written = async {
+        for batch in held {
+            writer.write(&batch).await?;
+        }
+        if finished {
+            return Ok(());
+        }
+        loop {
+            match feed.recv().await {
+                Some(Feed::Batch(batch)) => writer.write(&batch).await?,
+                Some(Feed::Finish) => return Ok(()),
+                None => return Err(abandoned()),
+            }
+        }
+    }
+    .await;
+    match written {
+        Ok(()) => writer.finish().await,
+        Err(e) => {
+            writer.abort().await;
+            Err(e)
+        }
+    }
+}
+
+fn abandoned() -> std::io::Error {
+    std::io::Error::other("the typed copy was abandoned")
+}
+
 /// `batch` with the types of `schema` (view types cast to plain ones).
 fn plain_batch(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, ArrowError> {
     let columns = batch
@@ -167,14 +296,101 @@ mod tests {
         }
     }
 
-    async fn read_back(store: &Arc<dyn ObjectStore>, size: u64) {
-        let bytes = store
+    fn numbers(rows: i64) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, false)]));
+        RecordBatch::try_new(
+            schema,
+            vec![Arc::new(Int64Array::from_iter_values(0..rows))],
+        )
+        .unwrap()
+    }
+
+    /// The codec of the stream's first record batch, read from its message
+    /// header (each message: continuation marker, metadata length, metadata,
+    /// body).
+    fn first_batch_compression(bytes: &[u8]) -> Option<CompressionType> {
+        let mut offset = 0;
+        loop {
+            let length = u32::from_le_bytes(bytes[offset + 4..offset + 8].try_into().unwrap());
+            let start = offset + 8;
+            let message =
+                datafusion::arrow::ipc::root_as_message(&bytes[start..start + length as usize])
+                    .unwrap();
+            if let Some(batch) = message.header_as_record_batch() {
+                return batch.compression().map(|c| c.codec());
+            }
+            offset = start + length as usize + message.bodyLength() as usize;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_task_fed_copy_compresses_only_a_copy_worth_compressing() {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        for (rows, compressed) in [(10, false), (100_000, true)] {
+            let batch = numbers(rows);
+            let copy = TypedCopyTask::start(
+                store.clone(),
+                "r.arrows".into(),
+                &batch.schema(),
+                ArrowCompression::Zstd,
+            );
+            assert!(copy.write(&batch).await);
+            let size = copy.finish().await.unwrap();
+            let bytes = stored(&store).await;
+            assert_eq!(bytes.len() as u64, size);
+            let reader = StreamReader::try_new(std::io::Cursor::new(bytes.clone()), None).unwrap();
+            let read: usize = reader.map(|b| b.unwrap().num_rows()).sum();
+            assert_eq!(read as i64, rows);
+            assert_eq!(
+                first_batch_compression(&bytes).is_some(),
+                compressed,
+                "{rows} rows"
+            );
+        }
+    }
+
+    fn start_lz4_copy(store: &Arc<dyn ObjectStore>, batch: &RecordBatch) -> TypedCopyTask {
+        TypedCopyTask::start(
+            store.clone(),
+            "r.arrows".into(),
+            &batch.schema(),
+            ArrowCompression::Lz4,
+        )
+    }
+
+    #[tokio::test]
+    async fn an_abandoned_copy_leaves_no_file() {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let batch = numbers(100_000);
+        let copy = start_lz4_copy(&store, &batch);
+        assert!(copy.write(&batch).await);
+        copy.abort().await;
+        assert!(store.head(&Path::from("r.arrows")).await.is_err());
+
+        // Dropped without a word (a cancelled query's future): the same.
+        let copy = start_lz4_copy(&store, &batch);
+        assert!(copy.write(&batch).await);
+        let task_ended = copy.task.abort_handle();
+        drop(copy);
+        while !task_ended.is_finished() {
+            tokio::task::yield_now().await;
+        }
+        assert!(store.head(&Path::from("r.arrows")).await.is_err());
+    }
+
+    /// The bytes stored at `r.arrows`.
+    async fn stored(store: &Arc<dyn ObjectStore>) -> bytes::Bytes {
+        store
             .get(&Path::from("r.arrows"))
             .await
             .unwrap()
             .bytes()
             .await
-            .unwrap();
+            .unwrap()
+    }
+
+    async fn read_back(store: &Arc<dyn ObjectStore>, size: u64) {
+        let bytes = stored(store).await;
         assert_eq!(bytes.len() as u64, size);
         let reader = StreamReader::try_new(std::io::Cursor::new(bytes), None).unwrap();
         assert_eq!(reader.schema().field(1).data_type(), &DataType::Utf8);

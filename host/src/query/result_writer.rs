@@ -2,9 +2,10 @@
 //! link serves (header row, every value quoted, NULL as an empty unquoted
 //! field so it stays distinguishable from an empty string), streamed batch by
 //! batch to the object store: no result is ever held in memory whole.
-//! `ResultWriter` also writes the same batches as the typed Arrow copy
-//! (`result_arrow.rs`) when `query.typed_results` is on; the CSV never
-//! depends on it: a typed copy that fails is dropped, the query goes on.
+//! `ResultWriter` also has the same batches written as the typed Arrow copy
+//! (`result_arrow.rs`, on a task of its own) when `query.typed_results` is
+//! on; the CSV never depends on it: a typed copy that fails is dropped, the
+//! query goes on.
 
 use std::sync::Arc;
 
@@ -17,7 +18,7 @@ use datafusion::arrow::{
 use object_store::{ObjectStore, buffered::BufWriter, path::Path};
 use tokio::io::AsyncWriteExt as _;
 
-use super::result_arrow::ArrowResultWriter;
+use super::result_arrow::TypedCopyTask;
 use crate::{
     config::ArrowCompression,
     lake::{ResultFormat, result_file_path},
@@ -170,10 +171,11 @@ impl CsvResultWriter {
 }
 
 /// A result's files: the CSV at its result path and, when typed copies are
-/// kept, the Arrow stream beside it.
+/// kept, the Arrow stream beside it, written on its own task
+/// (`TypedCopyTask`) while this one encodes the CSV.
 pub struct ResultWriter {
     csv: CsvResultWriter,
-    arrow: Option<ArrowResultWriter>,
+    typed: Option<TypedCopyTask>,
 }
 
 impl ResultWriter {
@@ -186,53 +188,100 @@ impl ResultWriter {
         typed: Option<ArrowCompression>,
     ) -> std::io::Result<Self> {
         let csv = CsvResultWriter::create(store.clone(), csv_path, schema).await?;
-        let arrow = if let Some(compression) = typed {
+        let typed = typed.map(|compression| {
             let path = result_file_path(csv_path, ResultFormat::Arrow);
-            match ArrowResultWriter::create(store, &path, schema, compression).await {
-                Ok(writer) => Some(writer),
-                Err(e) => {
-                    tracing::warn!(%path, error = %e, "result kept without its typed copy");
-                    None
-                }
-            }
-        } else {
-            None
-        };
-        Ok(Self { csv, arrow })
+            TypedCopyTask::start(store, path, schema, compression)
+        });
+        Ok(Self { csv, typed })
     }
 
     pub async fn write(&mut self, batch: &RecordBatch) -> std::io::Result<()> {
         if batch.num_columns() == 0 {
             return Ok(());
         }
-        self.csv.write(batch).await?;
-        if let Some(arrow) = &mut self.arrow
-            && let Err(e) = arrow.write(batch).await
+        // The copy's task takes the batch first, so it encodes while the
+        // CSV does.
+        if let Some(typed) = &self.typed
+            && !typed.write(batch).await
+            && let Some(failed) = self.typed.take()
         {
-            tracing::warn!(error = %e, "result kept without its typed copy");
-            if let Some(arrow) = self.arrow.take() {
-                arrow.abort().await;
-            }
+            let why = failed.outcome().await.err().map(|e| e.to_string());
+            tracing::warn!(
+                error = why.as_deref().unwrap_or("ended early"),
+                "result kept without its typed copy"
+            );
         }
-        Ok(())
+        self.csv.write(batch).await
     }
 
-    /// Completes both files (the typed copy first: a CSV that then fails
-    /// fails the query, whose end deletes every file of the result).
+    /// Completes both files at once (a CSV that fails fails the query,
+    /// whose end deletes every file of the result; both are done by then).
     pub async fn finish(self) -> std::io::Result<WrittenResult> {
-        if let Some(arrow) = self.arrow
-            && let Err(e) = arrow.finish().await
-        {
+        let typed = async {
+            match self.typed {
+                Some(typed) => typed.finish().await.map(Some),
+                None => Ok(None),
+            }
+        };
+        let (typed, csv) = tokio::join!(typed, self.csv.finish());
+        if let Err(e) = typed {
             tracing::warn!(error = %e, "result kept without its typed copy");
         }
-        self.csv.finish().await
+        csv
     }
 
     /// Abandons both uploads (cancellation, failure).
     pub async fn abort(self) {
-        if let Some(arrow) = self.arrow {
-            arrow.abort().await;
+        if let Some(typed) = self.typed {
+            typed.abort().await;
         }
         self.csv.abort().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::{
+        array::Int64Array,
+        datatypes::{DataType, Field},
+    };
+    use object_store::{ObjectStoreExt as _, memory::InMemory};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_typed_copy_that_fails_leaves_the_csv_whole_and_no_arrow_file() {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let schema = Schema::new(vec![
+            Field::new("a", DataType::Int64, false),
+            Field::new("b", DataType::Int64, false),
+        ]);
+        // A batch the Arrow copy cannot take (one column of the two its
+        // stream was started with); the CSV writes what it is given.
+        let one_column = Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, false)]));
+        let batch =
+            RecordBatch::try_new(one_column, vec![Arc::new(Int64Array::from(vec![1, 2]))]).unwrap();
+        let mut writer = ResultWriter::create(
+            store.clone(),
+            "r.csv",
+            &schema,
+            Some(ArrowCompression::Zstd),
+        )
+        .await
+        .unwrap();
+        writer.write(&batch).await.unwrap();
+        writer.write(&batch).await.unwrap();
+        let written = writer.finish().await.unwrap();
+        assert_eq!(written.rows, 4);
+        let csv = store
+            .get(&Path::from("r.csv"))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        assert_eq!(&csv[..], b"\"a\",\"b\"\n\"1\"\n\"2\"\n\"1\"\n\"2\"\n");
+        let arrow = result_file_path("r.csv", ResultFormat::Arrow);
+        assert!(store.head(&Path::from(arrow.as_str())).await.is_err());
     }
 }

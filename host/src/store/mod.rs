@@ -13,6 +13,7 @@ pub mod idempotency;
 pub mod job_counts;
 pub mod loads;
 pub mod queries;
+pub mod secrets;
 
 use std::{path::Path, str::FromStr as _};
 
@@ -117,6 +118,10 @@ impl Store {
         };
         let pool = AnyPoolOptions::new()
             .max_connections(8)
+            // An in-process database: a pooled connection cannot go stale,
+            // and the default ping before each use costs every store call a
+            // round trip to the connection's thread.
+            .test_before_acquire(false)
             .after_connect(|conn, _| {
                 Box::pin(async move {
                     use sqlx::Executor as _;

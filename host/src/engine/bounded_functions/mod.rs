@@ -93,13 +93,22 @@ fn bound_functions_at(context: &SessionContext, max_bytes: usize) {
             live.clone(),
         )))
     };
-    let mut functions = Vec::new();
-    for (name, growth) in BOUNDED {
-        if let Some(inner) = context.state().scalar_functions().get(*name).cloned() {
-            let function = bounded(inner.inner().clone(), *growth);
-            context.register_udf(function.as_ref().clone());
-            functions.push(function);
-        }
+    // Read under the state's lock: `context.state()` clones the whole
+    // session state (every function registry), which once per function
+    // cost a small query more than its planning.
+    let functions: Vec<_> = {
+        let state = context.state_ref();
+        let state = state.read();
+        BOUNDED
+            .iter()
+            .filter_map(|(name, growth)| {
+                let inner = state.scalar_functions().get(*name)?;
+                Some(bounded(inner.inner().clone(), *growth))
+            })
+            .collect()
+    };
+    for function in &functions {
+        context.register_udf(function.as_ref().clone());
     }
     let string_concat = bounded(Arc::new(StringConcatOperator::new()), Growth::Sum);
     context.add_analyzer_rule(Arc::new(BoundedOperators::new(functions, string_concat)));
