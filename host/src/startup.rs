@@ -162,6 +162,7 @@ impl Application {
         retired_files.start(workers.clone());
         api::idempotency::start_sweeper(store.clone(), clock.clone(), workers.clone());
         let engine = PipelineEngine::shared().map_err(|e| anyhow::anyhow!(e))?;
+        engine.keep_compiled_in(config.storage.data_dir.join("compiled-steps"));
         {
             // Compile the built-in steps off the request path, once.
             let engine = engine.clone();

@@ -558,3 +558,57 @@ async fn json_logs_are_one_object_per_line_with_request_ids_and_job_transitions(
     let failed = one("load FAIL", &job("load", &load_id, "FAIL"));
     assert_eq!(failed["error_type"], "NoFilesUploaded", "{failed}");
 }
+
+/// The `built-in pipeline steps ready` line of a JSON log, waited for.
+fn builtins_ready_line(log: &std::path::Path) -> serde_json::Value {
+    for _ in 0..2400 {
+        let logged = std::fs::read_to_string(log).unwrap_or_default();
+        if let Some(line) = logged
+            .lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .find(|line| line["message"] == "built-in pipeline steps ready")
+        {
+            return line;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!(
+        "no `built-in pipeline steps ready` line: {}",
+        std::fs::read_to_string(log).unwrap_or_default()
+    );
+}
+
+#[test]
+fn a_restart_loads_the_compiled_steps_instead_of_compiling_them_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = [("LAKEHOST_SERVER_LOG_FORMAT", "json")];
+    let start = |log_name: &str| {
+        let log = dir.path().join(log_name);
+        let file = std::fs::File::create(&log).unwrap();
+        let (server, _output, _base) = serve(dir.path(), &json, file.into());
+        let line = builtins_ready_line(&log);
+        drop(server);
+        line
+    };
+    let first = start("first.log");
+    let compiled = first["compiled"].as_u64().unwrap();
+    assert!(compiled > 0, "{first}");
+    assert_eq!(first["loaded_compiled"], 0, "{first}");
+    let kept = std::fs::read_dir(dir.path().join("lakehost-data/compiled-steps"))
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect::<Vec<_>>();
+    assert_eq!(kept.len() as u64, compiled, "{kept:?}");
+    assert!(kept.iter().all(|name| name.ends_with(".cwasm")), "{kept:?}");
+
+    let second = start("second.log");
+    assert_eq!(
+        (&second["compiled"], &second["loaded_compiled"]),
+        (&serde_json::json!(0), &serde_json::json!(compiled)),
+        "{second}"
+    );
+    println!(
+        "built-in steps ready: {} ms compiling, {} ms loading compiled",
+        first["ms"], second["ms"]
+    );
+}

@@ -2,7 +2,9 @@
 //! time a manifest names it (built-ins at startup) and kept as an
 //! `InstancePre` of its world, so a run only instantiates. A `.wasm` file is
 //! compiled again when its size or modification time changes, so an operator
-//! can swap it without a restart.
+//! can swap it without a restart. Across restarts the compiled forms are
+//! kept on disk (`compiled_on_disk.rs`): compiling is the engine's
+//! [`PipelineEngine::compile`].
 //!
 //! It must never hand out a component for a world it was not built for, nor
 //! put the server's directories into a message (they reach the caller).
@@ -13,7 +15,7 @@ use std::{
     sync::{Arc, Mutex, OnceLock},
 };
 
-use wasmtime::component::{Component, InstancePre, Linker};
+use wasmtime::component::{InstancePre, Linker};
 
 use super::{
     PipelineEngine, bindings, daily_bindings,
@@ -84,9 +86,7 @@ impl PipelineEngine {
         cache.get_or_compile(key, || {
             let component = match source {
                 ComponentSource::Builtin(name) => match builtin::component(name) {
-                    Some((builtin_kind, bytes)) if builtin_kind == kind => {
-                        Component::new(&self.engine, bytes)
-                    }
+                    Some((builtin_kind, bytes)) if builtin_kind == kind => self.compile(bytes),
                     Some(_) => {
                         return Err(format!(
                             "built-in {name} is not one of the {}",
@@ -97,7 +97,7 @@ impl PipelineEngine {
                 },
                 ComponentSource::File(path) => std::fs::read(path)
                     .map_err(wasmtime::Error::from)
-                    .and_then(|bytes| Component::new(&self.engine, bytes)),
+                    .and_then(|bytes| self.compile(&bytes)),
             }
             .map_err(|e| format!("not a usable component: {e:#}"))?;
             let instance_pre = linker

@@ -5,7 +5,8 @@
 //!
 //! - **One engine per process** ([`PipelineEngine::shared`]), serving every
 //!   server of the process, with the thread that ticks its epoch.
-//! - **Compiled once** (`components.rs`): a run only instantiates.
+//! - **Compiled once** (`components.rs`): a run only instantiates; a restart
+//!   loads the compiled forms the last one kept (`compiled_on_disk.rs`).
 //! - **A box per run** (`sandbox.rs`): a fresh `Store`, a time limit by epoch
 //!   interruption, a memory limit, an empty WASI context.
 //! - **Stopped wherever it is** (`interrupt.rs`): at its time limit or its
@@ -19,11 +20,18 @@
 //! module's: `sequence.rs` decides it for every caller. Nothing else in the
 //! host may run `bindgen!` or create a wasmtime `Engine`.
 
-use std::sync::{Arc, OnceLock};
+use std::{
+    path::PathBuf,
+    sync::{
+        Arc, OnceLock,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Instant,
+};
 
 use wasmtime::{
     Config, Engine,
-    component::{HasSelf, Linker},
+    component::{Component, HasSelf, Linker},
 };
 
 use super::{
@@ -33,6 +41,7 @@ use super::{
     run_steps_blocking,
 };
 
+mod compiled_on_disk;
 mod components;
 mod imports;
 mod interrupt;
@@ -41,6 +50,7 @@ mod sandbox;
 mod tests;
 mod verdict;
 
+use compiled_on_disk::{CompiledOnDisk, Readied};
 use components::ComponentCache;
 use sandbox::{DailyState, LoadState, TICK};
 use verdict::verdict;
@@ -76,6 +86,11 @@ pub struct PipelineEngine {
     daily_linker: Linker<DailyState>,
     load_steps: ComponentCache<bindings::StepPre<LoadState>>,
     daily_steps: ComponentCache<daily_bindings::DailyStepPre<DailyState>>,
+    /// Where compiled forms outlive the process (set by the first server).
+    compiled_on_disk: OnceLock<CompiledOnDisk>,
+    /// Components compiled, and loaded compiled from disk, by this process.
+    compiled: AtomicUsize,
+    loaded: AtomicUsize,
 }
 
 impl std::fmt::Debug for PipelineEngine {
@@ -130,11 +145,44 @@ impl PipelineEngine {
             daily_linker,
             load_steps: ComponentCache::new(),
             daily_steps: ComponentCache::new(),
+            compiled_on_disk: OnceLock::new(),
+            compiled: AtomicUsize::new(0),
+            loaded: AtomicUsize::new(0),
         })
     }
 
-    /// Compiles every built-in component now, so no run waits for it.
+    /// Keeps compiled components in `dir`, so the next start loads them
+    /// instead of compiling (`compiled_on_disk.rs`). One engine serves the
+    /// whole process: the first server to call this chooses the folder.
+    pub fn keep_compiled_in(&self, dir: PathBuf) {
+        let _ = self
+            .compiled_on_disk
+            .set(CompiledOnDisk::new(&self.engine, dir));
+    }
+
+    /// `wasm` compiled for this engine: from the folder of compiled forms
+    /// when it holds this one, else compiled now (and kept there).
+    fn compile(&self, wasm: &[u8]) -> wasmtime::Result<Component> {
+        let (component, readied) = match self.compiled_on_disk.get() {
+            Some(on_disk) => on_disk.component(&self.engine, wasm)?,
+            None => (Component::new(&self.engine, wasm)?, Readied::Compiled),
+        };
+        match readied {
+            Readied::Compiled => &self.compiled,
+            Readied::Loaded => &self.loaded,
+        }
+        .fetch_add(1, Ordering::Relaxed);
+        Ok(component)
+    }
+
+    /// Compiles every built-in component now (or loads it compiled from
+    /// disk), so no run waits for it; logs how many of each and how long.
     pub fn precompile_builtins(&self) -> Result<(), String> {
+        let began = Instant::now();
+        let before = (
+            self.compiled.load(Ordering::Relaxed),
+            self.loaded.load(Ordering::Relaxed),
+        );
         for (name, kind) in builtin::names() {
             let source = ComponentSource::Builtin(name.to_string());
             match kind {
@@ -142,6 +190,12 @@ impl PipelineEngine {
                 PipelineKind::Daily => self.daily_step(&source).map(drop)?,
             }
         }
+        tracing::info!(
+            compiled = self.compiled.load(Ordering::Relaxed) - before.0,
+            loaded_compiled = self.loaded.load(Ordering::Relaxed) - before.1,
+            ms = began.elapsed().as_millis() as u64,
+            "built-in pipeline steps ready"
+        );
         Ok(())
     }
 

@@ -347,3 +347,44 @@ fn a_stopped_run_ends_its_step_in_a_capability_call_or_in_its_own_code() {
     );
     assert_eq!(result, Err(StepError::Stopped { step: "s".into() }));
 }
+
+#[test]
+fn a_restart_loads_the_compiled_steps_and_they_run_as_compiled_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let counts = |engine: &PipelineEngine| {
+        (
+            engine.compiled.load(std::sync::atomic::Ordering::Relaxed),
+            engine.loaded.load(std::sync::atomic::Ordering::Relaxed),
+        )
+    };
+    let first = PipelineEngine::new().unwrap();
+    first.keep_compiled_in(dir.path().to_path_buf());
+    first.precompile_builtins().unwrap();
+    let builtins = builtin::names().count();
+    assert_eq!(counts(&first), (builtins, 0));
+    // The next process: the same folder, nothing compiled.
+    let next = PipelineEngine::new().unwrap();
+    next.keep_compiled_in(dir.path().to_path_buf());
+    next.precompile_builtins().unwrap();
+    assert_eq!(counts(&next), (0, builtins));
+    let mut context = context();
+    context.check_sum = vec![("count(*)".into(), "99".into())];
+    let verify = step("verify_checksums", &["staged-sql"], "");
+    let (error_type, items) = next
+        .run_step(&verify, &context, Arc::new(FixedLoad::new()), control())
+        .unwrap()
+        .unwrap();
+    assert_eq!(error_type, "CheckSumError");
+    assert_eq!(
+        items[0].error_message,
+        "Checksum mismatch for count(*): expected 99, actual 100"
+    );
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../pipelines");
+    let manifest = Manifest::load(PipelineKind::Load, &dir.join("load.toml")).unwrap();
+    let load = Arc::new(FixedLoad::new());
+    let outcome = next
+        .run_pipeline(&manifest, &self::context(), load.clone(), control())
+        .unwrap();
+    assert_eq!(outcome, PipelineOutcome::Passed);
+    assert_eq!(*load.appended.lock().unwrap(), 1);
+}
