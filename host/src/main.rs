@@ -1,7 +1,7 @@
 //! The `lakehost` binary: reads configuration, starts tracing (text, or JSON
 //! with `server.log_format = "json"` for `serve`), serves.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand};
 use lakehost::{
@@ -11,6 +11,7 @@ use lakehost::{
     lake::Lake,
     load::dry_run::{DryRunRequest, StepReport, dry_run},
     observability::logs,
+    pipeline::{PipelineEngine, PipelineKind, check::check_manifest, wit_package},
     startup::open_store,
 };
 
@@ -87,6 +88,25 @@ enum PipelineCommand {
         /// The parquet files of the load.
         #[arg(required = true)]
         files: Vec<PathBuf>,
+    },
+    /// Checks a manifest as a server would run it, without running it: it
+    /// parses, and each step's component compiles and matches the
+    /// pipeline's world. Exit code 0 when it is usable, 1 when it is not, 2
+    /// on an error.
+    Check {
+        /// The manifest to check.
+        manifest: PathBuf,
+        /// A daily-run manifest (`daily-step` world); else a load manifest.
+        #[arg(long)]
+        daily: bool,
+    },
+    /// Writes the WIT package steps are built against
+    /// (`lakehost:pipeline@<version>`, as this server links it) into a
+    /// folder, for `wit_bindgen::generate!` or `cargo component`.
+    Wit {
+        /// The folder to write it into (created when missing).
+        #[arg(long, default_value = "wit")]
+        out: PathBuf,
     },
 }
 
@@ -167,6 +187,71 @@ async fn main() -> std::process::ExitCode {
                 files,
             })
             .await
+        }
+        Command::Pipeline {
+            command: PipelineCommand::Check { manifest, daily },
+        } => {
+            let _logging = logs::init(LogFormat::Text);
+            pipeline_check(&manifest, daily)
+        }
+        Command::Pipeline {
+            command: PipelineCommand::Wit { out },
+        } => pipeline_wit(&out),
+    }
+}
+
+/// Prints each step's verdict on a manifest; the exit code says whether a
+/// server could run it.
+fn pipeline_check(manifest: &Path, daily: bool) -> std::process::ExitCode {
+    let kind = if daily {
+        PipelineKind::Daily
+    } else {
+        PipelineKind::Load
+    };
+    let engine = match PipelineEngine::shared() {
+        Ok(engine) => engine,
+        Err(e) => {
+            eprintln!("lakehost pipeline check: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let steps = match check_manifest(&engine, kind, manifest) {
+        Ok(steps) => steps,
+        Err(e) => {
+            println!("{e}");
+            return std::process::ExitCode::from(1);
+        }
+    };
+    for check in &steps {
+        match &check.problem {
+            None => println!("step {} ({}): ok", check.step, check.component),
+            Some(problem) => println!("step {} ({}): {problem}", check.step, check.component),
+        }
+    }
+    if steps.iter().all(|check| check.problem.is_none()) {
+        println!(
+            "{}: usable as the {}",
+            manifest.display(),
+            kind.steps_name()
+        );
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::from(1)
+    }
+}
+
+fn pipeline_wit(out: &Path) -> std::process::ExitCode {
+    match wit_package::write_to(out) {
+        Ok(written) => {
+            for path in written {
+                println!("wrote {}", path.display());
+            }
+            println!("package {}", wit_package::package_id());
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("lakehost pipeline wit: {}: {e}", out.display());
+            std::process::ExitCode::from(2)
         }
     }
 }

@@ -204,6 +204,140 @@ fn pipeline_dry_run_prints_each_steps_outcome() {
     );
 }
 
+#[test]
+fn pipeline_check_judges_every_step_without_running_any() {
+    let dir = tempfile::tempdir().unwrap();
+    let pipelines = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../pipelines");
+    let check = |args: &[&str], manifest: &std::path::Path| {
+        let output = lakehost()
+            .args(["pipeline", "check"])
+            .args(args)
+            .arg(manifest)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        (output.status.code(), stdout)
+    };
+
+    let (code, stdout) = check(&[], &pipelines.join("load.toml"));
+    assert_eq!(code, Some(0), "{stdout}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines[..5],
+        [
+            "step validate_parquet (builtin:validate_parquet): ok",
+            "step enforce_service_clients (builtin:enforce_service_clients): ok",
+            "step verify_checksums (builtin:verify_checksums): ok",
+            "step match_schema (builtin:match_schema): ok",
+            "step insert (builtin:insert): ok",
+        ]
+    );
+    assert!(
+        lines[5].ends_with("load.toml: usable as the load steps"),
+        "{stdout}"
+    );
+    let (code, stdout) = check(&["--daily"], &pipelines.join("daily.toml"));
+    assert_eq!(code, Some(0), "{stdout}");
+
+    // A load manifest is not a daily one: the first step's key says why.
+    let (code, stdout) = check(&["--daily"], &pipelines.join("load.toml"));
+    assert_eq!(code, Some(1), "{stdout}");
+    assert!(
+        stdout.contains("steps[0].component") && stdout.contains("validate_parquet"),
+        "{stdout}"
+    );
+
+    // Every broken step is named, the usable ones pass, the server's
+    // folders stay out of the messages.
+    std::fs::write(dir.path().join("garbage.wasm"), b"\0asm not really").unwrap();
+    let manifest = dir.path().join("load.toml");
+    std::fs::write(
+        &manifest,
+        r#"version = 1
+[[steps]]
+name = "broken"
+component = "garbage.wasm"
+grants = ["log"]
+[[steps]]
+name = "missing"
+component = "missing.wasm"
+[[steps]]
+name = "checks"
+component = "builtin:verify_checksums"
+grants = ["staged-sql"]
+"#,
+    )
+    .unwrap();
+    let (code, stdout) = check(&[], &manifest);
+    assert_eq!(code, Some(1), "{stdout}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{stdout}");
+    assert!(
+        lines[0].starts_with("step broken (garbage.wasm): not a usable component"),
+        "{stdout}"
+    );
+    assert!(
+        lines[1].starts_with("step missing (missing.wasm): missing.wasm: "),
+        "{stdout}"
+    );
+    assert_eq!(lines[2], "step checks (builtin:verify_checksums): ok");
+    let folder = dir.path().display().to_string();
+    assert!(
+        !lines[..2].iter().any(|line| line.contains(&folder)),
+        "{stdout}"
+    );
+
+    // A grant the pipeline kind does not have, and a file that is no
+    // manifest, are the manifest's own errors.
+    std::fs::write(
+        &manifest,
+        "version = 1\n[[steps]]\nname = \"a\"\ncomponent = \"builtin:insert\"\ngrants = [\"lake-sql\"]\n",
+    )
+    .unwrap();
+    let (code, stdout) = check(&[], &manifest);
+    assert_eq!(code, Some(1), "{stdout}");
+    assert!(stdout.contains("steps[0].grants"), "{stdout}");
+    let (code, stdout) = check(&[], &dir.path().join("nowhere.toml"));
+    assert_eq!(code, Some(1), "{stdout}");
+    assert!(stdout.contains("cannot read"), "{stdout}");
+}
+
+#[test]
+fn pipeline_wit_writes_the_package_the_server_links() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = lakehost()
+        .args(["pipeline", "wit", "--out", "deps/lakehost"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout
+            .lines()
+            .any(|line| line == "package lakehost:pipeline@0.1.0"),
+        "{stdout}"
+    );
+    let wit = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../wit");
+    for name in ["pipeline.wit", "README.md"] {
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("deps/lakehost").join(name)).unwrap(),
+            std::fs::read_to_string(wit.join(name)).unwrap(),
+            "{name}"
+        );
+    }
+    // A folder that cannot be made: exit 2, naming it.
+    std::fs::write(dir.path().join("taken"), b"a file").unwrap();
+    let output = lakehost()
+        .args(["pipeline", "wit", "--out", "taken"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("lakehost pipeline wit: taken: "));
+}
+
 /// The README's tour against the real binary logging at debug level: its
 /// query and load are counted in `/metrics` (the tour's last step), and no
 /// secret, token, signature or temporary credential it handed out or

@@ -23,9 +23,11 @@ use tokio_util::sync::CancellationToken;
 use crate::engine::runtime::EngineRuntime;
 
 pub mod builtin;
+pub mod check;
 mod engine;
 pub mod manifest;
 mod sequence;
+pub mod wit_package;
 
 pub use engine::PipelineEngine;
 pub use sequence::{StepsRun, Stopped, run_steps, run_steps_blocking};

@@ -175,6 +175,15 @@ impl PipelineEngine {
         Ok(component)
     }
 
+    /// Whether `source` is a usable step of a `kind` pipeline: it compiles,
+    /// and its imports and exports match the pipeline's world.
+    pub fn check_step(&self, kind: PipelineKind, source: &ComponentSource) -> Result<(), String> {
+        match kind {
+            PipelineKind::Load => self.load_step(source).map(drop),
+            PipelineKind::Daily => self.daily_step(source).map(drop),
+        }
+    }
+
     /// Compiles every built-in component now (or loads it compiled from
     /// disk), so no run waits for it; logs how many of each and how long.
     pub fn precompile_builtins(&self) -> Result<(), String> {
@@ -184,11 +193,7 @@ impl PipelineEngine {
             self.loaded.load(Ordering::Relaxed),
         );
         for (name, kind) in builtin::names() {
-            let source = ComponentSource::Builtin(name.to_string());
-            match kind {
-                PipelineKind::Load => self.load_step(&source).map(drop)?,
-                PipelineKind::Daily => self.daily_step(&source).map(drop)?,
-            }
+            self.check_step(kind, &ComponentSource::Builtin(name.to_string()))?;
         }
         tracing::info!(
             compiled = self.compiled.load(Ordering::Relaxed) - before.0,

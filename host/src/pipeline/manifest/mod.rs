@@ -37,7 +37,7 @@ mod org;
 #[cfg(test)]
 mod tests;
 
-pub use org::{manifest_path, org_manifest};
+pub use org::{manifest_path, org_manifest, test_step_refused};
 
 /// The manifest format this host reads.
 pub const MANIFEST_VERSION: u32 = 1;

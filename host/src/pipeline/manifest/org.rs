@@ -40,23 +40,32 @@ pub fn org_manifest(
         e.file = shown.clone();
         e.to_string()
     })?;
-    if !test_steps {
-        for (i, step) in manifest.steps.iter().enumerate() {
-            if let ComponentSource::Builtin(name) = &step.component
-                && builtin::TEST_STEPS.contains(&name.as_str())
-            {
-                return Err(ManifestError {
-                    file: shown,
+    if !test_steps && let Some(refused) = test_step_refused(&manifest, &shown) {
+        return Err(refused.to_string());
+    }
+    Ok(manifest)
+}
+
+/// The error for the first step of `manifest` (read from `file`) that
+/// names a built-in test step, which a server runs only where
+/// `pipeline.test_steps` allows it; `None` when it names none.
+pub fn test_step_refused(manifest: &Manifest, file: &str) -> Option<ManifestError> {
+    manifest
+        .steps
+        .iter()
+        .enumerate()
+        .find_map(|(i, step)| match &step.component {
+            ComponentSource::Builtin(name) if builtin::TEST_STEPS.contains(&name.as_str()) => {
+                Some(ManifestError {
+                    file: file.to_string(),
                     key: format!("steps[{i}].component"),
                     problem: format!(
                         "`{name}` is a test step; this server runs it only with pipeline.test_steps = true"
                     ),
-                }
-                .to_string());
+                })
             }
-        }
-    }
-    Ok(manifest)
+            _ => None,
+        })
 }
 
 /// The `kind` manifest of `org`: `<dir>/orgs/<org>/<load|daily>.toml` when it
