@@ -388,3 +388,39 @@ fn a_restart_loads_the_compiled_steps_and_they_run_as_compiled_ones() {
     assert_eq!(outcome, PipelineOutcome::Passed);
     assert_eq!(*load.appended.lock().unwrap(), 1);
 }
+
+/// A measurement, not a check: what a step costs the host beyond its own
+/// work (a fresh store and WASI context, instantiation from the
+/// `InstancePre`, the call, the verdict, the drop), for a step that ends at
+/// once (`misbehave` answering an unknown misbehaviour). Prints p50 and p99:
+/// `cargo test -p lakehost --lib --features test-steps -- --ignored
+/// step_overhead --nocapture` (optimised dependencies, as the dev profile
+/// builds them).
+#[test]
+#[ignore = "a measurement: prints figures and asserts no time"]
+fn step_overhead() {
+    let engine = engine();
+    let step = step("misbehave", &[], "config = { how = \"nothing\" }");
+    let load: Arc<dyn LoadData> = Arc::new(FixedLoad::new());
+    let run = || engine.run_step(&step, &context(), load.clone(), control());
+    assert!(
+        matches!(run(), Err(StepError::Reported { ref message, .. }) if message.contains("unknown misbehaviour")),
+        "the step ends at once with its own error"
+    );
+    let mut micros: Vec<f64> = (0..5_000)
+        .map(|_| {
+            let began = std::time::Instant::now();
+            let _ = std::hint::black_box(run());
+            began.elapsed().as_secs_f64() * 1e6
+        })
+        .collect();
+    micros.sort_by(f64::total_cmp);
+    let at = |q: f64| micros[((micros.len() - 1) as f64 * q) as usize];
+    println!(
+        "step instantiate + run + drop: p50 {:.1} µs, p99 {:.1} µs, min {:.1} µs ({} runs)",
+        at(0.5),
+        at(0.99),
+        micros[0],
+        micros.len()
+    );
+}
