@@ -57,7 +57,7 @@ enum Command {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
-    /// Load pipelines.
+    /// Pipelines: a dry run, a check of a manifest, the WIT package for steps.
     Pipeline {
         #[command(subcommand)]
         command: PipelineCommand,
