@@ -118,10 +118,6 @@ impl Store {
         };
         let pool = AnyPoolOptions::new()
             .max_connections(8)
-            // An in-process database: a pooled connection cannot go stale,
-            // and the default ping before each use costs every store call a
-            // round trip to the connection's thread.
-            .test_before_acquire(false)
             .after_connect(|conn, _| {
                 Box::pin(async move {
                     use sqlx::Executor as _;
