@@ -9,7 +9,7 @@ use std::path::Path;
 
 use super::{
     PipelineEngine, PipelineKind,
-    manifest::{ComponentSource, Manifest, ManifestError, test_step_refused},
+    manifest::{Manifest, ManifestError, test_step_refused},
 };
 
 /// One step's verdict: its name, its component as the manifest names it,
@@ -37,14 +37,7 @@ pub fn check_manifest(
         .iter()
         .map(|step| StepCheck {
             step: step.name.clone(),
-            component: match &step.component {
-                ComponentSource::Builtin(name) => format!("builtin:{name}"),
-                ComponentSource::File(file) => file
-                    .file_name()
-                    .unwrap_or_default()
-                    .to_string_lossy()
-                    .into_owned(),
-            },
+            component: step.component.to_string(),
             problem: engine.check_step(kind, &step.component).err(),
         })
         .collect())

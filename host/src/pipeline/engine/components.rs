@@ -78,8 +78,7 @@ impl PipelineEngine {
             ComponentSource::Builtin(name) => ComponentKey::Builtin(name.clone()),
             ComponentSource::File(path) => {
                 // Messages name the file, not the server's directories.
-                let shown = path.file_name().unwrap_or_default().to_string_lossy();
-                let meta = std::fs::metadata(path).map_err(|e| format!("{shown}: {e}"))?;
+                let meta = std::fs::metadata(path).map_err(|e| format!("{source}: {e}"))?;
                 ComponentKey::File(path.clone(), meta.len(), meta.modified().ok())
             }
         };

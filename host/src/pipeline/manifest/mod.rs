@@ -94,6 +94,22 @@ pub enum ComponentSource {
     File(PathBuf),
 }
 
+/// How a manifest names a built-in component: `builtin:<name>`.
+const BUILTIN_PREFIX: &str = "builtin:";
+
+/// As messages show it: `builtin:<name>`, or a file by its name alone (the
+/// server's directories never reach a caller).
+impl std::fmt::Display for ComponentSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ComponentSource::Builtin(name) => write!(f, "{BUILTIN_PREFIX}{name}"),
+            ComponentSource::File(path) => {
+                f.write_str(&path.file_name().unwrap_or_default().to_string_lossy())
+            }
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Step {
     pub name: String,
@@ -211,7 +227,7 @@ impl Manifest {
                     format!("step `{}` is listed twice", step.name),
                 ));
             }
-            let component = match step.component.strip_prefix("builtin:") {
+            let component = match step.component.strip_prefix(BUILTIN_PREFIX) {
                 Some(name) => match super::builtin::component(name) {
                     Some((builtin_kind, _)) if builtin_kind == kind => {
                         ComponentSource::Builtin(name.to_string())
