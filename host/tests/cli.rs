@@ -288,6 +288,23 @@ grants = ["staged-sql"]
         "{stdout}"
     );
 
+    // A real component of the other world, as a file: refused by its world.
+    let (_, daily_step) = lakehost::pipeline::builtin::component("sql_transform").unwrap();
+    std::fs::write(dir.path().join("daily.wasm"), daily_step).unwrap();
+    std::fs::write(
+        &manifest,
+        "version = 1\n[[steps]]\nname = \"other_world\"\ncomponent = \"daily.wasm\"\n",
+    )
+    .unwrap();
+    let (code, stdout) = check(&[], &manifest);
+    assert_eq!(code, Some(1), "{stdout}");
+    assert!(
+        stdout.starts_with("step other_world (daily.wasm): imports do not match the step world")
+            || stdout
+                .starts_with("step other_world (daily.wasm): exports do not match the step world"),
+        "{stdout}"
+    );
+
     // A grant the pipeline kind does not have, and a file that is no
     // manifest, are the manifest's own errors.
     std::fs::write(
