@@ -11,7 +11,12 @@ use lakehost::{
     lake::Lake,
     load::dry_run::{DryRunRequest, StepReport, dry_run},
     observability::logs,
-    pipeline::{PipelineEngine, PipelineKind, check::check_manifest, wit_package},
+    pipeline::{
+        PipelineEngine, PipelineKind,
+        check::check_manifest,
+        scaffold::{self, Language, NewStep},
+        wit_package,
+    },
     startup::open_store,
 };
 
@@ -57,7 +62,8 @@ enum Command {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
-    /// Pipelines: a dry run, a check of a manifest, the WIT package for steps.
+    /// Pipelines: a dry run, a check of a manifest, a new step's project, the
+    /// WIT package for steps.
     Pipeline {
         #[command(subcommand)]
         command: PipelineCommand,
@@ -100,6 +106,24 @@ enum PipelineCommand {
         #[arg(long)]
         daily: bool,
     },
+    /// Makes a new step's own project in a folder (`./NAME` unless --dir):
+    /// the WIT, a commented step to start from, a manifest that runs it,
+    /// sample parquet files and a README with the commands that build,
+    /// check and dry-run it.
+    NewStep {
+        /// The step's name (lowercase letters, digits, `-` and `_`).
+        name: String,
+        /// A daily-run step (`daily-step` world); else a load step.
+        #[arg(long)]
+        daily: bool,
+        /// The language it is written in: rust (cargo build or cargo
+        /// component) or python (componentize-py).
+        #[arg(long, value_enum, default_value = "rust")]
+        lang: Lang,
+        /// The folder to make (new, or empty).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// Writes the WIT package steps are built against
     /// (`lakehost:pipeline@<version>`, as this server links it) into a
     /// folder, for `wit_bindgen::generate!` or `cargo component`.
@@ -108,6 +132,13 @@ enum PipelineCommand {
         #[arg(long, default_value = "wit")]
         out: PathBuf,
     },
+}
+
+/// `--lang`'s values.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Lang {
+    Rust,
+    Python,
 }
 
 #[tokio::main]
@@ -197,6 +228,27 @@ async fn main() -> std::process::ExitCode {
         Command::Pipeline {
             command: PipelineCommand::Wit { out },
         } => pipeline_wit(&out),
+        Command::Pipeline {
+            command:
+                PipelineCommand::NewStep {
+                    name,
+                    daily,
+                    lang,
+                    dir,
+                },
+        } => pipeline_new_step(NewStep {
+            dir: dir.unwrap_or_else(|| PathBuf::from(&name)),
+            name,
+            kind: if daily {
+                PipelineKind::Daily
+            } else {
+                PipelineKind::Load
+            },
+            language: match lang {
+                Lang::Rust => Language::Rust,
+                Lang::Python => Language::Python,
+            },
+        }),
     }
 }
 
@@ -252,6 +304,29 @@ fn pipeline_wit(out: &Path) -> std::process::ExitCode {
         Err(e) => {
             eprintln!("lakehost pipeline wit: {}: {e}", out.display());
             std::process::ExitCode::from(2)
+        }
+    }
+}
+
+fn pipeline_new_step(request: NewStep) -> std::process::ExitCode {
+    match scaffold::create(&request) {
+        Ok(written) => {
+            for path in written {
+                println!("wrote {}", request.dir.join(path).display());
+            }
+            println!(
+                "next: cd {} and follow its README.md (build, check, dry-run)",
+                request.dir.display()
+            );
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("lakehost pipeline new-step: {e}");
+            let code = match e {
+                scaffold::ScaffoldError::Io(..) => 2,
+                _ => 1,
+            };
+            std::process::ExitCode::from(code)
         }
     }
 }

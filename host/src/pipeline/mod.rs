@@ -26,6 +26,7 @@ pub mod builtin;
 pub mod check;
 mod engine;
 pub mod manifest;
+pub mod scaffold;
 mod sequence;
 pub mod wit_package;
 
