@@ -7,12 +7,13 @@ use clap::{Parser, Subcommand};
 use lakehost::{
     Application, Config,
     config::{CONFIG_FILE_ENV, LogFormat},
+    dailyrun::dry_run::{DailyDryRunRequest, Seed, daily_dry_run},
     import::{ImportRequest, ImportSummary, import_parquet},
     lake::Lake,
-    load::dry_run::{DryRunRequest, StepReport, dry_run},
+    load::dry_run::{DryRunRequest, dry_run},
     observability::logs,
     pipeline::{
-        PipelineEngine, PipelineKind,
+        PipelineEngine, PipelineKind, StepReport,
         check::check_manifest,
         scaffold::{self, Language, NewStep},
         wit_package,
@@ -72,27 +73,37 @@ enum Command {
 
 #[derive(Subcommand)]
 enum PipelineCommand {
-    /// Runs a manifest's steps over local parquet files as one load of a new
-    /// table, without a server, and prints each step's outcome. Exit code 0
-    /// when every step passed, 1 when one failed the load, 2 on an error.
+    /// Runs a manifest's steps over local parquet files, without a server,
+    /// and prints each step's outcome (its log lines, time and peak memory
+    /// go to stderr). A load manifest runs as one load of a new table; a
+    /// daily one (--daily) as one execution over a scratch lake seeded with
+    /// --seed. Exit code 0 when every step passed, 1 when one failed, 2 on
+    /// an error.
     DryRun {
         /// The manifest to try.
         #[arg(long, default_value = "pipelines/load.toml")]
         manifest: PathBuf,
+        /// A daily-run manifest (`daily-step` world); else a load manifest.
+        #[arg(long)]
+        daily: bool,
         /// The load's table_name.
-        #[arg(long)]
-        table: String,
+        #[arg(long, required_unless_present = "daily", conflicts_with = "daily")]
+        table: Option<String>,
         /// The commit's check_sum, as JSON: '{"count(*)": 100}'.
-        #[arg(long)]
-        check_sum: String,
+        #[arg(long, required_unless_present = "daily", conflicts_with = "daily")]
+        check_sum: Option<String>,
         /// The load's load_as_service_client_id.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "daily")]
         load_as_service_client_id: Option<String>,
         /// An extra partition column (repeatable).
-        #[arg(long = "partition")]
+        #[arg(long = "partition", conflicts_with = "daily")]
         partitions: Vec<String>,
+        /// With --daily: a lake table seeded from a parquet file with a
+        /// service_client_id column, as TABLE=FILE (repeatable).
+        #[arg(long = "seed", requires = "daily", value_parser = Seed::parse)]
+        seeds: Vec<Seed>,
         /// The parquet files of the load.
-        #[arg(required = true)]
+        #[arg(required_unless_present = "daily", conflicts_with = "daily")]
         files: Vec<PathBuf>,
     },
     /// Checks a manifest as a server would run it, without running it: it
@@ -186,14 +197,32 @@ async fn main() -> std::process::ExitCode {
             command:
                 PipelineCommand::DryRun {
                     manifest,
+                    daily: true,
+                    seeds,
+                    ..
+                },
+        } => {
+            let _logging = logs::init(LogFormat::Text);
+            pipeline_daily_dry_run(DailyDryRunRequest { manifest, seeds }).await
+        }
+        Command::Pipeline {
+            command:
+                PipelineCommand::DryRun {
+                    manifest,
                     table,
                     check_sum,
                     load_as_service_client_id,
                     partitions,
                     files,
+                    ..
                 },
         } => {
             let _logging = logs::init(LogFormat::Text);
+            // clap requires both without --daily.
+            let (Some(table), Some(check_sum)) = (table, check_sum) else {
+                eprintln!("lakehost pipeline dry-run: --table and --check-sum are required");
+                return std::process::ExitCode::from(2);
+            };
             let check_sum = match serde_json::from_str(&check_sum)
                 .map_err(|e| e.to_string())
                 .and_then(|body: serde_json::Value| {
@@ -331,16 +360,10 @@ fn pipeline_new_step(request: NewStep) -> std::process::ExitCode {
     }
 }
 
-/// Prints a dry run's reports; the exit code says how it went.
-async fn pipeline_dry_run(request: DryRunRequest) -> std::process::ExitCode {
-    let outcome = match dry_run(&request).await {
-        Ok(outcome) => outcome,
-        Err(e) => {
-            eprintln!("lakehost pipeline dry-run: {e:#}");
-            return std::process::ExitCode::from(2);
-        }
-    };
-    for report in &outcome.steps {
+/// Prints each step's report of a dry run; `error` says what a step's
+/// error would do to the job.
+fn print_step_reports(reports: &[StepReport], error: &str) {
+    for report in reports {
         match report {
             StepReport::Passed { step } => println!("step {step}: PASS"),
             StepReport::Failed {
@@ -358,9 +381,42 @@ async fn pipeline_dry_run(request: DryRunRequest) -> std::process::ExitCode {
                     println!("  {}: {}{check}", item.error_type, item.error_message);
                 }
             }
-            StepReport::Error(e) => println!("{e} (the load would FAIL with InternalError)"),
+            StepReport::Error(e) => println!("{e} ({error})"),
         }
     }
+}
+
+/// Prints a daily dry run's reports and the insights tables it left; the
+/// exit code says how it went.
+async fn pipeline_daily_dry_run(request: DailyDryRunRequest) -> std::process::ExitCode {
+    let outcome = match daily_dry_run(&request).await {
+        Ok(outcome) => outcome,
+        Err(e) => {
+            eprintln!("lakehost pipeline dry-run: {e:#}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    print_step_reports(&outcome.steps, "the run would end FAILED");
+    for (table, rows) in &outcome.insights {
+        println!("insights table {table}: {rows} rows (in a scratch lake that is now deleted)");
+    }
+    if outcome.passed() {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::from(1)
+    }
+}
+
+/// Prints a dry run's reports; the exit code says how it went.
+async fn pipeline_dry_run(request: DryRunRequest) -> std::process::ExitCode {
+    let outcome = match dry_run(&request).await {
+        Ok(outcome) => outcome,
+        Err(e) => {
+            eprintln!("lakehost pipeline dry-run: {e:#}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    print_step_reports(&outcome.steps, "the load would FAIL with InternalError");
     if let Some(rows) = outcome.rows_appended {
         println!("rows appended: {rows} (into a scratch lake that is now deleted)");
     }

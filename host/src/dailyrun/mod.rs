@@ -6,8 +6,9 @@
 //! `api/dailyrun_body.rs`'s): this file names executions, `service.rs` reads
 //! and sets the flag and lists, starts and runs executions, `schedule.rs` decides
 //! when a scheduled run is due, `transform.rs` is the data side of the
-//! `lake-sql` capability.
+//! `lake-sql` capability, `dry_run.rs` runs a daily manifest over a scratch lake.
 
+pub mod dry_run;
 pub mod schedule;
 pub mod service;
 pub mod transform;

@@ -20,8 +20,8 @@ use crate::{
     auth::ServiceClientScope,
     lake::Lake,
     pipeline::{
-        ErrorItem, PipelineEngine, PipelineKind, RunControl, StepContext, StepError, Stopped,
-        manifest::Manifest, run_steps_blocking,
+        PipelineEngine, PipelineKind, RunControl, StepContext, StepReport, manifest::Manifest,
+        run_steps_blocking,
     },
     store::{
         Store,
@@ -42,20 +42,6 @@ pub struct DryRunRequest {
     pub load_as_service_client_id: Option<String>,
     pub partitions: Vec<String>,
     pub files: Vec<PathBuf>,
-}
-
-/// How one step went.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StepReport {
-    Passed {
-        step: String,
-    },
-    Failed {
-        step: String,
-        error_type: String,
-        items: Vec<ErrorItem>,
-    },
-    Error(StepError),
 }
 
 /// The reports of the steps that ran, and the rows the insert step wrote.
@@ -144,25 +130,7 @@ pub async fn dry_run(request: &DryRunRequest) -> anyhow::Result<DryRunOutcome> {
         let ran = run_steps_blocking(&manifest, |step| {
             engine.run_step(step, &context, runner.clone(), &control)
         });
-        let mut reports: Vec<StepReport> = ran
-            .passed
-            .into_iter()
-            .map(|step| StepReport::Passed { step })
-            .collect();
-        reports.extend(ran.stopped.map(|stopped| match stopped {
-            Stopped::Failed {
-                step,
-                error_type,
-                items,
-            } => StepReport::Failed {
-                step,
-                error_type,
-                items,
-            },
-            Stopped::Error(e) => StepReport::Error(e),
-            Stopped::Halted(never) => match never {},
-        }));
-        Ok(reports)
+        Ok(ran.reports())
     })
     .await??;
     let rows_appended = data.take_pending().map(|p| p.rows);

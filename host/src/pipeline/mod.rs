@@ -31,7 +31,7 @@ mod sequence;
 pub mod wit_package;
 
 pub use engine::PipelineEngine;
-pub use sequence::{StepsRun, Stopped, run_steps, run_steps_blocking};
+pub use sequence::{StepReport, StepsRun, Stopped, run_steps, run_steps_blocking};
 
 /// Which pipeline a manifest or a component belongs to: each is its own WIT
 /// world with its own capabilities.

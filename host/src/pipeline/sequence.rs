@@ -42,6 +42,46 @@ pub enum Stopped<H> {
     Halted(H),
 }
 
+/// How one step of a run went, as the dry runs report it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StepReport {
+    Passed {
+        step: String,
+    },
+    Failed {
+        step: String,
+        error_type: String,
+        items: Vec<ErrorItem>,
+    },
+    Error(StepError),
+}
+
+impl StepsRun<Infallible> {
+    /// Each step's report in order: the steps that passed, then the one the
+    /// run stopped at.
+    pub fn reports(self) -> Vec<StepReport> {
+        let mut reports: Vec<StepReport> = self
+            .passed
+            .into_iter()
+            .map(|step| StepReport::Passed { step })
+            .collect();
+        reports.extend(self.stopped.map(|stopped| match stopped {
+            Stopped::Failed {
+                step,
+                error_type,
+                items,
+            } => StepReport::Failed {
+                step,
+                error_type,
+                items,
+            },
+            Stopped::Error(e) => StepReport::Error(e),
+            Stopped::Halted(never) => match never {},
+        }));
+        reports
+    }
+}
+
 /// Runs `manifest`'s steps in order. Before each step `before_each` may halt
 /// the run; `run` runs one step, or halts the run when it cannot.
 ///

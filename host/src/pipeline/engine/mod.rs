@@ -53,7 +53,7 @@ mod verdict;
 use compiled_on_disk::{CompiledOnDisk, Readied};
 use components::ComponentCache;
 use sandbox::{DailyState, LoadState, TICK};
-use verdict::verdict;
+use verdict::{log_step_ran, verdict};
 
 // Every import may trap: a capability call ends its step when the step's
 // time limit passes or its run is stopped while the host works on it.
@@ -231,10 +231,13 @@ impl PipelineEngine {
             allowed_service_clients: context.allowed_service_clients.clone(),
             any_service_client: context.any_service_client,
         };
+        let began = Instant::now();
         let called = pre
             .instantiate(&mut store)
             .and_then(|instance| instance.call_run(&mut store, &context, &step.config_json));
-        verdict(step, &store, called, Some(LOAD_ERROR_TYPES))
+        let verdict = verdict(step, &store, called, Some(LOAD_ERROR_TYPES));
+        log_step_ran(&store, began, &verdict);
+        verdict
     }
 
     /// Runs one daily-run step in a fresh store, its capability calls on
@@ -260,10 +263,13 @@ impl PipelineEngine {
             insights_database: context.insights_database.clone(),
             scheduled: context.scheduled,
         };
+        let began = Instant::now();
         let called = pre
             .instantiate(&mut store)
             .and_then(|instance| instance.call_run(&mut store, &context, &step.config_json));
-        verdict(step, &store, called, None)
+        let verdict = verdict(step, &store, called, None);
+        log_step_ran(&store, began, &verdict);
+        verdict
     }
 
     /// Runs the manifest's steps in order until one fails the load. Blocks:

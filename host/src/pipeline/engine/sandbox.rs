@@ -64,10 +64,12 @@ impl<D: ?Sized + Send + Sync> WasiView for StepState<D> {
     }
 }
 
-/// Refuses memory growth past the step's limit, and remembers that it did.
+/// Refuses memory growth past the step's limit, and remembers that it did
+/// and the most the step's memories were allowed to grow to.
 pub(super) struct StepLimits {
     memory_bytes: usize,
     pub(super) refused: bool,
+    pub(super) peak_bytes: usize,
 }
 
 impl ResourceLimiter for StepLimits {
@@ -81,6 +83,7 @@ impl ResourceLimiter for StepLimits {
             self.refused = true;
             return Ok(false);
         }
+        self.peak_bytes = self.peak_bytes.max(desired);
         Ok(true)
     }
 
@@ -135,6 +138,7 @@ impl PipelineEngine {
             limits: StepLimits {
                 memory_bytes: usize::try_from(step.memory_limit_bytes).unwrap_or(usize::MAX),
                 refused: false,
+                peak_bytes: 0,
             },
             grants: step.grants.clone(),
             data,

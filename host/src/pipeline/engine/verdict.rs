@@ -8,6 +8,8 @@
 //! It must never pass a step's text on unbounded, nor a load step's
 //! ErrorType the spec does not have.
 
+use std::time::Instant;
+
 use wasmtime::Store;
 
 use super::{bindings::lakehost::pipeline::types, interrupt::Interrupted, sandbox::StepState};
@@ -26,6 +28,30 @@ pub(super) fn cut(mut text: String, max: usize) -> String {
         text.push_str(" [...]");
     }
     text
+}
+
+/// One line per run of a step, in the server's log (and a dry run's), with
+/// its job and name: how it ended, its time from instantiation to verdict
+/// and the most memory its instance was allowed to grow to.
+pub(super) fn log_step_ran<D: ?Sized>(
+    store: &Store<StepState<D>>,
+    began: Instant,
+    verdict: &Result<StepVerdict, StepError>,
+) {
+    let state = store.data();
+    let outcome = match verdict {
+        Ok(None) => "PASS",
+        Ok(Some(_)) => "FAIL",
+        Err(_) => "ERROR",
+    };
+    tracing::info!(
+        step = %state.step,
+        job = %state.job,
+        outcome,
+        us = began.elapsed().as_micros() as u64,
+        peak_memory_bytes = state.limits.peak_bytes,
+        "step ran"
+    );
 }
 
 /// What a step's call came to: its verdict, or why it gave none (time limit,
