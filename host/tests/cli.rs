@@ -1,21 +1,11 @@
 //! The `lakehost` binary as a newcomer runs it: `serve` with the embedded default
 //! (on a free port), and startup refused with a message naming a bad key.
 
-use std::{
-    io::{BufRead as _, BufReader},
-    process::{Command, Stdio},
-};
+use std::process::Stdio;
 
 mod common;
 
-fn lakehost() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_lakehost"));
-    // Only the variables each test sets.
-    command
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default());
-    command
-}
+use common::{lakehost, serve};
 
 #[test]
 fn bad_keys_stop_startup_naming_the_key() {
@@ -54,48 +44,6 @@ fn bad_keys_stop_startup_naming_the_key() {
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("`storage.data_dri`"));
-}
-
-/// A server process stopped when the test ends, also when an assertion fails.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-type Output = std::io::Lines<BufReader<std::process::ChildStdout>>;
-
-/// `lakehost serve` with the embedded default in `dir`, on free ports, with
-/// `env` besides; the server, the rest of its standard output and its
-/// `http://host:port`.
-fn serve(
-    dir: &std::path::Path,
-    env: &[(&str, &str)],
-    stderr: Stdio,
-) -> (KillOnDrop, Output, String) {
-    let mut server = KillOnDrop(
-        lakehost()
-            .arg("serve")
-            .current_dir(dir)
-            .env("LAKEHOST_SERVER_LISTEN", "127.0.0.1:0")
-            .env("LAKEHOST_STORAGE_S3_LISTEN", "127.0.0.1:0")
-            .env("LAKEHOST_SERVER_METRICS_LISTEN", "127.0.0.1:0")
-            .envs(env.iter().copied())
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .spawn()
-            .unwrap(),
-    );
-    let mut lines = BufReader::new(server.0.stdout.take().unwrap()).lines();
-    let first = lines.next().unwrap().unwrap();
-    let base = first
-        .strip_prefix("lakehost listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line: {first}"))
-        .to_string();
-    (server, lines, base)
 }
 
 #[test]

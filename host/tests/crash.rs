@@ -144,53 +144,21 @@ fn manifest(pause_after_insert: bool) -> String {
     text
 }
 
-/// Sends the request and reads its JSON body.
-async fn json(request: reqwest::RequestBuilder) -> Value {
-    request.send().await.unwrap().json().await.unwrap()
-}
-
-/// Creates a load, uploads one file by the descriptor's form, commits it.
+/// Creates a load of ROWS trips, uploads and commits it.
 async fn commit_a_load(http: &reqwest::Client, api: &str, token: &str) -> String {
-    let load: Value = json(
-        http.post(format!("{api}/v2/load"))
-            .bearer_auth(token)
-            .json(&json!({"load_type": "APPEND_ONLY", "table_name": "trips"})),
+    common::commit_parquet(
+        http,
+        api,
+        token,
+        "trips",
+        common::parquet("trip_id", ROWS, 4),
+        json!({"count(*)": ROWS}),
     )
-    .await;
-    let id = load["loadId"].as_str().unwrap().to_string();
-    let descriptor: Value = json(
-        http.post(format!("{api}/v2/load/{id}/file"))
-            .bearer_auth(token),
-    )
-    .await;
-    let mut form = reqwest::multipart::Form::new();
-    for (name, value) in descriptor["presigned_url"]["fields"].as_object().unwrap() {
-        form = form.text(name.clone(), value.as_str().unwrap().to_string());
-    }
-    form = form.part(
-        "file",
-        reqwest::multipart::Part::bytes(common::parquet("trip_id", ROWS, 4)),
-    );
-    let uploaded = http
-        .post(descriptor["presigned_url"]["url"].as_str().unwrap())
-        .multipart(form)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(uploaded.status(), 204);
-    let committed = http
-        .post(format!("{api}/v2/load/{id}/commit"))
-        .bearer_auth(token)
-        .json(&json!({"check_sum": {"count(*)": ROWS}}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(committed.status(), 202);
-    id
+    .await
 }
 
 async fn load_status(http: &reqwest::Client, api: &str, token: &str, id: &str) -> Value {
-    json(http.get(format!("{api}/v2/load/{id}")).bearer_auth(token)).await
+    common::json_of(http.get(format!("{api}/v2/load/{id}")).bearer_auth(token)).await
 }
 
 /// `SELECT count(*), count(DISTINCT svc$load_id) FROM trips`, or `None` while
@@ -211,14 +179,15 @@ async fn counts(http: &reqwest::Client, api: &str, token: &str) -> Option<(Strin
         .unwrap()
         .to_string();
     loop {
-        let status: Value = json(http.get(format!("{api}/v2/query/{id}")).bearer_auth(token)).await;
+        let status: Value =
+            common::json_of(http.get(format!("{api}/v2/query/{id}")).bearer_auth(token)).await;
         match status["status"]["state"].as_str().unwrap() {
             "SUCCEEDED" => break,
             "QUEUED" | "RUNNING" => tokio::time::sleep(Duration::from_millis(20)).await,
             other => panic!("query ended {other}: {status}"),
         }
     }
-    let page: Value = json(
+    let page: Value = common::json_of(
         http.get(format!("{api}/v2/query/{id}/result"))
             .bearer_auth(token),
     )

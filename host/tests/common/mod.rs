@@ -3,7 +3,13 @@
 //! provider's demo admin. Each test file uses some of it.
 #![allow(dead_code)]
 
-use std::sync::Arc;
+use std::{
+    io::{BufRead as _, BufReader},
+    process::{Command, Stdio},
+    sync::Arc,
+};
+
+use serde_json::{Value, json};
 
 use datafusion::{
     arrow::{
@@ -55,4 +61,107 @@ pub async fn demo_admin_token(http: &reqwest::Client, base: &str) -> String {
         .await
         .unwrap();
     reply["access_token"].as_str().unwrap().to_string()
+}
+
+/// The `lakehost` binary with only the variables each test sets.
+pub fn lakehost() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_lakehost"));
+    // Only the variables each test sets.
+    command
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default());
+    command
+}
+
+/// A server process stopped when the test ends, also when an assertion fails.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub type Output = std::io::Lines<BufReader<std::process::ChildStdout>>;
+
+/// `lakehost serve` with the embedded default in `dir`, on free ports, with
+/// `env` besides; the server, the rest of its standard output and its
+/// `http://host:port`.
+pub fn serve(
+    dir: &std::path::Path,
+    env: &[(&str, &str)],
+    stderr: Stdio,
+) -> (KillOnDrop, Output, String) {
+    let mut server = KillOnDrop(
+        lakehost()
+            .arg("serve")
+            .current_dir(dir)
+            .env("LAKEHOST_SERVER_LISTEN", "127.0.0.1:0")
+            .env("LAKEHOST_STORAGE_S3_LISTEN", "127.0.0.1:0")
+            .env("LAKEHOST_SERVER_METRICS_LISTEN", "127.0.0.1:0")
+            .envs(env.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(server.0.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let base = first
+        .strip_prefix("lakehost listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line: {first}"))
+        .to_string();
+    (server, lines, base)
+}
+
+/// Sends the request and reads its JSON body.
+pub async fn json_of(request: reqwest::RequestBuilder) -> Value {
+    request.send().await.unwrap().json().await.unwrap()
+}
+
+/// Creates an APPEND_ONLY load of `table` at `api`, uploads `parquet` as its
+/// one file by the descriptor's form, and commits it with `check_sum`; the
+/// load's id.
+pub async fn commit_parquet(
+    http: &reqwest::Client,
+    api: &str,
+    token: &str,
+    table: &str,
+    parquet: Vec<u8>,
+    check_sum: Value,
+) -> String {
+    let load = json_of(
+        http.post(format!("{api}/v2/load"))
+            .bearer_auth(token)
+            .json(&json!({"load_type": "APPEND_ONLY", "table_name": table})),
+    )
+    .await;
+    let id = load["loadId"].as_str().unwrap().to_string();
+    let descriptor = json_of(
+        http.post(format!("{api}/v2/load/{id}/file"))
+            .bearer_auth(token),
+    )
+    .await;
+    let mut form = reqwest::multipart::Form::new();
+    for (name, value) in descriptor["presigned_url"]["fields"].as_object().unwrap() {
+        form = form.text(name.clone(), value.as_str().unwrap().to_string());
+    }
+    form = form.part("file", reqwest::multipart::Part::bytes(parquet));
+    let uploaded = http
+        .post(descriptor["presigned_url"]["url"].as_str().unwrap())
+        .multipart(form)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(uploaded.status(), 204);
+    let committed = http
+        .post(format!("{api}/v2/load/{id}/commit"))
+        .bearer_auth(token)
+        .json(&json!({"check_sum": check_sum}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(committed.status(), 202);
+    id
 }
