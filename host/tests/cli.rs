@@ -226,7 +226,7 @@ grants = ["staged-sql"]
         "{stdout}"
     );
     assert!(
-        lines[1].starts_with("step missing (missing.wasm): missing.wasm: "),
+        lines[1].starts_with("step missing (missing.wasm): No such file"),
         "{stdout}"
     );
     assert_eq!(lines[2], "step checks (builtin:verify_checksums): ok");

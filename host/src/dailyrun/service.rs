@@ -346,6 +346,16 @@ impl DailyRunService {
             Ok(manifest) => manifest,
             Err(e) => return failed("ManifestError", e),
         };
+        // Every component is taken before the first step: the run keeps
+        // them to its end, whatever replaces their files meanwhile.
+        let pinned = {
+            let (engine, manifest) = (self.engine.clone(), manifest.clone());
+            match tokio::task::spawn_blocking(move || engine.pin_daily_steps(&manifest)).await {
+                Ok(Ok(pinned)) => Arc::new(pinned),
+                Ok(Err(e)) => return failed("InternalError", e.to_string()),
+                Err(e) => return failed("InternalError", format!("pinning the steps: {e}")),
+            }
+        };
         let databases = standard_databases(&run.org, None);
         let context = RunContext {
             execution_name: run.name.clone(),
@@ -384,13 +394,13 @@ impl DailyRunService {
                 }
             },
             |step| {
-                let engine = self.engine.clone();
+                let (engine, pinned) = (self.engine.clone(), pinned.clone());
                 let (step, context, data) = (step.clone(), context.clone(), data.clone());
                 let control = control.clone();
                 async move {
                     let name = step.name.clone();
                     tokio::task::spawn_blocking(move || {
-                        engine.run_daily_step(&step, &context, data, &control)
+                        engine.run_pinned_daily_step(&pinned, &step, &context, data, &control)
                     })
                     .await
                     .map_err(|e| {

@@ -216,8 +216,13 @@ pub enum StepError {
     Trapped { step: String, message: String },
     #[error("step {step} reported an internal error: {message}")]
     Reported { step: String, message: String },
-    #[error("step {step} could not be loaded: {message}")]
-    Component { step: String, message: String },
+    /// Its component (`builtin:<name>`, or a file by its name alone).
+    #[error("step {step} ({component}) could not be loaded: {message}")]
+    Component {
+        step: String,
+        component: String,
+        message: String,
+    },
     #[error(
         "step {step} failed the load with ErrorType {error_type:?}, which is not one of the spec's"
     )]

@@ -596,6 +596,90 @@ async fn an_org_adds_its_own_step_from_a_wasm_file() {
     assert_eq!(done["LoadStatus"], "SUCCESS", "{done}");
 }
 
+/// An org's manifest and a step's `.wasm` replaced while a commit runs: the
+/// commit ends with the manifest and the components it began with, the next
+/// commit takes the new ones (here a file that is no component: an
+/// InternalError naming it), and the server goes on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manifest_swapped_while_a_commit_runs_changes_only_the_commits_after_it() {
+    let pipelines = tempfile::tempdir().unwrap();
+    let org_dir = pipelines.path().join("orgs/demo");
+    std::fs::create_dir_all(&org_dir).unwrap();
+    let guard = lakehost::pipeline::builtin::component("reject_columns")
+        .unwrap()
+        .1;
+    std::fs::write(org_dir.join("guard.wasm"), guard).unwrap();
+    let manifest = |pause_ms: u64, forbidden: &str| {
+        format!(
+            "version = 1\n\
+             [[steps]]\nname = \"pause\"\ncomponent = \"builtin:pause\"\n[steps.config]\nms = {pause_ms}\n\
+             [[steps]]\nname = \"guard\"\ncomponent = \"guard.wasm\"\ngrants = [\"staged-files\", \"log\"]\n\
+             [steps.config]\nforbidden = [{forbidden}]\n\
+             [[steps]]\nname = \"insert\"\ncomponent = \"builtin:insert\"\ngrants = [\"staged-sql\", \"lake-append\"]\n"
+        )
+    };
+    std::fs::write(org_dir.join("load.toml"), manifest(3000, "\"trip_id\"")).unwrap();
+    let dir = pipelines.path().to_path_buf();
+    let app = spawn_app_with(|config| {
+        config.pipeline.dir = dir;
+        config.pipeline.test_steps = true;
+    })
+    .await;
+    let admin = app.token_for(&["ZoneAdmin"], "[0]");
+
+    // The first commit, held in its pause step.
+    let first = new_load(&app, &admin, json!({})).await;
+    app.stage_file(&admin, &first, "part_1", &trips_batch(&[1], 2))
+        .await;
+    let (status, body) = app
+        .commit(
+            &admin,
+            &first,
+            &json!({"check_sum": {"count(*)": 2}}).to_string(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let record = app.store.load(&first).await.unwrap().unwrap();
+        if record.running_step.as_deref() == Some("pause") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never reached its pause step"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+
+    // Meanwhile: a manifest that pauses less and forbids nothing, and a
+    // guard that is no component at all.
+    std::fs::write(org_dir.join("guard.wasm"), b"\0asm no longer a component").unwrap();
+    std::fs::write(org_dir.join("load.toml"), manifest(0, "")).unwrap();
+
+    // The first commit's guard was the one it began with, with its config.
+    let ended = app.wait_for_load(&admin, &first).await;
+    assert_failed(&ended, "ValidationError", "UNEXPECTED_COLUMN");
+    assert!(ended.to_string().contains("trip_id"), "{ended}");
+
+    // The next one takes the new files, and the broken component is named.
+    let next = commit_two_trips(&app, &admin).await;
+    assert_eq!(next["LoadStatus"], "FAIL", "{next}");
+    assert_eq!(next["ErrorType"], "InternalError", "{next}");
+    assert!(next.to_string().contains("guard.wasm"), "{next}");
+    assert!(
+        !next
+            .to_string()
+            .contains(&pipelines.path().display().to_string()),
+        "{next}"
+    );
+
+    // A good component again: the server kept serving, and it loads.
+    std::fs::write(org_dir.join("guard.wasm"), guard).unwrap();
+    let done = commit_two_trips(&app, &admin).await;
+    assert_eq!(done["LoadStatus"], "SUCCESS", "{done}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zone_load_lands_in_the_zones_lake() {
     let app = spawn_app().await;

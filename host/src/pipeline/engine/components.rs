@@ -77,8 +77,8 @@ impl PipelineEngine {
         let key = match source {
             ComponentSource::Builtin(name) => ComponentKey::Builtin(name.clone()),
             ComponentSource::File(path) => {
-                // Messages name the file, not the server's directories.
-                let meta = std::fs::metadata(path).map_err(|e| format!("{source}: {e}"))?;
+                // Callers name the file (never the server's directories).
+                let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
                 ComponentKey::File(path.clone(), meta.len(), meta.modified().ok())
             }
         };

@@ -7,6 +7,9 @@
 //!   server of the process, with the thread that ticks its epoch.
 //! - **Compiled once** (`components.rs`): a run only instantiates; a restart
 //!   loads the compiled forms the last one kept (`compiled_on_disk.rs`).
+//! - **Pinned for a run**: a commit (and a daily run) takes every step's
+//!   component before its first step, so a file swapped meanwhile changes
+//!   only the runs that begin after it.
 //! - **A box per run** (`sandbox.rs`): a fresh `Store`, a time limit by epoch
 //!   interruption, a memory limit, an empty WASI context.
 //! - **Stopped wherever it is** (`interrupt.rs`): at its time limit or its
@@ -21,6 +24,7 @@
 //! host may run `bindgen!` or create a wasmtime `Engine`.
 
 use std::{
+    collections::HashMap,
     path::PathBuf,
     sync::{
         Arc, OnceLock,
@@ -78,6 +82,42 @@ mod daily_bindings {
 }
 
 use bindings::lakehost::pipeline::types;
+
+/// A daily manifest's components, taken when its run began
+/// ([`PipelineEngine::pin_daily_steps`]).
+pub struct PinnedDailySteps(HashMap<String, daily_bindings::DailyStepPre<DailyState>>);
+
+/// Each step's component of `manifest`, by step name, through `load`; the
+/// first that cannot be had is the run's error, before any step ran.
+fn pin<P>(
+    manifest: &Manifest,
+    load: impl Fn(&ComponentSource) -> Result<P, String>,
+) -> Result<HashMap<String, P>, StepError> {
+    manifest
+        .steps
+        .iter()
+        .map(|step| {
+            load(&step.component)
+                .map(|pre| (step.name.clone(), pre))
+                .map_err(|message| unloadable(step, message))
+        })
+        .collect()
+}
+
+/// A step of a run that is not among its pinned ones (a manifest other
+/// than the one pinned): an error of the host, never a step run unpinned.
+fn not_pinned(step: &Step) -> StepError {
+    unloadable(step, "not among the components pinned for this run".into())
+}
+
+/// Why `step`'s component could not be had, naming it.
+fn unloadable(step: &Step, message: String) -> StepError {
+    StepError::Component {
+        step: step.name.clone(),
+        component: step.component.to_string(),
+        message,
+    }
+}
 
 /// Compiles and runs steps. One per process ([`PipelineEngine::shared`]).
 pub struct PipelineEngine {
@@ -215,10 +255,18 @@ impl PipelineEngine {
     ) -> Result<StepVerdict, StepError> {
         let pre = self
             .load_step(&step.component)
-            .map_err(|message| StepError::Component {
-                step: step.name.clone(),
-                message,
-            })?;
+            .map_err(|message| unloadable(step, message))?;
+        self.run_load_pre(&pre, step, context, data, control)
+    }
+
+    fn run_load_pre(
+        &self,
+        pre: &bindings::StepPre<LoadState>,
+        step: &Step,
+        context: &StepContext,
+        data: Arc<dyn LoadData>,
+        control: &RunControl,
+    ) -> Result<StepVerdict, StepError> {
         let mut store = self.sandbox(step, data, &context.load_id, control);
         let context = types::LoadContext {
             load_id: context.load_id.clone(),
@@ -251,10 +299,39 @@ impl PipelineEngine {
     ) -> Result<StepVerdict, StepError> {
         let pre = self
             .daily_step(&step.component)
-            .map_err(|message| StepError::Component {
-                step: step.name.clone(),
-                message,
-            })?;
+            .map_err(|message| unloadable(step, message))?;
+        self.run_daily_pre(&pre, step, context, data, control)
+    }
+
+    /// Every step's component of a daily manifest, compiled (or found
+    /// compiled), for a run that begins: it keeps them to its end, whatever
+    /// replaces their files meanwhile. Blocks when one must be compiled.
+    pub fn pin_daily_steps(&self, manifest: &Manifest) -> Result<PinnedDailySteps, StepError> {
+        pin(manifest, |source| self.daily_step(source)).map(PinnedDailySteps)
+    }
+
+    /// Runs one daily-run step with the component pinned for its run.
+    /// Blocks: call it from a blocking thread.
+    pub fn run_pinned_daily_step(
+        &self,
+        pinned: &PinnedDailySteps,
+        step: &Step,
+        context: &RunContext,
+        data: Arc<dyn DailyData>,
+        control: &RunControl,
+    ) -> Result<StepVerdict, StepError> {
+        let pre = pinned.0.get(&step.name).ok_or_else(|| not_pinned(step))?;
+        self.run_daily_pre(pre, step, context, data, control)
+    }
+
+    fn run_daily_pre(
+        &self,
+        pre: &daily_bindings::DailyStepPre<DailyState>,
+        step: &Step,
+        context: &RunContext,
+        data: Arc<dyn DailyData>,
+        control: &RunControl,
+    ) -> Result<StepVerdict, StepError> {
         let mut store = self.sandbox(step, data, &context.execution_name, control);
         let context = types::RunContext {
             execution_name: context.execution_name.clone(),
@@ -281,9 +358,13 @@ impl PipelineEngine {
         data: Arc<dyn LoadData>,
         control: &RunControl,
     ) -> Result<PipelineOutcome, StepError> {
+        // Every component is taken before the first step runs: the commit
+        // keeps them to its end, whatever replaces their files meanwhile.
+        let pinned = pin(manifest, |source| self.load_step(source))?;
         let ran = run_steps_blocking(manifest, |step| {
             control.entering(&step.name);
-            self.run_step(step, context, data.clone(), control)
+            let pre = pinned.get(&step.name).ok_or_else(|| not_pinned(step))?;
+            self.run_load_pre(pre, step, context, data.clone(), control)
         });
         match ran.stopped {
             None => Ok(PipelineOutcome::Passed),
