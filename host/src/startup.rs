@@ -172,6 +172,13 @@ impl Application {
                 }
             });
         }
+        // Components an operator swaps in are compiled here, not by the
+        // next commit that needs them.
+        crate::pipeline::manifest::watch::start(
+            engine.clone(),
+            config.pipeline.dir.clone(),
+            workers.clone(),
+        );
         // The pipelines' SQL (check_sum keys, inserts, daily transforms) runs
         // apart from the runtime serving HTTP, as queries do.
         let pipeline_runtime = Arc::new(

@@ -288,6 +288,12 @@ async fn a_step_written_outside_the_repository_runs_in_an_orgs_commits() {
     let (code, out) = pipeline(&org_dir, &["check", "load.toml"]);
     assert_eq!(code, Some(0), "{out}");
 
+    // A broken manifest of another org: the server's watch names it in
+    // the log at startup, before any commit needs it.
+    let broken_org = server_dir.join("pipelines/orgs/acme");
+    std::fs::create_dir_all(&broken_org).unwrap();
+    std::fs::write(broken_org.join("load.toml"), "version = 1\n[[steps]]\n").unwrap();
+
     let log_path = server_dir.join("server.log");
     let log = std::fs::File::create(&log_path).unwrap();
     let (server, output, base) = serve(&server_dir, &[("RUST_LOG", "info")], log.into());
@@ -325,8 +331,15 @@ async fn a_step_written_outside_the_repository_runs_in_an_orgs_commits() {
     }
     drop(server);
 
-    // Each step's log line is in the server's log with its load and name.
     let logged = std::fs::read_to_string(&log_path).unwrap();
+    assert!(
+        logged
+            .lines()
+            .any(|line| line.contains("a pipeline manifest is not usable")
+                && line.contains("orgs/acme/load.toml")),
+        "{logged}"
+    );
+    // Each step's log line is in the server's log with its load and name.
     assert!(
         logged
             .lines()

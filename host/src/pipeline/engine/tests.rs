@@ -424,3 +424,45 @@ fn step_overhead() {
         micros.len()
     );
 }
+
+/// A step built against `lakehost:pipeline@0.1.0` and kept as it was built
+/// (`host/tests/fixtures/reject_columns@0.1.0.wasm`, the example step of
+/// this release) loads and runs on this host. While 0.1.0 is the current
+/// world this is any step; once `wit/` moves on it is the compatibility
+/// policy's test (`wit/README.md`): a step built against an older `0.1.x`
+/// keeps loading. Never rebuild the fixture.
+#[test]
+fn a_step_built_against_lakehost_pipeline_0_1_0_keeps_loading_and_running() {
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/reject_columns@0.1.0.wasm");
+    let bytes = std::fs::read(&fixture).unwrap();
+    let import = b"lakehost:pipeline/staged-files@0.1.0";
+    assert!(
+        bytes.windows(import.len()).any(|w| w == import),
+        "the fixture imports the 0.1.0 interfaces"
+    );
+    let text = format!(
+        "version = 1\n[[steps]]\nname = \"old\"\ncomponent = \"{}\"\n\
+         grants = [\"staged-files\", \"log\"]\n[steps.config]\nforbidden = [\"trip_id\"]\n",
+        fixture.display()
+    );
+    let step = Manifest::parse(
+        PipelineKind::Load,
+        &text,
+        "test.toml",
+        std::path::Path::new("/"),
+    )
+    .unwrap()
+    .steps
+    .remove(0);
+    engine()
+        .check_step(PipelineKind::Load, &step.component)
+        .unwrap();
+    let (error_type, items) = engine()
+        .run_step(&step, &context(), Arc::new(FixedLoad::new()), control())
+        .unwrap()
+        .expect("it fails the load: trip_id is forbidden");
+    assert_eq!(error_type, "ValidationError");
+    assert_eq!(items[0].error_type, "UNEXPECTED_COLUMN");
+    assert!(items[0].error_message.contains("trip_id"), "{items:?}");
+}

@@ -22,7 +22,9 @@
 //!
 //! This module reads manifest text into a [`Manifest`] and nothing more; which
 //! manifest an org runs (its own, the shared one or the built-in default) is
-//! `org.rs`'s. It never runs or compiles a step.
+//! `org.rs`'s. It never runs or compiles a step; `watch.rs`, the background
+//! round that has the engine compile the manifests' changed components, is
+//! the one part that asks for compiling.
 
 use std::{
     collections::BTreeSet,
@@ -36,6 +38,7 @@ use super::PipelineKind;
 mod org;
 #[cfg(test)]
 mod tests;
+pub mod watch;
 
 pub use org::{manifest_path, org_manifest, test_step_refused};
 
