@@ -407,7 +407,7 @@ fn step_overhead() {
         matches!(run(), Err(StepError::Reported { ref message, .. }) if message.contains("unknown misbehaviour")),
         "the step ends at once with its own error"
     );
-    let mut micros: Vec<f64> = (0..5_000)
+    let mut micros: Vec<f64> = (0..20_000)
         .map(|_| {
             let began = std::time::Instant::now();
             let _ = std::hint::black_box(run());

@@ -6,8 +6,9 @@
 //! README with the commands that build, check and dry-run it.
 //!
 //! The templates are the files in `templates/`; `{{...}}` marks what is
-//! filled in. A Rust project gets the Cargo.lock the built-in steps are built
-//! with, so it builds with the same, tested versions.
+//! filled in. A Rust project gets the Cargo.lock and the `.cargo/config.toml`
+//! (a 64 KiB stack) the built-in steps are built with, so it builds with the
+//! same, tested versions and settings.
 
 use std::{fmt, path::PathBuf, sync::Arc};
 
@@ -23,6 +24,7 @@ use super::{PipelineKind, builtin, wit_package};
 
 const CARGO_TOML: &str = include_str!("templates/Cargo.toml.in");
 const CARGO_LOCK: &str = include_str!("../../../../plugins/Cargo.lock");
+const CARGO_CONFIG: &str = include_str!("../../../../plugins/.cargo/config.toml");
 const LOAD_LIB_RS: &str = include_str!("templates/load_lib.rs.in");
 const DAILY_LIB_RS: &str = include_str!("templates/daily_lib.rs.in");
 const LOAD_APP_PY: &str = include_str!("templates/load_app.py.in");
@@ -176,6 +178,7 @@ fn project_files(request: &NewStep, names: &Names) -> Vec<(PathBuf, Vec<u8>)> {
         (Language::Rust, kind) => {
             text("Cargo.toml", fill(CARGO_TOML));
             text("Cargo.lock", CARGO_LOCK.to_string());
+            text(".cargo/config.toml", CARGO_CONFIG.to_string());
             let lib = match kind {
                 PipelineKind::Load => LOAD_LIB_RS,
                 PipelineKind::Daily => DAILY_LIB_RS,

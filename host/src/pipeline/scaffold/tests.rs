@@ -124,6 +124,7 @@ fn a_rust_project_uses_the_wit_bindgen_and_the_lock_of_the_built_in_steps() {
     assert!(cargo.contains("world = \"step\""), "{cargo}");
     assert!(file(&files, "src/lib.rs").contains("struct FareGuard;"));
     assert!(file(&files, "Cargo.lock").contains("name = \"wit-bindgen\""));
+    assert!(file(&files, ".cargo/config.toml").contains("stack-size=65536"));
 }
 
 #[test]
