@@ -68,9 +68,7 @@ pub struct DailyDryRunOutcome {
 
 impl DailyDryRunOutcome {
     pub fn passed(&self) -> bool {
-        self.steps
-            .iter()
-            .all(|s| matches!(s, StepReport::Passed { .. }))
+        StepReport::all_passed(&self.steps)
     }
 }
 

@@ -53,9 +53,7 @@ pub struct DryRunOutcome {
 
 impl DryRunOutcome {
     pub fn passed(&self) -> bool {
-        self.steps
-            .iter()
-            .all(|s| matches!(s, StepReport::Passed { .. }))
+        StepReport::all_passed(&self.steps)
     }
 }
 

@@ -56,6 +56,15 @@ pub enum StepReport {
     Error(StepError),
 }
 
+impl StepReport {
+    /// Whether every step of `reports` passed.
+    pub fn all_passed(reports: &[StepReport]) -> bool {
+        reports
+            .iter()
+            .all(|report| matches!(report, StepReport::Passed { .. }))
+    }
+}
+
 impl StepsRun<Infallible> {
     /// Each step's report in order: the steps that passed, then the one the
     /// run stopped at.
