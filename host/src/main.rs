@@ -80,9 +80,10 @@ enum PipelineCommand {
     /// --seed. Exit code 0 when every step passed, 1 when one failed, 2 on
     /// an error.
     DryRun {
-        /// The manifest to try.
-        #[arg(long, default_value = "pipelines/load.toml")]
-        manifest: PathBuf,
+        /// The manifest to try (default: pipelines/load.toml, or
+        /// pipelines/daily.toml with --daily).
+        #[arg(long)]
+        manifest: Option<PathBuf>,
         /// A daily-run manifest (`daily-step` world); else a load manifest.
         #[arg(long)]
         daily: bool,
@@ -203,6 +204,7 @@ async fn main() -> std::process::ExitCode {
                 },
         } => {
             let _logging = logs::init(LogFormat::Text);
+            let manifest = manifest.unwrap_or_else(|| default_manifest(PipelineKind::Daily));
             pipeline_daily_dry_run(DailyDryRunRequest { manifest, seeds }).await
         }
         Command::Pipeline {
@@ -239,7 +241,7 @@ async fn main() -> std::process::ExitCode {
                 }
             };
             pipeline_dry_run(DryRunRequest {
-                manifest,
+                manifest: manifest.unwrap_or_else(|| default_manifest(PipelineKind::Load)),
                 table,
                 check_sum,
                 load_as_service_client_id,
@@ -335,6 +337,11 @@ fn pipeline_wit(out: &Path) -> std::process::ExitCode {
             std::process::ExitCode::from(2)
         }
     }
+}
+
+/// The repository's manifest of a pipeline, as the dry run's default.
+fn default_manifest(kind: PipelineKind) -> PathBuf {
+    Path::new("pipelines").join(kind.file_name())
 }
 
 fn pipeline_new_step(request: NewStep) -> std::process::ExitCode {
