@@ -204,6 +204,7 @@ async fn main() -> std::process::ExitCode {
                 },
         } => {
             let _logging = logs::init(LogFormat::Text);
+            keep_compiled_for_tools();
             let manifest = manifest.unwrap_or_else(|| default_manifest(PipelineKind::Daily));
             pipeline_daily_dry_run(DailyDryRunRequest { manifest, seeds }).await
         }
@@ -240,6 +241,7 @@ async fn main() -> std::process::ExitCode {
                     return std::process::ExitCode::from(2);
                 }
             };
+            keep_compiled_for_tools();
             pipeline_dry_run(DryRunRequest {
                 manifest: manifest.unwrap_or_else(|| default_manifest(PipelineKind::Load)),
                 table,
@@ -254,6 +256,7 @@ async fn main() -> std::process::ExitCode {
             command: PipelineCommand::Check { manifest, daily },
         } => {
             let _logging = logs::init(LogFormat::Text);
+            keep_compiled_for_tools();
             pipeline_check(&manifest, daily)
         }
         Command::Pipeline {
@@ -336,6 +339,15 @@ fn pipeline_wit(out: &Path) -> std::process::ExitCode {
             eprintln!("lakehost pipeline wit: {}: {e}", out.display());
             std::process::ExitCode::from(2)
         }
+    }
+}
+
+/// `check` and the dry runs keep compiled steps in the user's cache folder,
+/// so an author's next run does not compile them again. An engine that does
+/// not start is reported by the command itself.
+fn keep_compiled_for_tools() {
+    if let Ok(engine) = PipelineEngine::shared() {
+        engine.keep_compiled_for_tools();
     }
 }
 

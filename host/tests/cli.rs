@@ -153,6 +153,65 @@ fn pipeline_dry_run_prints_each_steps_outcome() {
 }
 
 #[test]
+fn the_tools_keep_compiled_steps_in_the_users_cache_and_load_them_next_time() {
+    use std::os::unix::fs::MetadataExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let pipelines = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../pipelines");
+    let cache = dir.path().join("cache");
+    let check = || {
+        let output = lakehost()
+            .args(["pipeline", "check"])
+            .arg(pipelines.join("load.toml"))
+            .env("LAKEHOST_CACHE_DIR", &cache)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0), "{output:?}");
+        String::from_utf8(output.stdout).unwrap()
+    };
+    // The compiled form of each file, by name, with the inode it has: a step
+    // compiled again is written under a new name and renamed over it.
+    let kept = || {
+        let mut files: Vec<(String, u64)> = std::fs::read_dir(cache.join("compiled-steps"))
+            .unwrap()
+            .map(|entry| {
+                let entry = entry.unwrap();
+                let name = entry.file_name().to_string_lossy().into_owned();
+                (name, entry.metadata().unwrap().ino())
+            })
+            .collect();
+        files.sort();
+        files
+    };
+
+    let first = check();
+    let after_first = kept();
+    // The five built-in load steps, each compiled once, no partial files.
+    assert_eq!(after_first.len(), 5, "{after_first:?}");
+    assert!(
+        after_first.iter().all(|(name, _)| name.ends_with(".cwasm")),
+        "{after_first:?}"
+    );
+    let second = check();
+    assert_eq!(second, first);
+    assert_eq!(
+        kept(),
+        after_first,
+        "the second run loaded what the first compiled"
+    );
+
+    // An empty LAKEHOST_CACHE_DIR keeps nothing anywhere.
+    let output = lakehost()
+        .args(["pipeline", "check"])
+        .arg(pipelines.join("load.toml"))
+        .env("LAKEHOST_CACHE_DIR", "")
+        .env("HOME", dir.path().join("home"))
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert!(!dir.path().join("home").exists());
+}
+
+#[test]
 fn pipeline_check_judges_every_step_without_running_any() {
     let dir = tempfile::tempdir().unwrap();
     let pipelines = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../pipelines");

@@ -14,6 +14,11 @@
 //! from this server. The folder is the server's own, as trusted as its
 //! SQLite store beside it; the digest catches damage, not an attacker who
 //! can already write the server's data folder.
+//!
+//! The command-line tools (`pipeline check`, `pipeline dry-run`) keep theirs
+//! in the user's cache folder instead (`tool_cache_dir`), as trusted as the
+//! user's own `~/.cargo`: a step author's second run loads what the first
+//! compiled.
 
 use std::{
     hash::{Hash as _, Hasher as _},
@@ -22,6 +27,29 @@ use std::{
 
 use sha2::{Digest as _, Sha256};
 use wasmtime::{Engine, component::Component};
+
+/// The folder where the command-line tools keep compiled components:
+/// `$LAKEHOST_CACHE_DIR/compiled-steps`, else
+/// `$XDG_CACHE_HOME/lakehost/compiled-steps`, else
+/// `$HOME/.cache/lakehost/compiled-steps`. `None` when `LAKEHOST_CACHE_DIR`
+/// is set but empty (no cache), or when none of them is an absolute path.
+pub(super) fn tool_cache_dir(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Option<PathBuf> {
+    let absolute = |value: std::ffi::OsString| {
+        let path = PathBuf::from(value);
+        path.is_absolute().then_some(path)
+    };
+    if let Some(dir) = var("LAKEHOST_CACHE_DIR") {
+        return absolute(dir).map(|dir| dir.join("compiled-steps"));
+    }
+    var("XDG_CACHE_HOME")
+        .and_then(absolute)
+        .or_else(|| {
+            var("HOME")
+                .and_then(absolute)
+                .map(|home| home.join(".cache"))
+        })
+        .map(|cache| cache.join("lakehost").join("compiled-steps"))
+}
 
 /// How a component was made ready: compiled now, or loaded from the folder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,6 +162,48 @@ impl CompiledOnDisk {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_tools_cache_folder_follows_the_environment() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(key, _)| *key == name)
+                    .map(|(_, value)| std::ffi::OsString::from(value))
+            }
+        };
+        const HOME: &[(&str, &str)] = &[("HOME", "/home/ada")];
+        assert_eq!(
+            tool_cache_dir(env(HOME)),
+            Some(PathBuf::from("/home/ada/.cache/lakehost/compiled-steps"))
+        );
+        const XDG: &[(&str, &str)] = &[("HOME", "/home/ada"), ("XDG_CACHE_HOME", "/var/cache/ada")];
+        assert_eq!(
+            tool_cache_dir(env(XDG)),
+            Some(PathBuf::from("/var/cache/ada/lakehost/compiled-steps"))
+        );
+        const OWN: &[(&str, &str)] = &[("HOME", "/home/ada"), ("LAKEHOST_CACHE_DIR", "/tmp/lh")];
+        assert_eq!(
+            tool_cache_dir(env(OWN)),
+            Some(PathBuf::from("/tmp/lh/compiled-steps"))
+        );
+        // An empty LAKEHOST_CACHE_DIR turns the cache off; relative paths
+        // (which would follow the working folder) are never used.
+        assert_eq!(
+            tool_cache_dir(env(&[("HOME", "/home/ada"), ("LAKEHOST_CACHE_DIR", "")])),
+            None
+        );
+        assert_eq!(tool_cache_dir(env(&[("HOME", "relative")])), None);
+        assert_eq!(
+            tool_cache_dir(env(&[
+                ("HOME", "/home/ada"),
+                ("XDG_CACHE_HOME", "relative")
+            ])),
+            Some(PathBuf::from("/home/ada/.cache/lakehost/compiled-steps"))
+        );
+        assert_eq!(tool_cache_dir(env(&[])), None);
+    }
 
     /// A component with no sections: the magic number, version 0xd, layer 1.
     const EMPTY_COMPONENT: [u8; 8] = [0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00];

@@ -231,6 +231,22 @@ impl PipelineEngine {
         })
     }
 
+    /// For the command-line tools: keeps compiled components in the user's
+    /// cache folder (`compiled_on_disk::tool_cache_dir`), made when missing.
+    /// Without one (or when it cannot be made) every run compiles again.
+    pub fn keep_compiled_for_tools(&self) {
+        let Some(dir) = compiled_on_disk::tool_cache_dir(|name| std::env::var_os(name)) else {
+            return;
+        };
+        if let Some(parent) = dir.parent()
+            && let Err(e) = std::fs::create_dir_all(parent)
+        {
+            tracing::warn!(dir = %parent.display(), error = %e, "no cache of compiled steps: every run compiles them again");
+            return;
+        }
+        self.keep_compiled_in(dir);
+    }
+
     /// Keeps compiled components in `dir`, so the next start loads them
     /// instead of compiling (`compiled_on_disk.rs`). One engine serves the
     /// whole process: the first server to call this chooses the folder.
