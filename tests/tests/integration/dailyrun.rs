@@ -3,8 +3,9 @@
 //! errors"): the flag (404 until first set, the accepted spellings, the exact
 //! 400, scopes, prefix, per org); executions started by hand and by the
 //! schedule on an injected clock, one RUNNING per org, TIMED_OUT, ABORTED
-//! after a restart, FAILED with the step's reason, and insights refreshed by
-//! the SQL-transform step and read back through the query API.
+//! after a restart, FAILED with the step's reason, insights refreshed by
+//! the SQL-transform step and read back through the query API, and a run
+//! that keeps the components it began with when its manifest is swapped.
 
 use chrono::{DateTime, Utc};
 use lakehost::clock::ManualClock;
@@ -859,4 +860,101 @@ async fn a_daily_sql_running_past_its_steps_time_limit_fails_the_run_at_the_limi
     );
     let admin = app.token_for(&["ZoneAdmin"], "[0]");
     app.assert_no_table(&admin, "demo_insights.sorted").await;
+}
+
+/// Whether the demo org's insights database holds `table`.
+async fn insights_table_exists(app: &TestApp, table: &str) -> bool {
+    let database = app
+        .store
+        .database("demo", None, "demo_insights")
+        .await
+        .unwrap()
+        .expect("the insights database");
+    app.store
+        .table(&database.id, table)
+        .await
+        .unwrap()
+        .is_some()
+}
+
+#[tokio::test]
+async fn a_manifest_swapped_while_a_daily_run_runs_changes_only_the_runs_after_it() {
+    let pipelines = tempfile::tempdir().unwrap();
+    let org_dir = pipelines.path().join("orgs/demo");
+    std::fs::create_dir_all(&org_dir).unwrap();
+    let refresh = lakehost::pipeline::builtin::component("sql_transform")
+        .unwrap()
+        .1;
+    std::fs::write(org_dir.join("refresh.wasm"), refresh).unwrap();
+    // One step refreshing `table` with the file component.
+    let refresh_step = |name: &str, table: &str| {
+        format!(
+            "[[steps]]\nname = \"{name}\"\ncomponent = \"refresh.wasm\"\n\
+             grants = [\"lake-sql\", \"log\"]\n[[steps.config.tables]]\ntable = \"{table}\"\n\
+             sql = \"SELECT 901 AS service_client_id, 1 AS n\"\n"
+        )
+    };
+    // The first run: a refresh whose table shows that the run has taken its
+    // components, a pause, and the same file component once more.
+    let first_manifest = format!(
+        "version = 1\n{}[[steps]]\nname = \"pause\"\ncomponent = \"builtin:daily_pause\"\n\
+         [steps.config]\nms = 3000\n{}",
+        refresh_step("before", "before_swap"),
+        refresh_step("after", "after_swap"),
+    );
+    std::fs::write(org_dir.join("daily.toml"), &first_manifest).unwrap();
+    let dir = pipelines.path().to_path_buf();
+    let app = spawn_app_with(|config| {
+        config.pipeline.dir = dir;
+        config.pipeline.test_steps = true;
+    })
+    .await;
+    let token = app.daily_token();
+
+    assert_eq!(app.start_daily_run(&token).await.0, StatusCode::OK);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !insights_table_exists(&app, "before_swap").await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first step never refreshed its table"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+
+    // Meanwhile, in the pause: a component that is no component at all, and
+    // a manifest naming other tables.
+    std::fs::write(org_dir.join("refresh.wasm"), b"\0asm no longer a component").unwrap();
+    let second_manifest = format!("version = 1\n{}", refresh_step("only", "second_run"));
+    std::fs::write(org_dir.join("daily.toml"), &second_manifest).unwrap();
+
+    // The run ends with the components and config it began with.
+    let ended = app.wait_for_daily_run(&token).await;
+    assert_eq!(ended["status"], "SUCCEEDED", "{ended}");
+    assert!(insights_table_exists(&app, "after_swap").await);
+    assert!(!insights_table_exists(&app, "second_run").await);
+
+    // The next run takes the new manifest and the broken file: it fails
+    // naming the file, without a server folder in the message.
+    app.clock.advance(chrono::Duration::seconds(1));
+    assert_eq!(app.start_daily_run(&token).await.0, StatusCode::OK);
+    let ended = app.wait_for_daily_run(&token).await;
+    assert_eq!(
+        (&ended["status"], &ended["error"]),
+        (&json!("FAILED"), &json!("InternalError")),
+        "{ended}"
+    );
+    let cause = ended["cause"].as_str().unwrap();
+    assert!(cause.contains("refresh.wasm"), "{cause}");
+    assert!(
+        !cause.contains(&pipelines.path().display().to_string()),
+        "{cause}"
+    );
+
+    // With the good file back, the new manifest runs.
+    std::fs::write(org_dir.join("refresh.wasm"), refresh).unwrap();
+    app.clock.advance(chrono::Duration::seconds(1));
+    assert_eq!(app.start_daily_run(&token).await.0, StatusCode::OK);
+    let ended = app.wait_for_daily_run(&token).await;
+    assert_eq!(ended["status"], "SUCCEEDED", "{ended}");
+    assert!(insights_table_exists(&app, "second_run").await);
 }
