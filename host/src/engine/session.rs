@@ -5,7 +5,8 @@
 //!
 //! Table names are read when the session starts (two store queries); a table's
 //! file list only when a statement names the table, so `SELECT 1` and queries
-//! on one table do not pay for the whole catalog.
+//! on one table do not pay for the whole catalog. Listings show only the
+//! tables of databases the caller may read.
 
 use std::{collections::BTreeMap, sync::Arc};
 
@@ -149,7 +150,14 @@ impl std::fmt::Debug for LakeSchemaProvider {
 
 #[async_trait]
 impl SchemaProvider for LakeSchemaProvider {
+    /// What catalog listings (`information_schema`, `SHOW TABLES`) show: none
+    /// of a database the caller may not read at all. A statement naming one
+    /// of its tables still resolves it, so it meets the spec's 403 in
+    /// `scan()`, not "table not found".
     fn table_names(&self) -> Vec<String> {
+        if self.read_scope == ServiceClientScope::Nothing {
+            return Vec::new();
+        }
         self.tables.keys().cloned().collect()
     }
 

@@ -1171,3 +1171,60 @@ async fn interrupted_writes_are_swept_from_a_local_lake() {
     assert!(!abandoned.exists());
     assert!(in_progress.exists() && finished.exists());
 }
+
+#[tokio::test]
+async fn catalog_listings_show_only_the_databases_a_caller_may_read() {
+    let app = spawn_app().await;
+    seed_demo_lake(&app).await;
+    let tables = "SELECT table_schema || '.' || table_name FROM information_schema.tables \
+                  WHERE table_catalog = 'lakehost' AND table_schema <> 'information_schema' \
+                  ORDER BY 1";
+    let columns = "SELECT DISTINCT table_schema || '.' || table_name FROM information_schema.columns \
+                   WHERE table_catalog = 'lakehost' AND table_schema <> 'information_schema' \
+                   ORDER BY 1";
+    let mut failures = Vec::new();
+    for role in ROLES.into_iter().filter(|role| *role != NOBODY) {
+        let token = app.token_for(&[role], "[1]");
+        let mut readable: Vec<&str> = TABLES
+            .iter()
+            .filter(|(_, kind, _)| !matches!(read_scope(role, &[1], *kind), Scope::NoDatabase))
+            .map(|(table, ..)| *table)
+            .collect();
+        readable.sort_unstable();
+        let expected = Ok(readable
+            .iter()
+            .map(|table| vec![Some(table.to_string())])
+            .collect::<Rows>());
+        for sql in [tables, columns] {
+            let listed = outcome(&app, ORG_HOST, &token, sql).await;
+            if listed != expected {
+                failures.push(format!(
+                    "{role}: `{sql}`: expected {expected:?}, got {listed:?}"
+                ));
+            }
+        }
+        // A table left out of the listing still answers with the spec's
+        // refusal, not "table not found".
+        for (table, kind, per_client) in TABLES {
+            let scope = read_scope(role, &[1], kind);
+            if matches!(scope, Scope::NoDatabase) {
+                let sql = format!("SELECT count(*) FROM {table}");
+                let actual = outcome(&app, ORG_HOST, &token, &sql).await;
+                let expected = expected_count(&scope, per_client, None);
+                if actual != expected {
+                    failures.push(format!(
+                        "{role}: `{sql}`: expected {expected:?}, got {actual:?}"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // The public consumer of this seed lists something, so the test is not
+    // passing on empty listings alone.
+    assert!(
+        TABLES
+            .iter()
+            .any(|(_, kind, _)| !matches!(read_scope(PUBLIC, &[1], *kind), Scope::NoDatabase))
+    );
+}
