@@ -199,6 +199,24 @@ fn the_tools_keep_compiled_steps_in_the_users_cache_and_load_them_next_time() {
         "the second run loaded what the first compiled"
     );
 
+    // A cache folder that cannot be made (a file is in the way): the check
+    // still runs, compiling, and says why nothing was kept.
+    let in_the_way = dir.path().join("a-file");
+    std::fs::write(&in_the_way, b"not a folder").unwrap();
+    let output = lakehost()
+        .args(["pipeline", "check"])
+        .arg(pipelines.join("load.toml"))
+        .env("LAKEHOST_CACHE_DIR", &in_the_way)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), first);
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("no cache of compiled steps"),
+        "{output:?}"
+    );
+    assert_eq!(std::fs::read(&in_the_way).unwrap(), b"not a folder");
+
     // An empty LAKEHOST_CACHE_DIR keeps nothing anywhere.
     let output = lakehost()
         .args(["pipeline", "check"])
