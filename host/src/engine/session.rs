@@ -3,7 +3,7 @@
 //! are `LakeTableProvider`s carrying the caller's read scope for that database.
 //! Nothing else is reachable: no URL tables, no file system, no other org.
 //!
-//! Table names are read when the session starts (two store queries); a table's
+//! Table names are read when the session starts (one store query); a table's
 //! file list only when a statement names the table, so `SELECT 1` and queries
 //! on one table do not pay for the whole catalog. Listings show only the
 //! tables of databases the caller may read.
@@ -66,12 +66,8 @@ pub async fn session_for(
     lake: &Lake,
     scope: &SessionScope<'_>,
 ) -> Result<SessionContext, SessionError> {
-    // Two reads at once: a small query spends much of its time waiting on
-    // the store.
-    let (databases, tables) = tokio::try_join!(
-        store.databases(scope.org, scope.zone),
-        store.tables_of(scope.org, scope.zone)
-    )?;
+    // One read: a small query spends much of its time waiting on the store.
+    let (databases, tables) = store.catalog_of(scope.org, scope.zone).await?;
     if !databases.iter().any(|d| d.name == scope.default_database) {
         return Err(SessionError::UnknownDatabase(
             scope.default_database.to_string(),

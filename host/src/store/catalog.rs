@@ -134,10 +134,13 @@ fn table_from_row(row: &sqlx::any::AnyRow) -> Result<LakeTable> {
         database_id: row.try_get("database_id")?,
         name: row.try_get("name")?,
         schema_json: row.try_get("schema_json")?,
-        partition_columns: serde_json::from_str(&partitions)
-            .map_err(|e| Error::Corrupt(format!("partition columns: {e}")))?,
+        partition_columns: parse_partition_columns(&partitions)?,
         created_at: row.try_get("created_at")?,
     })
+}
+
+fn parse_partition_columns(json: &str) -> Result<Vec<String>> {
+    serde_json::from_str(json).map_err(|e| Error::Corrupt(format!("partition columns: {e}")))
 }
 
 fn file_from_row(row: &sqlx::any::AnyRow) -> Result<DataFile> {
@@ -256,23 +259,50 @@ impl Store {
     }
 
     /// Every table of the org's (or zone's) databases, in one query.
-    pub async fn tables_of(&self, org: &str, zone: Option<&str>) -> Result<Vec<LakeTable>> {
+    /// An org's (or zone's) databases and every table in them, in one read
+    /// (a session's catalog: one store round trip per query).
+    pub async fn catalog_of(
+        &self,
+        org: &str,
+        zone: Option<&str>,
+    ) -> Result<(Vec<LakeDatabase>, Vec<LakeTable>)> {
         let rows = sqlx::query(
-            "SELECT t.id, t.database_id, t.name, t.schema_json, t.partition_columns_json, \
-             t.created_at FROM lake_tables t JOIN lake_databases d ON d.id = t.database_id \
-             WHERE d.org = $1 AND d.zone = $2 ORDER BY t.name",
+            "SELECT d.id, d.org, d.zone, d.name, d.kind, t.id AS table_id, \
+             t.name AS table_name, t.schema_json, t.partition_columns_json, t.created_at \
+             FROM lake_databases d LEFT JOIN lake_tables t ON t.database_id = d.id \
+             WHERE d.org = $1 AND d.zone = $2 ORDER BY d.name, t.name",
         )
         .bind(org)
         .bind(zone.unwrap_or(""))
         .fetch_all(self.pool())
         .await?;
-        rows.iter().map(table_from_row).collect()
+        let mut databases: Vec<LakeDatabase> = Vec::new();
+        let mut tables = Vec::new();
+        for row in &rows {
+            let database_id: String = row.try_get("id")?;
+            if databases.last().is_none_or(|d| d.id != database_id) {
+                databases.push(database_from_row(row)?);
+            }
+            let Some(table_id) = row.try_get::<Option<String>, _>("table_id")? else {
+                continue;
+            };
+            let partitions: String = row.try_get("partition_columns_json")?;
+            tables.push(LakeTable {
+                id: table_id,
+                database_id,
+                name: row.try_get("table_name")?,
+                schema_json: row.try_get("schema_json")?,
+                partition_columns: parse_partition_columns(&partitions)?,
+                created_at: row.try_get("created_at")?,
+            });
+        }
+        Ok((databases, tables))
     }
 
     /// Drops a table and its file list in one transaction; its files become
     /// retired (deleted by the sweeper later). Returns how many were retired.
     pub async fn drop_table(&self, database_id: &str, name: &str, now: i64) -> Result<u64> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         let retired = delete_table(&mut tx, database_id, name, now).await?;
         tx.commit().await?;
         Ok(retired)
@@ -295,7 +325,7 @@ impl Store {
 
     /// Forgets retired files once they are gone from the object store.
     pub async fn forget_retired_files(&self, paths: &[String]) -> Result<()> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         for path in paths {
             sqlx::query("DELETE FROM retired_files WHERE path = $1")
                 .bind(path)
@@ -313,7 +343,7 @@ impl Store {
         files: &[NewDataFile],
         now: i64,
     ) -> Result<()> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         insert_files(&mut tx, table_id, files, now).await?;
         tx.commit().await?;
         Ok(())

@@ -327,7 +327,7 @@ impl Store {
         files: &[NewDataFile],
         now: i64,
     ) -> Result<bool> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         let holding = sqlx::query(
             "UPDATE daily_runs SET lease_owner = lease_owner \
              WHERE name = $1 AND lease_owner = $2 AND status = 'RUNNING' AND deadline_at > $3",

@@ -254,7 +254,7 @@ impl Store {
         updated_before: i64,
         now: i64,
     ) -> Result<bool> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         let done = sqlx::query(
             "UPDATE loads SET staging_removed_at = $1 \
              WHERE id = $2 AND state = 'OPEN' AND updated_at < $3 AND staging_removed_at IS NULL",
@@ -425,7 +425,7 @@ impl Store {
                 Some(error_messages_json.as_str()),
             ),
         };
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         let done = sqlx::query(
             "UPDATE loads SET state = $1, error_type = $2, error_messages_json = $3, \
              updated_at = $4, lease_owner = NULL, lease_expires_at = NULL, running_step = NULL \

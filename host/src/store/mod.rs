@@ -118,6 +118,11 @@ impl Store {
         };
         let pool = AnyPoolOptions::new()
             .max_connections(8)
+            // An in-process database: a pooled connection cannot go stale,
+            // and the default ping before each use costs every store call a
+            // round trip to the connection's thread. (sqlx still pings on
+            // release, which finishes a dropped transaction's rollback.)
+            .test_before_acquire(false)
             .after_connect(|conn, _| {
                 Box::pin(async move {
                     use sqlx::Executor as _;
@@ -158,6 +163,19 @@ impl Store {
 
     pub(crate) fn pool(&self) -> &AnyPool {
         &self.pool
+    }
+
+    /// Starts a transaction that will write. SQLite's default transaction
+    /// takes the write lock only at its first write: if another connection
+    /// committed since its first read, that write fails at once with
+    /// "database is locked" (a stale snapshot cannot wait its turn), so on
+    /// SQLite it starts `BEGIN IMMEDIATE`, queued behind other writers for
+    /// up to the busy timeout. Postgres takes row locks as it goes.
+    pub(crate) async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>> {
+        Ok(match self.backend {
+            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await?,
+            Backend::Postgres => self.pool.begin().await?,
+        })
     }
 
     pub async fn close(&self) {
@@ -212,4 +230,60 @@ impl Store {
 /// A fresh identifier for stored rows.
 pub fn new_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// Writers that each read before they write, at once: every one commits
+    /// (each waits its turn), none meets "database is locked".
+    #[tokio::test]
+    async fn transactions_that_read_then_write_at_once_all_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_sqlite(&dir.path().join("store.db"))
+            .await
+            .unwrap();
+        let writers = (0..6).map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let mut tx = store.begin_write().await?;
+                let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM lake_databases")
+                    .fetch_one(&mut *tx)
+                    .await?;
+                // Long enough for the others to have read too.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                sqlx::query(
+                    "INSERT INTO lake_databases (id, org, zone, name, kind) \
+                     VALUES ($1, 'org', '', $2, 'lake')",
+                )
+                .bind(new_id())
+                .bind(format!("db{i}_after_{count}"))
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok::<_, Error>(())
+            })
+        });
+        for writer in futures::future::join_all(writers).await {
+            writer.unwrap().unwrap();
+        }
+        let names: Vec<String> = store
+            .databases("org", None)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|d| d.name)
+            .collect();
+        assert_eq!(names.len(), 6, "{names:?}");
+        // Each saw the commits before its own: the counts are 0..6.
+        let mut counts: Vec<&str> = names
+            .iter()
+            .map(|n| n.rsplit('_').next().unwrap())
+            .collect();
+        counts.sort_unstable();
+        assert_eq!(counts, ["0", "1", "2", "3", "4", "5"]);
+    }
 }

@@ -464,7 +464,7 @@ impl Store {
                 Finished::Lost
             });
         }
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         let done = end.execute(&mut *tx).await?;
         if done.rows_affected() != 1 {
             tx.rollback().await?;

@@ -101,7 +101,7 @@ async fn answer_of(app: &TestApp, host: &str, token: &str, sql: &str) -> (String
 async fn lake_state(app: &TestApp) -> (Vec<String>, Vec<String>) {
     let mut tables = Vec::new();
     for (org, zone) in [("demo", None), ("demo", Some("lab")), ("other", None)] {
-        for table in app.store.tables_of(org, zone).await.unwrap() {
+        for table in app.store.catalog_of(org, zone).await.unwrap().1 {
             tables.push(format!(
                 "{org}/{zone:?}/{}/{}",
                 table.database_id, table.name

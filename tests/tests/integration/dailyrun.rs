@@ -791,9 +791,10 @@ async fn transforms_that_write_elsewhere_or_lack_a_service_client_fail_and_write
     // Nothing was created in insights, and the lake table kept its rows.
     let insights: Vec<String> = app
         .store
-        .tables_of("demo", None)
+        .catalog_of("demo", None)
         .await
         .unwrap()
+        .1
         .into_iter()
         .map(|t| t.name)
         .collect();
