@@ -11,6 +11,7 @@
 //! as `<query>-<attempt>.csv` with its typed copies beside it
 //! (`result_file_path`: `.arrows`, `.parquet`).
 
+mod local_disk;
 mod prefixed;
 pub mod presigned;
 pub mod retired;
@@ -71,7 +72,7 @@ impl Lake {
 
     fn directory(root: &Path) -> Result<Self, Error> {
         std::fs::create_dir_all(root)?;
-        let store = LocalFileSystem::new_with_prefix(root)?;
+        let store = local_disk::LocalLakeStore::new(LocalFileSystem::new_with_prefix(root)?);
         Ok(Self {
             store: Arc::new(store),
             url: ObjectStoreUrl::parse("lakehost://lake/").expect("static URL"),
