@@ -55,6 +55,7 @@ use super::{AppState, error::ApiError, json_body::JsonBody};
 use crate::{
     auth::LakeCaller,
     clock::SharedClock,
+    observability::metrics::{self, IdempotentOutcome},
     periodic::spawn_every,
     store::{
         Store,
@@ -63,8 +64,12 @@ use crate::{
     },
 };
 
+/// The request header, as the OpenAPI document spells it.
+pub const IDEMPOTENCY_KEY_HEADER: &str = "Idempotency-Key";
 /// The request header.
 pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+/// The answer's header, as the OpenAPI document spells it.
+pub const REPLAYED_HEADER: &str = "Idempotent-Replayed";
 /// Set (`true`) on an answer that is a replay of the first one.
 pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 /// The longest key, without its quotes.
@@ -131,7 +136,7 @@ impl utoipa::IntoParams for IdempotencyKey {
             .pattern(Some(KEY_PATTERN));
         vec![
             ParameterBuilder::new()
-                .name("Idempotency-Key")
+                .name(IDEMPOTENCY_KEY_HEADER)
                 .parameter_in(ParameterIn::Header)
                 .required(Required::False)
                 .description(Some(
@@ -158,6 +163,15 @@ pub enum Operation {
 }
 
 impl Operation {
+    /// The operation as a metric label (a closed set: no ids).
+    fn label(&self) -> &'static str {
+        match self {
+            Operation::SubmitQuery => "submit_query",
+            Operation::CreateLoad => "create_load",
+            Operation::CommitLoad { .. } => "commit_load",
+        }
+    }
+
     fn describe(&self) -> String {
         match self {
             Operation::SubmitQuery => "POST /v2/query".into(),
@@ -248,8 +262,10 @@ impl IdempotencyKey {
         body: &(impl RequestBody + ?Sized),
     ) -> IdempotentRequest {
         let keyed = self.0.map(|key| {
+            let label = operation.label();
             let operation = operation.describe();
             Keyed {
+                label,
                 scope: KeyScope {
                     org: caller.org.clone(),
                     zone: caller.zone.clone(),
@@ -273,6 +289,8 @@ pub struct IdempotentRequest(Option<Keyed>);
 
 #[derive(Debug)]
 struct Keyed {
+    /// The operation, for metrics.
+    label: &'static str,
     scope: KeyScope,
     request: KeyedRequest,
 }
@@ -294,14 +312,53 @@ impl IdempotentRequest {
         let Some(keyed) = self.0 else {
             return work.await;
         };
+        let label = keyed.label;
+        let answered = keyed.answer_or_claim(state).await;
+        metrics::idempotent_request(
+            label,
+            match &answered {
+                Ok(Claimed::Claimed { .. }) => IdempotentOutcome::First,
+                Ok(Claimed::Replayed(_)) => IdempotentOutcome::Replayed,
+                Err(ApiError::Conflict(_)) => IdempotentOutcome::Conflict,
+                Err(_) => IdempotentOutcome::Error,
+            },
+        );
+        let (keyed, claim) = match answered? {
+            Claimed::Claimed { keyed, claim } => (keyed, claim),
+            Claimed::Replayed(answer) => return Ok(answer),
+        };
+        let store = state.store.clone();
+        let first = async move {
+            let outcome = AssertUnwindSafe(work).catch_unwind().await;
+            keyed.settle(&store, &claim, outcome).await
+        };
+        tokio::spawn(first.in_current_span())
+            .await
+            .map_err(|e| ApiError::Internal(format!("idempotent request: {e}")))?
+    }
+}
+
+/// What a key holds for a request about to run.
+enum Claimed {
+    /// Nothing yet: the request's work runs under this claim.
+    Claimed { keyed: Keyed, claim: String },
+    /// The first request's answer, to send again.
+    Replayed(Response),
+}
+
+impl Keyed {
+    /// Claims the key for this request, or finds the first answer to replay;
+    /// 409 when the key is another request's, or still in progress after
+    /// `IN_PROGRESS_WAIT`.
+    async fn answer_or_claim(self, state: &AppState) -> Result<Claimed, ApiError> {
         let claim = new_id();
         let claim_for = Duration::from_secs(2 * state.config.server.request_timeout_s);
         let waiting_until = tokio::time::Instant::now() + IN_PROGRESS_WAIT;
         loop {
             let now = state.clock.now();
             let new = NewClaim {
-                scope: &keyed.scope,
-                request: &keyed.request,
+                scope: &self.scope,
+                request: &self.request,
                 claim: &claim,
                 now: now.timestamp_micros(),
                 expires_at: (now + KEY_LIFETIME).timestamp_micros(),
@@ -320,26 +377,26 @@ impl IdempotentRequest {
             // it again at once).
             if let Some(held) = state
                 .store
-                .idempotency_key(&keyed.scope)
+                .idempotency_key(&self.scope)
                 .await
                 .map_err(store_failed)?
             {
-                if held.request.operation != keyed.request.operation {
+                if held.request.operation != self.request.operation {
                     return Err(ApiError::Conflict(format!(
                         "This Idempotency-Key was already used in the last 24 hours for {}; \
                          a new request needs a new key.",
                         held.request.operation
                     )));
                 }
-                if held.request.request_hash != keyed.request.request_hash {
+                if held.request.request_hash != self.request.request_hash {
                     return Err(ApiError::Conflict(OTHER_BODY.into()));
                 }
-                if held.request.access_fingerprint != keyed.request.access_fingerprint {
+                if held.request.access_fingerprint != self.request.access_fingerprint {
                     return Err(ApiError::Conflict(OTHER_ACCESS.into()));
                 }
                 if let Some(answer) = held.answer {
-                    tracing::debug!(operation = %keyed.request.operation, "idempotent replay");
-                    return replay(answer);
+                    tracing::debug!(operation = %self.request.operation, "idempotent replay");
+                    return replay(answer).map(Claimed::Replayed);
                 }
                 if tokio::time::Instant::now() >= waiting_until {
                     return Err(ApiError::Conflict(IN_PROGRESS.into()));
@@ -349,18 +406,9 @@ impl IdempotentRequest {
                 return Err(ApiError::Conflict(IN_PROGRESS.into()));
             }
         }
-        let store = state.store.clone();
-        let first = async move {
-            let outcome = AssertUnwindSafe(work).catch_unwind().await;
-            keyed.settle(&store, &claim, outcome).await
-        };
-        tokio::spawn(first.in_current_span())
-            .await
-            .map_err(|e| ApiError::Internal(format!("idempotent request: {e}")))?
+        Ok(Claimed::Claimed { keyed: self, claim })
     }
-}
 
-impl Keyed {
     /// Keeps a successful answer, gives the key back after a failure.
     async fn settle(
         &self,

@@ -95,6 +95,7 @@ fn described() -> OpenApiRouter<AppState> {
 fn document(doc: &utoipa::openapi::OpenApi) -> Arc<serde_json::Value> {
     let mut doc = serde_json::to_value(doc).expect("OpenAPI document serialises");
     openapi::spell_link_fields(&mut doc);
+    openapi::declare_replay_header(&mut doc);
     Arc::new(doc)
 }
 

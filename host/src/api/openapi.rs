@@ -4,7 +4,10 @@
 
 use serde_json::Value;
 
-use super::routing::{ApiKind, ApiTarget};
+use super::{
+    idempotency::{IDEMPOTENCY_KEY_HEADER, REPLAYED_HEADER},
+    routing::{ApiKind, ApiTarget},
+};
 use crate::store::catalog::standard_databases;
 use utoipa::{
     Modify, OpenApi,
@@ -60,6 +63,47 @@ pub fn for_target(doc: &Value, target: &ApiTarget) -> Value {
         database["enum"] = Value::Array(names);
     }
     doc
+}
+
+/// Declares `Idempotent-Replayed` on every success answer of an operation
+/// that takes an `Idempotency-Key` (the rule is `idempotency.rs`'s: one
+/// parameter says where keys are taken, and the replay header follows it).
+pub fn declare_replay_header(doc: &mut Value) {
+    let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let keyed = paths
+        .values_mut()
+        .filter_map(Value::as_object_mut)
+        .flat_map(|operations| operations.values_mut())
+        .filter(|operation| {
+            operation["parameters"]
+                .as_array()
+                .is_some_and(|parameters| {
+                    parameters
+                        .iter()
+                        .any(|p| p["name"] == IDEMPOTENCY_KEY_HEADER && p["in"] == "header")
+                })
+        });
+    for operation in keyed {
+        let Some(responses) = operation["responses"].as_object_mut() else {
+            continue;
+        };
+        let successes = responses
+            .iter_mut()
+            .filter(|(status, _)| status.starts_with('2'))
+            .filter_map(|(_, response)| response.as_object_mut());
+        for response in successes {
+            let headers = response
+                .entry("headers")
+                .or_insert_with(|| Value::Object(Default::default()));
+            headers[REPLAYED_HEADER] = serde_json::json!({
+                "description": "`true` when this is the stored answer to an earlier request with the same \
+                    `Idempotency-Key` and body: nothing new was started. Absent otherwise.",
+                "schema": { "type": "string", "enum": ["true"] },
+            });
+        }
+    }
 }
 
 /// utoipa 5.5 writes a link's `operationId` as `operation_id` (its `Link`

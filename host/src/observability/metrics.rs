@@ -19,6 +19,7 @@
 //! | `lakehost_lease_takeovers_total` | counter | `kind`, `how` | a `query` or `load_commit` another holder had started was run again after a drain `handed_back`, or ended because its `holder_died` |
 //! | `lakehost_jwks_fetches_total` | counter | `reason`, `outcome` | JWKS (and discovery) fetches: `stale` keys or an `unknown_kid`; `ok` or `failed` |
 //! | `lakehost_token_rejections_total` | counter | `reason` | bearer tokens refused, by a fixed reason (`TokenError::reason`, `missing_bearer`, `insufficient_scope`) |
+//! | `lakehost_idempotent_requests_total` | counter | `operation`, `outcome` | requests with an `Idempotency-Key` (`submit_query`, `create_load`, `commit_load`): `first` (claimed the key and ran), `replayed` (answered with the first answer), `conflict` (409: the key is another request's, or still in progress), `error` (the store failed) |
 //! | `lakehost_store_pool_connections` | gauge | `state` | this replica's metadata-store connections, `open` and `idle` |
 //!
 //! Labels come from closed or capped sets (`labels.rs`): the route is the
@@ -61,6 +62,7 @@ const LEASE_TAKEOVERS: &str = "lakehost_lease_takeovers_total";
 const JWKS_FETCHES: &str = "lakehost_jwks_fetches_total";
 const TOKEN_REJECTIONS: &str = "lakehost_token_rejections_total";
 const POOL_CONNECTIONS: &str = "lakehost_store_pool_connections";
+const IDEMPOTENT_REQUESTS: &str = "lakehost_idempotent_requests_total";
 
 /// Histogram buckets (seconds): from a cached status poll to a long step.
 const SECONDS_BUCKETS: &[f64] = &[
@@ -143,6 +145,10 @@ fn describe() {
     );
     describe_counter!(JWKS_FETCHES, "Signing-key fetches from identity providers.");
     describe_counter!(TOKEN_REJECTIONS, "Bearer tokens refused, by reason.");
+    describe_counter!(
+        IDEMPOTENT_REQUESTS,
+        "Requests with an Idempotency-Key, by operation and what the key held."
+    );
     describe_gauge!(
         POOL_CONNECTIONS,
         "Metadata-store connections of this replica."
@@ -247,6 +253,30 @@ pub fn lease_taken_over(job: LeasedJob, how: Takeover) {
         Takeover::HolderDied => "holder_died",
     };
     counter!(LEASE_TAKEOVERS, "kind" => kind, "how" => how).increment(1);
+}
+
+/// What a request's `Idempotency-Key` held when it came.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdempotentOutcome {
+    /// Nothing: the request claimed it and ran.
+    First,
+    /// The first request's answer, sent again.
+    Replayed,
+    /// Another request's key, or one still in progress: 409.
+    Conflict,
+    /// The store could not say.
+    Error,
+}
+
+/// A request with an `Idempotency-Key`; `operation` is a fixed label.
+pub fn idempotent_request(operation: &'static str, outcome: IdempotentOutcome) {
+    let outcome = match outcome {
+        IdempotentOutcome::First => "first",
+        IdempotentOutcome::Replayed => "replayed",
+        IdempotentOutcome::Conflict => "conflict",
+        IdempotentOutcome::Error => "error",
+    };
+    counter!(IDEMPOTENT_REQUESTS, "operation" => operation, "outcome" => outcome).increment(1);
 }
 
 /// A load commit's end: `None` for SUCCESS, else the FAIL's ErrorType.

@@ -839,6 +839,31 @@ async fn the_openapi_documents_describe_the_header_where_it_is_taken() {
                 assert_eq!(header["schema"]["maxLength"], 257);
                 assert!(operation["responses"]["409"].is_object(), "{host} {path}");
             }
+            // Every success answer of a keyed operation may be a replay.
+            let responses = operation["responses"].as_object().unwrap();
+            let successes: Vec<_> = responses
+                .iter()
+                .filter(|(status, _)| status.starts_with('2'))
+                .collect();
+            assert!(!successes.is_empty(), "{host} {path}");
+            for (status, response) in successes {
+                let replayed = &response["headers"]["Idempotent-Replayed"];
+                assert_eq!(
+                    replayed.is_object(),
+                    keyed,
+                    "{host} {path} {status}: {response}"
+                );
+                if keyed {
+                    assert_eq!(replayed["schema"]["enum"], json!(["true"]));
+                }
+            }
+            // Answers that are never replays do not claim to be.
+            for (status, response) in responses.iter().filter(|(s, _)| !s.starts_with('2')) {
+                assert!(
+                    response["headers"]["Idempotent-Replayed"].is_null(),
+                    "{host} {path} {status}"
+                );
+            }
         }
     }
 }

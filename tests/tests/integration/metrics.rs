@@ -107,6 +107,22 @@ async fn a_scrape_shows_queries_and_loads_by_template_state_and_outcome_and_no_c
         assert_eq!(done["LoadStatus"], ends, "{done}");
         load_ids.push(load_id);
     }
+    // A keyed submit, its retry, and the key reused for another body.
+    for (sql, status) in [
+        ("SELECT 1", StatusCode::ACCEPTED),
+        ("SELECT 1", StatusCode::ACCEPTED),
+        ("SELECT 2", StatusCode::CONFLICT),
+    ] {
+        let response = app
+            .request(reqwest::Method::POST, ORG_HOST, "/v2/query")
+            .bearer_auth(&admin)
+            .header("Idempotency-Key", "metrics_probe_key")
+            .json(&json!({ "query": sql }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), status, "{sql}");
+    }
     // A 404 and a refused token.
     assert_eq!(
         app.get(ORG_HOST, "/v2/no-such-path", Some(&admin)).await.0,
@@ -128,6 +144,13 @@ async fn a_scrape_shows_queries_and_loads_by_template_state_and_outcome_and_no_c
             "{name} {want:?} is {value:?} in:\n{text}"
         );
     };
+    // Keyed requests by operation and what the key held.
+    for outcome in ["first", "replayed", "conflict"] {
+        at_least_one(
+            "lakehost_idempotent_requests_total",
+            &[("operation", "submit_query"), ("outcome", outcome)],
+        );
+    }
     // Requests by API, route template and status.
     let requests = "lakehost_http_requests_total";
     at_least_one(
