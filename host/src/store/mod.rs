@@ -168,14 +168,21 @@ impl Store {
     /// Starts a transaction that will write. SQLite's default transaction
     /// takes the write lock only at its first write: if another connection
     /// committed since its first read, that write fails at once with
-    /// "database is locked" (a stale snapshot cannot wait its turn), so on
-    /// SQLite it starts `BEGIN IMMEDIATE`, queued behind other writers for
-    /// up to the busy timeout. Postgres takes row locks as it goes.
+    /// "database is locked" (a stale snapshot cannot wait its turn). So on
+    /// SQLite the transaction's first statement is a write that changes
+    /// nothing: it takes the write lock at once, queued behind other writers
+    /// for up to the busy timeout. (Not `BEGIN IMMEDIATE` through sqlx's
+    /// `begin_with`: a future dropped between that BEGIN's answer and its
+    /// check leaves the transaction open on a pooled connection, holding the
+    /// write lock for good.) Postgres takes row locks as it goes.
     pub(crate) async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>> {
-        Ok(match self.backend {
-            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await?,
-            Backend::Postgres => self.pool.begin().await?,
-        })
+        let mut tx = self.pool.begin().await?;
+        if self.backend == Backend::Sqlite {
+            sqlx::query("UPDATE _sqlx_migrations SET version = version WHERE 0 = 1")
+                .execute(&mut *tx)
+                .await?;
+        }
+        Ok(tx)
     }
 
     pub async fn close(&self) {
