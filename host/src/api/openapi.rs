@@ -69,24 +69,20 @@ pub fn for_target(doc: &Value, target: &ApiTarget) -> Value {
 /// that takes an `Idempotency-Key` (the rule is `idempotency.rs`'s: one
 /// parameter says where keys are taken, and the replay header follows it).
 pub fn declare_replay_header(doc: &mut Value) {
-    let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) else {
-        return;
-    };
-    let keyed = paths
-        .values_mut()
-        .filter_map(Value::as_object_mut)
-        .flat_map(|operations| operations.values_mut())
-        .filter(|operation| {
-            operation["parameters"]
-                .as_array()
-                .is_some_and(|parameters| {
-                    parameters
-                        .iter()
-                        .any(|p| p["name"] == IDEMPOTENCY_KEY_HEADER && p["in"] == "header")
-                })
-        });
+    let keyed = operations_mut(doc).filter(|operation| {
+        operation["parameters"]
+            .as_array()
+            .is_some_and(|parameters| {
+                parameters
+                    .iter()
+                    .any(|p| p["name"] == IDEMPOTENCY_KEY_HEADER && p["in"] == "header")
+            })
+    });
     for operation in keyed {
-        let Some(responses) = operation["responses"].as_object_mut() else {
+        let Some(responses) = operation
+            .get_mut("responses")
+            .and_then(Value::as_object_mut)
+        else {
             continue;
         };
         let successes = responses
@@ -110,13 +106,7 @@ pub fn declare_replay_header(doc: &mut Value) {
 /// lacks the rename), which OpenAPI tools then read as a link to nothing;
 /// this writes it as OpenAPI 3.1 spells it.
 pub fn spell_link_fields(doc: &mut Value) {
-    let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) else {
-        return;
-    };
-    let links = paths
-        .values_mut()
-        .filter_map(Value::as_object_mut)
-        .flat_map(|operations| operations.values_mut())
+    let links = operations_mut(doc)
         .filter_map(|operation| operation.get_mut("responses")?.as_object_mut())
         .flat_map(|responses| responses.values_mut())
         .filter_map(|response| response.get_mut("links")?.as_object_mut())
@@ -127,4 +117,14 @@ pub fn spell_link_fields(doc: &mut Value) {
             link.insert("operationId".into(), id);
         }
     }
+}
+
+/// Every operation of the document (each method of each path).
+fn operations_mut(doc: &mut Value) -> impl Iterator<Item = &mut Value> {
+    doc.get_mut("paths")
+        .and_then(Value::as_object_mut)
+        .into_iter()
+        .flat_map(|paths| paths.values_mut())
+        .filter_map(Value::as_object_mut)
+        .flat_map(|operations| operations.values_mut())
 }
