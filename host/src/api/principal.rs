@@ -9,13 +9,9 @@ use std::marker::PhantomData;
 
 use axum::{extract::FromRequestParts, http::request::Parts};
 
-use super::{
-    AppState,
-    error::ApiError,
-    routing::{ApiKind, ApiTarget},
-};
+use super::{AppState, error::ApiError, routing::ApiTarget};
 use crate::{
-    auth::{AccessClaims, AccessGrant, ClaimError, LakeCaller, validator::Expected},
+    auth::{AccessClaims, LakeCaller, caller::scope_on, validator::Expected},
     observability::metrics::token_rejected,
 };
 
@@ -53,10 +49,7 @@ scopes! {
 
 /// The scope string a token must carry for `base` on `target`'s API.
 pub fn scope_for(base: &str, target: &ApiTarget) -> String {
-    match &target.kind {
-        ApiKind::Zone(zone) => format!("{zone}:{base}"),
-        ApiKind::Org | ApiKind::DailyRun => base.to_string(),
-    }
+    scope_on(base, target.zone())
 }
 
 /// An authenticated caller of the API the request was routed to.
@@ -130,26 +123,12 @@ impl<S: RequiredScope> Caller<S> {
     /// or malformed → 500, as the spec says; no roles on this API's client →
     /// no recognised role.
     pub fn lake_caller(&self) -> Result<LakeCaller, ApiError> {
-        let claim_error = |e: ClaimError| ApiError::Internal(format!("token claims: {e}"));
-        let sub = self.claims.sub().map_err(claim_error)?.to_string();
-        let service_clients = self.claims.service_clients().map_err(claim_error)?;
-        let roles = match self.claims.roles_for(&self.api_client) {
-            Ok(roles) => roles,
-            Err(ClaimError::MissingClientRoles { .. }) => Vec::new(),
-            Err(other) => return Err(claim_error(other)),
-        };
-        Ok(LakeCaller {
-            sub,
-            org: self.target.org.clone(),
-            zone: match &self.target.kind {
-                ApiKind::Zone(zone) => Some(zone.clone()),
-                ApiKind::Org | ApiKind::DailyRun => None,
-            },
-            grant: AccessGrant {
-                roles,
-                service_clients,
-            },
-        })
+        LakeCaller::from_claims(
+            &self.claims,
+            (&self.target.org, self.target.zone()),
+            &self.api_client,
+        )
+        .map_err(|e| ApiError::Internal(format!("token claims: {e}")))
     }
 }
 

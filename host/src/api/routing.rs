@@ -35,13 +35,18 @@ pub enum ApiKind {
 }
 
 impl ApiTarget {
+    /// The zone of a Zone API target.
+    pub fn zone(&self) -> Option<&str> {
+        match &self.kind {
+            ApiKind::Zone(zone) => Some(zone),
+            ApiKind::Org | ApiKind::DailyRun => None,
+        }
+    }
+
     /// The client whose name is the audience and holds the roles: `svc_api` or
     /// `svc_api_<zone>`.
     pub fn api_client(&self, config: &Config) -> String {
-        match &self.kind {
-            ApiKind::Zone(zone) => config.auth.zone_client(zone),
-            ApiKind::Org | ApiKind::DailyRun => config.auth.api_client.clone(),
-        }
+        config.auth.api_client_for(self.zone())
     }
 }
 

@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::Access;
+use super::{Access, AccessClaims, ClaimError};
 
 /// Who calls the lake APIs (queries and loads), and on which API.
 #[derive(Debug, Clone)]
@@ -15,6 +15,43 @@ pub struct LakeCaller {
     /// The zone of a Zone API request.
     pub zone: Option<String>,
     pub grant: AccessGrant,
+}
+
+impl LakeCaller {
+    /// The caller a validated token names on the Org API of `org` (`zone`
+    /// `None`) or on a Zone API, whose roles are those on `api_client` (the
+    /// token's audience): every front end (REST, Flight SQL) builds its
+    /// callers here. No roles on that client is no recognised role; the
+    /// claims a lake call cannot do without, missing or malformed, are an error.
+    pub fn from_claims(
+        claims: &AccessClaims,
+        (org, zone): (&str, Option<&str>),
+        api_client: &str,
+    ) -> Result<Self, ClaimError> {
+        let roles = match claims.roles_for(api_client) {
+            Ok(roles) => roles,
+            Err(ClaimError::MissingClientRoles { .. }) => Vec::new(),
+            Err(other) => return Err(other),
+        };
+        Ok(Self {
+            sub: claims.sub()?.to_string(),
+            org: org.to_string(),
+            zone: zone.map(str::to_string),
+            grant: AccessGrant {
+                roles,
+                service_clients: claims.service_clients()?,
+            },
+        })
+    }
+}
+
+/// The scope string a token must carry for `base` (`query:write`) on the
+/// Org API (`zone` `None`) or a Zone API (`<zone>:query:write`).
+pub fn scope_on(base: &str, zone: Option<&str>) -> String {
+    match zone {
+        Some(zone) => format!("{zone}:{base}"),
+        None => base.to_string(),
+    }
 }
 
 /// The roles (on this API's client) and service clients a token carries: what

@@ -99,6 +99,12 @@ impl JwksCache {
         realm_issuer(&self.auth_url, org)
     }
 
+    /// The client that reaches the identity provider (its timeout, no
+    /// redirects, the server's own certificate trusted when it serves it).
+    pub fn http(&self) -> reqwest::Client {
+        self.http.clone()
+    }
+
     /// The key `kid` of `org`'s realm. `org` must be a configured org.
     pub async fn key(&self, org: &str, kid: &str) -> Result<VerifyingKey, KeyError> {
         let realm = {

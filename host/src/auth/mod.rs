@@ -7,6 +7,7 @@
 
 pub mod caller;
 pub mod claims;
+pub mod client_credentials;
 pub mod jwks;
 pub mod roles;
 pub mod security_metadata;

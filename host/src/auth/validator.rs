@@ -159,6 +159,11 @@ impl TokenValidator {
         self.jwks.issuer(org)
     }
 
+    /// The client that reaches the identity provider (`JwksCache::http`).
+    pub fn identity_provider_client(&self) -> reqwest::Client {
+        self.jwks.http()
+    }
+
     /// Validates `token` for `expected`; every refusal is counted by reason.
     pub async fn validate(
         &self,

@@ -64,6 +64,15 @@ impl AuthConfig {
         format!("{}_{zone}", self.api_client)
     }
 
+    /// The client of the Org API (`zone` `None`) or of a Zone API: the
+    /// audience its tokens carry, and whose roles count there.
+    pub fn api_client_for(&self, zone: Option<&str>) -> String {
+        match zone {
+            Some(zone) => self.zone_client(zone),
+            None => self.api_client.clone(),
+        }
+    }
+
     /// Checks the section; `idp` because no token the embedded provider signs
     /// may outlive `max_token_lifetime_s`.
     pub(super) fn validate(&self, idp: &IdpConfig) -> Result<(), ConfigError> {
