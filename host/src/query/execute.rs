@@ -192,6 +192,28 @@ async fn empty_result(
     })
 }
 
+/// The columns of a write's result: one, the number of rows written.
+fn count_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![Field::new(
+        "rows",
+        DataType::Int64,
+        false,
+    )]))
+}
+
+/// The columns `prepared` returns once run, as the engine types them: a
+/// read's rows, a write's count, none for the rest.
+pub fn result_schema(prepared: &Prepared) -> SchemaRef {
+    match prepared {
+        Prepared::Read { plan, .. } => plan.schema(),
+        Prepared::CreateTableAs { .. } | Prepared::Insert { .. } => count_schema(),
+        Prepared::Nothing
+        | Prepared::CreateTable { .. }
+        | Prepared::Drop { .. }
+        | Prepared::Alter { .. } => Arc::new(Schema::empty()),
+    }
+}
+
 /// The result of a write: one row, the number of rows written.
 async fn count_result(
     lake: &Lake,
@@ -200,11 +222,7 @@ async fn count_result(
     write: CatalogWrite,
     staged: Vec<String>,
 ) -> Result<Execution, QueryError> {
-    let schema: SchemaRef = Arc::new(Schema::new(vec![Field::new(
-        "rows",
-        DataType::Int64,
-        false,
-    )]));
+    let schema = count_schema();
     let batch = RecordBatch::try_new(
         schema.clone(),
         vec![Arc::new(Int64Array::from(vec![rows as i64]))],

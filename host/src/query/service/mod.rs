@@ -25,6 +25,7 @@ use std::{
     time::Duration,
 };
 
+use datafusion::arrow::datatypes::SchemaRef;
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
@@ -32,7 +33,7 @@ use url::Url;
 
 use super::{
     QueryError,
-    execute::{Execution, ResultTarget, execute},
+    execute::{Execution, ResultTarget, execute, result_schema},
     page_tokens::PageTokens,
     prepare::{Prepared, Target, prepare},
     recent_results::RecentResults,
@@ -106,6 +107,8 @@ pub struct Submitted {
     /// The job in its final state, when it ended before `submit` returned
     /// (run before it was stored, or answered with a reused result).
     pub ended: Option<QueryJob>,
+    /// The columns the result will have, as the engine types them.
+    pub schema: SchemaRef,
 }
 
 /// One page of a SUCCEEDED query's result.
@@ -308,6 +311,7 @@ impl QueryService {
                 sql,
             )
             .await?;
+        let schema = result_schema(&planned.prepared);
         let id = uuid::Uuid::new_v4().to_string();
         let query = NewQuery {
             id: id.clone(),
@@ -326,6 +330,7 @@ impl QueryService {
             return Ok(Submitted {
                 id,
                 ended: Some(reused),
+                schema,
             });
         }
         // Run now when a slot is free and the org and caller are under their
@@ -339,7 +344,11 @@ impl QueryService {
             self.store.insert_query(&query, self.now()).await?;
             jobs::query_submitted(&id, &query.statement_type, true);
             self.wake.notify_one();
-            return Ok(Submitted { id, ended: None });
+            return Ok(Submitted {
+                id,
+                ended: None,
+                schema,
+            });
         };
         // The plan starts now, while the job is stored: its result file and
         // any lake files stay unlisted until the job's end is recorded, which
@@ -354,6 +363,7 @@ impl QueryService {
             return Ok(Submitted {
                 id,
                 ended: Some(ended),
+                schema,
             });
         }
         let now = self.now();
@@ -379,7 +389,11 @@ impl QueryService {
             }
             .in_current_span(),
         );
-        Ok(Submitted { id, ended: None })
+        Ok(Submitted {
+            id,
+            ended: None,
+            schema,
+        })
     }
 
     fn result_path_of(query: &NewQuery, attempt: i64) -> String {
