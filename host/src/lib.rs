@@ -10,6 +10,8 @@ pub mod config;
 pub mod dailyrun;
 pub mod drain;
 pub mod engine;
+#[cfg(feature = "flight-sql")]
+pub mod flight;
 pub mod fuzzing;
 pub mod idp;
 pub mod import;

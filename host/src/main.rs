@@ -163,6 +163,14 @@ async fn serve(config_file: Option<PathBuf>) -> anyhow::Result<()> {
     say!("  OpenAPI:      {scheme}://localhost:{port}/v2/openapi.json");
     say!("  Uploads (S3): {scheme}://{}", app.upload_addr());
     say!("  Metrics:      http://{}/metrics", app.metrics_addr());
+    if let Some(flight) = app.flight_addr() {
+        let flight_scheme = if scheme == "https" {
+            "grpc+tls"
+        } else {
+            "grpc"
+        };
+        say!("  Flight SQL:   {flight_scheme}://{flight}");
+    }
     let token_url = format!(
         "{}/realms/{default_org}/protocol/openid-connect/token",
         auth_url.as_str().trim_end_matches('/')

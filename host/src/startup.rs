@@ -51,8 +51,12 @@ pub struct Application {
     metrics_listener: TcpListener,
     metrics_addr: SocketAddr,
     metrics_router: axum::Router,
+    /// Arrow Flight SQL, when `server.flight_listen` is set.
+    flight: Option<FlightListener>,
     /// The connection guards of the API and upload listeners.
     limits: ConnectionLimits,
+    /// `server.flight_idle_timeout_s`.
+    flight_idle_timeout: Duration,
     loads: Arc<LoadService>,
     daily_runs: Arc<DailyRunService>,
     retired_files: Arc<RetiredFileSweeper>,
@@ -68,6 +72,13 @@ pub struct Application {
     workers: CancellationToken,
     /// Stops them when the application is dropped (in-process tests).
     _workers_when_dropped: tokio_util::sync::DropGuard,
+}
+
+/// The Flight SQL listener, its address and its service.
+struct FlightListener {
+    listener: TcpListener,
+    addr: SocketAddr,
+    router: axum::Router,
 }
 
 impl Application {
@@ -103,6 +114,13 @@ impl Application {
                 )
             })?;
         let metrics_addr = metrics_listener.local_addr()?;
+        let flight_listener =
+            match config.server.flight_listen {
+                Some(address) => Some(TcpListener::bind(address).await.with_context(|| {
+                    format!("cannot listen on {address} (server.flight_listen)")
+                })?),
+                None => None,
+            };
         let tls = match (&config.server.tls_cert, &config.server.tls_key) {
             (Some(cert), Some(key)) => Some(tls_acceptor(cert, key)?),
             _ => None,
@@ -236,7 +254,9 @@ impl Application {
             clock.clone(),
             own_certificate.as_deref(),
         )?);
-        let limits = ConnectionLimits::for_listeners(&config.server, 2);
+        let config_flight_idle_s = config.server.flight_idle_timeout_s;
+        let listeners = if flight_listener.is_some() { 3 } else { 2 };
+        let limits = ConnectionLimits::for_listeners(&config.server, listeners);
         let drain_for = Duration::from_secs(config.server.drain_s);
         let drain_notice = Duration::from_millis(config.server.drain_notice_ms);
         let readiness = Readiness {
@@ -255,6 +275,10 @@ impl Application {
             daily_runs: daily_runs.clone(),
             readiness,
         };
+        let flight = match flight_listener {
+            Some(listener) => Some(flight_listener_of(listener, &state)?),
+            None => None,
+        };
         let router = api::app(state, idp.clone());
         Ok(Self {
             listener,
@@ -267,7 +291,9 @@ impl Application {
             metrics_listener,
             metrics_addr,
             metrics_router,
+            flight,
             limits,
+            flight_idle_timeout: Duration::from_secs(config_flight_idle_s),
             loads,
             daily_runs,
             retired_files,
@@ -295,6 +321,11 @@ impl Application {
     /// Where `GET /metrics` is served.
     pub fn metrics_addr(&self) -> SocketAddr {
         self.metrics_addr
+    }
+
+    /// Where Arrow Flight SQL is served, when `server.flight_listen` is set.
+    pub fn flight_addr(&self) -> Option<SocketAddr> {
+        self.flight.as_ref().map(|flight| flight.addr)
     }
 
     /// The load service (tests run its staging sweep directly).
@@ -359,6 +390,19 @@ impl Application {
         ));
         let _metrics = tokio_util::task::AbortOnDropHandle::new(metrics);
         let stop_accepting = CancellationToken::new();
+        let flight = self.flight.map(|flight| {
+            let limits = ConnectionLimits {
+                idle_timeout: self.flight_idle_timeout,
+                ..self.limits
+            };
+            listener::serve(
+                flight.listener,
+                self.tls.clone(),
+                flight.router,
+                limits,
+                stop_accepting.clone(),
+            )
+        });
         let serving = async {
             tokio::join!(
                 listener::serve(
@@ -375,6 +419,11 @@ impl Application {
                     self.limits,
                     stop_accepting.clone()
                 ),
+                async {
+                    if let Some(flight) = flight {
+                        flight.await;
+                    }
+                },
             )
         };
         tokio::pin!(serving);
@@ -406,6 +455,29 @@ impl Application {
         tracing::info!(handed_back, "drained");
         Ok(())
     }
+}
+
+/// The Flight SQL listener serving the query service of `state`.
+#[cfg(feature = "flight-sql")]
+fn flight_listener_of(listener: TcpListener, state: &AppState) -> anyhow::Result<FlightListener> {
+    let addr = listener.local_addr()?;
+    let router = crate::flight::router(crate::flight::FlightState {
+        config: state.config.clone(),
+        validator: state.validator.clone(),
+        store: state.store.clone(),
+        queries: state.queries.clone(),
+    });
+    Ok(FlightListener {
+        listener,
+        addr,
+        router,
+    })
+}
+
+/// Without Flight SQL compiled in, `Config::validate` refuses the key first.
+#[cfg(not(feature = "flight-sql"))]
+fn flight_listener_of(_listener: TcpListener, _state: &AppState) -> anyhow::Result<FlightListener> {
+    anyhow::bail!("server.flight_listen: this lakehost was built without Flight SQL")
 }
 
 /// Resolves on the first SIGTERM or SIGINT; the second exits the process

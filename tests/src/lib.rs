@@ -69,6 +69,8 @@ pub struct TestApp {
     pub metrics_addr: SocketAddr,
     /// The upload endpoint (embedded S3) and the load service behind it.
     pub upload_addr: SocketAddr,
+    /// Arrow Flight SQL, when `server.flight_listen` is set.
+    pub flight_addr: Option<SocketAddr>,
     pub loads: Arc<LoadService>,
     /// The daily-run service (tests run its scheduler tick directly).
     pub daily_runs: Arc<DailyRunService>,
@@ -171,6 +173,7 @@ pub async fn start(config: Config, clock: ManualClock) -> TestApp {
     let (store, lake) = (app.store(), app.lake());
     let (upload_addr, loads) = (app.upload_addr(), app.loads());
     let metrics_addr = app.metrics_addr();
+    let flight_addr = app.flight_addr();
     let daily_runs = app.daily_runs();
     let retired_files = app.retired_files();
     let scheme = app.auth_url().scheme().to_string();
@@ -198,6 +201,7 @@ pub async fn start(config: Config, clock: ManualClock) -> TestApp {
         lake,
         metrics_addr,
         upload_addr,
+        flight_addr,
         loads,
         daily_runs,
         retired_files,
@@ -717,6 +721,12 @@ pub fn test_python() -> Option<PathBuf> {
 /// requests or pyarrow call) and returns the JSON it prints.
 pub async fn upload_client(python: &std::path::Path, command: &str, args: &Value) -> Value {
     python_client(python, "upload_client.py", command, args).await
+}
+
+/// Runs one command of `tests/python/flight_client.py` (ADBC's Flight SQL
+/// driver, or pyarrow.flight) and returns the JSON it prints.
+pub async fn flight_client(python: &std::path::Path, command: &str, args: &Value) -> Value {
+    python_client(python, "flight_client.py", command, args).await
 }
 
 /// Runs one command of `tests/python/sdk_client.py` (the real Comotion SDK)

@@ -50,6 +50,13 @@ pub struct ServerConfig {
     pub metrics_listen: SocketAddr,
     /// `text` (the default) or `json`: one JSON object per log line.
     pub log_format: LogFormat,
+    /// Where Arrow Flight SQL is served (gRPC, TLS when `tls_cert` is set);
+    /// unset (the default): no Flight SQL listener.
+    pub flight_listen: Option<SocketAddr>,
+    /// A Flight SQL connection on which nothing moved for this many seconds
+    /// is closed. A `DoGet` is silent while its query runs, so this is also
+    /// the longest a Flight client waits for a query's first rows.
+    pub flight_idle_timeout_s: u64,
 }
 
 /// How log lines are written (stderr).
@@ -81,6 +88,8 @@ impl Default for ServerConfig {
             drain_notice_ms: 0,
             metrics_listen: "127.0.0.1:9464".parse().expect("literal address"),
             log_format: LogFormat::Text,
+            flight_listen: None,
+            flight_idle_timeout_s: 900,
         }
     }
 }
@@ -118,6 +127,7 @@ impl ServerConfig {
                 "must differ from server.listen (metrics have a listener of their own)",
             ));
         }
+        self.validate_flight()?;
         match (&self.tls_cert, &self.tls_key) {
             (Some(_), None) => {
                 return Err(ConfigError::new(
@@ -132,6 +142,33 @@ impl ServerConfig {
                 ));
             }
             _ => {}
+        }
+        Ok(())
+    }
+
+    /// Checks the Flight SQL keys: a listener of its own, in a build that
+    /// has Flight SQL.
+    fn validate_flight(&self) -> Result<(), ConfigError> {
+        let Some(flight) = self.flight_listen else {
+            return Ok(());
+        };
+        if !cfg!(feature = "flight-sql") {
+            return Err(ConfigError::new(
+                "server.flight_listen",
+                "this lakehost was built without Flight SQL (the cargo feature `flight-sql`)",
+            ));
+        }
+        if flight.port() != 0 && (flight == self.listen || flight == self.metrics_listen) {
+            return Err(ConfigError::new(
+                "server.flight_listen",
+                "must differ from server.listen and server.metrics_listen (Flight SQL has a listener of its own)",
+            ));
+        }
+        if self.flight_idle_timeout_s < self.idle_timeout_s {
+            return Err(ConfigError::new(
+                "server.flight_idle_timeout_s",
+                "must be at least server.idle_timeout_s",
+            ));
         }
         Ok(())
     }

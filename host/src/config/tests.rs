@@ -98,3 +98,28 @@ fn a_file_with_its_own_orgs_has_no_demo_principals() {
     assert!(config.idp.clients.is_empty());
     assert!(config.idp.users.is_empty());
 }
+
+#[test]
+fn flight_sql_is_off_unless_configured_and_needs_a_listener_of_its_own() {
+    let config = Config::load(None, env(&[])).unwrap();
+    assert_eq!(config.server.flight_listen, None);
+    let on = Config::from_toml("[server]\nflight_listen = \"127.0.0.1:50051\"\n").unwrap();
+    assert_eq!(
+        on.server.flight_listen,
+        Some("127.0.0.1:50051".parse().unwrap())
+    );
+    assert_refused_at(&[
+        (
+            "[server]\nlisten = \"127.0.0.1:8080\"\nflight_listen = \"127.0.0.1:8080\"\n",
+            "server.flight_listen",
+        ),
+        (
+            "[server]\nflight_listen = \"127.0.0.1:9464\"\n",
+            "server.flight_listen",
+        ),
+        (
+            "[server]\nflight_listen = \"127.0.0.1:50051\"\nflight_idle_timeout_s = 59\n",
+            "server.flight_idle_timeout_s",
+        ),
+    ]);
+}

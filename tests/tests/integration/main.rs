@@ -10,6 +10,7 @@ mod dailyrun;
 mod drain;
 mod expression_limits;
 mod fair_sharing;
+mod flight_sql;
 mod fuzz;
 mod gateway;
 mod golden;

@@ -1,0 +1,149 @@
+"""Arrow Flight SQL clients for flight_sql.rs: ADBC's Flight SQL driver (the
+DB-API most Python tools use) and pyarrow.flight's raw calls.
+
+Usage: flight_client.py COMMAND JSON_ARGS; prints one JSON object.
+
+Every command takes ``uri`` (``grpc://host:port``) and, to authenticate,
+either ``token`` (sent as ``authorization: Bearer``) or ``username`` and
+``password`` (a client id and secret, exchanged in the handshake); ``headers``
+are extra call metadata (``x-lakehost-org``, ``x-lakehost-zone``);
+``tls_root_certs`` (PEM) trusts a ``grpc+tls://`` server's certificate. A refused
+call prints ``{"error": <the server's message>, "code": <the ADBC status or
+Flight error class>}``, never a traceback.
+"""
+
+import json
+import sys
+
+
+def adbc_connect(args):
+    from adbc_driver_flightsql import DatabaseOptions
+    import adbc_driver_flightsql.dbapi as flight_sql
+
+    options = {}
+    if "token" in args:
+        options[DatabaseOptions.AUTHORIZATION_HEADER.value] = "Bearer " + args["token"]
+    if "username" in args:
+        options["username"] = args["username"]
+        options["password"] = args["password"]
+    for name, value in args.get("headers", {}).items():
+        options[DatabaseOptions.RPC_CALL_HEADER_PREFIX.value + name] = value
+    if "tls_root_certs" in args:
+        options[DatabaseOptions.TLS_ROOT_CERTS.value] = args["tls_root_certs"]
+    return flight_sql.connect(args["uri"], db_kwargs=options)
+
+
+def cell(value):
+    """JSON for a value: numbers stay numbers, everything else its text."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+def table_json(table):
+    return {
+        "columns": table.column_names,
+        "types": [str(field.type) for field in table.schema],
+        "rows": [[cell(v) for v in row.values()] for row in table.to_pylist()],
+    }
+
+
+def adbc_error(error):
+    return {"error": str(error), "code": type(error).__name__}
+
+
+def adbc_query(args):
+    """One statement through ADBC: its rows, typed."""
+    import adbc_driver_manager
+
+    try:
+        with adbc_connect(args) as conn, conn.cursor() as cursor:
+            cursor.execute(args["sql"])
+            return table_json(cursor.fetch_arrow_table())
+    except adbc_driver_manager.Error as error:
+        return adbc_error(error)
+
+
+def adbc_objects(args):
+    """ADBC's catalog listing (GetCatalogs, GetDbSchemas, GetTables)."""
+    import adbc_driver_manager
+
+    try:
+        with adbc_connect(args) as conn:
+            objects = conn.adbc_get_objects(depth="tables").read_all().to_pylist()
+    except adbc_driver_manager.Error as error:
+        return adbc_error(error)
+    tables = []
+    for catalog in objects:
+        for schema in catalog["catalog_db_schemas"] or []:
+            for table in schema["db_schema_tables"] or []:
+                tables.append(
+                    [catalog["catalog_name"], schema["db_schema_name"], table["table_name"]]
+                )
+    schemas = sorted(
+        {(c["catalog_name"], s["db_schema_name"]) for c in objects for s in c["catalog_db_schemas"] or []}
+    )
+    return {"schemas": [list(s) for s in schemas], "tables": sorted(tables)}
+
+
+def varint(n):
+    out = bytearray()
+    while True:
+        byte = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def field(number, payload):
+    """A length-delimited protobuf field."""
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def statement_command(sql):
+    """google.protobuf.Any of arrow.flight.protocol.sql.CommandStatementQuery."""
+    command = field(1, sql.encode())
+    type_url = b"type.googleapis.com/arrow.flight.protocol.sql.CommandStatementQuery"
+    return field(1, type_url) + field(2, command)
+
+
+def raw_statement(args):
+    """GetFlightInfo then DoGet with pyarrow.flight: the query id the server
+    names in app_metadata, the schema it announced and the rows it sent."""
+    import pyarrow.flight as flight
+
+    client = flight.FlightClient(args["uri"])
+    headers = [(k.encode(), v.encode()) for k, v in args.get("headers", {}).items()]
+    if "token" in args:
+        headers.append((b"authorization", ("Bearer " + args["token"]).encode()))
+    if "username" in args:
+        name, value = client.authenticate_basic_token(args["username"], args["password"])
+        headers.append((name, value))
+    options = flight.FlightCallOptions(headers=headers)
+    try:
+        descriptor = flight.FlightDescriptor.for_command(statement_command(args["sql"]))
+        info = client.get_flight_info(descriptor, options)
+        answer = {
+            "app_metadata": json.loads(info.app_metadata or b"{}"),
+            "announced": [str(f.type) for f in info.schema],
+            "endpoints": len(info.endpoints),
+        }
+        reader = client.do_get(info.endpoints[0].ticket, options)
+        answer.update(table_json(reader.read_all()))
+        return answer
+    except flight.FlightError as error:
+        return {"error": str(error), "code": type(error).__name__}
+
+
+COMMANDS = {
+    "adbc_query": adbc_query,
+    "adbc_objects": adbc_objects,
+    "raw_statement": raw_statement,
+}
+
+if __name__ == "__main__":
+    command, raw = sys.argv[1], sys.argv[2]
+    print(json.dumps(COMMANDS[command](json.loads(raw))))

@@ -1,0 +1,388 @@
+//! Arrow Flight SQL (issue 20, its first part): real clients on a real port.
+//! ADBC's Flight SQL driver and pyarrow.flight (tests/python/flight_client.py)
+//! run statements with a bearer token and with a client id and secret; the
+//! same refusals as REST (the spec's texts), the same rows, jobs that
+//! `GET /v2/query/{id}` shows; catalog listings that hide what the caller
+//! may not read; zone callers; bad credentials and garbage bytes.
+
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+use lakehost_tests::*;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+const ORG_HOST: &str = "demo.api.localhost";
+const TRIPS: &str = "SELECT trip_id, fare, city, service_client_id FROM demo_lake_v2.trips \
+                     ORDER BY trip_id";
+
+async fn flight_app() -> TestApp {
+    let app = spawn_app_with(|config| {
+        config.server.flight_listen = Some("127.0.0.1:0".parse().unwrap());
+    })
+    .await;
+    seed_demo_lake(&app).await;
+    app
+}
+
+fn uri(app: &TestApp) -> String {
+    format!("grpc://{}", app.flight_addr.expect("flight listener"))
+}
+
+/// `args` plus the server's address.
+fn with_uri(app: &TestApp, mut args: Value) -> Value {
+    args["uri"] = json!(uri(app));
+    args
+}
+
+fn error_of(answer: &Value) -> &str {
+    answer["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("expected a refusal, got {answer}"))
+}
+
+#[tokio::test]
+async fn adbc_reads_what_rest_reads_with_the_engines_types() {
+    let Some(python) = test_python() else { return };
+    let app = flight_app().await;
+    let token = app.token_for(&["ZoneAdmin"], "[0]");
+    let answer = flight_client(
+        &python,
+        "adbc_query",
+        &with_uri(&app, json!({ "token": token, "sql": TRIPS })),
+    )
+    .await;
+    assert_eq!(
+        answer["columns"],
+        json!(["trip_id", "fare", "city", "service_client_id"]),
+        "{answer}"
+    );
+    assert_eq!(
+        answer["types"],
+        json!(["int64", "double", "string", "int64"])
+    );
+    let rest = app.rows_of(ORG_HOST, &token, TRIPS).await;
+    let flight: Vec<Vec<Option<String>>> = answer["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            row.as_array()
+                .unwrap()
+                .iter()
+                .map(|v| match v {
+                    Value::Null => None,
+                    Value::String(s) => Some(s.clone()),
+                    other => Some(other.to_string()),
+                })
+                .collect()
+        })
+        .collect();
+    assert_eq!(flight.len(), 6);
+    // REST's strings are the engine's text; numbers compare as numbers.
+    for (flight_row, rest_row) in flight.iter().zip(&rest) {
+        assert_eq!(flight_row[0], rest_row[0]);
+        let fare = |v: &Option<String>| v.as_deref().map(|s| s.parse::<f64>().unwrap());
+        assert_eq!(fare(&flight_row[1]), fare(&rest_row[1]));
+        assert_eq!(flight_row[2], rest_row[2]);
+        assert_eq!(flight_row[3], rest_row[3]);
+    }
+}
+
+#[tokio::test]
+async fn a_statement_is_a_query_job_that_rest_shows() {
+    let Some(python) = test_python() else { return };
+    let app = flight_app().await;
+    let token = app.token_for(&["ZoneAdmin"], "[0]");
+    let sql = "SELECT count(*) AS n FROM demo_lake_v2.trips";
+    let answer = flight_client(
+        &python,
+        "raw_statement",
+        &with_uri(&app, json!({ "token": token, "sql": sql })),
+    )
+    .await;
+    assert_eq!(answer["announced"], json!(["int64"]), "{answer}");
+    assert_eq!(answer["endpoints"], json!(1));
+    assert_eq!(answer["rows"], json!([[6]]));
+    let id = answer["app_metadata"]["queryId"]
+        .as_str()
+        .expect("query id");
+    let (status, job) = app.query_status(ORG_HOST, &token, id).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(job["status"]["state"], "SUCCEEDED", "{job}");
+    assert_eq!(job["query"], sql);
+    // Another caller cannot read it, over either front end.
+    let other = app.token_of("user-2", &["ZoneAdmin"], "[0]");
+    let (status, _) = app.query_status(ORG_HOST, &other, id).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn refusals_keep_the_specs_texts_and_the_filter_reads() {
+    let Some(python) = test_python() else { return };
+    let app = flight_app().await;
+    let analyst = app.token_for(&["OwnServiceClientAnalyst"], "[1]");
+    let query = |token: &str, sql: &str| with_uri(&app, json!({ "token": token, "sql": sql }));
+    let refused = flight_client(&python, "adbc_query", &query(&analyst, TRIPS)).await;
+    assert!(error_of(&refused).contains(DATA_DENIED), "{refused}");
+    assert!(
+        error_of(&refused).contains("PERMISSION_DENIED") || refused["code"] == "ProgrammingError",
+        "{refused}"
+    );
+    let filtered =
+        "SELECT trip_id FROM demo_lake_v2.trips WHERE service_client_id = 1 ORDER BY trip_id";
+    let answer = flight_client(&python, "adbc_query", &query(&analyst, filtered)).await;
+    assert_eq!(answer["rows"], json!([[100], [101]]), "{answer}");
+
+    let public = app.token_for(&["PublicConsumer"], "[1]");
+    let refused = flight_client(&python, "adbc_query", &query(&public, TRIPS)).await;
+    assert!(error_of(&refused).contains(EXECUTE_DENIED), "{refused}");
+
+    let bad_sql = flight_client(&python, "adbc_query", &query(&analyst, "SELEC nonsense")).await;
+    assert!(error_of(&bad_sql).contains("INVALID_ARGUMENT"), "{bad_sql}");
+
+    // A query that fails while it runs: its reason, as the REST job shows it.
+    let failing = flight_client(
+        &python,
+        "adbc_query",
+        &query(
+            &analyst,
+            "SELECT CAST(city AS INT) FROM demo_lake_v2.trips WHERE service_client_id = 1",
+        ),
+    )
+    .await;
+    assert!(error_of(&failing).contains("Aborted"), "{failing}");
+    assert!(error_of(&failing).contains("Cannot cast"), "{failing}");
+}
+
+#[tokio::test]
+async fn tokens_are_checked_like_rest_and_credentials_are_exchanged() {
+    let Some(python) = test_python() else { return };
+    let app = flight_app().await;
+    let count = "SELECT count(*) AS n FROM demo_insights.summary";
+    // No token, a token of another org, a token without query:write.
+    let none = flight_client(
+        &python,
+        "adbc_query",
+        &with_uri(&app, json!({ "sql": count })),
+    )
+    .await;
+    assert!(error_of(&none).contains("Unauthorized"), "{none}");
+    assert!(error_of(&none).contains("UNAUTHENTICATED"), "{none}");
+    let other_org = app.org_token_for("other", &["ZoneAdmin"], "[0]");
+    let refused = flight_client(
+        &python,
+        "adbc_query",
+        &with_uri(&app, json!({ "token": other_org, "sql": count })),
+    )
+    .await;
+    assert!(error_of(&refused).contains("UNAUTHENTICATED"), "{refused}");
+    let mut claims = app.valid_claims("demo");
+    claims["scope"] = json!("query:read");
+    let read_only = app.sign("demo", &claims);
+    let refused = flight_client(
+        &python,
+        "adbc_query",
+        &with_uri(&app, json!({ "token": read_only, "sql": count })),
+    )
+    .await;
+    assert!(error_of(&refused).contains("Forbidden"), "{refused}");
+
+    // A client id and secret of the embedded provider, through the handshake.
+    let answer = flight_client(
+        &python,
+        "adbc_query",
+        &with_uri(
+            &app,
+            json!({ "username": "demo-admin", "password": "demo-admin-secret", "sql": count }),
+        ),
+    )
+    .await;
+    assert_eq!(answer["rows"], json!([[3]]), "{answer}");
+    let raw = flight_client(
+        &python,
+        "raw_statement",
+        &with_uri(
+            &app,
+            json!({
+                "username": "demo-own-analyst",
+                "password": "demo-own-analyst-secret",
+                "sql": "SELECT count(*) AS n FROM demo_insights.summary \
+                        WHERE service_client_id IN (1, 2)",
+            }),
+        ),
+    )
+    .await;
+    assert_eq!(raw["rows"], json!([[2]]), "{raw}");
+    let wrong = flight_client(
+        &python,
+        "adbc_query",
+        &with_uri(
+            &app,
+            json!({ "username": "demo-admin", "password": "not-the-secret", "sql": count }),
+        ),
+    )
+    .await;
+    assert!(error_of(&wrong).contains("Unauthorized"), "{wrong}");
+}
+
+#[tokio::test]
+async fn over_tls_with_the_servers_certificate() {
+    let Some(python) = test_python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let cert_path = dir.path().join("cert.pem");
+    let key_path = dir.path().join("key.pem");
+    std::fs::write(&cert_path, cert.cert.pem()).unwrap();
+    std::fs::write(&key_path, cert.key_pair.serialize_pem()).unwrap();
+    let app = spawn_app_with(|config| {
+        config.server.flight_listen = Some("127.0.0.1:0".parse().unwrap());
+        config.server.tls_cert = Some(cert_path.clone());
+        config.server.tls_key = Some(key_path.clone());
+    })
+    .await;
+    let port = app.flight_addr.unwrap().port();
+    // The handshake exchanges the secret with the embedded provider, which is
+    // served over the same TLS.
+    let answer = flight_client(
+        &python,
+        "adbc_query",
+        &json!({
+            "uri": format!("grpc+tls://localhost:{port}"),
+            "tls_root_certs": cert.cert.pem(),
+            "username": "demo-admin",
+            "password": "demo-admin-secret",
+            "sql": "SELECT 40 + 2 AS answer",
+        }),
+    )
+    .await;
+    assert_eq!(answer["rows"], json!([[42]]), "{answer}");
+    // Plain gRPC to the TLS port gets nothing.
+    let plain = flight_client(
+        &python,
+        "adbc_query",
+        &json!({
+            "uri": format!("grpc://localhost:{port}"),
+            "username": "demo-admin",
+            "password": "demo-admin-secret",
+            "sql": "SELECT 1",
+        }),
+    )
+    .await;
+    assert!(plain["error"].is_string(), "{plain}");
+}
+
+#[tokio::test]
+async fn a_zone_caller_reads_its_zone_and_only_with_a_zone_token() {
+    let Some(python) = test_python() else { return };
+    let app = flight_app().await;
+    let zone_token = app.zone_token_for("lab", &["ZoneAdmin"], "[0]");
+    let lab = json!({ "x-lakehost-zone": "lab" });
+    let sql = "SELECT count(*) AS n FROM lab_lake.trips";
+    let answer = flight_client(
+        &python,
+        "adbc_query",
+        &with_uri(
+            &app,
+            json!({ "token": zone_token, "headers": lab, "sql": sql }),
+        ),
+    )
+    .await;
+    assert_eq!(answer["rows"], json!([[4]]), "{answer}");
+    let org_token = app.token_for(&["ZoneAdmin"], "[0]");
+    let refused = flight_client(
+        &python,
+        "adbc_query",
+        &with_uri(
+            &app,
+            json!({ "token": org_token, "headers": lab, "sql": sql }),
+        ),
+    )
+    .await;
+    assert!(error_of(&refused).contains("UNAUTHENTICATED"), "{refused}");
+    let unknown = flight_client(
+        &python,
+        "adbc_query",
+        &with_uri(
+            &app,
+            json!({ "token": zone_token, "headers": { "x-lakehost-zone": "nope" }, "sql": sql }),
+        ),
+    )
+    .await;
+    assert!(error_of(&unknown).contains("no zone"), "{unknown}");
+}
+
+#[tokio::test]
+async fn catalog_listings_hide_what_the_caller_may_not_read() {
+    let Some(python) = test_python() else { return };
+    let app = flight_app().await;
+    let admin = app.token_for(&["ZoneAdmin"], "[0]");
+    let listing = flight_client(
+        &python,
+        "adbc_objects",
+        &with_uri(&app, json!({ "token": admin })),
+    )
+    .await;
+    let tables = listing["tables"].as_array().expect("tables");
+    for expected in [
+        json!(["lakehost", "demo_lake_v2", "trips"]),
+        json!(["lakehost", "demo_insights", "summary"]),
+        json!(["lakehost", "demo_sandbox", "scratch"]),
+    ] {
+        assert!(tables.contains(&expected), "{expected} missing: {listing}");
+    }
+    let public = app.token_for(&["PublicConsumer"], "[1]");
+    let listing = flight_client(
+        &python,
+        "adbc_objects",
+        &with_uri(&app, json!({ "token": public })),
+    )
+    .await;
+    let tables = listing["tables"].as_array().expect("tables");
+    assert!(
+        tables.contains(&json!(["lakehost", "demo_insights", "summary"])),
+        "{listing}"
+    );
+    assert!(
+        tables.iter().all(|t| t[1] == "demo_insights"),
+        "a PublicConsumer sees only the insights: {listing}"
+    );
+}
+
+#[tokio::test]
+async fn garbage_bytes_close_the_connection_and_the_server_goes_on() {
+    let Some(python) = test_python() else { return };
+    // Short timeouts: a connection left half-way through HTTP/2's opening
+    // is closed by the idle timeout, as on every listener.
+    let app = spawn_app_with(|config| {
+        config.server.flight_listen = Some("127.0.0.1:0".parse().unwrap());
+        config.server.request_timeout_s = 1;
+        config.server.idle_timeout_s = 2;
+        config.server.flight_idle_timeout_s = 2;
+    })
+    .await;
+    let address = app.flight_addr.unwrap();
+    for garbage in [
+        &b"\x00\x01\x02 not a preface at all \xff\xfe"[..],
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x12\x04",
+    ] {
+        let mut socket = tokio::net::TcpStream::connect(address).await.unwrap();
+        socket.write_all(garbage).await.unwrap();
+        let mut answer = Vec::new();
+        // The server ends the connection (EOF or a reset), it does not hang.
+        let ended = tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            socket.read_to_end(&mut answer),
+        )
+        .await;
+        assert!(ended.is_ok(), "still open after 30 s");
+    }
+    let token = app.token_for(&["ZoneAdmin"], "[0]");
+    let answer = flight_client(
+        &python,
+        "adbc_query",
+        &with_uri(&app, json!({ "token": token, "sql": "SELECT 1 AS one" })),
+    )
+    .await;
+    assert_eq!(answer["rows"], json!([[1]]), "{answer}");
+}
