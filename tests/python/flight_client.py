@@ -64,6 +64,20 @@ def adbc_query(args):
         return adbc_error(error)
 
 
+def adbc_prepared(args):
+    """A prepared statement through ADBC: prepared (the server checks and
+    plans it), then executed; its rows."""
+    import adbc_driver_manager
+
+    try:
+        with adbc_connect(args) as conn, conn.cursor() as cursor:
+            cursor.adbc_prepare(args["sql"])
+            cursor.execute(args["sql"])
+            return table_json(cursor.fetch_arrow_table())
+    except adbc_driver_manager.Error as error:
+        return adbc_error(error)
+
+
 def adbc_objects(args):
     """ADBC's catalog listing (GetCatalogs, GetDbSchemas, GetTables)."""
     import adbc_driver_manager
@@ -138,8 +152,36 @@ def raw_statement(args):
         return {"error": str(error), "code": type(error).__name__}
 
 
+def raw_cancel(args):
+    """GetFlightInfo of a statement, then the CancelFlightInfo action with
+    that info (pyarrow.flight raw calls): the action's answer, and what a
+    DoGet of the ticket gets afterwards."""
+    import pyarrow.flight as flight
+
+    client = flight.FlightClient(args["uri"])
+    headers = [(b"authorization", ("Bearer " + args["token"]).encode())]
+    options = flight.FlightCallOptions(headers=headers)
+    try:
+        descriptor = flight.FlightDescriptor.for_command(statement_command(args["sql"]))
+        info = client.get_flight_info(descriptor, options)
+        query_id = json.loads(info.app_metadata)["queryId"]
+        request = field(1, info.serialize())
+        results = list(client.do_action(flight.Action("CancelFlightInfo", request), options))
+        answer = {"queryId": query_id, "cancel": [r.body.to_pybytes().hex() for r in results]}
+    except flight.FlightError as error:
+        return {"error": str(error), "code": type(error).__name__}
+    try:
+        client.do_get(info.endpoints[0].ticket, options).read_all()
+        answer["do_get"] = "rows"
+    except flight.FlightError as error:
+        answer["do_get"] = {"error": str(error), "code": type(error).__name__}
+    return answer
+
+
 COMMANDS = {
+    "raw_cancel": raw_cancel,
     "adbc_query": adbc_query,
+    "adbc_prepared": adbc_prepared,
     "adbc_objects": adbc_objects,
     "raw_statement": raw_statement,
 }

@@ -41,7 +41,7 @@ pub static SQL_INFO: LazyLock<SqlInfoData> = LazyLock::new(|| {
     info.append(SqlInfo::FlightSqlServerSql, true);
     info.append(SqlInfo::FlightSqlServerSubstrait, false);
     info.append(SqlInfo::FlightSqlServerTransaction, 0i32);
-    info.append(SqlInfo::FlightSqlServerCancel, false);
+    info.append(SqlInfo::FlightSqlServerCancel, true);
     info.append(SqlInfo::SqlIdentifierQuoteChar, "\"");
     info.build().expect("the server's SQL info is well formed")
 });

@@ -17,7 +17,13 @@
 //!   call carries a bearer token (`caller.rs`).
 //! - Catalog metadata lists what the caller may read (`metadata.rs`).
 //!
-//! Not here yet: prepared statements, cancellation through Flight, results
+//! - A prepared statement's handle is its SQL: creating one checks and plans
+//!   it (its schema, or the refusal), executing it runs it as a statement.
+//!
+//! - `CancelFlightInfo` (and Flight SQL's older `CancelQuery`) cancels the
+//!   statement's query job, as `DELETE /v2/query/{id}` does.
+//!
+//! Not here yet: parameters of prepared statements, results
 //! streamed as the query runs (today the result is written first, as for
 //! REST), transactions (none: each statement is its own job).
 
@@ -30,18 +36,24 @@ mod status;
 use std::{pin::Pin, sync::Arc, time::Duration};
 
 use arrow_flight::{
-    FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, Ticket,
+    Action, ActionType, CancelFlightInfoRequest, CancelFlightInfoResult, CancelStatus,
+    FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, IpcMessage,
+    SchemaAsIpc, Ticket,
     encode::FlightDataEncoderBuilder,
     flight_service_server::FlightServiceServer,
     sql::{
-        Any, CommandGetCatalogs, CommandGetDbSchemas, CommandGetSqlInfo, CommandGetTableTypes,
-        CommandGetTables, CommandStatementQuery, ProstMessageExt, SqlInfo, TicketStatementQuery,
-        server::FlightSqlService,
+        ActionCancelQueryRequest, ActionCancelQueryResult, ActionClosePreparedStatementRequest,
+        ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult, Any,
+        CommandGetCatalogs, CommandGetDbSchemas, CommandGetSqlInfo, CommandGetTableTypes,
+        CommandGetTables, CommandPreparedStatementQuery, CommandStatementQuery,
+        DoPutPreparedStatementResult, ProstMessageExt, SqlInfo, TicketStatementQuery,
+        server::{FlightSqlService, PeekableFlightDataStream},
     },
 };
+use datafusion::arrow::ipc::writer::IpcWriteOptions;
 use datafusion::arrow::{array::RecordBatch, datatypes::Schema};
 use futures::{Stream, TryStreamExt as _};
-use prost::Message as _;
+use prost::Message;
 use tonic::{Request, Response, Status, Streaming};
 
 pub use caller::{ORG_HEADER, ZONE_HEADER};
@@ -54,6 +66,16 @@ use crate::{
     query::QueryService,
     store::{Store, queries::QueryState},
 };
+
+/// The Flight action that cancels a statement.
+const CANCEL_FLIGHT_INFO: &str = "CancelFlightInfo";
+
+/// `ActionCancelQueryResult.CancelResult.CANCEL_RESULT_CANCELLED` (the enum
+/// is not exported by arrow-flight).
+const CANCEL_RESULT_CANCELLED: i32 = 1;
+
+/// What `DoAction` answers with.
+type DoActionStream = Pin<Box<dyn Stream<Item = Result<arrow_flight::Result, Status>> + Send>>;
 
 /// What `DoGet` answers with.
 pub type DoGetStream = Pin<Box<dyn Stream<Item = Result<arrow_flight::FlightData, Status>> + Send>>;
@@ -107,6 +129,73 @@ fn one_batch(batch: RecordBatch) -> Response<DoGetStream> {
     Response::new(Box::pin(data))
 }
 
+fn no_transactions() -> Status {
+    Status::unimplemented("lakehost has no transactions: each statement is its own query")
+}
+
+/// The SQL a prepared statement's handle holds (the handle is the statement
+/// itself, so any replica runs it, checked again for whoever executes it).
+fn prepared_sql(handle: &[u8]) -> Result<String, Status> {
+    String::from_utf8(handle.to_vec())
+        .map_err(|_| Status::invalid_argument("the prepared statement handle is not lakehost's"))
+}
+
+/// The query a statement's Flight info names: its one endpoint's ticket.
+fn query_id_of(info: &FlightInfo) -> Result<String, Status> {
+    let not_ours =
+        || Status::invalid_argument("the flight info is not one of a lakehost statement");
+    let ticket = info
+        .endpoint
+        .first()
+        .and_then(|endpoint| endpoint.ticket.as_ref())
+        .ok_or_else(not_ours)?;
+    let any = Any::decode(&*ticket.ticket).map_err(|_| not_ours())?;
+    let handle: TicketStatementQuery = any.unpack().ok().flatten().ok_or_else(not_ours)?;
+    String::from_utf8(handle.statement_handle.to_vec()).map_err(|_| not_ours())
+}
+
+impl LakeFlightSql {
+    /// Cancels the query of `info` for the call's caller (as
+    /// `DELETE /v2/query/{id}` does; a query already ended stays as it is).
+    async fn cancel(&self, info: &FlightInfo, request: &Request<Action>) -> Result<(), Status> {
+        let caller = caller::caller_of(&self.state, request.metadata(), "query:write").await?;
+        let id = query_id_of(info)?;
+        self.state
+            .queries
+            .cancel(&caller, &id)
+            .await
+            .map_err(status::status_of)
+    }
+
+    /// A statement submitted as a query job for the call's caller: its
+    /// result's schema and one endpoint, whose ticket is the query id.
+    async fn run_statement(
+        &self,
+        sql: &str,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let caller = caller::caller_of(&self.state, request.metadata(), "query:write").await?;
+        let submitted = self
+            .state
+            .queries
+            .submit(&caller, sql, None, None, None)
+            .await
+            .map_err(status::status_of)?;
+        let handle = TicketStatementQuery {
+            statement_handle: submitted.id.clone().into(),
+        };
+        let ticket = Ticket::new(handle.as_any().encode_to_vec());
+        let schema = without_view_types(&submitted.schema);
+        let info = FlightInfo::new()
+            .try_with_schema(&schema)
+            .map_err(|e| Status::internal(e.to_string()))?
+            .with_endpoint(FlightEndpoint::new().with_ticket(ticket))
+            .with_descriptor(request.into_inner())
+            .with_app_metadata(serde_json::json!({ "queryId": submitted.id }).to_string());
+        Ok(Response::new(info))
+    }
+}
+
 #[tonic::async_trait]
 impl FlightSqlService for LakeFlightSql {
     type FlightService = LakeFlightSql;
@@ -126,30 +215,65 @@ impl FlightSqlService for LakeFlightSql {
         query: CommandStatementQuery,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
+        if query.transaction_id.is_some() {
+            return Err(no_transactions());
+        }
+        self.run_statement(&query.query, request).await
+    }
+
+    async fn do_action_create_prepared_statement(
+        &self,
+        query: ActionCreatePreparedStatementRequest,
+        request: Request<Action>,
+    ) -> Result<ActionCreatePreparedStatementResult, Status> {
         let caller = caller::caller_of(&self.state, request.metadata(), "query:write").await?;
         if query.transaction_id.is_some() {
-            return Err(Status::unimplemented(
-                "lakehost has no transactions: each statement is its own query",
-            ));
+            return Err(no_transactions());
         }
-        let submitted = self
+        let schema = self
             .state
             .queries
-            .submit(&caller, &query.query, None, None, None)
+            .describe(&caller, &query.query)
             .await
             .map_err(status::status_of)?;
-        let handle = TicketStatementQuery {
-            statement_handle: submitted.id.clone().into(),
-        };
-        let ticket = Ticket::new(handle.as_any().encode_to_vec());
-        let schema = without_view_types(&submitted.schema);
-        let info = FlightInfo::new()
-            .try_with_schema(&schema)
-            .map_err(|e| Status::internal(e.to_string()))?
-            .with_endpoint(FlightEndpoint::new().with_ticket(ticket))
-            .with_descriptor(request.into_inner())
-            .with_app_metadata(serde_json::json!({ "queryId": submitted.id }).to_string());
-        Ok(Response::new(info))
+        let schema = without_view_types(&schema);
+        let IpcMessage(dataset_schema) = SchemaAsIpc::new(&schema, &IpcWriteOptions::default())
+            .try_into()
+            .map_err(|e: datafusion::arrow::error::ArrowError| Status::internal(e.to_string()))?;
+        Ok(ActionCreatePreparedStatementResult {
+            prepared_statement_handle: query.query.into(),
+            dataset_schema,
+            parameter_schema: Default::default(),
+        })
+    }
+
+    async fn get_flight_info_prepared_statement(
+        &self,
+        query: CommandPreparedStatementQuery,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let sql = prepared_sql(&query.prepared_statement_handle)?;
+        self.run_statement(&sql, request).await
+    }
+
+    async fn do_put_prepared_statement_query(
+        &self,
+        _query: CommandPreparedStatementQuery,
+        _request: Request<PeekableFlightDataStream>,
+    ) -> Result<DoPutPreparedStatementResult, Status> {
+        Err(Status::unimplemented(
+            "lakehost does not bind parameters to prepared statements yet: \
+             write the values into the SQL",
+        ))
+    }
+
+    async fn do_action_close_prepared_statement(
+        &self,
+        _query: ActionClosePreparedStatementRequest,
+        _request: Request<Action>,
+    ) -> Result<(), Status> {
+        // The handle is the statement itself: nothing is kept to close.
+        Ok(())
     }
 
     async fn do_get_statement(
@@ -289,6 +413,54 @@ impl FlightSqlService for LakeFlightSql {
             .build()
             .map_err(|e| Status::internal(e.to_string()))?;
         Ok(one_batch(batch))
+    }
+
+    async fn do_action_cancel_query(
+        &self,
+        query: ActionCancelQueryRequest,
+        request: Request<Action>,
+    ) -> Result<ActionCancelQueryResult, Status> {
+        let info = FlightInfo::decode(query.info).map_err(|_| {
+            Status::invalid_argument("the cancel request's flight info is malformed")
+        })?;
+        self.cancel(&info, &request).await?;
+        Ok(ActionCancelQueryResult {
+            result: CANCEL_RESULT_CANCELLED,
+        })
+    }
+
+    /// `CancelFlightInfo`, the Flight action that replaced Flight SQL's
+    /// `CancelQuery`; any other action is refused.
+    async fn do_action_fallback(
+        &self,
+        request: Request<Action>,
+    ) -> Result<Response<DoActionStream>, Status> {
+        if request.get_ref().r#type != CANCEL_FLIGHT_INFO {
+            return Err(Status::invalid_argument(format!(
+                "lakehost has no action {:?}",
+                request.get_ref().r#type
+            )));
+        }
+        let cancel = CancelFlightInfoRequest::decode(request.get_ref().body.clone())
+            .map_err(|_| Status::invalid_argument("the CancelFlightInfo request is malformed"))?;
+        let info = cancel
+            .info
+            .ok_or_else(|| Status::invalid_argument("the CancelFlightInfo request has no info"))?;
+        self.cancel(&info, &request).await?;
+        let result = CancelFlightInfoResult {
+            status: CancelStatus::Cancelled as i32,
+        };
+        let answer = arrow_flight::Result {
+            body: result.encode_to_vec().into(),
+        };
+        Ok(Response::new(Box::pin(futures::stream::iter([Ok(answer)]))))
+    }
+
+    async fn list_custom_actions(&self) -> Option<Vec<Result<ActionType, Status>>> {
+        Some(vec![Ok(ActionType {
+            r#type: CANCEL_FLIGHT_INFO.to_string(),
+            description: "Cancel the query of a statement's FlightInfo".to_string(),
+        })])
     }
 
     async fn do_get_fallback(

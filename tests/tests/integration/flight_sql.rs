@@ -155,6 +155,51 @@ async fn refusals_keep_the_specs_texts_and_the_filter_reads() {
 }
 
 #[tokio::test]
+async fn prepared_statements_are_checked_when_prepared_and_run_as_jobs() {
+    let Some(python) = test_python() else { return };
+    let app = flight_app().await;
+    let analyst = app.token_for(&["OwnServiceClientAnalyst"], "[1]");
+    let filtered = "SELECT trip_id, city FROM demo_lake_v2.trips WHERE service_client_id = 1 \
+                    ORDER BY trip_id";
+    let answer = flight_client(
+        &python,
+        "adbc_prepared",
+        &with_uri(&app, json!({ "token": analyst, "sql": filtered })),
+    )
+    .await;
+    assert_eq!(answer["types"], json!(["int64", "string"]), "{answer}");
+    assert_eq!(answer["rows"], json!([[100, "city-0"], [101, "city-1"]]));
+    let refused = flight_client(
+        &python,
+        "adbc_prepared",
+        &with_uri(&app, json!({ "token": analyst, "sql": TRIPS })),
+    )
+    .await;
+    assert!(error_of(&refused).contains(DATA_DENIED), "{refused}");
+}
+
+#[tokio::test]
+async fn cancel_flight_info_cancels_the_query_job() {
+    let Some(python) = test_python() else { return };
+    let app = flight_app().await;
+    let token = app.token_for(&["ZoneAdmin"], "[0]");
+    let endless = "SELECT count(*) FROM generate_series(1, 1000000000000)";
+    let answer = flight_client(
+        &python,
+        "raw_cancel",
+        &with_uri(&app, json!({ "token": token, "sql": endless })),
+    )
+    .await;
+    // CancelFlightInfoResult { status: CANCEL_STATUS_CANCELLED (1) }.
+    assert_eq!(answer["cancel"], json!(["0801"]), "{answer}");
+    let id = answer["queryId"].as_str().expect("query id");
+    let job = app.wait_for(ORG_HOST, &token, id, Some("CANCELLED")).await;
+    assert_eq!(job["status"]["state"], "CANCELLED", "{job}");
+    let refused = answer["do_get"]["error"].as_str().expect("DoGet refused");
+    assert!(refused.contains("cancelled"), "{answer}");
+}
+
+#[tokio::test]
 async fn tokens_are_checked_like_rest_and_credentials_are_exchanged() {
     let Some(python) = test_python() else { return };
     let app = flight_app().await;

@@ -282,6 +282,22 @@ impl QueryService {
         Ok((planned, classified.statement_type))
     }
 
+    /// The columns `sql` would return for `caller`, checked and planned as
+    /// `submit` does (refusals included), with nothing stored or run: a
+    /// Flight SQL prepared statement's schema.
+    pub async fn describe(&self, caller: &LakeCaller, sql: &str) -> Result<SchemaRef, QueryError> {
+        let database = Self::default_database(caller);
+        let (planned, _) = self
+            .plan(
+                (&caller.org, caller.zone.as_deref()),
+                &database,
+                caller.grant.access(),
+                sql,
+            )
+            .await?;
+        Ok(result_schema(&planned.prepared))
+    }
+
     /// POST /query: checks and plans `sql`, then runs it at once when a slot
     /// is free, else queues it. Returns the id.
     ///
