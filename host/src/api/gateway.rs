@@ -35,7 +35,7 @@ pub const MAX_REQUEST_ID_BYTES: usize = 64;
 /// `-`, `_`, `.`; at most 64 bytes), so a proxy's id follows the request
 /// into our logs; anything else (spaces, quotes, control characters, JSON,
 /// long values) is replaced by a fresh id and never logged.
-fn request_id(request: &Request) -> String {
+pub(crate) fn request_id(request: &Request) -> String {
     request
         .headers()
         .get(REQUEST_ID_HEADER)

@@ -16,6 +16,7 @@
 //!   `authorization: Bearer` (ADBC's username and password); every other
 //!   call carries a bearer token (`caller.rs`).
 //! - Catalog metadata lists what the caller may read (`metadata.rs`).
+//! - Every call has a request id, a log line and a count (`calls.rs`).
 //!
 //! - A prepared statement's handle is its SQL: creating one checks and plans
 //!   it (its schema, or the refusal), executing it runs it as a statement.
@@ -28,6 +29,7 @@
 //! REST), transactions (none: each statement is its own job).
 
 mod caller;
+mod calls;
 mod handshake;
 mod metadata;
 mod results;
@@ -70,6 +72,13 @@ use crate::{
 /// The Flight action that cancels a statement.
 const CANCEL_FLIGHT_INFO: &str = "CancelFlightInfo";
 
+/// The Flight action ADBC sends when a connection closes.
+const CLOSE_SESSION: &str = "CloseSession";
+
+/// `CloseSessionResult { status: CLOSED }` as protobuf (field 1, varint 1):
+/// arrow-flight 59 has no session messages.
+const CLOSE_SESSION_CLOSED: [u8; 2] = [0x08, 0x01];
+
 /// `ActionCancelQueryResult.CancelResult.CANCEL_RESULT_CANCELLED` (the enum
 /// is not exported by arrow-flight).
 const CANCEL_RESULT_CANCELLED: i32 = 1;
@@ -94,6 +103,7 @@ pub struct FlightState {
 pub fn router(state: FlightState) -> axum::Router {
     tonic::service::Routes::new(FlightServiceServer::new(LakeFlightSql { state }))
         .into_axum_router()
+        .layer(axum::middleware::from_fn(calls::call_context))
 }
 
 /// How long one look for a query's end lasts before the next (the call
@@ -430,12 +440,21 @@ impl FlightSqlService for LakeFlightSql {
     }
 
     /// `CancelFlightInfo`, the Flight action that replaced Flight SQL's
-    /// `CancelQuery`; any other action is refused.
+    /// `CancelQuery`, and `CloseSession`; any other action is refused.
     async fn do_action_fallback(
         &self,
         request: Request<Action>,
     ) -> Result<Response<DoActionStream>, Status> {
+        if request.get_ref().r#type == CLOSE_SESSION {
+            // No session state is kept: the session is closed as asked.
+            let answer = arrow_flight::Result {
+                body: CLOSE_SESSION_CLOSED.to_vec().into(),
+            };
+            return Ok(Response::new(Box::pin(futures::stream::iter([Ok(answer)]))));
+        }
         if request.get_ref().r#type != CANCEL_FLIGHT_INFO {
+            let action: String = request.get_ref().r#type.chars().take(64).collect();
+            tracing::debug!(action, "unknown flight action refused");
             return Err(Status::invalid_argument(format!(
                 "lakehost has no action {:?}",
                 request.get_ref().r#type

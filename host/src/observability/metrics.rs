@@ -20,6 +20,7 @@
 //! | `lakehost_jwks_fetches_total` | counter | `reason`, `outcome` | JWKS (and discovery) fetches: `stale` keys or an `unknown_kid`; `ok` or `failed` |
 //! | `lakehost_token_rejections_total` | counter | `reason` | bearer tokens refused, by a fixed reason (`TokenError::reason`, `missing_bearer`, `insufficient_scope`) |
 //! | `lakehost_idempotent_requests_total` | counter | `operation`, `outcome` | requests with an `Idempotency-Key` (`submit_query`, `create_load`, `commit_load`): `first` (claimed the key and ran), `replayed` (answered with the first answer), `conflict` (409: the key is another request's, or still in progress), `error` (the store failed) |
+//! | `lakehost_flight_calls_total` | counter | `call`, `outcome` | Arrow Flight SQL calls: the RPC (`GetFlightInfo`, `DoGet`, `DoAction`, `Handshake`, ..., `unknown`) and its gRPC status when it ended at once (`ok` when it answered, or began streaming; `permission_denied`, `unauthenticated`, ...) |
 //! | `lakehost_store_pool_connections` | gauge | `state` | this replica's metadata-store connections, `open` and `idle` |
 //!
 //! Labels come from closed or capped sets (`labels.rs`): the route is the
@@ -63,6 +64,7 @@ const JWKS_FETCHES: &str = "lakehost_jwks_fetches_total";
 const TOKEN_REJECTIONS: &str = "lakehost_token_rejections_total";
 const POOL_CONNECTIONS: &str = "lakehost_store_pool_connections";
 const IDEMPOTENT_REQUESTS: &str = "lakehost_idempotent_requests_total";
+const FLIGHT_CALLS: &str = "lakehost_flight_calls_total";
 
 /// Histogram buckets (seconds): from a cached status poll to a long step.
 const SECONDS_BUCKETS: &[f64] = &[
@@ -148,6 +150,10 @@ fn describe() {
     describe_counter!(
         IDEMPOTENT_REQUESTS,
         "Requests with an Idempotency-Key, by operation and what the key held."
+    );
+    describe_counter!(
+        FLIGHT_CALLS,
+        "Arrow Flight SQL calls, by RPC and gRPC status."
     );
     describe_gauge!(
         POOL_CONNECTIONS,
@@ -357,6 +363,11 @@ pub fn jwks_fetched(why: JwksFetch, ok: bool) {
     };
     let outcome = if ok { "ok" } else { "failed" };
     counter!(JWKS_FETCHES, "reason" => reason, "outcome" => outcome).increment(1);
+}
+
+/// One Arrow Flight SQL call answered (both labels from closed sets).
+pub fn flight_call(call: &'static str, outcome: &'static str) {
+    counter!(FLIGHT_CALLS, "call" => call, "outcome" => outcome).increment(1);
 }
 
 /// A bearer token refused, for a reason from a fixed list.

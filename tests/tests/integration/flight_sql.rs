@@ -152,6 +152,23 @@ async fn refusals_keep_the_specs_texts_and_the_filter_reads() {
     .await;
     assert!(error_of(&failing).contains("Aborted"), "{failing}");
     assert!(error_of(&failing).contains("Cannot cast"), "{failing}");
+
+    // Each call is counted by RPC and outcome, as REST requests are. ADBC
+    // prepares every statement (DoAction), so its refusals come from there.
+    let metrics = reqwest::get(format!("http://{}/metrics", app.metrics_addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for series in [
+        r#"lakehost_flight_calls_total{call="DoAction",outcome="permission_denied"}"#,
+        r#"lakehost_flight_calls_total{call="DoAction",outcome="invalid_argument"}"#,
+        r#"lakehost_flight_calls_total{call="GetFlightInfo",outcome="ok"}"#,
+        r#"lakehost_flight_calls_total{call="DoGet",outcome="ok"}"#,
+    ] {
+        assert!(metrics.contains(series), "{series} missing");
+    }
 }
 
 #[tokio::test]
