@@ -178,7 +178,42 @@ def raw_cancel(args):
     return answer
 
 
+def ticket_of(query_id):
+    """The ticket lakehost answers a statement with: Any of
+    TicketStatementQuery { statement_handle: <query id> }."""
+    type_url = b"type.googleapis.com/arrow.flight.protocol.sql.TicketStatementQuery"
+    return field(1, type_url) + field(2, field(1, query_id.encode()))
+
+
+def raw_query_calls(args):
+    """DoGet of query ``query_id``'s ticket, and CancelFlightInfo of an info
+    naming it (pyarrow.flight raw calls), with ``token``: what each got."""
+    import pyarrow.flight as flight
+
+    client = flight.FlightClient(args["uri"])
+    options = flight.FlightCallOptions(
+        headers=[(b"authorization", ("Bearer " + args["token"]).encode())]
+    )
+    ticket = ticket_of(args["query_id"])
+    answer = {}
+    try:
+        client.do_get(flight.Ticket(ticket), options).read_all()
+        answer["do_get"] = "rows"
+    except Exception as error:  # pyarrow maps some gRPC codes to its own errors
+        answer["do_get"] = {"error": str(error), "code": type(error).__name__}
+    if args.get("cancel"):
+        # FlightInfo { endpoint: [FlightEndpoint { ticket: Ticket { ticket } }] }
+        info = field(3, field(1, field(1, ticket)))
+        try:
+            results = client.do_action(flight.Action("CancelFlightInfo", field(1, info)), options)
+            answer["cancel"] = [r.body.to_pybytes().hex() for r in results]
+        except Exception as error:  # pyarrow maps some gRPC codes to its own errors
+            answer["cancel"] = {"error": str(error), "code": type(error).__name__}
+    return answer
+
+
 COMMANDS = {
+    "raw_query_calls": raw_query_calls,
     "raw_cancel": raw_cancel,
     "adbc_query": adbc_query,
     "adbc_prepared": adbc_prepared,

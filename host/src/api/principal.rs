@@ -11,7 +11,11 @@ use axum::{extract::FromRequestParts, http::request::Parts};
 
 use super::{AppState, error::ApiError, routing::ApiTarget};
 use crate::{
-    auth::{AccessClaims, LakeCaller, caller::scope_on, validator::Expected},
+    auth::{
+        AccessClaims, LakeCaller,
+        caller::{bearer_token as bearer_token_of, scope_on},
+        validator::Expected,
+    },
     observability::metrics::token_rejected,
 };
 
@@ -71,13 +75,8 @@ fn bearer_token(parts: &Parts) -> Result<&str, ApiError> {
         .ok_or_else(|| unauthorized("no Authorization header"))?
         .to_str()
         .map_err(|_| unauthorized("Authorization header is not ASCII"))?;
-    let (scheme, token) = value
-        .split_once(' ')
-        .ok_or_else(|| unauthorized("Authorization header is not `Bearer <token>`"))?;
-    if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() || token.contains(' ') {
-        return Err(unauthorized("Authorization header is not `Bearer <token>`"));
-    }
-    Ok(token)
+    bearer_token_of(value)
+        .ok_or_else(|| unauthorized("Authorization header is not `Bearer <token>`"))
 }
 
 impl<S: RequiredScope> FromRequestParts<AppState> for Caller<S> {

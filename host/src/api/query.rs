@@ -306,6 +306,7 @@ async fn cancel_query(
     LakeCallerOf(caller, _): LakeCallerOf<QueryWrite>,
     Path(query_id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
+    // Cancelling a query that has already ended is a success too (the spec).
     state
         .queries
         .cancel(&caller, &query_id)

@@ -74,13 +74,10 @@ pub fn resolve_host(host: &str, config: &Config) -> HostRoute {
                 org: org.to_string(),
                 kind: ApiKind::Org,
             }),
-            [zone, org] => match config.org(org) {
-                Some(o) if o.zones.iter().any(|z| z == zone) => HostRoute::Api(ApiTarget {
-                    org: org.to_string(),
-                    kind: ApiKind::Zone(zone.to_string()),
-                }),
-                _ => HostRoute::Unknown,
-            },
+            [zone, org] if config.has_zone(org, zone) => HostRoute::Api(ApiTarget {
+                org: org.to_string(),
+                kind: ApiKind::Zone(zone.to_string()),
+            }),
             _ => HostRoute::Unknown,
         };
     }

@@ -45,6 +45,14 @@ impl LakeCaller {
     }
 }
 
+/// The token of an `Authorization` value `Bearer <token>` (the scheme in any
+/// case, one space, a token without spaces), for every front end.
+pub fn bearer_token(authorization: &str) -> Option<&str> {
+    let (scheme, token) = authorization.split_once(' ')?;
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty() && !token.contains(' '))
+        .then_some(token)
+}
+
 /// The scope string a token must carry for `base` (`query:write`) on the
 /// Org API (`zone` `None`) or a Zone API (`<zone>:query:write`).
 pub fn scope_on(base: &str, zone: Option<&str>) -> String {

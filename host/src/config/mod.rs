@@ -195,6 +195,7 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.server.validate()?;
         self.query.validate()?;
+        self.validate_flight()?;
         self.uploads.validate()?;
         self.pipeline.validate()?;
         self.dailyrun.validate()?;
@@ -204,6 +205,34 @@ impl Config {
         validate_orgs(&self.orgs, &self.server.default_org)?;
         self.idp
             .validate(&self.orgs, &self.auth, self.server.listen)
+    }
+
+    /// What Flight SQL needs of the query section: the typed copies its rows
+    /// are sent from, and an idle timeout that outlasts a query (a `DoGet`
+    /// is silent until its query ends).
+    fn validate_flight(&self) -> Result<(), ConfigError> {
+        if self.server.flight_listen.is_none() {
+            return Ok(());
+        }
+        if !self.query.typed_results {
+            return Err(ConfigError::new(
+                "server.flight_listen",
+                "needs query.typed_results = true (Flight SQL sends a result's typed copy)",
+            ));
+        }
+        if self.server.flight_idle_timeout_s <= self.query.time_limit_s {
+            return Err(ConfigError::new(
+                "server.flight_idle_timeout_s",
+                "must be more than query.time_limit_s (a DoGet waits silently for its query)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether `org` is configured and has the zone `zone`.
+    pub fn has_zone(&self, org: &str, zone: &str) -> bool {
+        self.org(org)
+            .is_some_and(|o| o.zones.iter().any(|z| z == zone))
     }
 
     pub fn org(&self, name: &str) -> Option<&OrgConfig> {

@@ -54,8 +54,8 @@ pub struct ServerConfig {
     /// unset (the default): no Flight SQL listener.
     pub flight_listen: Option<SocketAddr>,
     /// A Flight SQL connection on which nothing moved for this many seconds
-    /// is closed. A `DoGet` is silent while its query runs, so this is also
-    /// the longest a Flight client waits for a query's first rows.
+    /// is closed. A `DoGet` is silent while its query runs, so this must be
+    /// more than `query.time_limit_s` (checked with the query section).
     pub flight_idle_timeout_s: u64,
 }
 
@@ -89,7 +89,7 @@ impl Default for ServerConfig {
             metrics_listen: "127.0.0.1:9464".parse().expect("literal address"),
             log_format: LogFormat::Text,
             flight_listen: None,
-            flight_idle_timeout_s: 900,
+            flight_idle_timeout_s: 1900,
         }
     }
 }

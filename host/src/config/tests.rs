@@ -121,5 +121,13 @@ fn flight_sql_is_off_unless_configured_and_needs_a_listener_of_its_own() {
             "[server]\nflight_listen = \"127.0.0.1:50051\"\nflight_idle_timeout_s = 59\n",
             "server.flight_idle_timeout_s",
         ),
+        (
+            "[server]\nflight_listen = \"127.0.0.1:50051\"\nflight_idle_timeout_s = 1800\n",
+            "server.flight_idle_timeout_s",
+        ),
+        (
+            "[server]\nflight_listen = \"127.0.0.1:50051\"\n[query]\ntyped_results = false\n",
+            "server.flight_listen",
+        ),
     ]);
 }

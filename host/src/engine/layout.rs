@@ -107,6 +107,14 @@ pub fn with_view_types(schema: &Schema) -> SchemaRef {
     Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
 }
 
+/// A table's columns as queries see them: the columns in its files, then
+/// its partition columns.
+pub fn table_schema(file_schema: &Schema, partition_columns: &[String]) -> Schema {
+    let mut fields: Vec<FieldRef> = file_schema.fields().iter().cloned().collect();
+    fields.extend(partition_columns.iter().map(|name| partition_field(name)));
+    Schema::new(fields)
+}
+
 /// `schema` with view types as the plain types the catalog stores.
 pub fn without_view_types(schema: &Schema) -> Schema {
     let fields: Vec<FieldRef> = schema

@@ -31,7 +31,7 @@ use datafusion::{
     physical_plan::{ExecutionPlan, empty::EmptyExec},
 };
 
-use super::layout::{SERVICE_CLIENT_COLUMN, partition_field, with_view_types};
+use super::layout::{SERVICE_CLIENT_COLUMN, partition_field, table_schema, with_view_types};
 use crate::{
     auth::ServiceClientScope,
     store::catalog::{DataFile, LakeTable},
@@ -113,14 +113,13 @@ impl LakeTableProvider {
             .map(|name| partition_field(name))
             .collect();
         let file_schema = with_view_types(&file_schema);
-        let mut fields: Vec<FieldRef> = file_schema.fields().iter().cloned().collect();
-        fields.extend(partition_fields.iter().cloned());
+        let table_schema = Arc::new(table_schema(&file_schema, &table.partition_columns));
         Self {
             database: database.to_string(),
             table,
             file_schema,
             partition_fields,
-            table_schema: Arc::new(Schema::new(fields)),
+            table_schema,
             files,
             read_scope,
             object_store_url,

@@ -11,7 +11,11 @@ use tonic::{Status, metadata::MetadataMap};
 
 use super::FlightState;
 use crate::{
-    auth::{LakeCaller, TokenError, caller::scope_on, validator::Expected},
+    auth::{
+        AccessClaims, LakeCaller, TokenError,
+        caller::{bearer_token as bearer_token_of, scope_on},
+        validator::Expected,
+    },
     observability::metrics::token_rejected,
 };
 
@@ -38,14 +42,14 @@ pub fn target_of(
         }
     };
     let org = text(ORG_HEADER)?.unwrap_or_else(|| state.config.server.default_org.clone());
-    let Some(org_config) = state.config.org(&org) else {
+    if state.config.org(&org).is_none() {
         return Err(Status::not_found(format!(
             "no org {org:?} here ({ORG_HEADER})"
         )));
-    };
+    }
     let zone = text(ZONE_HEADER)?;
     if let Some(zone) = &zone
-        && !org_config.zones.iter().any(|z| z == zone)
+        && !state.config.has_zone(&org, zone)
     {
         return Err(Status::not_found(format!(
             "org {org:?} has no zone {zone:?} ({ZONE_HEADER})"
@@ -56,25 +60,41 @@ pub fn target_of(
 
 /// The token of `authorization: Bearer <token>`.
 fn bearer_token(metadata: &MetadataMap) -> Result<&str, Status> {
-    let refuse = |reason: &'static str| {
-        token_rejected(reason);
-        Status::unauthenticated(UNAUTHORIZED)
-    };
-    let value = metadata
+    metadata
         .get("authorization")
-        .ok_or_else(|| refuse("missing_bearer"))?
-        .to_str()
-        .map_err(|_| refuse("missing_bearer"))?;
-    match value.split_once(' ') {
-        Some((scheme, token))
-            if scheme.eq_ignore_ascii_case("bearer")
-                && !token.is_empty()
-                && !token.contains(' ') =>
-        {
-            Ok(token)
-        }
-        _ => Err(refuse("missing_bearer")),
-    }
+        .and_then(|value| value.to_str().ok())
+        .and_then(bearer_token_of)
+        .ok_or_else(|| {
+            token_rejected("missing_bearer");
+            Status::unauthenticated(UNAUTHORIZED)
+        })
+}
+
+/// `token` validated for the API of `org` (and `zone`), as REST validates
+/// it: refused is `Unauthenticated`, keys out of reach `Unavailable`.
+pub async fn validated_claims(
+    state: &FlightState,
+    token: &str,
+    (org, zone): (&str, Option<&str>),
+) -> Result<AccessClaims, Status> {
+    let audience = state.config.auth.api_client_for(zone);
+    state
+        .validator
+        .validate(
+            token,
+            Expected {
+                org,
+                audience: &audience,
+            },
+        )
+        .await
+        .map_err(|e| match e {
+            TokenError::KeysUnavailable(why) => {
+                tracing::error!(error = %why, "token keys unavailable");
+                Status::unavailable("the identity provider's keys are unavailable")
+            }
+            _ => Status::unauthenticated(UNAUTHORIZED),
+        })
 }
 
 /// The caller of a call that needs `scope` (`query:write`, `query:read`).
@@ -85,29 +105,13 @@ pub async fn caller_of(
 ) -> Result<LakeCaller, Status> {
     let (org, zone) = target_of(state, metadata)?;
     let token = bearer_token(metadata)?;
-    let api_client = state.config.auth.api_client_for(zone.as_deref());
-    let claims = state
-        .validator
-        .validate(
-            token,
-            Expected {
-                org: &org,
-                audience: &api_client,
-            },
-        )
-        .await
-        .map_err(|e| match e {
-            TokenError::KeysUnavailable(why) => {
-                tracing::error!(error = %why, "token keys unavailable");
-                Status::unavailable("the identity provider's keys are unavailable")
-            }
-            _ => Status::unauthenticated(UNAUTHORIZED),
-        })?;
+    let claims = validated_claims(state, token, (&org, zone.as_deref())).await?;
     let needed = scope_on(scope, zone.as_deref());
     if !claims.scopes().contains(needed.as_str()) {
         token_rejected("insufficient_scope");
         return Err(Status::permission_denied("Forbidden"));
     }
+    let api_client = state.config.auth.api_client_for(zone.as_deref());
     LakeCaller::from_claims(&claims, (&org, zone.as_deref()), &api_client).map_err(|e| {
         tracing::error!(error = %e, "token claims");
         Status::internal(crate::api::error::INTERNAL_MESSAGE)

@@ -20,12 +20,11 @@ use tonic::{Response, Status, metadata::MetadataMap};
 
 use super::{
     FlightState,
-    caller::{UNAUTHORIZED, target_of},
+    caller::{UNAUTHORIZED, target_of, validated_claims},
 };
 use crate::auth::{
-    TokenError,
+    caller::bearer_token,
     client_credentials::{ExchangeError, exchange},
-    validator::Expected,
 };
 
 type HandshakeStream = Pin<Box<dyn Stream<Item = Result<HandshakeResponse, Status>> + Send>>;
@@ -74,31 +73,9 @@ pub async fn handshake(
                     Status::unavailable("the identity provider is unavailable")
                 }
             })?,
-        None => match value.split_once(' ') {
-            Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => token.to_string(),
-            _ => return Err(unauthorized()),
-        },
+        None => bearer_token(value).ok_or_else(unauthorized)?.to_string(),
     };
-    let audience = state.config.auth.api_client_for(zone.as_deref());
-    state
-        .validator
-        .validate(
-            &token,
-            Expected {
-                org: &org,
-                audience: &audience,
-            },
-        )
-        .await
-        .map_err(|e| match e {
-            TokenError::KeysUnavailable(_) => {
-                Status::unavailable("the identity provider's keys are unavailable")
-            }
-            other => {
-                tracing::debug!(error = %other, "handshake: token refused");
-                unauthorized()
-            }
-        })?;
+    validated_claims(state, &token, (&org, zone.as_deref())).await?;
     let bearer = format!("Bearer {token}")
         .parse()
         .map_err(|_| unauthorized())?;

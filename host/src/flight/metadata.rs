@@ -13,7 +13,7 @@ use arrow_flight::sql::{
 };
 use datafusion::arrow::{
     array::RecordBatch,
-    datatypes::{Field, FieldRef, Schema},
+    datatypes::{Field, Schema},
 };
 use tonic::Status;
 
@@ -21,7 +21,7 @@ use super::FlightState;
 use crate::{
     auth::LakeCaller,
     engine::{
-        layout::{partition_field, without_view_types},
+        layout::{table_schema, without_view_types},
         session::CATALOG,
     },
     lake,
@@ -55,7 +55,7 @@ async fn visible(
         .store
         .catalog_of(&caller.org, caller.zone.as_deref())
         .await
-        .map_err(|e| super::status::status_of(crate::query::QueryError::Internal(e.to_string())))?;
+        .map_err(build_error)?;
     let access = caller.grant.access();
     let databases: Vec<LakeDatabase> = databases
         .into_iter()
@@ -93,19 +93,14 @@ pub async fn db_schemas(
     builder.build().map_err(build_error)
 }
 
-/// A table's columns as queries see them (file columns, then partition
-/// columns), with plain string types as results have.
-fn table_schema(table: &LakeTable) -> Result<Schema, Status> {
-    let files = lake::schema_from_json(&table.schema_json)
-        .map_err(|e| super::status::status_of(crate::query::QueryError::Internal(e.to_string())))?;
-    let mut fields: Vec<FieldRef> = files.fields().iter().cloned().collect();
-    fields.extend(
-        table
-            .partition_columns
-            .iter()
-            .map(|name| partition_field(name)),
-    );
-    Ok(without_view_types(&Schema::new(fields)))
+/// A table's columns as queries see them, with the plain string types
+/// results have.
+fn columns_of(table: &LakeTable) -> Result<Schema, Status> {
+    let files = lake::schema_from_json(&table.schema_json).map_err(build_error)?;
+    Ok(without_view_types(&table_schema(
+        &files,
+        &table.partition_columns,
+    )))
 }
 
 /// `GetTables`: the tables of the databases the caller may read.
@@ -121,7 +116,7 @@ pub async fn tables(
             continue;
         };
         let schema = if builder.include_schema() {
-            table_schema(table)?
+            columns_of(table)?
         } else {
             Schema::empty()
         };

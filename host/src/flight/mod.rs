@@ -58,14 +58,12 @@ use futures::{Stream, TryStreamExt as _};
 use prost::Message;
 use tonic::{Request, Response, Status, Streaming};
 
-pub use caller::{ORG_HEADER, ZONE_HEADER};
-
 use crate::{
     auth::TokenValidator,
     config::Config,
     engine::layout::without_view_types,
     lake::ResultFormat,
-    query::QueryService,
+    query::{QueryError, QueryService},
     store::{Store, queries::QueryState},
 };
 
@@ -82,6 +80,8 @@ const CLOSE_SESSION_CLOSED: [u8; 2] = [0x08, 0x01];
 /// `ActionCancelQueryResult.CancelResult.CANCEL_RESULT_CANCELLED` (the enum
 /// is not exported by arrow-flight).
 const CANCEL_RESULT_CANCELLED: i32 = 1;
+/// `CANCEL_RESULT_NOT_CANCELLABLE`: the query had ended already.
+const CANCEL_RESULT_NOT_CANCELLABLE: i32 = 3;
 
 /// What `DoAction` answers with.
 type DoActionStream = Pin<Box<dyn Stream<Item = Result<arrow_flight::Result, Status>> + Send>>;
@@ -124,7 +124,7 @@ fn info_for_command(
     let ticket = Ticket::new(command.as_any().encode_to_vec());
     let info = FlightInfo::new()
         .try_with_schema(schema)
-        .map_err(|e| Status::internal(e.to_string()))?
+        .map_err(|e| status::status_of(QueryError::Internal(e.to_string())))?
         .with_endpoint(FlightEndpoint::new().with_ticket(ticket))
         .with_descriptor(descriptor);
     Ok(Response::new(info))
@@ -167,7 +167,8 @@ fn query_id_of(info: &FlightInfo) -> Result<String, Status> {
 impl LakeFlightSql {
     /// Cancels the query of `info` for the call's caller (as
     /// `DELETE /v2/query/{id}` does; a query already ended stays as it is).
-    async fn cancel(&self, info: &FlightInfo, request: &Request<Action>) -> Result<(), Status> {
+    /// True when it was cancelled now, false when it had ended already.
+    async fn cancel(&self, info: &FlightInfo, request: &Request<Action>) -> Result<bool, Status> {
         let caller = caller::caller_of(&self.state, request.metadata(), "query:write").await?;
         let id = query_id_of(info)?;
         self.state
@@ -198,7 +199,7 @@ impl LakeFlightSql {
         let schema = without_view_types(&submitted.schema);
         let info = FlightInfo::new()
             .try_with_schema(&schema)
-            .map_err(|e| Status::internal(e.to_string()))?
+            .map_err(|e| status::status_of(QueryError::Internal(e.to_string())))?
             .with_endpoint(FlightEndpoint::new().with_ticket(ticket))
             .with_descriptor(request.into_inner())
             .with_app_metadata(serde_json::json!({ "queryId": submitted.id }).to_string());
@@ -249,7 +250,9 @@ impl FlightSqlService for LakeFlightSql {
         let schema = without_view_types(&schema);
         let IpcMessage(dataset_schema) = SchemaAsIpc::new(&schema, &IpcWriteOptions::default())
             .try_into()
-            .map_err(|e: datafusion::arrow::error::ArrowError| Status::internal(e.to_string()))?;
+            .map_err(|e: datafusion::arrow::error::ArrowError| {
+                status::status_of(QueryError::Internal(e.to_string()))
+            })?;
         Ok(ActionCreatePreparedStatementResult {
             prepared_statement_handle: query.query.into(),
             dataset_schema,
@@ -310,7 +313,9 @@ impl FlightSqlService for LakeFlightSql {
                 return Err(Status::cancelled(format!("query {id} was cancelled")));
             }
             _ => {
-                let reason = job.state_change_reason.unwrap_or_default();
+                let reason = job
+                    .state_change_reason
+                    .unwrap_or_else(|| format!("query {id} failed"));
                 return Err(Status::aborted(reason));
             }
         }
@@ -421,7 +426,7 @@ impl FlightSqlService for LakeFlightSql {
         let batch = query
             .into_builder(&metadata::SQL_INFO)
             .build()
-            .map_err(|e| Status::internal(e.to_string()))?;
+            .map_err(|e| status::status_of(QueryError::Internal(e.to_string())))?;
         Ok(one_batch(batch))
     }
 
@@ -433,10 +438,12 @@ impl FlightSqlService for LakeFlightSql {
         let info = FlightInfo::decode(query.info).map_err(|_| {
             Status::invalid_argument("the cancel request's flight info is malformed")
         })?;
-        self.cancel(&info, &request).await?;
-        Ok(ActionCancelQueryResult {
-            result: CANCEL_RESULT_CANCELLED,
-        })
+        let result = if self.cancel(&info, &request).await? {
+            CANCEL_RESULT_CANCELLED
+        } else {
+            CANCEL_RESULT_NOT_CANCELLABLE
+        };
+        Ok(ActionCancelQueryResult { result })
     }
 
     /// `CancelFlightInfo`, the Flight action that replaced Flight SQL's
@@ -465,9 +472,13 @@ impl FlightSqlService for LakeFlightSql {
         let info = cancel
             .info
             .ok_or_else(|| Status::invalid_argument("the CancelFlightInfo request has no info"))?;
-        self.cancel(&info, &request).await?;
+        let status = if self.cancel(&info, &request).await? {
+            CancelStatus::Cancelled
+        } else {
+            CancelStatus::NotCancellable
+        };
         let result = CancelFlightInfoResult {
-            status: CancelStatus::Cancelled as i32,
+            status: status as i32,
         };
         let answer = arrow_flight::Result {
             body: result.encode_to_vec().into(),

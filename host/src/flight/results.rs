@@ -89,16 +89,112 @@ pub async fn flight_data_of(
     bytes: BoxStream<'static, io::Result<Bytes>>,
 ) -> Result<DoGetStream, Status> {
     let mut batches = IpcBatches::new(bytes);
-    let schema = batches.schema().await.map_err(|e| {
-        tracing::error!(error = %e, "reading a typed result");
-        Status::internal(crate::api::error::INTERNAL_MESSAGE)
-    })?;
+    let schema = batches.schema().await.map_err(internal)?;
     let batches = futures::stream::try_unfold(batches, |mut batches| async move {
         Ok(batches.next_batch().await?.map(|batch| (batch, batches)))
     });
     let data = FlightDataEncoderBuilder::new()
         .with_schema(schema)
         .build(batches)
-        .map_err(Status::from);
+        .map_err(internal);
     Ok(Box::pin(data))
+}
+
+/// A failure reading or framing a stored result: logged, and the client
+/// gets the generic text (the error may name lake paths).
+fn internal(error: FlightError) -> Status {
+    super::status::status_of(crate::query::QueryError::Internal(format!(
+        "sending a typed result: {error}"
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::{
+        array::{Int64Array, StringArray},
+        datatypes::{DataType, Field, Schema},
+        ipc::writer::StreamWriter,
+    };
+
+    use super::*;
+
+    /// An Arrow IPC stream of `batches` (of `schema`).
+    fn ipc(schema: &Schema, batches: &[RecordBatch]) -> Vec<u8> {
+        let mut writer = StreamWriter::try_new(Vec::new(), schema).unwrap();
+        for batch in batches {
+            writer.write(batch).unwrap();
+        }
+        writer.into_inner().unwrap()
+    }
+
+    /// `bytes` arriving `chunk` bytes at a time.
+    fn chunked(bytes: Vec<u8>, chunk: usize) -> BoxStream<'static, io::Result<Bytes>> {
+        let chunks: Vec<io::Result<Bytes>> = bytes
+            .chunks(chunk)
+            .map(|c| Ok(Bytes::copy_from_slice(c)))
+            .collect();
+        Box::pin(futures::stream::iter(chunks))
+    }
+
+    async fn decoded(
+        bytes: Vec<u8>,
+        chunk: usize,
+    ) -> Result<(SchemaRef, Vec<RecordBatch>), FlightError> {
+        let mut batches = IpcBatches::new(chunked(bytes, chunk));
+        let schema = batches.schema().await?;
+        let mut all = Vec::new();
+        while let Some(batch) = batches.next_batch().await? {
+            all.push(batch);
+        }
+        Ok((schema, all))
+    }
+
+    #[tokio::test]
+    async fn results_decode_whatever_the_chunks_and_empty_results_keep_their_schema() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("name", DataType::Utf8, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(Int64Array::from(vec![1, 2, 3])),
+                Arc::new(StringArray::from(vec![Some("a"), None, Some("c")])),
+            ],
+        )
+        .unwrap();
+        let bytes = ipc(&schema, &[batch.clone(), batch.clone()]);
+        for chunk in [1, 7, bytes.len()] {
+            let (got, batches) = decoded(bytes.clone(), chunk).await.unwrap();
+            assert_eq!(got, schema);
+            assert_eq!(
+                batches,
+                vec![batch.clone(), batch.clone()],
+                "chunks of {chunk}"
+            );
+        }
+        let (got, batches) = decoded(ipc(&schema, &[]), 1).await.unwrap();
+        assert_eq!((got, batches.len()), (schema.clone(), 0));
+        let nothing = Schema::empty();
+        let (got, batches) = decoded(ipc(&nothing, &[]), 3).await.unwrap();
+        assert_eq!((got.fields().len(), batches.len()), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn a_cut_or_foreign_file_is_an_error_not_rows() {
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from(vec![7]))])
+            .unwrap();
+        let bytes = ipc(&schema, &[batch]);
+        let cut = bytes[..bytes.len() - 12].to_vec();
+        assert!(decoded(cut, 5).await.is_err());
+        assert!(
+            decoded(b"not an arrow stream at all".to_vec(), 4)
+                .await
+                .is_err()
+        );
+        assert!(decoded(Vec::new(), 1).await.is_err());
+    }
 }

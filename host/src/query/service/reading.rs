@@ -78,13 +78,14 @@ impl QueryService {
     }
 
     /// DELETE /query: cancels a QUEUED or RUNNING query and stops its work; a
-    /// final query stays as it is.
-    pub async fn cancel(&self, caller: &LakeCaller, id: &str) -> Result<(), QueryError> {
+    /// final query stays as it is. True when this call cancelled it.
+    pub async fn cancel(&self, caller: &LakeCaller, id: &str) -> Result<bool, QueryError> {
         let job = self.get(caller, id).await?;
         if job.state.is_final() {
-            return Ok(());
+            return Ok(false);
         }
-        if self.store.cancel_query(id, self.now()).await? {
+        let cancelled = self.store.cancel_query(id, self.now()).await?;
+        if cancelled {
             self.ended.notify_waiters();
             jobs::query_ended(id, QueryState::Cancelled, &job.query.statement_type, None);
             let token = self
@@ -97,7 +98,7 @@ impl QueryService {
                 token.cancel();
             }
         }
-        Ok(())
+        Ok(cancelled)
     }
 
     /// A SUCCEEDED query the caller may still read (same roles and service
