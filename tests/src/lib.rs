@@ -723,6 +723,18 @@ pub async fn upload_client(python: &std::path::Path, command: &str, args: &Value
     python_client(python, "upload_client.py", command, args).await
 }
 
+/// A self-signed certificate for `localhost`, written as `cert.pem` and
+/// `key.pem` in `dir`: its PEM text and the two paths (`server.tls_cert`,
+/// `server.tls_key`).
+pub fn localhost_certificate(dir: &std::path::Path) -> (String, PathBuf, PathBuf) {
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let cert_path = dir.join("cert.pem");
+    let key_path = dir.join("key.pem");
+    std::fs::write(&cert_path, cert.cert.pem()).unwrap();
+    std::fs::write(&key_path, cert.key_pair.serialize_pem()).unwrap();
+    (cert.cert.pem(), cert_path, key_path)
+}
+
 /// Runs one command of `tests/python/flight_client.py` (ADBC's Flight SQL
 /// driver, or pyarrow.flight) and returns the JSON it prints.
 pub async fn flight_client(python: &std::path::Path, command: &str, args: &Value) -> Value {

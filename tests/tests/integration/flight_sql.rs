@@ -353,11 +353,7 @@ async fn tokens_are_checked_like_rest_and_credentials_are_exchanged() {
 async fn over_tls_with_the_servers_certificate() {
     let Some(python) = test_python() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
-    let cert_path = dir.path().join("cert.pem");
-    let key_path = dir.path().join("key.pem");
-    std::fs::write(&cert_path, cert.cert.pem()).unwrap();
-    std::fs::write(&key_path, cert.key_pair.serialize_pem()).unwrap();
+    let (cert_pem, cert_path, key_path) = localhost_certificate(dir.path());
     let app = spawn_app_with(|config| {
         config.server.flight_listen = Some("127.0.0.1:0".parse().unwrap());
         config.server.tls_cert = Some(cert_path.clone());
@@ -372,7 +368,7 @@ async fn over_tls_with_the_servers_certificate() {
         "adbc_query",
         &json!({
             "uri": format!("grpc+tls://localhost:{port}"),
-            "tls_root_certs": cert.cert.pem(),
+            "tls_root_certs": cert_pem,
             "username": "demo-admin",
             "password": "demo-admin-secret",
             "sql": "SELECT 40 + 2 AS answer",

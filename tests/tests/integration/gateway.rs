@@ -139,17 +139,13 @@ async fn a_short_caller_request_id_is_echoed_anything_else_replaced() {
 #[tokio::test]
 async fn https_serves_tls_12_and_13() {
     let dir = tempfile::tempdir().unwrap();
-    let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
-    let cert_path = dir.path().join("cert.pem");
-    let key_path = dir.path().join("key.pem");
-    std::fs::write(&cert_path, cert.cert.pem()).unwrap();
-    std::fs::write(&key_path, cert.key_pair.serialize_pem()).unwrap();
+    let (cert_pem, cert_path, key_path) = localhost_certificate(dir.path());
     let app = spawn_app_with(|c| {
         c.server.tls_cert = Some(cert_path.clone());
         c.server.tls_key = Some(key_path.clone());
     })
     .await;
-    let root = reqwest::Certificate::from_pem(cert.cert.pem().as_bytes()).unwrap();
+    let root = reqwest::Certificate::from_pem(cert_pem.as_bytes()).unwrap();
     for version in [
         reqwest::tls::Version::TLS_1_2,
         reqwest::tls::Version::TLS_1_3,

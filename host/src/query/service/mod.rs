@@ -287,15 +287,24 @@ impl QueryService {
     /// Flight SQL prepared statement's schema.
     pub async fn describe(&self, caller: &LakeCaller, sql: &str) -> Result<SchemaRef, QueryError> {
         let database = Self::default_database(caller);
-        let (planned, _) = self
-            .plan(
-                (&caller.org, caller.zone.as_deref()),
-                &database,
-                caller.grant.access(),
-                sql,
-            )
-            .await?;
+        let (planned, _) = self.plan_for(caller, &database, sql).await?;
         Ok(result_schema(&planned.prepared))
+    }
+
+    /// `plan` with `caller`'s org, zone and access.
+    async fn plan_for(
+        &self,
+        caller: &LakeCaller,
+        database: &str,
+        sql: &str,
+    ) -> Result<(Planned, StatementType), QueryError> {
+        self.plan(
+            (&caller.org, caller.zone.as_deref()),
+            database,
+            caller.grant.access(),
+            sql,
+        )
+        .await
     }
 
     /// POST /query: checks and plans `sql`, then runs it at once when a slot
@@ -319,14 +328,7 @@ impl QueryService {
         let database = database
             .map(str::to_string)
             .unwrap_or_else(|| Self::default_database(caller));
-        let (planned, statement_type) = self
-            .plan(
-                (&caller.org, caller.zone.as_deref()),
-                &database,
-                caller.grant.access(),
-                sql,
-            )
-            .await?;
+        let (planned, statement_type) = self.plan_for(caller, &database, sql).await?;
         let schema = result_schema(&planned.prepared);
         let id = uuid::Uuid::new_v4().to_string();
         let query = NewQuery {
