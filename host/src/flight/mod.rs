@@ -16,17 +16,15 @@
 //!   `authorization: Bearer` (ADBC's username and password); every other
 //!   call carries a bearer token (`caller.rs`).
 //! - Catalog metadata lists what the caller may read (`metadata.rs`).
-//! - Every call has a request id, a log line and a count (`calls.rs`).
-//!
 //! - A prepared statement's handle is its SQL: creating one checks and plans
 //!   it (its schema, or the refusal), executing it runs it as a statement.
-//!
 //! - `CancelFlightInfo` (and Flight SQL's older `CancelQuery`) cancels the
 //!   statement's query job, as `DELETE /v2/query/{id}` does.
+//! - Every call has a request id, a log line and a count (`calls.rs`).
 //!
-//! Not here yet: parameters of prepared statements, results
-//! streamed as the query runs (today the result is written first, as for
-//! REST), transactions (none: each statement is its own job).
+//! Not here yet: parameters of prepared statements, results streamed as the
+//! query runs (today the result is written first, as for REST), transactions
+//! (none: each statement is its own job).
 
 mod caller;
 mod calls;
@@ -52,8 +50,7 @@ use arrow_flight::{
         server::{FlightSqlService, PeekableFlightDataStream},
     },
 };
-use datafusion::arrow::ipc::writer::IpcWriteOptions;
-use datafusion::arrow::{array::RecordBatch, datatypes::Schema};
+use datafusion::arrow::{array::RecordBatch, datatypes::Schema, ipc::writer::IpcWriteOptions};
 use futures::{Stream, TryStreamExt as _};
 use prost::Message;
 use tonic::{Request, Response, Status, Streaming};
@@ -135,7 +132,7 @@ fn one_batch(batch: RecordBatch) -> Response<DoGetStream> {
     let batches = futures::stream::iter([Ok(batch)]);
     let data = FlightDataEncoderBuilder::new()
         .build(batches)
-        .map_err(Status::from);
+        .map_err(results::internal);
     Response::new(Box::pin(data))
 }
 

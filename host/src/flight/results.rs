@@ -100,11 +100,11 @@ pub async fn flight_data_of(
     Ok(Box::pin(data))
 }
 
-/// A failure reading or framing a stored result: logged, and the client
-/// gets the generic text (the error may name lake paths).
-fn internal(error: FlightError) -> Status {
+/// A failure reading or framing a result: logged, and the client gets the
+/// generic text (the error may name lake paths).
+pub fn internal(error: FlightError) -> Status {
     super::status::status_of(crate::query::QueryError::Internal(format!(
-        "sending a typed result: {error}"
+        "sending flight data: {error}"
     )))
 }
 
