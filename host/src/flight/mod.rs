@@ -31,9 +31,10 @@ mod calls;
 mod handshake;
 mod metadata;
 mod results;
+mod statements;
 mod status;
 
-use std::{pin::Pin, sync::Arc, time::Duration};
+use std::{pin::Pin, sync::Arc};
 
 use arrow_flight::{
     Action, ActionType, CancelFlightInfoRequest, CancelFlightInfoResult, CancelStatus,
@@ -53,15 +54,15 @@ use arrow_flight::{
 use datafusion::arrow::{array::RecordBatch, datatypes::Schema, ipc::writer::IpcWriteOptions};
 use futures::{Stream, TryStreamExt as _};
 use prost::Message;
+use statements::{no_transactions, prepared_sql};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::{
     auth::TokenValidator,
     config::Config,
     engine::layout::without_view_types,
-    lake::ResultFormat,
     query::{QueryError, QueryService},
-    store::{Store, queries::QueryState},
+    store::Store,
 };
 
 /// The Flight action that cancels a statement.
@@ -103,28 +104,29 @@ pub fn router(state: FlightState) -> axum::Router {
         .layer(axum::middleware::from_fn(calls::call_context))
 }
 
-/// How long one look for a query's end lasts before the next (the call
-/// itself waits until the query ends, or its client goes away).
-const END_WAIT: Duration = Duration::from_secs(30);
-
 struct LakeFlightSql {
     state: FlightState,
 }
 
-/// A Flight info whose one endpoint's ticket is `command` itself (metadata
-/// calls: the answer is made at `DoGet`).
-fn info_for_command(
-    command: &impl ProstMessageExt,
-    schema: &Schema,
-    descriptor: FlightDescriptor,
-) -> Result<Response<FlightInfo>, Status> {
-    let ticket = Ticket::new(command.as_any().encode_to_vec());
-    let info = FlightInfo::new()
-        .try_with_schema(schema)
-        .map_err(|e| status::status_of(QueryError::Internal(e.to_string())))?
-        .with_endpoint(FlightEndpoint::new().with_ticket(ticket))
-        .with_descriptor(descriptor);
-    Ok(Response::new(info))
+impl LakeFlightSql {
+    /// The Flight info of a listing `command` (catalogs, tables, SqlInfo),
+    /// for a caller with `query:read`: one endpoint whose ticket is the
+    /// command itself (the answer is made at `DoGet`).
+    async fn listing_info(
+        &self,
+        command: &impl ProstMessageExt,
+        schema: &Schema,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        caller::caller_of(&self.state, request.metadata(), "query:read").await?;
+        let ticket = Ticket::new(command.as_any().encode_to_vec());
+        let info = FlightInfo::new()
+            .try_with_schema(schema)
+            .map_err(|e| status::status_of(QueryError::Internal(e.to_string())))?
+            .with_endpoint(FlightEndpoint::new().with_ticket(ticket))
+            .with_descriptor(request.into_inner());
+        Ok(Response::new(info))
+    }
 }
 
 /// One batch as a `DoGet` answer.
@@ -134,74 +136,6 @@ fn one_batch(batch: RecordBatch) -> Response<DoGetStream> {
         .build(batches)
         .map_err(results::internal);
     Response::new(Box::pin(data))
-}
-
-fn no_transactions() -> Status {
-    Status::unimplemented("lakehost has no transactions: each statement is its own query")
-}
-
-/// The SQL a prepared statement's handle holds (the handle is the statement
-/// itself, so any replica runs it, checked again for whoever executes it).
-fn prepared_sql(handle: &[u8]) -> Result<String, Status> {
-    String::from_utf8(handle.to_vec())
-        .map_err(|_| Status::invalid_argument("the prepared statement handle is not lakehost's"))
-}
-
-/// The query a statement's Flight info names: its one endpoint's ticket.
-fn query_id_of(info: &FlightInfo) -> Result<String, Status> {
-    let not_ours =
-        || Status::invalid_argument("the flight info is not one of a lakehost statement");
-    let ticket = info
-        .endpoint
-        .first()
-        .and_then(|endpoint| endpoint.ticket.as_ref())
-        .ok_or_else(not_ours)?;
-    let any = Any::decode(&*ticket.ticket).map_err(|_| not_ours())?;
-    let handle: TicketStatementQuery = any.unpack().ok().flatten().ok_or_else(not_ours)?;
-    String::from_utf8(handle.statement_handle.to_vec()).map_err(|_| not_ours())
-}
-
-impl LakeFlightSql {
-    /// Cancels the query of `info` for the call's caller (as
-    /// `DELETE /v2/query/{id}` does; a query already ended stays as it is).
-    /// True when it was cancelled now, false when it had ended already.
-    async fn cancel(&self, info: &FlightInfo, request: &Request<Action>) -> Result<bool, Status> {
-        let caller = caller::caller_of(&self.state, request.metadata(), "query:write").await?;
-        let id = query_id_of(info)?;
-        self.state
-            .queries
-            .cancel(&caller, &id)
-            .await
-            .map_err(status::status_of)
-    }
-
-    /// A statement submitted as a query job for the call's caller: its
-    /// result's schema and one endpoint, whose ticket is the query id.
-    async fn run_statement(
-        &self,
-        sql: &str,
-        request: Request<FlightDescriptor>,
-    ) -> Result<Response<FlightInfo>, Status> {
-        let caller = caller::caller_of(&self.state, request.metadata(), "query:write").await?;
-        let submitted = self
-            .state
-            .queries
-            .submit(&caller, sql, None, None, None)
-            .await
-            .map_err(status::status_of)?;
-        let handle = TicketStatementQuery {
-            statement_handle: submitted.id.clone().into(),
-        };
-        let ticket = Ticket::new(handle.as_any().encode_to_vec());
-        let schema = without_view_types(&submitted.schema);
-        let info = FlightInfo::new()
-            .try_with_schema(&schema)
-            .map_err(|e| status::status_of(QueryError::Internal(e.to_string())))?
-            .with_endpoint(FlightEndpoint::new().with_ticket(ticket))
-            .with_descriptor(request.into_inner())
-            .with_app_metadata(serde_json::json!({ "queryId": submitted.id }).to_string());
-        Ok(Response::new(info))
-    }
 }
 
 #[tonic::async_trait]
@@ -291,37 +225,7 @@ impl FlightSqlService for LakeFlightSql {
         ticket: TicketStatementQuery,
         request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        let caller = caller::caller_of(&self.state, request.metadata(), "query:read").await?;
-        let id = std::str::from_utf8(&ticket.statement_handle)
-            .map_err(|_| Status::invalid_argument("the ticket is not a lakehost query id"))?;
-        let queries = &self.state.queries;
-        let job = loop {
-            if let Some(job) = queries
-                .wait_for_end(&caller, id, END_WAIT)
-                .await
-                .map_err(status::status_of)?
-            {
-                break job;
-            }
-        };
-        match job.state {
-            QueryState::Succeeded => {}
-            QueryState::Cancelled => {
-                return Err(Status::cancelled(format!("query {id} was cancelled")));
-            }
-            _ => {
-                let reason = job
-                    .state_change_reason
-                    .unwrap_or_else(|| format!("query {id} failed"));
-                return Err(Status::aborted(reason));
-            }
-        }
-        let file = queries
-            .result_file(&caller, id, ResultFormat::Arrow)
-            .await
-            .map_err(status::status_of)?;
-        let bytes = file.bytes(None).await.map_err(status::status_of)?;
-        Ok(Response::new(results::flight_data_of(bytes).await?))
+        self.rows_of(&ticket, &request).await
     }
 
     async fn get_flight_info_catalogs(
@@ -329,9 +233,8 @@ impl FlightSqlService for LakeFlightSql {
         query: CommandGetCatalogs,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        caller::caller_of(&self.state, request.metadata(), "query:read").await?;
         let schema = query.into_builder().schema();
-        info_for_command(&query, &schema, request.into_inner())
+        self.listing_info(&query, &schema, request).await
     }
 
     async fn do_get_catalogs(
@@ -348,9 +251,8 @@ impl FlightSqlService for LakeFlightSql {
         query: CommandGetDbSchemas,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        caller::caller_of(&self.state, request.metadata(), "query:read").await?;
         let schema = query.clone().into_builder().schema();
-        info_for_command(&query, &schema, request.into_inner())
+        self.listing_info(&query, &schema, request).await
     }
 
     async fn do_get_schemas(
@@ -369,9 +271,8 @@ impl FlightSqlService for LakeFlightSql {
         query: CommandGetTables,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        caller::caller_of(&self.state, request.metadata(), "query:read").await?;
         let schema = query.clone().into_builder().schema();
-        info_for_command(&query, &schema, request.into_inner())
+        self.listing_info(&query, &schema, request).await
     }
 
     async fn do_get_tables(
@@ -390,9 +291,8 @@ impl FlightSqlService for LakeFlightSql {
         query: CommandGetTableTypes,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        caller::caller_of(&self.state, request.metadata(), "query:read").await?;
         let batch = metadata::table_types()?;
-        info_for_command(&query, &batch.schema(), request.into_inner())
+        self.listing_info(&query, &batch.schema(), request).await
     }
 
     async fn do_get_table_types(
@@ -409,9 +309,8 @@ impl FlightSqlService for LakeFlightSql {
         query: CommandGetSqlInfo,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        caller::caller_of(&self.state, request.metadata(), "query:read").await?;
         let schema = query.clone().into_builder(&metadata::SQL_INFO).schema();
-        info_for_command(&query, &schema, request.into_inner())
+        self.listing_info(&query, &schema, request).await
     }
 
     async fn do_get_sql_info(

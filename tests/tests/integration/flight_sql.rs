@@ -125,6 +125,23 @@ async fn a_statement_is_a_query_job_that_rest_shows() {
         refused.contains(&format!("query {id} not found")),
         "{calls}"
     );
+    // A ticket naming no query is refused the same way, and cancels nothing.
+    let unknown = flight_client(
+        &python,
+        "raw_query_calls",
+        &with_uri(
+            &app,
+            json!({ "token": token, "query_id": "no-such-query", "cancel": true }),
+        ),
+    )
+    .await;
+    for call in ["do_get", "cancel"] {
+        let refused = unknown[call]["error"].as_str().expect("refused");
+        assert!(
+            refused.contains("query no-such-query not found"),
+            "{unknown}"
+        );
+    }
     // Its owner can fetch it again by its ticket.
     let again = flight_client(
         &python,
