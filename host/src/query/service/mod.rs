@@ -145,7 +145,7 @@ pub struct QueryService {
     /// One permit per query that may run at once on this replica.
     slots: Arc<Semaphore>,
     /// The queries running here, per org and caller, stored or not yet.
-    runs_here: RunsHere,
+    runs_here: Arc<RunsHere>,
     running: Mutex<HashMap<String, CancellationToken>>,
     /// Small results this replica wrote lately, by result path: their pages
     /// are served without reading the file back.
@@ -204,7 +204,7 @@ impl QueryService {
             wake: Notify::new(),
             ended: Notify::new(),
             slots: Arc::new(Semaphore::new(workers)),
-            runs_here: RunsHere::default(),
+            runs_here: Arc::default(),
             running: Mutex::new(HashMap::new()),
             recent_results: Mutex::new(RecentResults::default()),
             page_tokens: PageTokens::new(signer),
@@ -354,11 +354,14 @@ impl QueryService {
         // Run now when a slot is free and the org and caller are under their
         // caps (fair sharing); else queue, where the fairest job goes next.
         // A draining replica runs nothing new: the job waits for another.
-        let slot = match self.slots.clone().try_acquire_owned() {
-            Ok(slot) if !self.drain.is_draining() && self.under_caps(&query) => Some(slot),
+        let admitted = match self.slots.clone().try_acquire_owned() {
+            Ok(slot) if !self.drain.is_draining() => self
+                .runs_here
+                .try_enter(&query.org, &query.owner_sub, self.limits.caps())
+                .map(|counted| (slot, counted)),
             _ => None,
         };
-        let Some(slot) = slot else {
+        let Some((slot, counted)) = admitted else {
             self.store.insert_query(&query, self.now()).await?;
             jobs::query_submitted(&id, &query.statement_type, true);
             self.wake.notify_one();
@@ -402,7 +405,7 @@ impl QueryService {
         // In the request's span: the run's log lines carry its request id.
         tokio::spawn(
             async move {
-                service.run(job, Some(started)).await;
+                service.run(job, Some(started), counted).await;
                 drop(slot);
             }
             .in_current_span(),

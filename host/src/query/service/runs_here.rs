@@ -4,33 +4,66 @@
 //! `waiting.rs`) and costs no store read. A worker's claim counts the stored
 //! RUNNING jobs in SQL instead (`Store::claim_query`), as it must pick the
 //! fairest job atomically.
+//!
+//! A submission checks and counts in one step (`try_enter`): checked first
+//! and counted later, back-to-back submissions all saw the count before any
+//! of them ran, and one org took every worker.
 
-use std::{collections::HashMap, sync::Mutex};
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
+
+use crate::store::JobCaps;
+
+type Counts = HashMap<(String, String), i64>;
 
 #[derive(Debug, Default)]
-pub(super) struct RunsHere(Mutex<HashMap<(String, String), i64>>);
+pub(super) struct RunsHere(Mutex<Counts>);
 
 /// One run, counted until dropped.
-pub(super) struct CountedRun<'a> {
-    runs: &'a RunsHere,
+pub(super) struct CountedRun {
+    runs: Arc<RunsHere>,
     key: (String, String),
 }
 
 impl RunsHere {
-    pub(super) fn enter(&self, org: &str, caller_sub: &str) -> CountedRun<'_> {
+    /// Counts a run that was already admitted (a worker's claim).
+    pub(super) fn enter(self: &Arc<Self>, org: &str, caller_sub: &str) -> CountedRun {
+        let mut runs = self.0.lock().expect("runs lock");
+        self.count_in(&mut runs, org, caller_sub)
+    }
+
+    /// Counts a run if this replica runs fewer than `caps` of `org` and of
+    /// its caller `caller_sub`; `None` (nothing counted) otherwise.
+    pub(super) fn try_enter(
+        self: &Arc<Self>,
+        org: &str,
+        caller_sub: &str,
+        caps: JobCaps,
+    ) -> Option<CountedRun> {
+        let mut runs = self.0.lock().expect("runs lock");
+        let (of_org, of_caller) = Self::counts_of(&runs, org, caller_sub);
+        (of_org < caps.per_org && of_caller < caps.per_caller)
+            .then(|| self.count_in(&mut runs, org, caller_sub))
+    }
+
+    fn count_in(self: &Arc<Self>, runs: &mut Counts, org: &str, caller_sub: &str) -> CountedRun {
         let key = (org.to_string(), caller_sub.to_string());
-        *self
-            .0
-            .lock()
-            .expect("runs lock")
-            .entry(key.clone())
-            .or_default() += 1;
-        CountedRun { runs: self, key }
+        *runs.entry(key.clone()).or_default() += 1;
+        CountedRun {
+            runs: Arc::clone(self),
+            key,
+        }
     }
 
     /// How many run for `org`, and for its caller `caller_sub`.
-    pub(super) fn of(&self, org: &str, caller_sub: &str) -> (i64, i64) {
-        let runs = self.0.lock().expect("runs lock");
+    #[cfg(test)]
+    fn of(&self, org: &str, caller_sub: &str) -> (i64, i64) {
+        Self::counts_of(&self.0.lock().expect("runs lock"), org, caller_sub)
+    }
+
+    fn counts_of(runs: &Counts, org: &str, caller_sub: &str) -> (i64, i64) {
         let of_org = runs
             .iter()
             .filter(|((run_org, _), _)| run_org == org)
@@ -44,7 +77,7 @@ impl RunsHere {
     }
 }
 
-impl Drop for CountedRun<'_> {
+impl Drop for CountedRun {
     fn drop(&mut self) {
         let mut runs = self.runs.0.lock().expect("runs lock");
         if let Some(count) = runs.get_mut(&self.key) {
@@ -58,11 +91,14 @@ impl Drop for CountedRun<'_> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::RunsHere;
+    use crate::store::JobCaps;
 
     #[test]
     fn runs_count_per_org_and_caller_until_dropped() {
-        let runs = RunsHere::default();
+        let runs = Arc::new(RunsHere::default());
         let first = runs.enter("demo", "alice");
         let second = runs.enter("demo", "alice");
         let other_caller = runs.enter("demo", "bob");
@@ -76,5 +112,31 @@ mod tests {
         assert_eq!(runs.of("demo", "alice"), (0, 0));
         assert_eq!(runs.of("acme", "alice"), (0, 0));
         assert!(runs.0.lock().unwrap().is_empty(), "no counts left behind");
+    }
+
+    #[test]
+    fn a_run_over_the_caps_is_refused_and_not_counted() {
+        let runs = Arc::new(RunsHere::default());
+        let caps = JobCaps {
+            per_org: 3,
+            per_caller: 2,
+        };
+        let a1 = runs.try_enter("demo", "a", caps).expect("under the caps");
+        let a2 = runs.try_enter("demo", "a", caps).expect("under the caps");
+        assert!(
+            runs.try_enter("demo", "a", caps).is_none(),
+            "caller at its cap"
+        );
+        let b1 = runs
+            .try_enter("demo", "b", caps)
+            .expect("org under its cap");
+        assert!(
+            runs.try_enter("demo", "b", caps).is_none(),
+            "org at its cap"
+        );
+        assert_eq!(runs.of("demo", "b"), (3, 1), "refusals count nothing");
+        assert!(runs.try_enter("acme", "a", caps).is_some(), "another org");
+        drop((a1, a2, b1));
+        assert!(runs.try_enter("demo", "b", caps).is_some());
     }
 }

@@ -51,7 +51,6 @@ impl QueryService {
         let started_at = self.now();
         let ran = {
             let _draining_waits = self.drain.running_job();
-            let _counted = self.runs_here.enter(&query.org, &query.owner_sub);
             match tokio::time::timeout(window, started.wait()).await {
                 Ok(ran) => ran,
                 Err(_) => return Ok(None),

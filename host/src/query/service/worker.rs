@@ -12,7 +12,9 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
-use super::{POLL_INTERVAL, Planned, QueryService, Started, reuse::reuse_key};
+use super::{
+    POLL_INTERVAL, Planned, QueryService, Started, reuse::reuse_key, runs_here::CountedRun,
+};
 use crate::{
     auth::AccessGrant,
     engine::table_writer::delete_paths,
@@ -50,14 +52,6 @@ enum Ended {
 }
 
 impl QueryService {
-    /// Whether this replica runs fewer than the caps' queries of the job's
-    /// org and caller (`runs_here.rs`).
-    pub(super) fn under_caps(&self, query: &NewQuery) -> bool {
-        let caps = self.limits.caps();
-        let (of_org, of_caller) = self.runs_here.of(&query.org, &query.owner_sub);
-        of_org < caps.per_org && of_caller < caps.per_caller
-    }
-
     /// One worker: wait for a free slot, claim, run, repeat; sleep when there
     /// is nothing to do. Stops claiming once the replica drains.
     pub(super) async fn work(self: Arc<Self>) {
@@ -80,7 +74,8 @@ impl QueryService {
                 .await
             {
                 Ok(Some(job)) => {
-                    self.run(job, None).await;
+                    let counted = self.runs_here.enter(&job.query.org, &job.query.owner_sub);
+                    self.run(job, None, counted).await;
                     drop(slot);
                 }
                 Ok(None) => {
@@ -102,14 +97,28 @@ impl QueryService {
 
     /// Runs a job this worker holds: `started` when the submission's plan is
     /// already executing, else planned again from the job and started.
-    pub(super) async fn run(self: &Arc<Self>, job: QueryJob, started: Option<Started>) {
+    /// `counted` is the run's place in the fair-sharing counts, held until
+    /// it ends.
+    pub(super) async fn run(
+        self: &Arc<Self>,
+        job: QueryJob,
+        started: Option<Started>,
+        counted: CountedRun,
+    ) {
         // Instrumented rather than entered: an entered span held across an
         // await would tag other tasks' lines on this thread.
         let span = tracing::info_span!("query", query = %job.query.id, attempt = job.attempts);
-        self.run_in_span(job, started).instrument(span).await;
+        self.run_in_span(job, started, counted)
+            .instrument(span)
+            .await;
     }
 
-    async fn run_in_span(self: &Arc<Self>, job: QueryJob, started: Option<Started>) {
+    async fn run_in_span(
+        self: &Arc<Self>,
+        job: QueryJob,
+        started: Option<Started>,
+        _counted: CountedRun,
+    ) {
         let id = job.query.id.clone();
         if started.is_none() {
             jobs::query_claimed(&id, job.attempts);
@@ -124,7 +133,6 @@ impl QueryService {
             return;
         }
         let _counted = self.drain.running_job();
-        let _capped = self.runs_here.enter(&job.query.org, &job.query.owner_sub);
         let token = CancellationToken::new();
         self.running
             .lock()
