@@ -21,6 +21,8 @@ pub mod listener;
 pub mod load;
 pub mod observability;
 pub mod periodic;
+#[cfg(feature = "pg-wire")]
+pub mod pg;
 pub mod pipeline;
 pub mod query;
 pub mod readiness;

@@ -203,13 +203,13 @@ pub async fn serve(
 
 /// When a byte last moved on one connection, in milliseconds since `start`.
 #[derive(Clone)]
-struct Activity {
+pub(crate) struct Activity {
     start: Instant,
     last_ms: Arc<AtomicU64>,
 }
 
 impl Activity {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             start: Instant::now(),
             last_ms: Arc::new(AtomicU64::new(0)),
@@ -225,7 +225,7 @@ impl Activity {
         self.start + Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
     }
 
-    fn watch<T>(&self, inner: T) -> ActivityIo<T> {
+    pub(crate) fn watch<T>(&self, inner: T) -> ActivityIo<T> {
         ActivityIo {
             inner,
             activity: self.clone(),
@@ -234,7 +234,11 @@ impl Activity {
 
     /// Drives `connection` until it ends (`Some`) or nothing moved on it for
     /// `idle` (`None`: the connection is dropped, which closes it).
-    async fn close_when_idle<F, E>(&self, connection: F, idle: Duration) -> Option<Result<(), E>>
+    pub(crate) async fn close_when_idle<F, E>(
+        &self,
+        connection: F,
+        idle: Duration,
+    ) -> Option<Result<(), E>>
     where
         F: Future<Output = Result<(), E>>,
     {
@@ -254,7 +258,7 @@ impl Activity {
 }
 
 /// A connection's byte stream that records when bytes move.
-struct ActivityIo<T> {
+pub(crate) struct ActivityIo<T> {
     inner: T,
     activity: Activity,
 }

@@ -171,6 +171,13 @@ async fn serve(config_file: Option<PathBuf>) -> anyhow::Result<()> {
         };
         say!("  Flight SQL:   {flight_scheme}://{flight}");
     }
+    if let Some(pg) = app.pg_addr() {
+        say!(
+            "  Postgres:     postgresql://<client id>@{}:{}/{default_org}?sslmode=require  (password: the client secret)",
+            pg.ip(),
+            pg.port()
+        );
+    }
     let token_url = format!(
         "{}/realms/{default_org}/protocol/openid-connect/token",
         auth_url.as_str().trim_end_matches('/')

@@ -53,10 +53,12 @@ pub struct Application {
     metrics_router: axum::Router,
     /// Arrow Flight SQL, when `server.flight_listen` is set.
     flight: Option<FlightListener>,
+    /// The Postgres wire protocol, when `server.pg_listen` is set.
+    pg: Option<PgListener>,
     /// The connection guards of the API and upload listeners.
     limits: ConnectionLimits,
-    /// `server.flight_idle_timeout_s`.
-    flight_idle_timeout: Duration,
+    /// `server.wire_idle_timeout_s`.
+    wire_idle_timeout: Duration,
     loads: Arc<LoadService>,
     daily_runs: Arc<DailyRunService>,
     retired_files: Arc<RetiredFileSweeper>,
@@ -72,6 +74,16 @@ pub struct Application {
     workers: CancellationToken,
     /// Stops them when the application is dropped (in-process tests).
     _workers_when_dropped: tokio_util::sync::DropGuard,
+}
+
+/// The Postgres listener, its address and what it serves.
+struct PgListener {
+    listener: TcpListener,
+    addr: SocketAddr,
+    /// The server's certificate, offering ALPN `postgresql`.
+    tls: Option<TlsAcceptor>,
+    #[cfg(feature = "pg-wire")]
+    state: crate::pg::PgState,
 }
 
 /// The Flight SQL listener, its address and its service.
@@ -121,8 +133,16 @@ impl Application {
                 })?),
                 None => None,
             };
+        let pg_listener = match config.server.pg_listen {
+            Some(address) => Some(
+                TcpListener::bind(address)
+                    .await
+                    .with_context(|| format!("cannot listen on {address} (server.pg_listen)"))?,
+            ),
+            None => None,
+        };
         let tls = match (&config.server.tls_cert, &config.server.tls_key) {
-            (Some(cert), Some(key)) => Some(tls_acceptor(cert, key)?),
+            (Some(cert), Some(key)) => Some(tls_acceptor(cert, key, &[b"h2", b"http/1.1"])?),
             _ => None,
         };
         std::fs::create_dir_all(&config.storage.data_dir).with_context(|| {
@@ -254,8 +274,8 @@ impl Application {
             clock.clone(),
             own_certificate.as_deref(),
         )?);
-        let config_flight_idle_s = config.server.flight_idle_timeout_s;
-        let listeners = if flight_listener.is_some() { 3 } else { 2 };
+        let config_wire_idle_s = config.server.wire_idle_timeout_s;
+        let listeners = 2 + u64::from(flight_listener.is_some()) + u64::from(pg_listener.is_some());
         let limits = ConnectionLimits::for_listeners(&config.server, listeners);
         let drain_for = Duration::from_secs(config.server.drain_s);
         let drain_notice = Duration::from_millis(config.server.drain_notice_ms);
@@ -279,6 +299,16 @@ impl Application {
             Some(listener) => Some(flight_listener_of(listener, &state)?),
             None => None,
         };
+        let pg = match pg_listener {
+            Some(listener) => {
+                let tls = match (&state.config.server.tls_cert, &state.config.server.tls_key) {
+                    (Some(cert), Some(key)) => Some(tls_acceptor(cert, key, &[b"postgresql"])?),
+                    _ => None,
+                };
+                Some(pg_listener_of(listener, tls, &state)?)
+            }
+            None => None,
+        };
         let router = api::app(state, idp.clone());
         Ok(Self {
             listener,
@@ -292,8 +322,9 @@ impl Application {
             metrics_addr,
             metrics_router,
             flight,
+            pg,
             limits,
-            flight_idle_timeout: Duration::from_secs(config_flight_idle_s),
+            wire_idle_timeout: Duration::from_secs(config_wire_idle_s),
             loads,
             daily_runs,
             retired_files,
@@ -321,6 +352,12 @@ impl Application {
     /// Where `GET /metrics` is served.
     pub fn metrics_addr(&self) -> SocketAddr {
         self.metrics_addr
+    }
+
+    /// Where the Postgres wire protocol is served, when `server.pg_listen`
+    /// is set.
+    pub fn pg_addr(&self) -> Option<SocketAddr> {
+        self.pg.as_ref().map(|pg| pg.addr)
     }
 
     /// Where Arrow Flight SQL is served, when `server.flight_listen` is set.
@@ -392,7 +429,7 @@ impl Application {
         let stop_accepting = CancellationToken::new();
         let flight = self.flight.map(|flight| {
             let limits = ConnectionLimits {
-                idle_timeout: self.flight_idle_timeout,
+                idle_timeout: self.wire_idle_timeout,
                 ..self.limits
             };
             listener::serve(
@@ -402,6 +439,13 @@ impl Application {
                 limits,
                 stop_accepting.clone(),
             )
+        });
+        let pg = self.pg.map(|pg| {
+            let limits = ConnectionLimits {
+                idle_timeout: self.wire_idle_timeout,
+                ..self.limits
+            };
+            serve_pg(pg, limits, stop_accepting.clone())
         });
         let serving = async {
             tokio::join!(
@@ -422,6 +466,11 @@ impl Application {
                 async {
                     if let Some(flight) = flight {
                         flight.await;
+                    }
+                },
+                async {
+                    if let Some(pg) = pg {
+                        pg.await;
                     }
                 },
             )
@@ -456,6 +505,49 @@ impl Application {
         Ok(())
     }
 }
+
+/// The Postgres listener serving the query service of `state`.
+#[cfg(feature = "pg-wire")]
+fn pg_listener_of(
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    state: &AppState,
+) -> anyhow::Result<PgListener> {
+    Ok(PgListener {
+        addr: listener.local_addr()?,
+        listener,
+        tls,
+        state: crate::pg::PgState {
+            config: state.config.clone(),
+            validator: state.validator.clone(),
+            queries: state.queries.clone(),
+        },
+    })
+}
+
+/// Without the Postgres protocol compiled in, `Config::validate` refuses the
+/// key first.
+#[cfg(not(feature = "pg-wire"))]
+fn pg_listener_of(
+    _listener: TcpListener,
+    _tls: Option<TlsAcceptor>,
+    _state: &AppState,
+) -> anyhow::Result<PgListener> {
+    anyhow::bail!("server.pg_listen: this lakehost was built without the Postgres wire protocol")
+}
+
+/// Serves the Postgres listener (TLS is there: `Config::validate` requires
+/// it for `server.pg_listen`).
+#[cfg(feature = "pg-wire")]
+async fn serve_pg(pg: PgListener, limits: ConnectionLimits, stop: CancellationToken) {
+    match pg.tls {
+        Some(tls) => crate::pg::serve(pg.listener, tls, pg.state, limits, stop).await,
+        None => tracing::error!("server.pg_listen needs server.tls_cert; not serving Postgres"),
+    }
+}
+
+#[cfg(not(feature = "pg-wire"))]
+async fn serve_pg(_pg: PgListener, _limits: ConnectionLimits, _stop: CancellationToken) {}
 
 /// The Flight SQL listener serving the query service of `state`.
 #[cfg(feature = "flight-sql")]
@@ -542,7 +634,10 @@ fn own_url(addr: SocketAddr, tls: bool) -> Url {
 }
 
 /// rustls with TLS 1.2 and 1.3 only, HTTP/2 and HTTP/1.1 by ALPN.
-fn tls_acceptor(cert: &Path, key: &Path) -> anyhow::Result<TlsAcceptor> {
+/// A TLS acceptor of the server's certificate offering the ALPN protocols
+/// `alpn` (HTTP's two; `postgresql` on the Postgres listener, which libpq
+/// asks for).
+fn tls_acceptor(cert: &Path, key: &Path, alpn: &[&[u8]]) -> anyhow::Result<TlsAcceptor> {
     let certs = CertificateDer::pem_file_iter(cert)
         .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
         .with_context(|| format!("cannot read {} (server.tls_cert)", cert.display()))?;
@@ -555,6 +650,6 @@ fn tls_acceptor(cert: &Path, key: &Path) -> anyhow::Result<TlsAcceptor> {
         .with_no_client_auth()
         .with_single_cert(certs, key)
         .context("server.tls_cert and server.tls_key do not form a usable pair")?;
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    config.alpn_protocols = alpn.iter().map(|protocol| protocol.to_vec()).collect();
     Ok(TlsAcceptor::from(Arc::new(config)))
 }

@@ -71,6 +71,8 @@ pub struct TestApp {
     pub upload_addr: SocketAddr,
     /// Arrow Flight SQL, when `server.flight_listen` is set.
     pub flight_addr: Option<SocketAddr>,
+    /// The Postgres wire protocol, when `server.pg_listen` is set.
+    pub pg_addr: Option<SocketAddr>,
     pub loads: Arc<LoadService>,
     /// The daily-run service (tests run its scheduler tick directly).
     pub daily_runs: Arc<DailyRunService>,
@@ -165,6 +167,12 @@ pub async fn start(config: Config, clock: ManualClock) -> TestApp {
             .try_init();
     }
     let data_dir = config.storage.data_dir.clone();
+    // Over TLS the test client trusts the server's own certificate.
+    let mut http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none());
+    if let Some(cert) = &config.server.tls_cert {
+        let pem = std::fs::read(cert).expect("the test certificate");
+        http = http.add_root_certificate(reqwest::Certificate::from_pem(&pem).unwrap());
+    }
     let app = Application::build_with_clock(config, Arc::new(clock.clone()))
         .await
         .expect("server starts");
@@ -174,6 +182,7 @@ pub async fn start(config: Config, clock: ManualClock) -> TestApp {
     let (upload_addr, loads) = (app.upload_addr(), app.loads());
     let metrics_addr = app.metrics_addr();
     let flight_addr = app.flight_addr();
+    let pg_addr = app.pg_addr();
     let daily_runs = app.daily_runs();
     let retired_files = app.retired_files();
     let scheme = app.auth_url().scheme().to_string();
@@ -190,10 +199,7 @@ pub async fn start(config: Config, clock: ManualClock) -> TestApp {
     TestApp {
         addr,
         base: format!("{scheme}://127.0.0.1:{}", addr.port()),
-        http: reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .unwrap(),
+        http: http.build().unwrap(),
         clock,
         idp,
         data_dir,
@@ -202,6 +208,7 @@ pub async fn start(config: Config, clock: ManualClock) -> TestApp {
         metrics_addr,
         upload_addr,
         flight_addr,
+        pg_addr,
         loads,
         daily_runs,
         retired_files,
@@ -723,16 +730,23 @@ pub async fn upload_client(python: &std::path::Path, command: &str, args: &Value
     python_client(python, "upload_client.py", command, args).await
 }
 
-/// A self-signed certificate for `localhost`, written as `cert.pem` and
+/// A self-signed certificate for `localhost` (and 127.0.0.1), written as `cert.pem` and
 /// `key.pem` in `dir`: its PEM text and the two paths (`server.tls_cert`,
 /// `server.tls_key`).
 pub fn localhost_certificate(dir: &std::path::Path) -> (String, PathBuf, PathBuf) {
-    let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let names = vec!["localhost".into(), "127.0.0.1".into()];
+    let cert = rcgen::generate_simple_self_signed(names).unwrap();
     let cert_path = dir.join("cert.pem");
     let key_path = dir.join("key.pem");
     std::fs::write(&cert_path, cert.cert.pem()).unwrap();
     std::fs::write(&key_path, cert.key_pair.serialize_pem()).unwrap();
     (cert.cert.pem(), cert_path, key_path)
+}
+
+/// Runs one command of `tests/python/pg_client.py` (psycopg 3) and returns
+/// the JSON it prints.
+pub async fn pg_client(python: &std::path::Path, command: &str, args: &Value) -> Value {
+    python_client(python, "pg_client.py", command, args).await
 }
 
 /// Runs one command of `tests/python/flight_client.py` (ADBC's Flight SQL

@@ -195,7 +195,7 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.server.validate()?;
         self.query.validate()?;
-        self.validate_flight()?;
+        self.validate_wire()?;
         self.uploads.validate()?;
         self.pipeline.validate()?;
         self.dailyrun.validate()?;
@@ -207,23 +207,29 @@ impl Config {
             .validate(&self.orgs, &self.auth, self.server.listen)
     }
 
-    /// What Flight SQL needs of the query section: the typed copies its rows
-    /// are sent from, and an idle timeout that outlasts a query (a `DoGet`
-    /// is silent until its query ends).
-    fn validate_flight(&self) -> Result<(), ConfigError> {
-        if self.server.flight_listen.is_none() {
-            return Ok(());
+    /// What the wire protocols (Flight SQL, Postgres) need of the query
+    /// section: the typed copies their rows are sent from, and an idle
+    /// timeout that outlasts a query (a statement is silent until its query
+    /// ends).
+    fn validate_wire(&self) -> Result<(), ConfigError> {
+        let wire = [
+            ("server.flight_listen", self.server.flight_listen),
+            ("server.pg_listen", self.server.pg_listen),
+        ];
+        for (key, listen) in wire {
+            if listen.is_some() && !self.query.typed_results {
+                return Err(ConfigError::new(
+                    key,
+                    "needs query.typed_results = true (rows are sent from a result's typed copy)",
+                ));
+            }
         }
-        if !self.query.typed_results {
+        if wire.iter().any(|(_, listen)| listen.is_some())
+            && self.server.wire_idle_timeout_s <= self.query.time_limit_s
+        {
             return Err(ConfigError::new(
-                "server.flight_listen",
-                "needs query.typed_results = true (Flight SQL sends a result's typed copy)",
-            ));
-        }
-        if self.server.flight_idle_timeout_s <= self.query.time_limit_s {
-            return Err(ConfigError::new(
-                "server.flight_idle_timeout_s",
-                "must be more than query.time_limit_s (a DoGet waits silently for its query)",
+                "server.wire_idle_timeout_s",
+                "must be more than query.time_limit_s (a statement waits silently for its query)",
             ));
         }
         Ok(())

@@ -53,10 +53,14 @@ pub struct ServerConfig {
     /// Where Arrow Flight SQL is served (gRPC, TLS when `tls_cert` is set);
     /// unset (the default): no Flight SQL listener.
     pub flight_listen: Option<SocketAddr>,
-    /// A Flight SQL connection on which nothing moved for this many seconds
-    /// is closed. A `DoGet` is silent while its query runs, so this must be
-    /// more than `query.time_limit_s` (checked with the query section).
-    pub flight_idle_timeout_s: u64,
+    /// Where the Postgres wire protocol is served; unset (the default): no
+    /// Postgres listener. Needs `tls_cert`: passwords only cross TLS.
+    pub pg_listen: Option<SocketAddr>,
+    /// A Flight SQL or Postgres connection on which nothing moved for this
+    /// many seconds is closed. A statement is silent while its query runs,
+    /// so this must be more than `query.time_limit_s` (checked with the
+    /// query section).
+    pub wire_idle_timeout_s: u64,
 }
 
 /// How log lines are written (stderr).
@@ -89,7 +93,8 @@ impl Default for ServerConfig {
             metrics_listen: "127.0.0.1:9464".parse().expect("literal address"),
             log_format: LogFormat::Text,
             flight_listen: None,
-            flight_idle_timeout_s: 1900,
+            pg_listen: None,
+            wire_idle_timeout_s: 1900,
         }
     }
 }
@@ -128,6 +133,7 @@ impl ServerConfig {
             ));
         }
         self.validate_flight()?;
+        self.validate_pg()?;
         match (&self.tls_cert, &self.tls_key) {
             (Some(_), None) => {
                 return Err(ConfigError::new(
@@ -164,10 +170,39 @@ impl ServerConfig {
                 "must differ from server.listen and server.metrics_listen (Flight SQL has a listener of its own)",
             ));
         }
-        if self.flight_idle_timeout_s < self.idle_timeout_s {
+        if self.wire_idle_timeout_s < self.idle_timeout_s {
             return Err(ConfigError::new(
-                "server.flight_idle_timeout_s",
+                "server.wire_idle_timeout_s",
                 "must be at least server.idle_timeout_s",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks the Postgres keys: a listener of its own, in a build that has
+    /// the protocol, with the certificate its password exchange needs.
+    fn validate_pg(&self) -> Result<(), ConfigError> {
+        let Some(pg) = self.pg_listen else {
+            return Ok(());
+        };
+        if !cfg!(feature = "pg-wire") {
+            return Err(ConfigError::new(
+                "server.pg_listen",
+                "this lakehost was built without the Postgres wire protocol (the cargo feature `pg-wire`)",
+            ));
+        }
+        if pg.port() != 0
+            && (pg == self.listen || pg == self.metrics_listen || Some(pg) == self.flight_listen)
+        {
+            return Err(ConfigError::new(
+                "server.pg_listen",
+                "must differ from server.listen, server.metrics_listen and server.flight_listen",
+            ));
+        }
+        if self.tls_cert.is_none() || self.tls_key.is_none() {
+            return Err(ConfigError::new(
+                "server.pg_listen",
+                "needs server.tls_cert and server.tls_key (Postgres clients send their client secret as the password, only over TLS)",
             ));
         }
         Ok(())

@@ -118,16 +118,54 @@ fn flight_sql_is_off_unless_configured_and_needs_a_listener_of_its_own() {
             "server.flight_listen",
         ),
         (
-            "[server]\nflight_listen = \"127.0.0.1:50051\"\nflight_idle_timeout_s = 59\n",
-            "server.flight_idle_timeout_s",
+            "[server]\nflight_listen = \"127.0.0.1:50051\"\nwire_idle_timeout_s = 59\n",
+            "server.wire_idle_timeout_s",
         ),
         (
-            "[server]\nflight_listen = \"127.0.0.1:50051\"\nflight_idle_timeout_s = 1800\n",
-            "server.flight_idle_timeout_s",
+            "[server]\nflight_listen = \"127.0.0.1:50051\"\nwire_idle_timeout_s = 1800\n",
+            "server.wire_idle_timeout_s",
         ),
         (
             "[server]\nflight_listen = \"127.0.0.1:50051\"\n[query]\ntyped_results = false\n",
             "server.flight_listen",
+        ),
+    ]);
+}
+
+#[test]
+fn postgres_is_off_unless_configured_and_needs_tls_and_a_listener_of_its_own() {
+    let config = Config::load(None, env(&[])).unwrap();
+    assert_eq!(config.server.pg_listen, None);
+    let tls = "tls_cert = \"c.pem\"\ntls_key = \"k.pem\"\n";
+    let on =
+        Config::from_toml(&format!("[server]\npg_listen = \"127.0.0.1:5433\"\n{tls}")).unwrap();
+    assert_eq!(on.server.pg_listen, Some("127.0.0.1:5433".parse().unwrap()));
+    assert_refused_at(&[
+        (
+            "[server]\npg_listen = \"127.0.0.1:5433\"\n",
+            "server.pg_listen",
+        ),
+        (
+            &format!(
+                "[server]\nlisten = \"127.0.0.1:8080\"\npg_listen = \"127.0.0.1:8080\"\n{tls}"
+            ),
+            "server.pg_listen",
+        ),
+        (
+            &format!(
+                "[server]\nflight_listen = \"127.0.0.1:5433\"\npg_listen = \"127.0.0.1:5433\"\n{tls}"
+            ),
+            "server.pg_listen",
+        ),
+        (
+            &format!(
+                "[server]\npg_listen = \"127.0.0.1:5433\"\n{tls}[query]\ntyped_results = false\n"
+            ),
+            "server.pg_listen",
+        ),
+        (
+            &format!("[server]\npg_listen = \"127.0.0.1:5433\"\nwire_idle_timeout_s = 1800\n{tls}"),
+            "server.wire_idle_timeout_s",
         ),
     ]);
 }

@@ -3,8 +3,6 @@
 //! ticket (the query id) sends its rows once it has ended, and a cancel
 //! names it by its Flight info.
 
-use std::time::Duration;
-
 use arrow_flight::{
     Action, FlightDescriptor, FlightEndpoint, FlightInfo, Ticket,
     sql::{Any, ProstMessageExt, TicketStatementQuery},
@@ -14,13 +12,9 @@ use tonic::{Request, Response, Status};
 
 use super::{DoGetStream, LakeFlightSql, caller, results, status};
 use crate::{
-    engine::layout::without_view_types, lake::ResultFormat, query::QueryError,
-    store::queries::QueryState,
+    engine::layout::without_view_types,
+    query::{QueryError, service::WireEnd},
 };
-
-/// How long one look for a query's end lasts before the next (the call
-/// itself waits until the query ends, or its client goes away).
-const END_WAIT: Duration = Duration::from_secs(30);
 
 pub(super) fn no_transactions() -> Status {
     Status::unimplemented("lakehost has no transactions: each statement is its own query")
@@ -103,33 +97,19 @@ impl LakeFlightSql {
         let caller = caller::caller_of(&self.state, request.metadata(), "query:read").await?;
         let id = std::str::from_utf8(&ticket.statement_handle)
             .map_err(|_| Status::invalid_argument("the ticket is not a lakehost query id"))?;
-        let queries = &self.state.queries;
-        let job = loop {
-            if let Some(job) = queries
-                .wait_for_end(&caller, id, END_WAIT)
-                .await
-                .map_err(status::status_of)?
-            {
-                break job;
-            }
-        };
-        match job.state {
-            QueryState::Succeeded => {}
-            QueryState::Cancelled => {
+        let bytes = match self
+            .state
+            .queries
+            .typed_result_at_end(&caller, id)
+            .await
+            .map_err(status::status_of)?
+        {
+            WireEnd::Rows(bytes) => bytes,
+            WireEnd::Cancelled => {
                 return Err(Status::cancelled(format!("query {id} was cancelled")));
             }
-            _ => {
-                let reason = job
-                    .state_change_reason
-                    .unwrap_or_else(|| format!("query {id} failed"));
-                return Err(Status::aborted(reason));
-            }
-        }
-        let file = queries
-            .result_file(&caller, id, ResultFormat::Arrow)
-            .await
-            .map_err(status::status_of)?;
-        let bytes = file.bytes(None).await.map_err(status::status_of)?;
+            WireEnd::Failed(reason) => return Err(Status::aborted(reason)),
+        };
         Ok(Response::new(results::flight_data_of(bytes).await?))
     }
 }

@@ -8,6 +8,7 @@
 //! `api/error.rs` maps to the spec's status codes.
 
 pub mod execute;
+pub mod ipc_batches;
 mod page_tokens;
 pub mod prepare;
 mod recent_results;

@@ -494,7 +494,7 @@ async fn garbage_bytes_close_the_connection_and_the_server_goes_on() {
         config.server.flight_listen = Some("127.0.0.1:0".parse().unwrap());
         config.server.request_timeout_s = 1;
         config.server.idle_timeout_s = 2;
-        config.server.flight_idle_timeout_s = 2;
+        config.server.wire_idle_timeout_s = 2;
         config.query.time_limit_s = 1;
     })
     .await;

@@ -20,6 +20,7 @@ mod loads;
 mod memory_limits;
 mod metrics;
 mod paging;
+mod pg_wire;
 mod pipeline_data;
 mod query_access;
 mod query_api;

@@ -129,6 +129,7 @@ mod worker;
 
 pub use reading::ResultFile;
 use runs_here::RunsHere;
+pub use waiting::WireEnd;
 
 pub use worker::ABANDONED_QUERY;
 

@@ -13,19 +13,39 @@
 //! query that ends on this replica wakes its waiters at once; one that runs
 //! on another replica is seen through the store, read every
 //! `OTHER_REPLICA_POLL`.
+//!
+//! The wire front ends (Flight SQL, Postgres) wait for a statement's end with
+//! no deadline of their own (`typed_result_at_end`): their client is there
+//! until it goes away, and the query's time limit bounds the wait.
 
-use std::time::Duration;
+use std::{io, time::Duration};
 
+use bytes::Bytes;
+use futures::stream::BoxStream;
 use tokio::time::Instant;
 
 use super::{QueryService, Started, worker::RunEnd};
 use crate::{
     auth::LakeCaller,
     engine::table_writer::delete_paths,
+    lake::ResultFormat,
     observability::jobs,
     query::QueryError,
     store::queries::{CatalogWrite, NewQuery, QueryJob, QueryState},
 };
+
+/// How long one look for a query's end lasts before the next, in
+/// `typed_result_at_end`.
+const END_WAIT: Duration = Duration::from_secs(30);
+
+/// How a statement sent over a wire protocol ended.
+pub enum WireEnd {
+    /// SUCCEEDED: the bytes of its typed (Arrow IPC stream) result.
+    Rows(BoxStream<'static, io::Result<Bytes>>),
+    Cancelled,
+    /// FAILED (or TIMED_OUT), with the job's reason.
+    Failed(String),
+}
 
 /// How often a waiter reads the store for a query another replica runs.
 const OTHER_REPLICA_POLL: Duration = Duration::from_millis(100);
@@ -126,5 +146,32 @@ impl QueryService {
                 () = tokio::time::sleep_until(next_look) => {}
             }
         }
+    }
+
+    /// Waits for the caller's query `id` to end, however long it runs (the
+    /// waiting call is dropped when its client goes away), and opens its
+    /// typed result.
+    pub async fn typed_result_at_end(
+        &self,
+        caller: &LakeCaller,
+        id: &str,
+    ) -> Result<WireEnd, QueryError> {
+        let job = loop {
+            if let Some(job) = self.wait_for_end(caller, id, END_WAIT).await? {
+                break job;
+            }
+        };
+        match job.state {
+            QueryState::Succeeded => {}
+            QueryState::Cancelled => return Ok(WireEnd::Cancelled),
+            _ => {
+                let reason = job
+                    .state_change_reason
+                    .unwrap_or_else(|| format!("query {id} failed"));
+                return Ok(WireEnd::Failed(reason));
+            }
+        }
+        let file = self.result_file(caller, id, ResultFormat::Arrow).await?;
+        Ok(WireEnd::Rows(file.bytes(None).await?))
     }
 }

@@ -1,0 +1,212 @@
+//! The Postgres listener: accepts connections up to the connection cap,
+//! answers the client's SSLRequest and ends TLS within the header deadline
+//! (a plain connection is served only far enough to be refused before any
+//! password is asked for, see `startup.rs`), then runs the message loop:
+//! startup within the same deadline, statements for as long as the client
+//! uses the connection, closed once nothing moved on it for
+//! `server.wire_idle_timeout_s`. At a drain it stops accepting and closes
+//! each connection once its running statement has been answered.
+
+use std::{io, net::SocketAddr, sync::Arc, time::Duration};
+
+use bytes::BytesMut;
+use futures::{SinkExt as _, StreamExt as _};
+use pgwire::{
+    api::{ClientInfo as _, DefaultClient, NoopHandler, PgWireConnectionState},
+    messages::PgWireFrontendMessage,
+    tokio::server::{PgWireMessageServerCodec, process_error, process_message},
+};
+use tokio::{
+    io::{AsyncReadExt as _, AsyncWriteExt as _},
+    net::{TcpListener, TcpStream},
+    sync::Semaphore,
+    time::Instant,
+};
+use tokio_rustls::TlsAcceptor;
+use tokio_util::{
+    codec::{Framed, FramedParts},
+    either::Either,
+    sync::CancellationToken,
+    task::TaskTracker,
+};
+
+use super::{PgState, startup::LakeStartup, statements::LakeStatements};
+use crate::listener::{Activity, ConnectionLimits};
+
+/// The request code of an SSLRequest (and of a GSSENCRequest), the first
+/// eight bytes a libpq client sends.
+const SSL_REQUEST: [u8; 8] = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
+const GSSENC_REQUEST: [u8; 8] = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x30];
+
+type Stream = Either<tokio_rustls::server::TlsStream<TcpStream>, TcpStream>;
+type Connection = Framed<crate::listener::ActivityIo<Stream>, PgWireMessageServerCodec<String>>;
+
+/// Accepts Postgres connections on `listener` until `stop` is cancelled,
+/// then lets each connection finish its running statement and returns once
+/// none is left.
+pub async fn serve(
+    listener: TcpListener,
+    tls: TlsAcceptor,
+    state: PgState,
+    limits: ConnectionLimits,
+    stop: CancellationToken,
+) {
+    let open = Arc::new(Semaphore::new(limits.max_connections));
+    let connections = TaskTracker::new();
+    let startup = Arc::new(LakeStartup::new(state.clone()));
+    let statements = Arc::new(LakeStatements::new(state));
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = stop.cancelled() => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = open.clone().try_acquire_owned() else {
+            tracing::debug!(%peer, max = limits.max_connections, "postgres connection refused: at the connection cap");
+            drop(stream);
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let (tls, startup, statements, stop) = (
+            tls.clone(),
+            startup.clone(),
+            statements.clone(),
+            stop.clone(),
+        );
+        connections.spawn(async move {
+            let _permit = permit;
+            let activity = Activity::new();
+            let negotiated = tokio::time::timeout(
+                limits.header_read_timeout,
+                negotiate(stream, peer, &tls, &activity),
+            )
+            .await;
+            let socket = match negotiated {
+                Ok(Ok(socket)) => socket,
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "postgres connection failed before its startup");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "postgres connection timed out before its startup");
+                    return;
+                }
+            };
+            let startup_deadline = Instant::now() + limits.header_read_timeout;
+            let messages = message_loop(socket, startup_deadline, &startup, &statements, &stop);
+            match activity.close_when_idle(messages, limits.idle_timeout).await {
+                Some(Err(e)) => tracing::debug!(%peer, error = %e, "postgres connection ended with an error"),
+                None => tracing::debug!(%peer, "postgres connection closed: idle"),
+                Some(Ok(())) => {}
+            }
+        });
+    }
+    drop(listener);
+    connections.close();
+    connections.wait().await;
+}
+
+/// Answers the client's SSLRequest (and GSSENCRequest) and ends TLS; a
+/// client that starts without one gets a plain connection, with the bytes
+/// already read put back.
+async fn negotiate(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    tls: &TlsAcceptor,
+    activity: &Activity,
+) -> io::Result<Connection> {
+    let mut first = [0u8; 8];
+    loop {
+        stream.read_exact(&mut first).await?;
+        match first {
+            SSL_REQUEST => {
+                stream.write_all(b"S").await?;
+                let stream = tls.accept(stream).await?;
+                return Ok(framed(
+                    Either::Left(stream),
+                    peer,
+                    true,
+                    BytesMut::new(),
+                    activity,
+                ));
+            }
+            // No GSSAPI: libpq then asks for TLS, or starts in the plain.
+            GSSENC_REQUEST => stream.write_all(b"N").await?,
+            _ => {
+                let read = BytesMut::from(&first[..]);
+                return Ok(framed(Either::Right(stream), peer, false, read, activity));
+            }
+        }
+    }
+}
+
+fn framed(
+    stream: Stream,
+    peer: SocketAddr,
+    secure: bool,
+    read: BytesMut,
+    activity: &Activity,
+) -> Connection {
+    let codec = PgWireMessageServerCodec::new(DefaultClient::new(peer, secure));
+    let mut parts = FramedParts::new(activity.watch(stream), codec);
+    parts.read_buf = read;
+    let mut socket = Framed::from_parts(parts);
+    socket.set_state(PgWireConnectionState::AwaitingStartup);
+    socket
+}
+
+/// Reads and answers the connection's messages until the client leaves,
+/// sends bytes that are not the protocol, misses the startup deadline, or
+/// the replica drains (between statements).
+async fn message_loop(
+    mut socket: Connection,
+    startup_deadline: Instant,
+    startup: &Arc<LakeStartup>,
+    statements: &Arc<LakeStatements>,
+    stop: &CancellationToken,
+) -> io::Result<()> {
+    let noop = Arc::new(NoopHandler);
+    loop {
+        let message = match socket.state() {
+            PgWireConnectionState::AwaitingStartup
+            | PgWireConnectionState::AuthenticationInProgress => tokio::select! {
+                message = socket.next() => message,
+                () = tokio::time::sleep_until(startup_deadline) => None,
+            },
+            PgWireConnectionState::ReadyForQuery => tokio::select! {
+                message = socket.next() => message,
+                () = stop.cancelled() => None,
+            },
+            _ => socket.next().await,
+        };
+        let message = match message {
+            Some(Ok(PgWireFrontendMessage::Terminate(_))) | None => break,
+            Some(Ok(message)) => message,
+            Some(Err(e)) => {
+                return Err(io::Error::new(io::ErrorKind::InvalidData, e.to_string()));
+            }
+        };
+        let extended = message.is_extended_query();
+        if let Err(e) = process_message(
+            message,
+            &mut socket,
+            startup.clone(),
+            statements.clone(),
+            statements.clone(),
+            noop.clone(),
+            noop.clone(),
+        )
+        .await
+        {
+            process_error(&mut socket, e, extended).await?;
+        }
+    }
+    socket.close().await
+}

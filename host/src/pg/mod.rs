@@ -1,0 +1,40 @@
+//! The Postgres wire protocol on `server.pg_listen`: psql, psycopg and the
+//! other Postgres clients reach the lake as they reach a Postgres server,
+//! through the same `QueryService` as REST and Flight SQL. Every statement
+//! goes through the same classification, role rules, access decision in
+//! `scan()` and spec refusal texts, and runs as a query job that
+//! `GET /v2/query/{id}` shows; its rows are sent from the job's typed result.
+//!
+//! - `listener.rs`: the accept loop: the connection cap, SSLRequest and the
+//!   TLS handshake under the header deadline, the idle timeout, the drain,
+//!   and each connection's message loop.
+//! - `startup.rs`: the startup message and password: the database names the
+//!   org (and zone), `user` is a client id and the password its secret,
+//!   exchanged for a token with the org realm's client-credentials flow.
+//! - `statements.rs`: the simple query protocol: session commands (BEGIN,
+//!   SET, SHOW, ...) answered here, every other statement run as a job.
+//! - `params.rs`: extended-protocol parameters inlined as SQL literals.
+//! - `sqlstate.rs`: query outcomes as Postgres errors (SQLSTATE and text).
+//!
+//! pgwire supplies the message codec and the per-message dispatch; the
+//! listener, TLS and the handlers are lakehost's.
+
+mod listener;
+mod params;
+mod sqlstate;
+mod startup;
+mod statements;
+
+use std::sync::Arc;
+
+pub use listener::serve;
+
+use crate::{auth::TokenValidator, config::Config, query::service::QueryService};
+
+/// What the Postgres listener needs of the application.
+#[derive(Clone)]
+pub struct PgState {
+    pub config: Arc<Config>,
+    pub validator: Arc<TokenValidator>,
+    pub queries: Arc<QueryService>,
+}

@@ -1,0 +1,46 @@
+//! Query outcomes as Postgres errors: one match on `QueryError`'s variants,
+//! as `api/error.rs` has for HTTP and `flight/status.rs` for gRPC. Refusals
+//! keep the spec's texts under SQLSTATE 42501; an internal error shows the
+//! REST API's generic text and is logged.
+
+use pgwire::error::{ErrorInfo, PgWireError};
+
+use crate::{api::error::INTERNAL_MESSAGE, query::QueryError};
+
+/// The text every refused or missing credential gets (REST's 401 body).
+pub const UNAUTHORIZED: &str = "Unauthorized";
+
+/// An error that ends the statement (the session goes on).
+pub fn error(code: &str, message: impl Into<String>) -> PgWireError {
+    PgWireError::UserError(Box::new(ErrorInfo::new(
+        "ERROR".to_string(),
+        code.to_string(),
+        message.into(),
+    )))
+}
+
+/// An error that ends the connection.
+pub fn fatal(code: &str, message: impl Into<String>) -> PgWireError {
+    PgWireError::UserError(Box::new(ErrorInfo::new(
+        "FATAL".to_string(),
+        code.to_string(),
+        message.into(),
+    )))
+}
+
+/// `error` as the error a Postgres client sees.
+pub fn error_of(error: QueryError) -> PgWireError {
+    match error {
+        QueryError::Invalid(why) => self::error("42601", why),
+        QueryError::Denied(denial) => self::error("42501", denial.message()),
+        QueryError::Conflict(why) => self::error("42P07", why),
+        e @ QueryError::NotFound(_) => self::error("42704", e.to_string()),
+        QueryError::NoResult(why) | QueryError::FormatUnavailable(why) => self::error("55000", why),
+        e @ QueryError::BadPageToken => self::error("22023", e.to_string()),
+        QueryError::Failed(why) => self::error("XX000", why),
+        QueryError::Internal(why) => {
+            tracing::error!(error = %why, "postgres statement failed");
+            self::error("XX000", INTERNAL_MESSAGE)
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! A Postgres connection's startup: who connects, to which API.
+//!
+//! - The database names the API: `demo` is org `demo`'s Org API, `lab.demo`
+//!   its zone `lab` (orgs and zones are DNS labels, so the dot is free).
+//!   An unknown one is FATAL 3D000, before any password is asked for.
+//! - `user` is a client id of the org's realm and the password its secret,
+//!   exchanged for an access token with the realm's client-credentials flow
+//!   (`auth::client_credentials`), then validated as REST validates a bearer
+//!   token. A refused secret is FATAL 28P01.
+//! - Passwords cross TLS only: a plain connection is refused (FATAL 28000)
+//!   before the server asks for one. No SCRAM: lakehost holds no secrets to
+//!   salt, it can only check one by exchanging it.
+//!
+//! The session keeps the token and, to renew it when it expires, the
+//! secret (in memory only, never logged).
+
+use std::fmt::Debug;
+
+use async_trait::async_trait;
+use futures::{Sink, SinkExt as _};
+use pgwire::{
+    api::{
+        ClientInfo, METADATA_DATABASE, METADATA_USER, PgWireConnectionState,
+        auth::{
+            DefaultServerParameterProvider, StartupHandler, finish_authentication,
+            protocol_negotiation, save_startup_parameters_to_metadata,
+        },
+    },
+    error::{PgWireError, PgWireResult},
+    messages::{PgWireBackendMessage, PgWireFrontendMessage, startup::Authentication},
+};
+
+use super::{
+    PgState,
+    sqlstate::{UNAUTHORIZED, fatal},
+};
+use crate::auth::{
+    TokenError,
+    client_credentials::{ExchangeError, exchange},
+    validator::Expected,
+};
+
+/// The Postgres version lakehost answers as: psql and drivers pick their
+/// catalog queries by it.
+pub const SERVER_VERSION: &str = "15.0";
+
+/// Who a connection is for, once its password was accepted.
+pub struct Session {
+    pub org: String,
+    pub zone: Option<String>,
+    pub client_id: String,
+    secret: String,
+    /// The access token the secret was last exchanged for.
+    pub token: String,
+}
+
+impl Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("org", &self.org)
+            .field("zone", &self.zone)
+            .field("client_id", &self.client_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Session {
+    /// The same session with a fresh token for its secret.
+    pub async fn renewed(&self, state: &PgState) -> PgWireResult<Session> {
+        let token = token_for(state, &self.org, &self.client_id, &self.secret).await?;
+        Ok(Session {
+            org: self.org.clone(),
+            zone: self.zone.clone(),
+            client_id: self.client_id.clone(),
+            secret: self.secret.clone(),
+            token,
+        })
+    }
+}
+
+/// The org and zone a database name names, both configured.
+pub fn api_of(state: &PgState, database: &str) -> Option<(String, Option<String>)> {
+    let database = database.to_ascii_lowercase();
+    let (org, zone) = match database.split_once('.') {
+        Some((zone, org)) => (org.to_string(), Some(zone.to_string())),
+        None => (database, None),
+    };
+    state.config.org(&org)?;
+    if let Some(zone) = &zone
+        && !state.config.has_zone(&org, zone)
+    {
+        return None;
+    }
+    Some((org, zone))
+}
+
+/// `client_id`'s secret exchanged for a token of `org`'s realm.
+async fn token_for(
+    state: &PgState,
+    org: &str,
+    client_id: &str,
+    secret: &str,
+) -> PgWireResult<String> {
+    exchange(&state.validator, org, client_id, secret)
+        .await
+        .map_err(|e| match e {
+            ExchangeError::Refused => fatal(
+                "28P01",
+                format!("password authentication failed for user \"{client_id}\""),
+            ),
+            ExchangeError::Unavailable(why) => {
+                tracing::error!(error = %why, "client credentials exchange failed");
+                fatal("08006", "the identity provider is unavailable")
+            }
+        })
+}
+
+/// `session`'s token validated for its API, as REST validates a bearer
+/// token: a refused one is `Err(None)`, other failures `Err(Some(..))`.
+pub async fn validated(
+    state: &PgState,
+    session: &Session,
+) -> Result<crate::auth::AccessClaims, Option<PgWireError>> {
+    let audience = state.config.auth.api_client_for(session.zone.as_deref());
+    state
+        .validator
+        .validate(
+            &session.token,
+            Expected {
+                org: &session.org,
+                audience: &audience,
+            },
+        )
+        .await
+        .map_err(|e| match e {
+            TokenError::KeysUnavailable(why) => {
+                tracing::error!(error = %why, "token keys unavailable");
+                Some(fatal(
+                    "08006",
+                    "the identity provider's keys are unavailable",
+                ))
+            }
+            _ => None,
+        })
+}
+
+/// The startup handler: database, TLS, password.
+pub struct LakeStartup {
+    state: PgState,
+    parameters: DefaultServerParameterProvider,
+}
+
+impl LakeStartup {
+    pub fn new(state: PgState) -> Self {
+        let mut parameters = DefaultServerParameterProvider::default();
+        parameters.server_version = SERVER_VERSION.to_string();
+        parameters.is_superuser = false;
+        parameters.time_zone = "UTC".to_string();
+        Self { state, parameters }
+    }
+}
+
+#[async_trait]
+impl StartupHandler for LakeStartup {
+    async fn on_startup<C>(
+        &self,
+        client: &mut C,
+        message: PgWireFrontendMessage,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        match message {
+            PgWireFrontendMessage::Startup(startup) => {
+                protocol_negotiation(client, &startup).await?;
+                save_startup_parameters_to_metadata(client, &startup);
+                if !client.is_secure() {
+                    return Err(fatal(
+                        "28000",
+                        "lakehost requires SSL (sslmode=require): the password is a client secret",
+                    ));
+                }
+                let metadata = client.metadata();
+                let database = metadata
+                    .get(METADATA_DATABASE)
+                    .or_else(|| metadata.get(METADATA_USER))
+                    .cloned()
+                    .unwrap_or_default();
+                if api_of(&self.state, &database).is_none() {
+                    return Err(fatal(
+                        "3D000",
+                        format!(
+                            "database \"{database}\" does not exist (name an org, or <zone>.<org>)"
+                        ),
+                    ));
+                }
+                client.set_state(PgWireConnectionState::AuthenticationInProgress);
+                client
+                    .send(PgWireBackendMessage::Authentication(
+                        Authentication::CleartextPassword,
+                    ))
+                    .await?;
+            }
+            PgWireFrontendMessage::PasswordMessageFamily(password) => {
+                let secret = password.into_password()?.password;
+                let metadata = client.metadata();
+                let client_id = metadata.get(METADATA_USER).cloned().unwrap_or_default();
+                let database = metadata
+                    .get(METADATA_DATABASE)
+                    .cloned()
+                    .unwrap_or_else(|| client_id.clone());
+                let Some((org, zone)) = api_of(&self.state, &database) else {
+                    return Err(fatal(
+                        "3D000",
+                        format!("database \"{database}\" does not exist"),
+                    ));
+                };
+                let token = token_for(&self.state, &org, &client_id, &secret).await?;
+                let session = Session {
+                    org,
+                    zone,
+                    client_id,
+                    secret,
+                    token,
+                };
+                if let Err(refused) = validated(&self.state, &session).await {
+                    return Err(refused.unwrap_or_else(|| fatal("28000", UNAUTHORIZED)));
+                }
+                client.session_extensions().insert(session);
+                finish_authentication(client, &self.parameters).await?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}

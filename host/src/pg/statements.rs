@@ -1,0 +1,392 @@
+//! Statements over the Postgres protocol, simple and extended.
+//!
+//! Session commands (BEGIN, COMMIT, ROLLBACK, SET, SHOW, ...) are answered
+//! here and never become jobs: lakehost has no transactions, each statement
+//! is its own query, so a transaction block is accepted and does nothing.
+//! Every other statement is submitted to the query service as the session's
+//! caller (its token validated again first, renewed from the secret when it
+//! expired), waited for, and its rows sent from the job's typed result,
+//! encoded by arrow-pg in the text or binary format the client asked for.
+//! `SHOW lakehost.last_query_id` names the last job for REST.
+//!
+//! Extended protocol: a statement's parameters are inlined as SQL literals
+//! (`params.rs`) before it is submitted, so the stored job holds what ran.
+
+use std::{fmt::Debug, sync::Arc};
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::Schema;
+use futures::{Sink, StreamExt as _, stream};
+use pgwire::api::Type;
+use pgwire::{
+    api::{
+        ClientInfo, ClientPortalStore,
+        portal::{Format, Portal},
+        query::{ExtendedQueryHandler, SimpleQueryHandler},
+        results::{
+            DataRowEncoder, DescribePortalResponse, DescribeStatementResponse, FieldFormat,
+            FieldInfo, QueryResponse, Response, Tag,
+        },
+        stmt::{QueryParser, StoredStatement},
+        store::PortalStore,
+    },
+    error::{PgWireError, PgWireResult},
+    messages::PgWireBackendMessage,
+};
+
+use super::{
+    PgState, params,
+    sqlstate::{UNAUTHORIZED, error, error_of, fatal},
+    startup::{SERVER_VERSION, Session, validated},
+};
+use crate::{
+    auth::{LakeCaller, caller::scope_on},
+    observability::metrics::token_rejected,
+    query::{ipc_batches::IpcBatches, service::WireEnd},
+};
+
+/// The id of the session's last query job (`SHOW lakehost.last_query_id`).
+struct LastQuery(String);
+
+/// The handler of both query protocols.
+pub struct LakeStatements {
+    state: PgState,
+    parser: Arc<SqlParser>,
+}
+
+impl LakeStatements {
+    pub fn new(state: PgState) -> Self {
+        Self {
+            state,
+            parser: Arc::new(SqlParser),
+        }
+    }
+
+    /// The session's caller for a statement: its token validated again
+    /// (renewed from the secret once it expired), with the scope to run
+    /// queries.
+    async fn caller<C: ClientInfo>(&self, client: &C) -> PgWireResult<LakeCaller> {
+        let Some(session) = client.session_extensions().get::<Session>() else {
+            return Err(fatal("28000", UNAUTHORIZED));
+        };
+        let (session, claims) = match validated(&self.state, &session).await {
+            Ok(claims) => (session, claims),
+            Err(Some(e)) => return Err(e),
+            Err(None) => {
+                let renewed = session.renewed(&self.state).await.map_err(|_| {
+                    token_rejected("renewal_refused");
+                    fatal("28000", UNAUTHORIZED)
+                })?;
+                let claims = validated(&self.state, &renewed)
+                    .await
+                    .map_err(|e| e.unwrap_or_else(|| fatal("28000", UNAUTHORIZED)))?;
+                let renewed = client.session_extensions().insert(renewed);
+                drop(renewed);
+                let session = client
+                    .session_extensions()
+                    .get::<Session>()
+                    .expect("just inserted");
+                (session, claims)
+            }
+        };
+        let zone = session.zone.as_deref();
+        if !claims
+            .scopes()
+            .contains(scope_on("query:write", zone).as_str())
+        {
+            token_rejected("insufficient_scope");
+            return Err(error("42501", "Forbidden"));
+        }
+        let api_client = self.state.config.auth.api_client_for(zone);
+        LakeCaller::from_claims(&claims, (&session.org, zone), &api_client)
+            .map_err(|e| error("42501", e.to_string()))
+    }
+
+    /// One statement: a session command's answer, or the rows of its job.
+    async fn run<C: ClientInfo>(
+        &self,
+        client: &C,
+        sql: &str,
+        format: &Format,
+    ) -> PgWireResult<Response> {
+        if let Some(answer) = session_command(client, sql) {
+            return answer;
+        }
+        let caller = self.caller(client).await?;
+        let queries = &self.state.queries;
+        let submitted = queries
+            .submit(&caller, sql, None, None, None)
+            .await
+            .map_err(error_of)?;
+        client
+            .session_extensions()
+            .insert(LastQuery(submitted.id.clone()));
+        let bytes = match queries
+            .typed_result_at_end(&caller, &submitted.id)
+            .await
+            .map_err(error_of)?
+        {
+            WireEnd::Rows(bytes) => bytes,
+            WireEnd::Cancelled => {
+                return Err(error("57014", "canceling statement due to user request"));
+            }
+            WireEnd::Failed(reason) => return Err(error("XX000", reason)),
+        };
+        let mut batches = IpcBatches::new(bytes);
+        let schema = batches.schema().await.map_err(|e| {
+            error_of(crate::query::QueryError::Internal(format!(
+                "reading the result: {e}"
+            )))
+        })?;
+        let fields = Arc::new(fields_of(&schema, format)?);
+        let rows = {
+            let fields = fields.clone();
+            batches.into_stream().flat_map(move |batch| {
+                let rows: Box<dyn Iterator<Item = PgWireResult<_>> + Send> = match batch {
+                    Ok(batch) => Box::new(arrow_pg::datatypes::encode_recordbatch(
+                        fields.clone(),
+                        batch,
+                    )),
+                    Err(e) => Box::new(std::iter::once(Err(error_of(
+                        crate::query::QueryError::Internal(format!("reading the result: {e}")),
+                    )))),
+                };
+                stream::iter(rows)
+            })
+        };
+        Ok(Response::Query(QueryResponse::new(fields, rows)))
+    }
+}
+
+/// The Postgres columns of `schema`, in `format`.
+fn fields_of(schema: &Schema, format: &Format) -> PgWireResult<Vec<FieldInfo>> {
+    arrow_pg::datatypes::arrow_schema_to_pg_fields(schema, format, None)
+}
+
+/// The answer to a session command, `None` for a statement to run.
+fn session_command<C: ClientInfo>(client: &C, sql: &str) -> Option<PgWireResult<Response>> {
+    let text = sql.trim().trim_end_matches(';').trim();
+    let lower = text.to_ascii_lowercase();
+    let words: Vec<&str> = lower.split_whitespace().collect();
+    let answer = match words.as_slice() {
+        ["begin", ..] | ["start", "transaction", ..] => {
+            Response::TransactionStart(Tag::new("BEGIN"))
+        }
+        ["commit", ..] | ["end", ..] => Response::TransactionEnd(Tag::new("COMMIT")),
+        ["rollback", "to", ..] => Response::Execution(Tag::new("ROLLBACK")),
+        ["rollback", ..] | ["abort", ..] => Response::TransactionEnd(Tag::new("ROLLBACK")),
+        ["savepoint", ..] => Response::Execution(Tag::new("SAVEPOINT")),
+        ["release", ..] => Response::Execution(Tag::new("RELEASE")),
+        ["set", ..] | ["reset", ..] => Response::Execution(Tag::new("SET")),
+        ["show", name @ ..] => return Some(show(client, &name.join(" "))),
+        _ => return None,
+    };
+    Some(Ok(answer))
+}
+
+/// `SHOW name`: the settings clients ask for on connect, and the session's
+/// last query id.
+fn show<C: ClientInfo>(client: &C, name: &str) -> PgWireResult<Response> {
+    let value = match name {
+        "transaction isolation level" | "transaction_isolation" => "read committed".to_string(),
+        "standard_conforming_strings" => "on".to_string(),
+        "server_version" => SERVER_VERSION.to_string(),
+        "timezone" => "UTC".to_string(),
+        "client_encoding" | "server_encoding" => "UTF8".to_string(),
+        "datestyle" => "ISO, YMD".to_string(),
+        "search_path" => "public".to_string(),
+        "lakehost.last_query_id" => client
+            .session_extensions()
+            .get::<LastQuery>()
+            .map(|last| last.0.clone())
+            .unwrap_or_default(),
+        _ => {
+            return Err(error(
+                "42704",
+                format!("unrecognized configuration parameter \"{name}\""),
+            ));
+        }
+    };
+    let column = name.rsplit(' ').next().unwrap_or(name).to_string();
+    let fields = Arc::new(vec![FieldInfo::new(
+        column,
+        None,
+        None,
+        Type::TEXT,
+        FieldFormat::Text,
+    )]);
+    let mut encoder = DataRowEncoder::new(fields.clone());
+    encoder.encode_field(&value)?;
+    let row = encoder.take_row();
+    Ok(Response::Query(QueryResponse::new(
+        fields,
+        stream::iter([Ok(row)]),
+    )))
+}
+
+/// The statements of a simple query's text, each as its own text. Text that
+/// does not parse is sent whole, for the query service's own error.
+fn statements_of(sql: &str) -> Vec<String> {
+    use datafusion::sql::sqlparser::{dialect::PostgreSqlDialect, parser::Parser};
+    match Parser::parse_sql(&PostgreSqlDialect {}, sql) {
+        Ok(statements) if statements.len() > 1 => {
+            statements.iter().map(ToString::to_string).collect()
+        }
+        _ => vec![sql.to_string()],
+    }
+}
+
+#[async_trait]
+impl SimpleQueryHandler for LakeStatements {
+    async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let mut responses = Vec::new();
+        for sql in statements_of(query) {
+            match self.run(client, &sql, &Format::UnifiedText).await {
+                Ok(response) => responses.push(response),
+                // A failed statement ends the query string, as in Postgres.
+                Err(PgWireError::UserError(info)) if info.severity != "FATAL" => {
+                    responses.push(Response::Error(info));
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(responses)
+    }
+}
+
+/// Extended-protocol statements are their SQL text: checked when they run.
+#[derive(Debug)]
+pub struct SqlParser;
+
+#[async_trait]
+impl QueryParser for SqlParser {
+    type Statement = String;
+
+    async fn parse_sql<C>(
+        &self,
+        _client: &C,
+        sql: &str,
+        _types: &[Option<Type>],
+    ) -> PgWireResult<Option<String>>
+    where
+        C: ClientInfo + Unpin + Send + Sync,
+    {
+        Ok(Some(sql.to_string()))
+    }
+
+    fn get_parameter_types(&self, statement: &String) -> PgWireResult<Vec<Type>> {
+        Ok(vec![Type::UNKNOWN; params::count(statement)?])
+    }
+
+    fn get_result_schema(
+        &self,
+        _statement: &String,
+        _column_format: Option<&Format>,
+    ) -> PgWireResult<Vec<FieldInfo>> {
+        // Described by the handler, which plans the statement.
+        Ok(Vec::new())
+    }
+}
+
+impl LakeStatements {
+    /// The columns `sql` answers with: planned for the session's caller (a
+    /// session command or a statement that writes: none described).
+    async fn describe<C: ClientInfo>(
+        &self,
+        client: &C,
+        sql: &str,
+        format: &Format,
+    ) -> PgWireResult<Vec<FieldInfo>> {
+        match session_command(client, sql) {
+            Some(Ok(Response::Query(answer))) => return Ok(answer.row_schema().to_vec()),
+            Some(_) => return Ok(Vec::new()),
+            None if params::count(sql)? > 0 => return Ok(Vec::new()),
+            None => {}
+        }
+        let caller = self.caller(client).await?;
+        let schema = self
+            .state
+            .queries
+            .describe(&caller, sql)
+            .await
+            .map_err(error_of)?;
+        fields_of(&schema, format)
+    }
+}
+
+#[async_trait]
+impl ExtendedQueryHandler for LakeStatements {
+    type Statement = String;
+    type QueryParser = SqlParser;
+
+    fn query_parser(&self) -> Arc<SqlParser> {
+        self.parser.clone()
+    }
+
+    async fn do_query<C>(
+        &self,
+        client: &mut C,
+        portal: &Portal<String>,
+        _max_rows: usize,
+    ) -> PgWireResult<Response>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = String>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let sql = params::inline(portal)?;
+        self.run(client, &sql, &portal.result_column_format).await
+    }
+
+    async fn do_describe_statement<C>(
+        &self,
+        client: &mut C,
+        statement: &StoredStatement<String>,
+    ) -> PgWireResult<DescribeStatementResponse>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = String>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let sql = &statement.statement;
+        let parameters = (0..params::count(sql)?)
+            .map(|i| {
+                statement
+                    .parameter_types
+                    .get(i)
+                    .cloned()
+                    .flatten()
+                    .unwrap_or(Type::TEXT)
+            })
+            .collect();
+        let fields = self.describe(client, sql, &Format::UnifiedText).await?;
+        Ok(DescribeStatementResponse::new(parameters, fields))
+    }
+
+    async fn do_describe_portal<C>(
+        &self,
+        client: &mut C,
+        portal: &Portal<String>,
+    ) -> PgWireResult<DescribePortalResponse>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = String>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let sql = params::inline(portal)?;
+        let fields = self
+            .describe(client, &sql, &portal.result_column_format)
+            .await?;
+        Ok(DescribePortalResponse::new(fields))
+    }
+}

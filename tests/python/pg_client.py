@@ -1,0 +1,80 @@
+"""Postgres clients for pg_wire.rs: psycopg 3 (libpq underneath, as most
+Python tools reach Postgres servers).
+
+Usage: pg_client.py COMMAND JSON_ARGS; prints one JSON object.
+
+Every command takes ``conn``: psycopg.connect keyword arguments (host, port,
+dbname, user, password, sslmode, sslrootcert, ...). A refused connection or
+statement prints ``{"error": <the server's message>, "sqlstate": <code>}``,
+never a traceback.
+"""
+
+import datetime
+import decimal
+import json
+import sys
+
+
+def cell(value):
+    """JSON for a value: numbers stay numbers, everything else its text."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if isinstance(value, (datetime.date, datetime.datetime)):
+        return value.isoformat()
+    return str(value)
+
+
+def error_json(error):
+    diag = getattr(error, "diag", None)
+    message = diag.message_primary if diag is not None and diag.message_primary else str(error)
+    return {
+        "error": message,
+        "sqlstate": getattr(error, "sqlstate", None),
+        "severity": diag.severity if diag is not None else None,
+    }
+
+
+def run(args):
+    """Runs ``statements`` ({"sql", "params"?, "binary"?}) on one connection,
+    in order; each gives its columns and rows, or its error (the transaction
+    is then rolled back and the next statement runs). ``autocommit`` as
+    psycopg's (default false: psycopg sends BEGIN first, as most apps do)."""
+    import psycopg
+
+    try:
+        conn = psycopg.connect(autocommit=args.get("autocommit", False), **args["conn"])
+    except psycopg.Error as error:
+        return {"connect": error_json(error)}
+    results = []
+    with conn:
+        for statement in args["statements"]:
+            try:
+                with conn.cursor(binary=statement.get("binary", False)) as cursor:
+                    cursor.execute(statement["sql"], statement.get("params"))
+                    if cursor.description is None:
+                        results.append({"status": cursor.statusmessage})
+                    else:
+                        results.append(
+                            {
+                                "columns": [column.name for column in cursor.description],
+                                "types": [column.type_code for column in cursor.description],
+                                "rows": [[cell(v) for v in row] for row in cursor.fetchall()],
+                                "status": cursor.statusmessage,
+                            }
+                        )
+            except psycopg.Error as error:
+                results.append(error_json(error))
+                conn.rollback()
+    return {"results": results}
+
+
+def main():
+    command, args = sys.argv[1], json.loads(sys.argv[2])
+    commands = {"run": run}
+    print(json.dumps(commands[command](args)))
+
+
+if __name__ == "__main__":
+    main()

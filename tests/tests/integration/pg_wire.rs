@@ -1,0 +1,345 @@
+//! The Postgres wire protocol (issue 20, its second part): psycopg 3
+//! (tests/python/pg_client.py) and psql on a real port, over TLS, with a
+//! client id and secret as user and password. The same refusals as REST
+//! (the spec's texts, SQLSTATE 42501), the same rows, statements that are
+//! jobs `GET /v2/query/{id}` shows; parameters; zone databases; bad
+//! passwords, plain connections and garbage bytes refused clearly.
+
+use std::path::PathBuf;
+
+use lakehost_tests::*;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+const TRIPS: &str = "SELECT trip_id, fare, city, service_client_id FROM demo_lake_v2.trips \
+                     ORDER BY trip_id";
+const LAB_TRIPS: &str = "SELECT trip_id, service_client_id FROM lab_lake.trips ORDER BY trip_id";
+
+/// A server with the Postgres listener (and so TLS), its lake seeded.
+struct PgApp {
+    app: TestApp,
+    cert_path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+async fn pg_app() -> PgApp {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, cert_path, key_path) = localhost_certificate(dir.path());
+    let app = spawn_app_with(|config| {
+        config.server.pg_listen = Some("127.0.0.1:0".parse().unwrap());
+        config.server.tls_cert = Some(cert_path.clone());
+        config.server.tls_key = Some(key_path.clone());
+    })
+    .await;
+    seed_demo_lake(&app).await;
+    PgApp {
+        app,
+        cert_path,
+        _dir: dir,
+    }
+}
+
+impl PgApp {
+    /// psycopg connection arguments: the server's certificate verified.
+    fn conn(&self, user: &str, password: &str, dbname: &str) -> Value {
+        json!({
+            "host": "localhost",
+            "port": self.app.pg_addr.expect("postgres listener").port(),
+            "dbname": dbname,
+            "user": user,
+            "password": password,
+            "sslmode": "verify-full",
+            "sslrootcert": self.cert_path,
+            "connect_timeout": 10,
+        })
+    }
+
+    /// The results of `statements` run on one psycopg connection.
+    async fn run(&self, python: &std::path::Path, conn: Value, statements: Value) -> Vec<Value> {
+        let answer = pg_client(
+            python,
+            "run",
+            &json!({ "conn": conn, "statements": statements }),
+        )
+        .await;
+        answer["results"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no results: {answer}"))
+            .clone()
+    }
+
+    /// Why connecting was refused.
+    async fn refused(&self, python: &std::path::Path, conn: Value) -> Value {
+        let answer = pg_client(python, "run", &json!({ "conn": conn, "statements": [] })).await;
+        answer["connect"].clone()
+    }
+}
+
+fn admin(pg: &PgApp) -> Value {
+    pg.conn("demo-admin", "demo-admin-secret", "demo")
+}
+
+#[tokio::test]
+async fn psycopg_reads_what_rest_reads_and_each_statement_is_a_job() {
+    let Some(python) = test_python() else { return };
+    let pg = pg_app().await;
+    let results = pg
+        .run(
+            &python,
+            admin(&pg),
+            json!([
+                { "sql": TRIPS },
+                { "sql": TRIPS, "binary": true },
+                { "sql": "SELECT %s::BIGINT + 1 AS n, %s AS s", "params": [41, "it's"] },
+                { "sql": "SHOW lakehost.last_query_id" },
+            ]),
+        )
+        .await;
+    let text = &results[0];
+    assert_eq!(
+        text["columns"],
+        json!(["trip_id", "fare", "city", "service_client_id"]),
+        "{text}"
+    );
+    let token = pg.app.client_token("demo", "demo-admin").await;
+    let rest = pg.app.rows_of(ORG_HOST, &token, TRIPS).await;
+    let rows = text["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), rest.len());
+    for (row, rest_row) in rows.iter().zip(&rest) {
+        assert_eq!(row[0].to_string(), rest_row[0].clone().unwrap());
+        let fare = rest_row[1].as_deref().map(|s| s.parse::<f64>().unwrap());
+        assert_eq!(row[1].as_f64(), fare);
+        assert_eq!(row[2].as_str(), rest_row[2].as_deref());
+    }
+    assert_eq!(
+        results[1]["rows"], text["rows"],
+        "binary rows: {}",
+        results[1]
+    );
+    assert_eq!(results[1]["status"], "SELECT 6");
+    assert_eq!(results[2]["rows"], json!([[42, "it's"]]), "{}", results[2]);
+
+    // The parameters were inlined: the job shows what ran.
+    let id = results[3]["rows"][0][0].as_str().expect("a query id");
+    let (status, job) = pg.app.query_status(ORG_HOST, &token, id).await;
+    assert_eq!(status, StatusCode::OK, "{job}");
+    assert_eq!(job["status"]["state"], "SUCCEEDED", "{job}");
+    assert_eq!(job["query"], "SELECT 41::BIGINT + 1 AS n, 'it''s' AS s");
+}
+
+#[tokio::test]
+async fn refusals_keep_the_specs_texts_under_sqlstate_42501() {
+    let Some(python) = test_python() else { return };
+    let pg = pg_app().await;
+    // Zone lab's trips hold service clients 1 and 3; the analyst has 1 and 2.
+    let analyst = pg.conn("demo-own-analyst", "demo-own-analyst-secret", "lab.demo");
+    let results = pg
+        .run(
+            &python,
+            analyst,
+            json!([
+                { "sql": LAB_TRIPS },
+                { "sql": "SELECT trip_id FROM lab_lake.trips \
+                          WHERE service_client_id = 1 ORDER BY trip_id" },
+                { "sql": "SELEC nonsense" },
+                { "sql": "SELECT CAST(city AS INT) FROM lab_lake.trips \
+                          WHERE service_client_id = 1" },
+            ]),
+        )
+        .await;
+    assert_eq!(results[0]["error"], DATA_DENIED, "{}", results[0]);
+    assert_eq!(results[0]["sqlstate"], "42501");
+    assert_eq!(results[0]["severity"], "ERROR");
+    assert_eq!(results[1]["rows"], json!([[100], [101]]), "{}", results[1]);
+    assert_eq!(results[2]["sqlstate"], "42601", "{}", results[2]);
+    assert_eq!(results[3]["sqlstate"], "XX000", "{}", results[3]);
+    assert!(
+        results[3]["error"]
+            .as_str()
+            .unwrap()
+            .contains("Cannot cast"),
+        "{}",
+        results[3]
+    );
+
+    // Their own and the public service client's rows of the org's lake.
+    let analyst = pg.conn("demo-own-analyst", "demo-own-analyst-secret", "demo");
+    let results = pg.run(&python, analyst, json!([{ "sql": TRIPS }])).await;
+    assert_eq!(results[0]["status"], "SELECT 6", "{}", results[0]);
+
+    let public = pg.conn("demo-public", "demo-public-secret", "demo");
+    let results = pg.run(&python, public, json!([{ "sql": TRIPS }])).await;
+    assert_eq!(results[0]["error"], EXECUTE_DENIED, "{}", results[0]);
+    assert_eq!(results[0]["sqlstate"], "42501");
+}
+
+#[tokio::test]
+async fn bad_passwords_databases_and_plain_connections_are_refused_clearly() {
+    let Some(python) = test_python() else { return };
+    let pg = pg_app().await;
+    // libpq reports a refused connection by its text (psycopg has no SQLSTATE
+    // for it); psql shows the same below.
+    let refused = |answer: &Value| answer["error"].as_str().unwrap_or_default().to_string();
+    let wrong = pg
+        .refused(&python, pg.conn("demo-admin", "not-the-secret", "demo"))
+        .await;
+    assert!(
+        refused(&wrong).contains("FATAL:  password authentication failed for user \"demo-admin\""),
+        "{wrong}"
+    );
+    let unknown = pg
+        .refused(&python, pg.conn("demo-admin", "demo-admin-secret", "nope"))
+        .await;
+    assert!(
+        refused(&unknown).contains("FATAL:  database \"nope\" does not exist"),
+        "{unknown}"
+    );
+    let no_zone = pg
+        .refused(
+            &python,
+            pg.conn("demo-admin", "demo-admin-secret", "nope.demo"),
+        )
+        .await;
+    assert!(
+        refused(&no_zone).contains("database \"nope.demo\" does not exist"),
+        "{no_zone}"
+    );
+    let mut plain = admin(&pg);
+    plain["sslmode"] = json!("disable");
+    let plain = pg.refused(&python, plain).await;
+    assert!(
+        refused(&plain).contains("FATAL:  lakehost requires SSL"),
+        "{plain}"
+    );
+    // A client of another org's realm is not one of this org's.
+    let other_org = pg
+        .refused(&python, pg.conn("demo-admin", "demo-admin-secret", "other"))
+        .await;
+    assert!(
+        refused(&other_org).contains("password authentication failed"),
+        "{other_org}"
+    );
+
+    // A zone's database is the Zone API: the zone caller's statements run.
+    let zone = pg.conn("demo-admin", "demo-admin-secret", "lab.demo");
+    let results = pg
+        .run(&python, zone, json!([{ "sql": "SELECT 40 + 2 AS answer" }]))
+        .await;
+    assert_eq!(results[0]["rows"], json!([[42]]), "{}", results[0]);
+}
+
+/// psql with `args`, its password from the environment; (exit ok, stdout,
+/// stderr).
+async fn psql(
+    pg: &PgApp,
+    (user, password, dbname): (&str, &str, &str),
+    args: &[&str],
+) -> (bool, String, String) {
+    let conninfo = format!(
+        "host=localhost port={} dbname={dbname} user={user} sslmode=verify-full sslrootcert={}",
+        pg.app.pg_addr.unwrap().port(),
+        pg.cert_path.display()
+    );
+    let output = tokio::process::Command::new("psql")
+        .arg(conninfo)
+        .args(args)
+        .env("PGPASSWORD", password)
+        .env("PGCONNECT_TIMEOUT", "10")
+        .output()
+        .await
+        .expect("psql runs (Debian's postgresql-client, installed by .ci/postgres)");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+fn have_psql() -> bool {
+    let found = std::process::Command::new("psql")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found && std::env::var_os("CI").is_some() {
+        panic!("psql must be installed in CI (.ci/postgres installs it)");
+    }
+    found
+}
+
+#[tokio::test]
+async fn psql_runs_statements_and_shows_refusals() {
+    if !have_psql() {
+        eprintln!("NOTE: psql tests not run: no psql");
+        return;
+    }
+    let pg = pg_app().await;
+    let admin = ("demo-admin", "demo-admin-secret", "demo");
+    let (ok, out, err) = psql(
+        &pg,
+        admin,
+        &["-At", "-c", "SELECT count(*) FROM demo_lake_v2.trips"],
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "6");
+    // Several statements in one simple query, in a transaction block.
+    let (ok, out, err) = psql(
+        &pg,
+        admin,
+        &["-At", "-c", "BEGIN; SELECT 1 + 1; SELECT 'two'; COMMIT"],
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        ["BEGIN", "2", "two", "COMMIT"],
+        "{out}"
+    );
+    let (ok, _, err) = psql(
+        &pg,
+        ("demo-own-analyst", "demo-own-analyst-secret", "lab.demo"),
+        &["-At", "-c", LAB_TRIPS],
+    )
+    .await;
+    assert!(!ok);
+    assert!(err.contains(&format!("ERROR:  {DATA_DENIED}")), "{err}");
+    let (ok, _, err) = psql(&pg, ("demo-admin", "wrong", "demo"), &["-c", "SELECT 1"]).await;
+    assert!(!ok);
+    assert!(
+        err.contains("password authentication failed for user \"demo-admin\""),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn garbage_bytes_close_the_connection_and_the_server_goes_on() {
+    let Some(python) = test_python() else { return };
+    let pg = pg_app().await;
+    let addr = pg.app.pg_addr.unwrap();
+    let garbage: [&[u8]; 4] = [
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+        // A startup message claiming to be 2 GB long.
+        &[0x7f, 0xff, 0xff, 0xff, 0, 3, 0, 0],
+        // An SSLRequest, then bytes that are no TLS handshake.
+        &[
+            0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
+        ],
+        &[0xde, 0xad, 0xbe, 0xef, 0, 0, 0, 0, 1, 2, 3],
+    ];
+    for bytes in garbage {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.write_all(bytes).await.unwrap();
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(
+            std::time::Duration::from_secs(20),
+            stream.read_to_end(&mut answer),
+        )
+        .await;
+        assert!(read.is_ok(), "{bytes:?}: the connection was not closed");
+    }
+    let results = pg
+        .run(&python, admin(&pg), json!([{ "sql": "SELECT 1 AS one" }]))
+        .await;
+    assert_eq!(results[0]["rows"], json!([[1]]), "{}", results[0]);
+}
