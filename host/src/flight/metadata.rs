@@ -20,12 +20,8 @@ use tonic::Status;
 use super::FlightState;
 use crate::{
     auth::LakeCaller,
-    engine::{
-        layout::{table_schema, without_view_types},
-        session::CATALOG,
-    },
-    lake,
-    store::catalog::{LakeDatabase, LakeTable},
+    engine::session::CATALOG,
+    query::service::{VisibleCatalog, columns_of},
 };
 
 /// The one table type the lake has.
@@ -47,25 +43,12 @@ pub static SQL_INFO: LazyLock<SqlInfoData> = LazyLock::new(|| {
 });
 
 /// The databases `caller` may read, with their tables.
-async fn visible(
-    state: &FlightState,
-    caller: &LakeCaller,
-) -> Result<(Vec<LakeDatabase>, Vec<LakeTable>), Status> {
-    let (databases, tables) = state
-        .store
-        .catalog_of(&caller.org, caller.zone.as_deref())
+async fn visible(state: &FlightState, caller: &LakeCaller) -> Result<VisibleCatalog, Status> {
+    state
+        .queries
+        .visible_catalog(caller)
         .await
-        .map_err(build_error)?;
-    let access = caller.grant.access();
-    let databases: Vec<LakeDatabase> = databases
-        .into_iter()
-        .filter(|d| access.can_read_database(d.kind))
-        .collect();
-    let tables = tables
-        .into_iter()
-        .filter(|t| databases.iter().any(|d| d.id == t.database_id))
-        .collect();
-    Ok((databases, tables))
+        .map_err(super::status::status_of)
 }
 
 fn build_error(e: impl std::fmt::Display) -> Status {
@@ -85,22 +68,12 @@ pub async fn db_schemas(
     caller: &LakeCaller,
     command: CommandGetDbSchemas,
 ) -> Result<RecordBatch, Status> {
-    let (databases, _) = visible(state, caller).await?;
+    let visible = visible(state, caller).await?;
     let mut builder = command.into_builder();
-    for database in &databases {
+    for database in &visible.databases {
         builder.append(CATALOG, &database.name);
     }
     builder.build().map_err(build_error)
-}
-
-/// A table's columns as queries see them, with the plain string types
-/// results have.
-fn columns_of(table: &LakeTable) -> Result<Schema, Status> {
-    let files = lake::schema_from_json(&table.schema_json).map_err(build_error)?;
-    Ok(without_view_types(&table_schema(
-        &files,
-        &table.partition_columns,
-    )))
 }
 
 /// `GetTables`: the tables of the databases the caller may read.
@@ -109,14 +82,14 @@ pub async fn tables(
     caller: &LakeCaller,
     command: CommandGetTables,
 ) -> Result<RecordBatch, Status> {
-    let (databases, tables) = visible(state, caller).await?;
+    let visible = visible(state, caller).await?;
     let mut builder = command.into_builder();
-    for table in &tables {
-        let Some(database) = databases.iter().find(|d| d.id == table.database_id) else {
+    for table in &visible.tables {
+        let Some(database) = visible.database_of(table) else {
             continue;
         };
         let schema = if builder.include_schema() {
-            columns_of(table)?
+            columns_of(table).map_err(super::status::status_of)?
         } else {
             Schema::empty()
         };

@@ -11,14 +11,17 @@
 //! - `startup.rs`: the startup message and password: the database names the
 //!   org (and zone), `user` is a client id and the password its secret,
 //!   exchanged for a token with the org realm's client-credentials flow.
-//! - `statements.rs`: the simple query protocol: session commands (BEGIN,
+//! - `statements.rs`: the simple and extended query protocols: session commands (BEGIN,
 //!   SET, SHOW, ...) answered here, every other statement run as a job.
+//! - `catalog.rs`: the `pg_catalog` queries of psql's `\dt`, `\dn` and `\d`,
+//!   answered from what the caller may list.
 //! - `params.rs`: extended-protocol parameters inlined as SQL literals.
 //! - `sqlstate.rs`: query outcomes as Postgres errors (SQLSTATE and text).
 //!
 //! pgwire supplies the message codec and the per-message dispatch; the
 //! listener, TLS and the handlers are lakehost's.
 
+mod catalog;
 mod listener;
 mod params;
 mod sqlstate;

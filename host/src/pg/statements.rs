@@ -24,8 +24,8 @@ use pgwire::{
         portal::{Format, Portal},
         query::{ExtendedQueryHandler, SimpleQueryHandler},
         results::{
-            DataRowEncoder, DescribePortalResponse, DescribeStatementResponse, FieldFormat,
-            FieldInfo, QueryResponse, Response, Tag,
+            DescribePortalResponse, DescribeStatementResponse, FieldInfo, QueryResponse, Response,
+            Tag,
         },
         stmt::{QueryParser, StoredStatement},
         store::PortalStore,
@@ -35,7 +35,7 @@ use pgwire::{
 };
 
 use super::{
-    PgState, params,
+    PgState, catalog, params,
     sqlstate::{UNAUTHORIZED, error, error_of, fatal},
     startup::{SERVER_VERSION, Session, validated},
 };
@@ -65,7 +65,7 @@ impl LakeStatements {
     /// The session's caller for a statement: its token validated again
     /// (renewed from the secret once it expired), with the scope to run
     /// queries.
-    async fn caller<C: ClientInfo>(&self, client: &C) -> PgWireResult<LakeCaller> {
+    async fn caller<C: ClientInfo>(&self, client: &C, scope: &str) -> PgWireResult<LakeCaller> {
         let Some(session) = client.session_extensions().get::<Session>() else {
             return Err(fatal("28000", UNAUTHORIZED));
         };
@@ -90,10 +90,7 @@ impl LakeStatements {
             }
         };
         let zone = session.zone.as_deref();
-        if !claims
-            .scopes()
-            .contains(scope_on("query:write", zone).as_str())
-        {
+        if !claims.scopes().contains(scope_on(scope, zone).as_str()) {
             token_rejected("insufficient_scope");
             return Err(error("42501", "Forbidden"));
         }
@@ -112,7 +109,12 @@ impl LakeStatements {
         if let Some(answer) = session_command(client, sql) {
             return answer;
         }
-        let caller = self.caller(client).await?;
+        if catalog::is_catalog_query(sql) {
+            let query = catalog::recognise(sql)?;
+            let caller = self.caller(client, "query:read").await?;
+            return catalog::answer(&self.state.queries, &caller, query).await;
+        }
+        let caller = self.caller(client, "query:write").await?;
         let queries = &self.state.queries;
         let submitted = queries
             .submit(&caller, sql, None, None, None)
@@ -207,21 +209,8 @@ fn show<C: ClientInfo>(client: &C, name: &str) -> PgWireResult<Response> {
             ));
         }
     };
-    let column = name.rsplit(' ').next().unwrap_or(name).to_string();
-    let fields = Arc::new(vec![FieldInfo::new(
-        column,
-        None,
-        None,
-        Type::TEXT,
-        FieldFormat::Text,
-    )]);
-    let mut encoder = DataRowEncoder::new(fields.clone());
-    encoder.encode_field(&value)?;
-    let row = encoder.take_row();
-    Ok(Response::Query(QueryResponse::new(
-        fields,
-        stream::iter([Ok(row)]),
-    )))
+    let column = name.rsplit(' ').next().unwrap_or(name);
+    catalog::text_response(&[column], vec![vec![Some(value)]])
 }
 
 /// The statements of a simple query's text, each as its own text. Text that
@@ -304,13 +293,18 @@ impl LakeStatements {
         sql: &str,
         format: &Format,
     ) -> PgWireResult<Vec<FieldInfo>> {
-        match session_command(client, sql) {
+        let answered = match session_command(client, sql) {
+            Some(answer) => Some(answer),
+            None if catalog::is_catalog_query(sql) => Some(self.run(client, sql, format).await),
+            None => None,
+        };
+        match answered {
             Some(Ok(Response::Query(answer))) => return Ok(answer.row_schema().to_vec()),
             Some(_) => return Ok(Vec::new()),
             None if params::count(sql)? > 0 => return Ok(Vec::new()),
             None => {}
         }
-        let caller = self.caller(client).await?;
+        let caller = self.caller(client, "query:write").await?;
         let schema = self
             .state
             .queries

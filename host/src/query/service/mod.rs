@@ -124,11 +124,13 @@ pub struct ResultPage {
 mod reading;
 mod reuse;
 mod runs_here;
+mod visible_catalog;
 mod waiting;
 mod worker;
 
 pub use reading::ResultFile;
 use runs_here::RunsHere;
+pub use visible_catalog::{VisibleCatalog, columns_of};
 pub use waiting::WireEnd;
 
 pub use worker::ABANDONED_QUERY;
