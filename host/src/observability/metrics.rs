@@ -21,6 +21,8 @@
 //! | `lakehost_token_rejections_total` | counter | `reason` | bearer tokens refused, by a fixed reason (`TokenError::reason`, `missing_bearer`, `insufficient_scope`) |
 //! | `lakehost_idempotent_requests_total` | counter | `operation`, `outcome` | requests with an `Idempotency-Key` (`submit_query`, `create_load`, `commit_load`): `first` (claimed the key and ran), `replayed` (answered with the first answer), `conflict` (409: the key is another request's, or still in progress), `error` (the store failed) |
 //! | `lakehost_flight_calls_total` | counter | `call`, `outcome` | Arrow Flight SQL calls: the RPC (`GetFlightInfo`, `DoGet`, `DoAction`, `Handshake`, ..., `unknown`) and its gRPC status when it ended at once (`ok` when it answered, or began streaming; `permission_denied`, `unauthenticated`, ...) |
+//! | `lakehost_pg_connections_total` | counter | `outcome` | Postgres connections: `ready` (authenticated), `over_cap`, `tls_failed`, `refused` (FATAL at startup: plain, unknown database, bad secret), `abandoned` (closed or timed out before authenticating) |
+//! | `lakehost_pg_statements_total` | counter | `kind`, `sqlstate` | Postgres statements: `query` (a job), `catalog` (psql's catalog queries), `session` (BEGIN, SET, SHOW, ...); `00000` or the error's SQLSTATE |
 //! | `lakehost_store_pool_connections` | gauge | `state` | this replica's metadata-store connections, `open` and `idle` |
 //!
 //! Labels come from closed or capped sets (`labels.rs`): the route is the
@@ -65,6 +67,8 @@ const TOKEN_REJECTIONS: &str = "lakehost_token_rejections_total";
 const POOL_CONNECTIONS: &str = "lakehost_store_pool_connections";
 const IDEMPOTENT_REQUESTS: &str = "lakehost_idempotent_requests_total";
 const FLIGHT_CALLS: &str = "lakehost_flight_calls_total";
+const PG_CONNECTIONS: &str = "lakehost_pg_connections_total";
+const PG_STATEMENTS: &str = "lakehost_pg_statements_total";
 
 /// Histogram buckets (seconds): from a cached status poll to a long step.
 const SECONDS_BUCKETS: &[f64] = &[
@@ -155,6 +159,11 @@ fn describe() {
         FLIGHT_CALLS,
         "Arrow Flight SQL calls, by RPC and gRPC status."
     );
+    describe_counter!(
+        PG_CONNECTIONS,
+        "Postgres connections, by how their startup ended."
+    );
+    describe_counter!(PG_STATEMENTS, "Postgres statements, by kind and SQLSTATE.");
     describe_gauge!(
         POOL_CONNECTIONS,
         "Metadata-store connections of this replica."
@@ -368,6 +377,18 @@ pub fn jwks_fetched(why: JwksFetch, ok: bool) {
 /// One Arrow Flight SQL call answered (both labels from closed sets).
 pub fn flight_call(call: &'static str, outcome: &'static str) {
     counter!(FLIGHT_CALLS, "call" => call, "outcome" => outcome).increment(1);
+}
+
+/// A Postgres connection: `ready` (authenticated), `over_cap`,
+/// `tls_failed`, `refused` (a FATAL error at startup) or `abandoned`.
+pub fn pg_connection(outcome: &'static str) {
+    counter!(PG_CONNECTIONS, "outcome" => outcome).increment(1);
+}
+
+/// A Postgres statement: its kind (`query`, `catalog`, `session`) and its
+/// SQLSTATE (`00000` when it succeeded), from lakehost's closed list.
+pub fn pg_statement(kind: &'static str, sqlstate: &'static str) {
+    counter!(PG_STATEMENTS, "kind" => kind, "sqlstate" => sqlstate).increment(1);
 }
 
 /// A bearer token refused, for a reason from a fixed list.

@@ -31,7 +31,10 @@ use tokio_util::{
 };
 
 use super::{PgState, startup::LakeStartup, statements::LakeStatements};
-use crate::listener::{Activity, ConnectionLimits};
+use crate::{
+    listener::{Activity, ConnectionLimits},
+    observability::metrics,
+};
 
 /// The request code of an SSLRequest (and of a GSSENCRequest), the first
 /// eight bytes a libpq client sends.
@@ -70,6 +73,7 @@ pub async fn serve(
         };
         let Ok(permit) = open.clone().try_acquire_owned() else {
             tracing::debug!(%peer, max = limits.max_connections, "postgres connection refused: at the connection cap");
+            metrics::pg_connection("over_cap");
             drop(stream);
             continue;
         };
@@ -92,10 +96,12 @@ pub async fn serve(
                 Ok(Ok(socket)) => socket,
                 Ok(Err(e)) => {
                     tracing::debug!(%peer, error = %e, "postgres connection failed before its startup");
+                    metrics::pg_connection("tls_failed");
                     return;
                 }
                 Err(_) => {
                     tracing::debug!(%peer, "postgres connection timed out before its startup");
+                    metrics::pg_connection("abandoned");
                     return;
                 }
             };
@@ -173,6 +179,9 @@ async fn message_loop(
     stop: &CancellationToken,
 ) -> io::Result<()> {
     let noop = Arc::new(NoopHandler);
+    // How the startup ended, counted once: `ready`, `refused`, or (at the
+    // loop's end) `abandoned`.
+    let mut counted = false;
     loop {
         let message = match socket.state() {
             PgWireConnectionState::AwaitingStartup
@@ -190,11 +199,19 @@ async fn message_loop(
             Some(Ok(PgWireFrontendMessage::Terminate(_))) | None => break,
             Some(Ok(message)) => message,
             Some(Err(e)) => {
+                if !counted {
+                    metrics::pg_connection("abandoned");
+                }
                 return Err(io::Error::new(io::ErrorKind::InvalidData, e.to_string()));
             }
         };
         let extended = message.is_extended_query();
-        if let Err(e) = process_message(
+        let in_startup = matches!(
+            socket.state(),
+            PgWireConnectionState::AwaitingStartup
+                | PgWireConnectionState::AuthenticationInProgress
+        );
+        let processed = process_message(
             message,
             &mut socket,
             startup.clone(),
@@ -203,10 +220,24 @@ async fn message_loop(
             noop.clone(),
             noop.clone(),
         )
-        .await
-        {
+        .await;
+        if in_startup && !counted {
+            let outcome = match (&processed, socket.state()) {
+                (Err(_), _) => Some("refused"),
+                (Ok(()), PgWireConnectionState::ReadyForQuery) => Some("ready"),
+                _ => None,
+            };
+            if let Some(outcome) = outcome {
+                metrics::pg_connection(outcome);
+                counted = true;
+            }
+        }
+        if let Err(e) = processed {
             process_error(&mut socket, e, extended).await?;
         }
+    }
+    if !counted {
+        metrics::pg_connection("abandoned");
     }
     socket.close().await
 }

@@ -28,6 +28,44 @@ pub fn fatal(code: &str, message: impl Into<String>) -> PgWireError {
     )))
 }
 
+/// The SQLSTATEs lakehost answers with: the metric label of an error's code
+/// (`other` for pgwire's own protocol errors).
+const SQLSTATES: &[&str] = &[
+    "08006", "0A000", "22021", "22023", "22P02", "22P03", "2201B", "28000", "28P01", "3D000",
+    "42501", "42601", "42704", "42P02", "42P07", "53200", "54000", "54023", "55000", "57014",
+    "08P01", "XX000",
+];
+
+/// `code` as a metric label, from the closed list.
+pub fn label(code: &str) -> &'static str {
+    SQLSTATES
+        .iter()
+        .find(|known| **known == code)
+        .copied()
+        .unwrap_or("other")
+}
+
+/// The SQLSTATE of a failed statement, as a metric label.
+pub fn label_of(error: &PgWireError) -> &'static str {
+    match error {
+        PgWireError::UserError(info) => label(&info.code),
+        _ => "other",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_come_from_the_closed_list() {
+        assert_eq!(label_of(&error("42501", "no")), "42501");
+        assert_eq!(label_of(&fatal("28P01", "no")), "28P01");
+        assert_eq!(label("12345"), "other");
+        assert_eq!(label_of(&PgWireError::PortalNotFound("p".into())), "other");
+    }
+}
+
 /// `error` as the error a Postgres client sees.
 pub fn error_of(error: QueryError) -> PgWireError {
     match error {
@@ -42,5 +80,18 @@ pub fn error_of(error: QueryError) -> PgWireError {
             tracing::error!(error = %why, "postgres statement failed");
             self::error("XX000", INTERNAL_MESSAGE)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_come_from_the_closed_list() {
+        assert_eq!(label_of(&error("42501", "no")), "42501");
+        assert_eq!(label_of(&fatal("28P01", "no")), "28P01");
+        assert_eq!(label("12345"), "other");
+        assert_eq!(label_of(&PgWireError::PortalNotFound("p".into())), "other");
     }
 }

@@ -12,7 +12,7 @@
 //! Extended protocol: a statement's parameters are inlined as SQL literals
 //! (`params.rs`) before it is submitted, so the stored job holds what ran.
 
-use std::{fmt::Debug, sync::Arc};
+use std::{fmt::Debug, sync::Arc, time::Instant};
 
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::Schema;
@@ -33,15 +33,16 @@ use pgwire::{
     error::{PgWireError, PgWireResult},
     messages::PgWireBackendMessage,
 };
+use tracing::Instrument as _;
 
 use super::{
     PgState, catalog, params,
-    sqlstate::{UNAUTHORIZED, error, error_of, fatal},
+    sqlstate::{self, UNAUTHORIZED, error, error_of, fatal},
     startup::{SERVER_VERSION, Session, validated},
 };
 use crate::{
     auth::{LakeCaller, caller::scope_on},
-    observability::metrics::token_rejected,
+    observability::metrics::{self, token_rejected},
     query::{ipc_batches::IpcBatches, service::WireEnd},
 };
 
@@ -99,21 +100,71 @@ impl LakeStatements {
             .map_err(|e| error("42501", e.to_string()))
     }
 
-    /// One statement: a session command's answer, or the rows of its job.
+    /// One statement, with a request id (its span), a log line and a count
+    /// (`lakehost_pg_statements_total`), as REST requests have.
     async fn run<C: ClientInfo>(
         &self,
         client: &C,
         sql: &str,
         format: &Format,
     ) -> PgWireResult<Response> {
+        let request_id = uuid::Uuid::new_v4().simple().to_string();
+        let span = tracing::info_span!("pg_statement", %request_id);
+        let started = Instant::now();
+        let (kind, answer) = self
+            .statement(client, sql, format)
+            .instrument(span.clone())
+            .await;
+        let sqlstate = match &answer {
+            Ok(_) => "00000",
+            Err(e) => sqlstate::label_of(e),
+        };
+        metrics::pg_statement(kind, sqlstate);
+        let query_id = (kind == "query")
+            .then(|| client.session_extensions().get::<LastQuery>())
+            .flatten()
+            .map(|last| last.0.clone());
+        span.in_scope(|| {
+            tracing::info!(
+                kind,
+                sqlstate,
+                query_id = query_id.as_deref().unwrap_or(""),
+                latency_ms = started.elapsed().as_secs_f64() * 1000.0,
+                "postgres statement"
+            );
+        });
+        answer
+    }
+
+    /// One statement: a session command's answer, a catalog query's, or the
+    /// rows of its job; with its kind.
+    async fn statement<C: ClientInfo>(
+        &self,
+        client: &C,
+        sql: &str,
+        format: &Format,
+    ) -> (&'static str, PgWireResult<Response>) {
         if let Some(answer) = session_command(client, sql) {
-            return answer;
+            return ("session", answer);
         }
         if catalog::is_catalog_query(sql) {
-            let query = catalog::recognise(sql)?;
-            let caller = self.caller(client, "query:read").await?;
-            return catalog::answer(&self.state.queries, &caller, query).await;
+            let answer = async {
+                let query = catalog::recognise(sql)?;
+                let caller = self.caller(client, "query:read").await?;
+                catalog::answer(&self.state.queries, &caller, query).await
+            };
+            return ("catalog", answer.await);
         }
+        ("query", self.job(client, sql, format).await)
+    }
+
+    /// A statement run as a query job, its rows read from its typed result.
+    async fn job<C: ClientInfo>(
+        &self,
+        client: &C,
+        sql: &str,
+        format: &Format,
+    ) -> PgWireResult<Response> {
         let caller = self.caller(client, "query:write").await?;
         let queries = &self.state.queries;
         let submitted = queries

@@ -172,6 +172,26 @@ async fn refusals_keep_the_specs_texts_under_sqlstate_42501() {
     let results = pg.run(&python, public, json!([{ "sql": TRIPS }])).await;
     assert_eq!(results[0]["error"], EXECUTE_DENIED, "{}", results[0]);
     assert_eq!(results[0]["sqlstate"], "42501");
+
+    // Each statement and connection is counted by kind and SQLSTATE.
+    let metrics = scrape(&pg.app).await;
+    for series in [
+        r#"lakehost_pg_statements_total{kind="query",sqlstate="42501"}"#,
+        r#"lakehost_pg_statements_total{kind="query",sqlstate="00000"}"#,
+        r#"lakehost_pg_statements_total{kind="session",sqlstate="00000"}"#,
+        r#"lakehost_pg_connections_total{outcome="ready"}"#,
+    ] {
+        assert!(metrics.contains(series), "{series} missing:\n{metrics}");
+    }
+}
+
+async fn scrape(app: &TestApp) -> String {
+    reqwest::get(format!("http://{}/metrics", app.metrics_addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
@@ -219,6 +239,11 @@ async fn bad_passwords_databases_and_plain_connections_are_refused_clearly() {
     assert!(
         refused(&other_org).contains("password authentication failed"),
         "{other_org}"
+    );
+    let metrics = scrape(&pg.app).await;
+    assert!(
+        metrics.contains(r#"lakehost_pg_connections_total{outcome="refused"}"#),
+        "{metrics}"
     );
 
     // A zone's database is the Zone API: the zone caller's statements run.
