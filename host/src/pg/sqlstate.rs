@@ -53,19 +53,6 @@ pub fn label_of(error: &PgWireError) -> &'static str {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn labels_come_from_the_closed_list() {
-        assert_eq!(label_of(&error("42501", "no")), "42501");
-        assert_eq!(label_of(&fatal("28P01", "no")), "28P01");
-        assert_eq!(label("12345"), "other");
-        assert_eq!(label_of(&PgWireError::PortalNotFound("p".into())), "other");
-    }
-}
-
 /// `error` as the error a Postgres client sees.
 pub fn error_of(error: QueryError) -> PgWireError {
     match error {
