@@ -12,7 +12,9 @@ never a traceback.
 import datetime
 import decimal
 import json
+import os
 import sys
+import time
 
 
 def cell(value):
@@ -39,7 +41,8 @@ def error_json(error):
 def run(args):
     """Runs ``statements`` ({"sql", "params"?, "binary"?}) on one connection,
     in order; each gives its columns and rows, or its error (the transaction
-    is then rolled back and the next statement runs). ``autocommit`` as
+    is then rolled back and the next statement runs). A ``{"wait_for_file":
+    path}`` entry pauses the session until the test creates ``path``. ``autocommit`` as
     psycopg's (default false: psycopg sends BEGIN first, as most apps do)."""
     import psycopg
 
@@ -50,6 +53,15 @@ def run(args):
     results = []
     with conn:
         for statement in args["statements"]:
+            if "wait_for_file" in statement:
+                # A pause mid-session: says so in <file>.ready, then waits
+                # (at most 60 s) for the test to create <file>.
+                path = statement["wait_for_file"]
+                open(path + ".ready", "w").close()
+                deadline = time.monotonic() + 60
+                while not os.path.exists(path) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                continue
             try:
                 with conn.cursor(binary=statement.get("binary", False)) as cursor:
                     cursor.execute(statement["sql"], statement.get("params"))

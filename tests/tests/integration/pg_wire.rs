@@ -421,3 +421,40 @@ async fn psql_lists_and_describes_only_what_the_caller_may_read() {
     assert!(!ok);
     assert!(err.contains("ERROR:  lakehost has no pg_catalog"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_outlives_its_token_by_exchanging_the_secret_again() {
+    let Some(python) = test_python() else { return };
+    let pg = pg_app().await;
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    let args = json!({
+        "conn": admin(&pg),
+        "statements": [
+            { "sql": "SELECT 1 AS one" },
+            { "wait_for_file": go },
+            { "sql": "SELECT 2 AS two" },
+            { "sql": "SHOW lakehost.last_query_id" },
+        ],
+    });
+    let client = tokio::spawn(async move { pg_client(&python, "run", &args).await });
+    let ready = dir.path().join("go.ready");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !ready.exists() {
+        assert!(std::time::Instant::now() < deadline, "the session never paused");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // Past the token's lifetime (300 s with the embedded provider).
+    pg.app.clock.advance(chrono::Duration::seconds(3_600));
+    std::fs::write(&go, b"").unwrap();
+    let answer = client.await.unwrap();
+    let results = answer["results"].as_array().expect("results");
+    assert_eq!(results[0]["rows"], json!([[1]]), "{answer}");
+    assert_eq!(results[1]["rows"], json!([[2]]), "{answer}");
+    // The job ran as the same client, with the new token.
+    let id = results[2]["rows"][0][0].as_str().expect("a query id");
+    let token = pg.app.client_token("demo", "demo-admin").await;
+    let (status, job) = pg.app.query_status(ORG_HOST, &token, id).await;
+    assert_eq!(status, StatusCode::OK, "{job}");
+    assert_eq!(job["status"]["state"], "SUCCEEDED");
+}
