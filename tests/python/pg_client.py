@@ -82,9 +82,47 @@ def run(args):
     return {"results": results}
 
 
+def cancel(args):
+    """Runs ``sql`` in a thread and, once the server has taken it (after
+    ``after_s``), cancels it with psycopg's ``cancel_safe`` (a cancel request
+    on a new connection); then the statement's error and the session's last
+    query id."""
+    import threading
+
+    import psycopg
+
+    conn = psycopg.connect(autocommit=True, **args["conn"])
+    outcome = {}
+
+    def execute():
+        try:
+            with conn.cursor() as cursor:
+                cursor.execute(args["sql"])
+                outcome["rows"] = [[cell(v) for v in row] for row in cursor.fetchall()]
+        except psycopg.Error as error:
+            outcome.update(error_json(error))
+
+    worker = threading.Thread(target=execute)
+    worker.start()
+    time.sleep(args.get("after_s", 1.0))
+    try:
+        conn.cancel_safe(timeout=10)
+    except psycopg.Error as error:
+        outcome["cancel_error"] = error_json(error)
+    worker.join(timeout=60)
+    outcome["finished"] = not worker.is_alive()
+    if worker.is_alive():
+        return outcome
+    with conn.cursor() as cursor:
+        cursor.execute("SHOW lakehost.last_query_id")
+        outcome["query_id"] = cursor.fetchone()[0]
+    conn.close()
+    return outcome
+
+
 def main():
     command, args = sys.argv[1], json.loads(sys.argv[2])
-    commands = {"run": run}
+    commands = {"run": run, "cancel": cancel}
     print(json.dumps(commands[command](args)))
 
 

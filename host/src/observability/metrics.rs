@@ -21,7 +21,7 @@
 //! | `lakehost_token_rejections_total` | counter | `reason` | bearer tokens refused, by a fixed reason (`TokenError::reason`, `missing_bearer`, `insufficient_scope`) |
 //! | `lakehost_idempotent_requests_total` | counter | `operation`, `outcome` | requests with an `Idempotency-Key` (`submit_query`, `create_load`, `commit_load`): `first` (claimed the key and ran), `replayed` (answered with the first answer), `conflict` (409: the key is another request's, or still in progress), `error` (the store failed) |
 //! | `lakehost_flight_calls_total` | counter | `call`, `outcome` | Arrow Flight SQL calls: the RPC (`GetFlightInfo`, `DoGet`, `DoAction`, `Handshake`, ..., `unknown`) and its gRPC status when it ended at once (`ok` when it answered, or began streaming; `permission_denied`, `unauthenticated`, ...) |
-//! | `lakehost_pg_connections_total` | counter | `outcome` | Postgres connections: `ready` (authenticated), `over_cap`, `tls_failed`, `refused` (FATAL at startup: plain, unknown database, bad secret), `abandoned` (closed or timed out before authenticating) |
+//! | `lakehost_pg_connections_total` | counter | `outcome` | Postgres connections: `ready` (authenticated), `over_cap`, `tls_failed`, `refused` (FATAL at startup: plain, unknown database, bad secret), `cancel_request`, `abandoned` (closed or timed out before authenticating) |
 //! | `lakehost_pg_statements_total` | counter | `kind`, `sqlstate` | Postgres statements: `query` (a job), `catalog` (psql's catalog queries), `session` (BEGIN, SET, SHOW, ...); `00000` or the error's SQLSTATE |
 //! | `lakehost_store_pool_connections` | gauge | `state` | this replica's metadata-store connections, `open` and `idle` |
 //!
@@ -380,7 +380,8 @@ pub fn flight_call(call: &'static str, outcome: &'static str) {
 }
 
 /// A Postgres connection: `ready` (authenticated), `over_cap`,
-/// `tls_failed`, `refused` (a FATAL error at startup) or `abandoned`.
+/// `tls_failed`, `refused` (a FATAL error at startup), `cancel_request` or
+/// `abandoned`.
 pub fn pg_connection(outcome: &'static str) {
     counter!(PG_CONNECTIONS, "outcome" => outcome).increment(1);
 }

@@ -30,7 +30,7 @@ use tokio_util::{
     task::TaskTracker,
 };
 
-use super::{PgState, startup::LakeStartup, statements::LakeStatements};
+use super::{PgState, cancel::Cancels, startup::LakeStartup, statements::LakeStatements};
 use crate::{
     listener::{Activity, ConnectionLimits},
     observability::metrics,
@@ -56,7 +56,8 @@ pub async fn serve(
 ) {
     let open = Arc::new(Semaphore::new(limits.max_connections));
     let connections = TaskTracker::new();
-    let startup = Arc::new(LakeStartup::new(state.clone()));
+    let cancels = Arc::new(Cancels::new(state.queries.clone()));
+    let startup = Arc::new(LakeStartup::new(state.clone(), cancels.clone()));
     let statements = Arc::new(LakeStatements::new(state));
     loop {
         let accepted = tokio::select! {
@@ -78,10 +79,11 @@ pub async fn serve(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let (tls, startup, statements, stop) = (
+        let (tls, startup, statements, cancels, stop) = (
             tls.clone(),
             startup.clone(),
             statements.clone(),
+            cancels.clone(),
             stop.clone(),
         );
         connections.spawn(async move {
@@ -106,7 +108,12 @@ pub async fn serve(
                 }
             };
             let startup_deadline = Instant::now() + limits.header_read_timeout;
-            let messages = message_loop(socket, startup_deadline, &startup, &statements, &stop);
+            let handlers = Handlers {
+                startup,
+                statements,
+                cancels,
+            };
+            let messages = message_loop(socket, startup_deadline, &handlers, &stop);
             match activity.close_when_idle(messages, limits.idle_timeout).await {
                 Some(Err(e)) => tracing::debug!(%peer, error = %e, "postgres connection ended with an error"),
                 None => tracing::debug!(%peer, "postgres connection closed: idle"),
@@ -117,6 +124,13 @@ pub async fn serve(
     drop(listener);
     connections.close();
     connections.wait().await;
+}
+
+/// What answers a connection's messages.
+struct Handlers {
+    startup: Arc<LakeStartup>,
+    statements: Arc<LakeStatements>,
+    cancels: Arc<Cancels>,
 }
 
 /// Answers the client's SSLRequest (and GSSENCRequest) and ends TLS; a
@@ -174,8 +188,7 @@ fn framed(
 async fn message_loop(
     mut socket: Connection,
     startup_deadline: Instant,
-    startup: &Arc<LakeStartup>,
-    statements: &Arc<LakeStatements>,
+    handlers: &Handlers,
     stop: &CancellationToken,
 ) -> io::Result<()> {
     let noop = Arc::new(NoopHandler);
@@ -197,6 +210,11 @@ async fn message_loop(
         };
         let message = match message {
             Some(Ok(PgWireFrontendMessage::Terminate(_))) | None => break,
+            Some(Ok(cancel @ PgWireFrontendMessage::CancelRequest(_))) => {
+                metrics::pg_connection("cancel_request");
+                counted = true;
+                cancel
+            }
             Some(Ok(message)) => message,
             Some(Err(e)) => {
                 if !counted {
@@ -214,11 +232,11 @@ async fn message_loop(
         let processed = process_message(
             message,
             &mut socket,
-            startup.clone(),
-            statements.clone(),
-            statements.clone(),
+            handlers.startup.clone(),
+            handlers.statements.clone(),
+            handlers.statements.clone(),
             noop.clone(),
-            noop.clone(),
+            handlers.cancels.clone(),
         )
         .await;
         if in_startup && !counted {

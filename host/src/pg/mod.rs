@@ -13,6 +13,8 @@
 //!   exchanged for a token with the org realm's client-credentials flow.
 //! - `statements.rs`: the simple and extended query protocols: session commands (BEGIN,
 //!   SET, SHOW, ...) answered here, every other statement run as a job.
+//! - `cancel.rs`: cancel requests: a session's backend key cancels its
+//!   running statement's job.
 //! - `catalog.rs`: the `pg_catalog` queries of psql's `\dt`, `\dn` and `\d`,
 //!   answered from what the caller may list.
 //! - `params.rs`: extended-protocol parameters inlined as SQL literals.
@@ -21,6 +23,7 @@
 //! pgwire supplies the message codec and the per-message dispatch; the
 //! listener, TLS and the handlers are lakehost's.
 
+mod cancel;
 mod catalog;
 mod listener;
 mod params;

@@ -14,7 +14,7 @@
 //! The session keeps the token and, to renew it when it expires, the
 //! secret (in memory only, never logged).
 
-use std::fmt::Debug;
+use std::{fmt::Debug, sync::Arc};
 
 use async_trait::async_trait;
 use futures::{Sink, SinkExt as _};
@@ -32,6 +32,7 @@ use pgwire::{
 
 use super::{
     PgState,
+    cancel::Cancels,
     sqlstate::{UNAUTHORIZED, fatal},
 };
 use crate::auth::{
@@ -147,16 +148,21 @@ pub async fn validated(
 /// The startup handler: database, TLS, password.
 pub struct LakeStartup {
     state: PgState,
+    cancels: Arc<Cancels>,
     parameters: DefaultServerParameterProvider,
 }
 
 impl LakeStartup {
-    pub fn new(state: PgState) -> Self {
+    pub fn new(state: PgState, cancels: Arc<Cancels>) -> Self {
         let mut parameters = DefaultServerParameterProvider::default();
         parameters.server_version = SERVER_VERSION.to_string();
         parameters.is_superuser = false;
         parameters.time_zone = "UTC".to_string();
-        Self { state, parameters }
+        Self {
+            state,
+            cancels,
+            parameters,
+        }
     }
 }
 
@@ -229,6 +235,7 @@ impl StartupHandler for LakeStartup {
                     return Err(refused.unwrap_or_else(|| fatal("28000", UNAUTHORIZED)));
                 }
                 client.session_extensions().insert(session);
+                self.cancels.register(client);
                 finish_authentication(client, &self.parameters).await?;
             }
             _ => {}

@@ -36,7 +36,9 @@ use pgwire::{
 use tracing::Instrument as _;
 
 use super::{
-    PgState, catalog, params,
+    PgState,
+    cancel::Running,
+    catalog, params,
     sqlstate::{self, UNAUTHORIZED, error, error_of, fatal},
     startup::{SERVER_VERSION, Session, validated},
 };
@@ -174,6 +176,11 @@ impl LakeStatements {
         client
             .session_extensions()
             .insert(LastQuery(submitted.id.clone()));
+        // Cancellable by the session's backend key while it runs.
+        let running = client.session_extensions().get::<Arc<Running>>();
+        let _running = running
+            .as_ref()
+            .map(|running| running.start(&caller, &submitted.id));
         let bytes = match queries
             .typed_result_at_end(&caller, &submitted.id)
             .await

@@ -441,7 +441,10 @@ async fn a_session_outlives_its_token_by_exchanging_the_secret_again() {
     let ready = dir.path().join("go.ready");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while !ready.exists() {
-        assert!(std::time::Instant::now() < deadline, "the session never paused");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the session never paused"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     // Past the token's lifetime (300 s with the embedded provider).
@@ -457,4 +460,27 @@ async fn a_session_outlives_its_token_by_exchanging_the_secret_again() {
     let (status, job) = pg.app.query_status(ORG_HOST, &token, id).await;
     assert_eq!(status, StatusCode::OK, "{job}");
     assert_eq!(job["status"]["state"], "SUCCEEDED");
+}
+
+#[tokio::test]
+async fn a_cancel_request_cancels_the_statements_job() {
+    let Some(python) = test_python() else { return };
+    let pg = pg_app().await;
+    let answer = pg_client(
+        &python,
+        "cancel",
+        &json!({
+            "conn": admin(&pg),
+            "sql": "SELECT count(*) FROM generate_series(1, 1000000000000)",
+            "after_s": 1.5,
+        }),
+    )
+    .await;
+    assert_eq!(answer["finished"], true, "{answer}");
+    assert_eq!(answer["sqlstate"], "57014", "{answer}");
+    assert_eq!(answer["error"], "canceling statement due to user request");
+    let id = answer["query_id"].as_str().expect("a query id");
+    let token = pg.app.client_token("demo", "demo-admin").await;
+    let job = pg.app.wait_for(ORG_HOST, &token, id, None).await;
+    assert_eq!(job["status"]["state"], "CANCELLED", "{job}");
 }
