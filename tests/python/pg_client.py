@@ -42,8 +42,9 @@ def run(args):
     """Runs ``statements`` ({"sql", "params"?, "binary"?}) on one connection,
     in order; each gives its columns and rows, or its error (the transaction
     is then rolled back and the next statement runs). A ``{"wait_for_file":
-    path}`` entry pauses the session until the test creates ``path``. ``autocommit`` as
-    psycopg's (default false: psycopg sends BEGIN first, as most apps do)."""
+    path}`` entry pauses the session until the test creates ``path``.
+    ``autocommit`` as psycopg's (default false: psycopg sends BEGIN first, as
+    most apps do)."""
     import psycopg
 
     try:
@@ -51,35 +52,47 @@ def run(args):
     except psycopg.Error as error:
         return {"connect": error_json(error)}
     results = []
-    with conn:
-        for statement in args["statements"]:
-            if "wait_for_file" in statement:
-                # A pause mid-session: says so in <file>.ready, then waits
-                # (at most 60 s) for the test to create <file>.
-                path = statement["wait_for_file"]
-                open(path + ".ready", "w").close()
-                deadline = time.monotonic() + 60
-                while not os.path.exists(path) and time.monotonic() < deadline:
-                    time.sleep(0.05)
-                continue
-            try:
-                with conn.cursor(binary=statement.get("binary", False)) as cursor:
-                    cursor.execute(statement["sql"], statement.get("params"))
-                    if cursor.description is None:
-                        results.append({"status": cursor.statusmessage})
-                    else:
-                        results.append(
-                            {
-                                "columns": [column.name for column in cursor.description],
-                                "types": [column.type_code for column in cursor.description],
-                                "rows": [[cell(v) for v in row] for row in cursor.fetchall()],
-                                "status": cursor.statusmessage,
-                            }
-                        )
-            except psycopg.Error as error:
-                results.append(error_json(error))
-                conn.rollback()
+    try:
+        run_statements(conn, args["statements"], results)
+    finally:
+        if not conn.closed:
+            conn.close()
     return {"results": results}
+
+
+def run_statements(conn, statements, results):
+    import psycopg
+
+    for statement in statements:
+        if "wait_for_file" in statement:
+            # A pause mid-session: says so in <file>.ready, then waits (at
+            # most 60 s) for the test to create <file>.
+            path = statement["wait_for_file"]
+            open(path + ".ready", "w").close()
+            deadline = time.monotonic() + 60
+            while not os.path.exists(path) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            continue
+        try:
+            with conn.cursor(binary=statement.get("binary", False)) as cursor:
+                cursor.execute(statement["sql"], statement.get("params"))
+                if cursor.description is None:
+                    results.append({"status": cursor.statusmessage})
+                else:
+                    results.append(
+                        {
+                            "columns": [column.name for column in cursor.description],
+                            "types": [column.type_code for column in cursor.description],
+                            "rows": [[cell(v) for v in row] for row in cursor.fetchall()],
+                            "status": cursor.statusmessage,
+                        }
+                    )
+        except psycopg.Error as error:
+            results.append(error_json(error))
+            if conn.closed:
+                # The server closed the session (an idle timeout).
+                break
+            conn.rollback()
 
 
 def cancel(args):

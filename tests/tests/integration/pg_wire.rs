@@ -484,3 +484,70 @@ async fn a_cancel_request_cancels_the_statements_job() {
     let job = pg.app.wait_for(ORG_HOST, &token, id, None).await;
     assert_eq!(job["status"]["state"], "CANCELLED", "{job}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_sessions_are_closed_and_connections_are_capped() {
+    let Some(python) = test_python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (_, cert_path, key_path) = localhost_certificate(dir.path());
+    let app = spawn_app_with(|config| {
+        config.server.pg_listen = Some("127.0.0.1:0".parse().unwrap());
+        config.server.tls_cert = Some(cert_path.clone());
+        config.server.tls_key = Some(key_path.clone());
+        config.server.max_connections = 2;
+        config.query.time_limit_s = 1;
+        config.server.request_timeout_s = 1;
+        config.server.idle_timeout_s = 2;
+        config.server.wire_idle_timeout_s = 2;
+    })
+    .await;
+    let pg = PgApp {
+        app,
+        cert_path,
+        _dir: dir,
+    };
+    let addr = pg.app.pg_addr.unwrap();
+
+    // Past the cap, a connection is closed before anything is read.
+    let held = [
+        tokio::net::TcpStream::connect(addr).await.unwrap(),
+        tokio::net::TcpStream::connect(addr).await.unwrap(),
+    ];
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let mut third = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(2),
+        third.read_to_end(&mut answer),
+    )
+    .await;
+    assert!(matches!(read, Ok(Ok(0))), "the third connection was served");
+    drop(held);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+
+    // A session silent for longer than server.wire_idle_timeout_s is closed.
+    let go = pg._dir.path().join("go");
+    let args = json!({
+        "conn": admin(&pg),
+        "autocommit": true,
+        "statements": [
+            { "sql": "SELECT 1 AS one" },
+            { "wait_for_file": go },
+            { "sql": "SELECT 2 AS two" },
+        ],
+    });
+    let client = tokio::spawn(async move { pg_client(&python, "run", &args).await });
+    let ready = pg._dir.path().join("go.ready");
+    while !ready.exists() {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    std::fs::write(&go, b"").unwrap();
+    let answer = client.await.unwrap();
+    let results = answer["results"].as_array().expect("results");
+    assert_eq!(results[0]["rows"], json!([[1]]), "{answer}");
+    assert!(
+        results[1]["error"].is_string(),
+        "the idle session was kept: {answer}"
+    );
+}
