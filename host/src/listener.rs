@@ -18,6 +18,7 @@
 //! the wait).
 
 use std::{
+    net::SocketAddr,
     pin::Pin,
     sync::{
         Arc,
@@ -34,8 +35,8 @@ use hyper_util::{
 };
 use tokio::{
     io::{AsyncRead, AsyncWrite, ReadBuf},
-    net::TcpListener,
-    sync::Semaphore,
+    net::{TcpListener, TcpStream},
+    sync::{OwnedSemaphorePermit, Semaphore},
     time::Instant,
 };
 use tokio_rustls::TlsAcceptor;
@@ -126,26 +127,8 @@ pub async fn serve(
     let service = TowerToHyperService::new(router);
     let open = Arc::new(Semaphore::new(limits.max_connections));
     let connections = GracefulShutdown::new();
-    loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            () = stop.cancelled() => break,
-        };
-        let (stream, peer) = match accepted {
-            Ok(accepted) => accepted,
-            Err(e) => {
-                // Out of file descriptors and the like: wait, don't spin.
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let Ok(permit) = open.clone().try_acquire_owned() else {
-            tracing::debug!(%peer, max = limits.max_connections, "connection refused: at the connection cap");
-            drop(stream);
-            continue;
-        };
-        let _ = stream.set_nodelay(true);
+    while let Some((stream, peer, permit)) = next_connection(&listener, &open, &stop, |_| {}).await
+    {
         let service = service.clone();
         let tls = tls.clone();
         let drain = connections.watcher();
@@ -199,6 +182,40 @@ pub async fn serve(
     }
     drop(listener);
     connections.shutdown().await;
+}
+
+/// The next connection under the cap `open`, with its permit and
+/// TCP_NODELAY set; `None` once `stop` is cancelled. Accept errors (out of
+/// descriptors and the like) are waited out, not spun on; a connection past
+/// the cap is closed at once, before anything is read (`over_cap` hears of
+/// it).
+pub(crate) async fn next_connection(
+    listener: &TcpListener,
+    open: &Arc<Semaphore>,
+    stop: &CancellationToken,
+    over_cap: impl Fn(SocketAddr),
+) -> Option<(TcpStream, SocketAddr, OwnedSemaphorePermit)> {
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = stop.cancelled() => return None,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = open.clone().try_acquire_owned() else {
+            tracing::debug!(%peer, "connection refused: at the connection cap");
+            over_cap(peer);
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        return Some((stream, peer, permit));
+    }
 }
 
 /// When a byte last moved on one connection, in milliseconds since `start`.

@@ -7,7 +7,7 @@
 //! `server.wire_idle_timeout_s`. At a drain it stops accepting and closes
 //! each connection once its running statement has been answered.
 
-use std::{io, net::SocketAddr, sync::Arc, time::Duration};
+use std::{io, net::SocketAddr, sync::Arc};
 
 use bytes::BytesMut;
 use futures::{SinkExt as _, StreamExt as _};
@@ -32,7 +32,7 @@ use tokio_util::{
 
 use super::{PgState, cancel::Cancels, startup::LakeStartup, statements::LakeStatements};
 use crate::{
-    listener::{Activity, ConnectionLimits},
+    listener::{Activity, ConnectionLimits, next_connection},
     observability::metrics,
 };
 
@@ -59,26 +59,10 @@ pub async fn serve(
     let cancels = Arc::new(Cancels::new(state.queries.clone()));
     let startup = Arc::new(LakeStartup::new(state.clone(), cancels.clone()));
     let statements = Arc::new(LakeStatements::new(state));
-    loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            () = stop.cancelled() => break,
-        };
-        let (stream, peer) = match accepted {
-            Ok(accepted) => accepted,
-            Err(e) => {
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let Ok(permit) = open.clone().try_acquire_owned() else {
-            tracing::debug!(%peer, max = limits.max_connections, "postgres connection refused: at the connection cap");
-            metrics::pg_connection("over_cap");
-            drop(stream);
-            continue;
-        };
-        let _ = stream.set_nodelay(true);
+    let over_cap = |_| metrics::pg_connection("over_cap");
+    while let Some((stream, peer, permit)) =
+        next_connection(&listener, &open, &stop, over_cap).await
+    {
         let (tls, startup, statements, cancels, stop) = (
             tls.clone(),
             startup.clone(),
