@@ -239,6 +239,16 @@ fn session_command<C: ClientInfo>(client: &C, sql: &str) -> Option<PgWireResult<
         ["release", ..] => Response::Execution(Tag::new("RELEASE")),
         ["set", ..] | ["reset", ..] => Response::Execution(Tag::new("SET")),
         ["show", name @ ..] => return Some(show(client, &name.join(" "))),
+        ["select", "version()"] | ["select", "pg_catalog.version()"] => {
+            let version = format!(
+                "PostgreSQL {SERVER_VERSION} (lakehost {}, Apache DataFusion)",
+                env!("CARGO_PKG_VERSION")
+            );
+            return Some(catalog::text_response(
+                &["version"],
+                vec![vec![Some(version)]],
+            ));
+        }
         _ => return None,
     };
     Some(Ok(answer))

@@ -93,9 +93,16 @@ async fn psycopg_reads_what_rest_reads_and_each_statement_is_a_job() {
                 { "sql": TRIPS, "binary": true },
                 { "sql": "SELECT %s::BIGINT + 1 AS n, %s AS s", "params": [41, "it's"] },
                 { "sql": "SHOW lakehost.last_query_id" },
+                { "sql": "select pg_catalog.version()" },
             ]),
         )
         .await;
+    let version = results[4]["rows"][0][0].as_str().unwrap_or_default();
+    assert!(
+        version.starts_with("PostgreSQL 15.0 (lakehost "),
+        "{}",
+        results[4]
+    );
     let text = &results[0];
     assert_eq!(
         text["columns"],
