@@ -11,7 +11,13 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::datatypes::{DataType, Schema};
+use datafusion::{
+    arrow::datatypes::{DataType, Schema},
+    sql::sqlparser::{
+        dialect::GenericDialect,
+        tokenizer::{Token, Tokenizer},
+    },
+};
 use futures::stream;
 use pgwire::{
     api::{
@@ -85,9 +91,22 @@ fn oid_after(sql: &str, after: &str) -> Option<u32> {
     literal_after(sql, after)?.parse().ok()
 }
 
-/// Whether `sql` reads the Postgres catalog (and so is answered here).
+/// Whether `sql` names something in `pg_catalog` (and so is answered
+/// here): the word `pg_catalog` then a dot, in code (never in a string, a
+/// quoted name or a comment).
 pub fn is_catalog_query(sql: &str) -> bool {
-    sql.to_ascii_lowercase().contains("pg_catalog.")
+    let Ok(tokens) = Tokenizer::new(&GenericDialect {}, sql).tokenize() else {
+        return false;
+    };
+    let code: Vec<&Token> = tokens
+        .iter()
+        .filter(|token| !matches!(token, Token::Whitespace(_)))
+        .collect();
+    code.windows(2).any(|pair| {
+        matches!(pair[0], Token::Word(word)
+            if word.quote_style.is_none() && word.value.eq_ignore_ascii_case("pg_catalog"))
+            && matches!(pair[1], Token::Period)
+    })
 }
 
 /// The catalog query `sql` is; a catalog query that is none of psql's is
@@ -403,7 +422,12 @@ mod tests {
         );
         assert!(recognise("SELECT * FROM pg_catalog.pg_roles").is_err());
         assert!(is_catalog_query("select 1 from PG_CATALOG.pg_type"));
+        assert!(is_catalog_query("select pg_catalog . version()"));
         assert!(!is_catalog_query("SELECT 'pg_catalog' AS word"));
+        assert!(!is_catalog_query(
+            "SELECT 'FROM pg_catalog.pg_policy pol' AS note"
+        ));
+        assert!(!is_catalog_query("SELECT 1 -- pg_catalog.pg_class"));
     }
 
     #[test]

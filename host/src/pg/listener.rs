@@ -13,7 +13,8 @@ use bytes::BytesMut;
 use futures::{SinkExt as _, StreamExt as _};
 use pgwire::{
     api::{ClientInfo as _, DefaultClient, NoopHandler, PgWireConnectionState},
-    messages::PgWireFrontendMessage,
+    error::{ErrorInfo, PgWireError},
+    messages::{PgWireBackendMessage, PgWireFrontendMessage},
     tokio::server::{PgWireMessageServerCodec, process_error, process_message},
 };
 use tokio::{
@@ -195,9 +196,23 @@ async fn message_loop(
         let message = match message {
             Some(Ok(PgWireFrontendMessage::Terminate(_))) | None => break,
             Some(Ok(cancel @ PgWireFrontendMessage::CancelRequest(_))) => {
+                // One cancel request per connection, as Postgres takes it.
                 metrics::pg_connection("cancel_request");
-                counted = true;
-                cancel
+                let noop = Arc::new(NoopHandler);
+                let cancelled = process_message(
+                    cancel,
+                    &mut socket,
+                    handlers.startup.clone(),
+                    handlers.statements.clone(),
+                    handlers.statements.clone(),
+                    noop.clone(),
+                    handlers.cancels.clone(),
+                )
+                .await;
+                if let Err(e) = cancelled {
+                    tracing::debug!(error = %e, "cancel request");
+                }
+                return Ok(());
             }
             Some(Ok(message)) => message,
             Some(Err(e)) => {
@@ -235,7 +250,21 @@ async fn message_loop(
             }
         }
         if let Err(e) = processed {
-            process_error(&mut socket, e, extended).await?;
+            let info = ErrorInfo::from(e);
+            if info.is_fatal() || in_startup {
+                // The connection ends here: the error, and nothing after it
+                // (no ReadyForQuery, no further message read).
+                socket
+                    .send(PgWireBackendMessage::ErrorResponse(info.into()))
+                    .await?;
+                return socket.close().await;
+            }
+            process_error(
+                &mut socket,
+                PgWireError::UserError(Box::new(info)),
+                extended,
+            )
+            .await?;
         }
     }
     if !counted {

@@ -4,12 +4,16 @@
 //! query service gets, checks and stores is then self-contained: any
 //! replica can plan it again and `GET /v2/query/{id}` shows what ran.
 //!
-//! Values in the text format become numbers, booleans or quoted strings by
-//! their declared type; in the binary format the integer, float, boolean and
-//! text types are read, others are refused.
+//! Values in the text format become numbers (in parentheses), booleans or
+//! quoted strings by their declared type; in the binary format the integer,
+//! float, boolean and text types are read, others are refused. Each literal
+//! stands apart from its neighbours (a space each side), and the result is
+//! tokenized again (with the engine's dialect): a value that changed the
+//! statement around it (a comment, a string or a name swallowing the rest)
+//! refuses the statement.
 
 use datafusion::sql::sqlparser::{
-    dialect::PostgreSqlDialect,
+    dialect::GenericDialect,
     tokenizer::{Token, Tokenizer},
 };
 use pgwire::{
@@ -48,7 +52,7 @@ pub fn count(sql: &str) -> PgWireResult<usize> {
 
 /// The `$n` placeholders of `sql`: each one's byte offset, text and number.
 fn placeholders(sql: &str) -> PgWireResult<Vec<(usize, String, usize)>> {
-    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
+    let tokens = Tokenizer::new(&GenericDialect {}, sql)
         .tokenize_with_location()
         .map_err(|e| error("42601", e.to_string()))?;
     // Token locations are lines and columns (1-based, in chars).
@@ -78,6 +82,10 @@ fn placeholders(sql: &str) -> PgWireResult<Vec<(usize, String, usize)>> {
 pub fn inline(portal: &Portal<String>) -> PgWireResult<String> {
     let sql = &portal.statement.statement;
     let placeholders = placeholders(sql)?;
+    if placeholders.is_empty() {
+        return Ok(sql.clone());
+    }
+    let mut expected_tokens = code_tokens(sql)? - placeholders.len();
     let mut inlined = String::with_capacity(sql.len());
     let mut copied = 0;
     for (at, text, n) in placeholders {
@@ -101,12 +109,37 @@ pub fn inline(portal: &Portal<String>) -> PgWireResult<String> {
             .flatten()
             .unwrap_or(Type::UNKNOWN);
         let format = portal.parameter_format.format_for(index);
+        let literal = literal(value.as_deref(), &declared, format)?;
+        expected_tokens += code_tokens(&literal)?;
         inlined.push_str(&sql[copied..at]);
-        inlined.push_str(&literal(value.as_deref(), &declared, format)?);
+        // Apart from its neighbours: no `-` before it makes a comment, no
+        // letter before it makes a prefixed string (E'...', N'...').
+        inlined.push(' ');
+        inlined.push_str(&literal);
+        inlined.push(' ');
         copied = at + text.len();
     }
     inlined.push_str(&sql[copied..]);
+    // The values changed nothing but themselves: each placeholder became its
+    // literal's tokens, and no comment, string or name swallowed the rest.
+    if code_tokens(&inlined)? != expected_tokens {
+        return Err(error(
+            "42601",
+            "a parameter's value changed the statement around it; it was not run",
+        ));
+    }
     Ok(inlined)
+}
+
+/// How many tokens of `sql` are code: not whitespace or comments.
+fn code_tokens(sql: &str) -> PgWireResult<usize> {
+    let tokens = Tokenizer::new(&GenericDialect {}, sql)
+        .tokenize()
+        .map_err(|e| error("42601", e.to_string()))?;
+    Ok(tokens
+        .iter()
+        .filter(|token| !matches!(token, Token::Whitespace(_)))
+        .count())
 }
 
 /// One bound value as a SQL literal.
@@ -146,7 +179,7 @@ fn text_literal(text: &str, declared: &Type) -> PgWireResult<String> {
                 format!("invalid input syntax for type {declared}: \"{text}\""),
             ));
         }
-        return Ok(text.to_string());
+        return Ok(format!("({text})"));
     }
     if *declared == Type::BOOL {
         return match text.to_ascii_lowercase().as_str() {
@@ -177,13 +210,22 @@ fn binary_literal(bytes: &[u8], declared: &Type) -> PgWireResult<String> {
         (bytes.len() == n).then_some(bytes).ok_or_else(wrong_size)
     };
     let text = match *declared {
-        Type::INT2 => i16::from_be_bytes(fixed(2)?.try_into().expect("2 bytes")).to_string(),
-        Type::INT4 => i32::from_be_bytes(fixed(4)?.try_into().expect("4 bytes")).to_string(),
-        Type::INT8 => i64::from_be_bytes(fixed(8)?.try_into().expect("8 bytes")).to_string(),
+        Type::INT2 => format!(
+            "({})",
+            i16::from_be_bytes(fixed(2)?.try_into().expect("2 bytes"))
+        ),
+        Type::INT4 => format!(
+            "({})",
+            i32::from_be_bytes(fixed(4)?.try_into().expect("4 bytes"))
+        ),
+        Type::INT8 => format!(
+            "({})",
+            i64::from_be_bytes(fixed(8)?.try_into().expect("8 bytes"))
+        ),
         Type::FLOAT4 => finite(f32::from_be_bytes(fixed(4)?.try_into().expect("4 bytes")).into())?,
         Type::FLOAT8 => finite(f64::from_be_bytes(fixed(8)?.try_into().expect("8 bytes")))?,
         Type::BOOL => if fixed(1)?[0] != 0 { "TRUE" } else { "FALSE" }.to_string(),
-        Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN => {
+        Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME => {
             let text = std::str::from_utf8(bytes)
                 .map_err(|_| error("22021", "a text parameter is not UTF-8"))?;
             quoted(text)
@@ -203,7 +245,7 @@ fn binary_literal(bytes: &[u8], declared: &Type) -> PgWireResult<String> {
 /// A float as a literal; NaN and the infinities have none.
 fn finite(value: f64) -> PgWireResult<String> {
     if value.is_finite() {
-        Ok(format!("{value:?}"))
+        Ok(format!("({value:?})"))
     } else {
         Err(error("22P02", format!("{value} cannot be a parameter")))
     }
@@ -211,7 +253,50 @@ fn finite(value: f64) -> PgWireResult<String> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
+    use pgwire::api::stmt::StoredStatement;
+
     use super::*;
+
+    /// `sql` with text values bound to parameters of `types`.
+    fn inlined(sql: &str, values: &[&str], types: &[Type]) -> PgWireResult<String> {
+        let mut portal = Portal::<String>::default();
+        portal.statement = Arc::new(StoredStatement::new(
+            "s".into(),
+            sql.into(),
+            types.iter().cloned().map(Some).collect(),
+        ));
+        portal.parameters = values
+            .iter()
+            .map(|v| Some(bytes::Bytes::copy_from_slice(v.as_bytes())))
+            .collect();
+        inline(&portal)
+    }
+
+    #[test]
+    fn values_cannot_change_the_statement_around_them() {
+        // A negative number after a minus is no comment.
+        let sql = inlined(
+            "SELECT x FROM t WHERE x > 0-$1 AND x < 0",
+            &["-1"],
+            &[Type::INT4],
+        );
+        assert_eq!(sql.unwrap(), "SELECT x FROM t WHERE x > 0- (-1)  AND x < 0");
+        // A quote stays inside its string, whatever comes before it.
+        let sql = inlined("SELECT E $1, 'a'$2", &["\\' OR TRUE --", "b' OR TRUE"], &[]);
+        let sql = sql.unwrap();
+        assert_eq!(code_tokens(&sql).unwrap(), 6, "{sql}");
+        // A placeholder in a comment (to the line's end, \r included) or in a
+        // quoted name is no placeholder.
+        for sql in ["SELECT 1 -- one\r AND x = $1", "SELECT `a $1`"] {
+            assert_eq!(inlined(sql, &["x\n OR TRUE --"], &[]).unwrap(), sql);
+        }
+        assert_eq!(
+            inlined("SELECT $1 || $2", &["it's", "\n"], &[]).unwrap(),
+            "SELECT  'it''s'  ||  '\n' "
+        );
+    }
 
     #[test]
     fn placeholders_are_counted_outside_strings_and_comments() {
@@ -237,7 +322,8 @@ mod tests {
 
     #[test]
     fn values_become_literals_by_type_and_format() {
-        assert_eq!(text_literal("42", &Type::INT4).unwrap(), "42");
+        assert_eq!(text_literal("42", &Type::INT4).unwrap(), "(42)");
+        assert_eq!(text_literal("-1", &Type::INT4).unwrap(), "(-1)");
         assert!(text_literal("42; DROP TABLE x", &Type::INT4).is_err());
         assert!(text_literal("NaN", &Type::FLOAT8).is_err(), "no literal");
         assert_eq!(text_literal("it's", &Type::TEXT).unwrap(), "'it''s'");
@@ -249,13 +335,17 @@ mod tests {
         );
         assert_eq!(
             binary_literal(&7i64.to_be_bytes(), &Type::INT8).unwrap(),
-            "7"
+            "(7)"
         );
         assert_eq!(
             binary_literal(&1.5f64.to_be_bytes(), &Type::FLOAT8).unwrap(),
-            "1.5"
+            "(1.5)"
         );
         assert!(binary_literal(&[0, 1], &Type::INT8).is_err(), "wrong size");
+        assert!(
+            binary_literal(&[0, 0, 0, 42], &Type::UNKNOWN).is_err(),
+            "no guess"
+        );
         assert!(binary_literal(&f64::NAN.to_be_bytes(), &Type::FLOAT8).is_err());
         assert!(binary_literal(&[0; 8], &Type::TIMESTAMP).is_err());
         assert_eq!(binary_literal(b"a'b", &Type::TEXT).unwrap(), "'a''b'");

@@ -223,8 +223,34 @@ fn fields_of(schema: &Schema, format: &Format) -> PgWireResult<Vec<FieldInfo>> {
     arrow_pg::datatypes::arrow_schema_to_pg_fields(schema, format, None)
 }
 
-/// The answer to a session command, `None` for a statement to run.
+/// Whether `sql` holds one statement: no `;` in code but trailing ones.
+fn one_statement(sql: &str) -> bool {
+    use datafusion::sql::sqlparser::{
+        dialect::GenericDialect,
+        tokenizer::{Token, Tokenizer},
+    };
+    let Ok(tokens) = Tokenizer::new(&GenericDialect {}, sql).tokenize() else {
+        return false;
+    };
+    let code: Vec<&Token> = tokens
+        .iter()
+        .filter(|token| !matches!(token, Token::Whitespace(_)))
+        .collect();
+    let last_code = code
+        .iter()
+        .rposition(|token| !matches!(token, Token::SemiColon))
+        .unwrap_or(0);
+    !code[..last_code]
+        .iter()
+        .any(|token| matches!(token, Token::SemiColon))
+}
+
+/// The answer to a session command, `None` for a statement to run (also
+/// text that holds more than one statement: the query service refuses it).
 fn session_command<C: ClientInfo>(client: &C, sql: &str) -> Option<PgWireResult<Response>> {
+    if !one_statement(sql) {
+        return None;
+    }
     let text = sql.trim().trim_end_matches(';').trim();
     let lower = text.to_ascii_lowercase();
     let words: Vec<&str> = lower.split_whitespace().collect();

@@ -94,9 +94,22 @@ async fn psycopg_reads_what_rest_reads_and_each_statement_is_a_job() {
                 { "sql": "SELECT %s::BIGINT + 1 AS n, %s AS s", "params": [41, "it's"] },
                 { "sql": "SHOW lakehost.last_query_id" },
                 { "sql": "select pg_catalog.version()" },
+                // Values and strings cannot change the statement around them.
+                { "sql": "SELECT count(*) AS n FROM (VALUES (1), (2), (3)) AS t(x) \
+                          WHERE x > 0-%s AND x < 0", "params": [-1] },
+                { "sql": "SELECT 'FROM pg_catalog.pg_policy pol' AS note" },
+                { "sql": "SELECT %s AS note", "params": ["see pg_catalog.pg_class"] },
             ]),
         )
         .await;
+    assert_eq!(results[5]["rows"], json!([[0]]), "{}", results[5]);
+    assert_eq!(
+        results[6]["rows"],
+        json!([["FROM pg_catalog.pg_policy pol"]]),
+        "{}",
+        results[6]
+    );
+    assert_eq!(results[7]["rows"], json!([["see pg_catalog.pg_class"]]));
     let version = results[4]["rows"][0][0].as_str().unwrap_or_default();
     assert!(
         version.starts_with("PostgreSQL 15.0 (lakehost "),
@@ -132,7 +145,10 @@ async fn psycopg_reads_what_rest_reads_and_each_statement_is_a_job() {
     let (status, job) = pg.app.query_status(ORG_HOST, &token, id).await;
     assert_eq!(status, StatusCode::OK, "{job}");
     assert_eq!(job["status"]["state"], "SUCCEEDED", "{job}");
-    assert_eq!(job["query"], "SELECT 41::BIGINT + 1 AS n, 'it''s' AS s");
+    assert_eq!(
+        job["query"],
+        "SELECT  (41) ::BIGINT + 1 AS n,  'it''s'  AS s"
+    );
 }
 
 #[tokio::test]
@@ -328,6 +344,10 @@ async fn psql_runs_statements_and_shows_refusals() {
         ["BEGIN", "2", "two", "COMMIT"],
         "{out}"
     );
+    // A session command does not swallow the statements after it.
+    let (ok, _, err) = psql(&pg, admin, &["-c", "SET x = 1; SELEC 1"]).await;
+    assert!(!ok, "the bad second statement was dropped");
+    assert!(err.contains("ERROR:"), "{err}");
     let (ok, _, err) = psql(
         &pg,
         ("demo-own-analyst", "demo-own-analyst-secret", "lab.demo"),
