@@ -83,8 +83,7 @@ impl LakeStatements {
                 let claims = validated(&self.state, &renewed)
                     .await
                     .map_err(|e| e.unwrap_or_else(|| fatal("28000", UNAUTHORIZED)))?;
-                let renewed = client.session_extensions().insert(renewed);
-                drop(renewed);
+                client.session_extensions().insert(renewed);
                 let session = client
                     .session_extensions()
                     .get::<Session>()
@@ -112,6 +111,13 @@ impl LakeStatements {
     ) -> PgWireResult<Response> {
         let request_id = uuid::Uuid::new_v4().simple().to_string();
         let span = tracing::info_span!("pg_statement", %request_id);
+        let last_query = || {
+            client
+                .session_extensions()
+                .get::<LastQuery>()
+                .map(|last| last.0.clone())
+        };
+        let before = last_query();
         let started = Instant::now();
         let (kind, answer) = self
             .statement(client, sql, format)
@@ -122,10 +128,8 @@ impl LakeStatements {
             Err(e) => sqlstate::label_of(e),
         };
         metrics::pg_statement(kind, sqlstate);
-        let query_id = (kind == "query")
-            .then(|| client.session_extensions().get::<LastQuery>())
-            .flatten()
-            .map(|last| last.0.clone());
+        // The job this statement made, if it made one.
+        let query_id = last_query().filter(|id| Some(id) != before.as_ref());
         span.in_scope(|| {
             tracing::info!(
                 kind,
