@@ -195,25 +195,6 @@ async fn message_loop(
         };
         let message = match message {
             Some(Ok(PgWireFrontendMessage::Terminate(_))) | None => break,
-            Some(Ok(cancel @ PgWireFrontendMessage::CancelRequest(_))) => {
-                // One cancel request per connection, as Postgres takes it.
-                metrics::pg_connection("cancel_request");
-                let noop = Arc::new(NoopHandler);
-                let cancelled = process_message(
-                    cancel,
-                    &mut socket,
-                    handlers.startup.clone(),
-                    handlers.statements.clone(),
-                    handlers.statements.clone(),
-                    noop.clone(),
-                    handlers.cancels.clone(),
-                )
-                .await;
-                if let Err(e) = cancelled {
-                    tracing::debug!(error = %e, "cancel request");
-                }
-                return Ok(());
-            }
             Some(Ok(message)) => message,
             Some(Err(e)) => {
                 if !counted {
@@ -222,6 +203,12 @@ async fn message_loop(
                 return Err(io::Error::new(io::ErrorKind::InvalidData, e.to_string()));
             }
         };
+        // One cancel request per connection, as Postgres takes it.
+        let cancel = matches!(message, PgWireFrontendMessage::CancelRequest(_));
+        if cancel {
+            metrics::pg_connection("cancel_request");
+            counted = true;
+        }
         let extended = message.is_extended_query();
         let in_startup = matches!(
             socket.state(),
@@ -238,6 +225,9 @@ async fn message_loop(
             handlers.cancels.clone(),
         )
         .await;
+        if cancel {
+            return Ok(());
+        }
         if in_startup && !counted {
             let outcome = match (&processed, socket.state()) {
                 (Err(_), _) => Some("refused"),
