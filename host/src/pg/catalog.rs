@@ -13,10 +13,7 @@ use std::sync::Arc;
 
 use datafusion::{
     arrow::datatypes::{DataType, Schema},
-    sql::sqlparser::{
-        dialect::GenericDialect,
-        tokenizer::{Token, Tokenizer},
-    },
+    sql::sqlparser::tokenizer::Token,
 };
 use futures::stream;
 use pgwire::{
@@ -29,7 +26,10 @@ use pgwire::{
 use regex::Regex;
 use sha2::{Digest as _, Sha256};
 
-use super::sqlstate::{error, error_of};
+use super::{
+    code_tokens,
+    sqlstate::{error, error_of},
+};
 use crate::{
     auth::LakeCaller,
     query::service::{QueryService, VisibleCatalog, columns_of},
@@ -95,15 +95,11 @@ fn oid_after(sql: &str, after: &str) -> Option<u32> {
 /// here): the word `pg_catalog` then a dot, in code (never in a string, a
 /// quoted name or a comment).
 pub fn is_catalog_query(sql: &str) -> bool {
-    let Ok(tokens) = Tokenizer::new(&GenericDialect {}, sql).tokenize() else {
+    let Ok(code) = code_tokens(sql) else {
         return false;
     };
-    let code: Vec<&Token> = tokens
-        .iter()
-        .filter(|token| !matches!(token, Token::Whitespace(_)))
-        .collect();
     code.windows(2).any(|pair| {
-        matches!(pair[0], Token::Word(word)
+        matches!(&pair[0], Token::Word(word)
             if word.quote_style.is_none() && word.value.eq_ignore_ascii_case("pg_catalog"))
             && matches!(pair[1], Token::Period)
     })

@@ -33,9 +33,24 @@ mod statements;
 
 use std::sync::Arc;
 
+use datafusion::sql::sqlparser::{
+    dialect::GenericDialect,
+    tokenizer::{Token, Tokenizer, TokenizerError},
+};
 pub use listener::serve;
 
 use crate::{auth::TokenValidator, config::Config, query::service::QueryService};
+
+/// The tokens of `sql` that are code (not whitespace or comments), read with
+/// the engine's own SQL dialect, so what counts as a string, a quoted name
+/// or a comment here is what the engine will see.
+fn code_tokens(sql: &str) -> Result<Vec<Token>, TokenizerError> {
+    let tokens = Tokenizer::new(&GenericDialect {}, sql).tokenize()?;
+    Ok(tokens
+        .into_iter()
+        .filter(|token| !matches!(token, Token::Whitespace(_)))
+        .collect())
+}
 
 /// What the Postgres listener needs of the application.
 #[derive(Clone)]

@@ -21,7 +21,7 @@ use pgwire::{
     error::PgWireResult,
 };
 
-use super::sqlstate::error;
+use super::{code_tokens, sqlstate::error};
 
 /// At most this many parameters in one statement.
 pub const MAX_PARAMETERS: usize = 1_000;
@@ -85,7 +85,7 @@ pub fn inline(portal: &Portal<String>) -> PgWireResult<String> {
     if placeholders.is_empty() {
         return Ok(sql.clone());
     }
-    let mut expected_tokens = code_tokens(sql)? - placeholders.len();
+    let mut expected_tokens = code_token_count(sql)? - placeholders.len();
     let mut inlined = String::with_capacity(sql.len());
     let mut copied = 0;
     for (at, text, n) in placeholders {
@@ -110,7 +110,7 @@ pub fn inline(portal: &Portal<String>) -> PgWireResult<String> {
             .unwrap_or(Type::UNKNOWN);
         let format = portal.parameter_format.format_for(index);
         let literal = literal(value.as_deref(), &declared, format)?;
-        expected_tokens += code_tokens(&literal)?;
+        expected_tokens += code_token_count(&literal)?;
         inlined.push_str(&sql[copied..at]);
         // Apart from its neighbours: no `-` before it makes a comment, no
         // letter before it makes a prefixed string (E'...', N'...').
@@ -122,7 +122,7 @@ pub fn inline(portal: &Portal<String>) -> PgWireResult<String> {
     inlined.push_str(&sql[copied..]);
     // The values changed nothing but themselves: each placeholder became its
     // literal's tokens, and no comment, string or name swallowed the rest.
-    if code_tokens(&inlined)? != expected_tokens {
+    if code_token_count(&inlined)? != expected_tokens {
         return Err(error(
             "42601",
             "a parameter's value changed the statement around it; it was not run",
@@ -131,15 +131,11 @@ pub fn inline(portal: &Portal<String>) -> PgWireResult<String> {
     Ok(inlined)
 }
 
-/// How many tokens of `sql` are code: not whitespace or comments.
-fn code_tokens(sql: &str) -> PgWireResult<usize> {
-    let tokens = Tokenizer::new(&GenericDialect {}, sql)
-        .tokenize()
-        .map_err(|e| error("42601", e.to_string()))?;
-    Ok(tokens
-        .iter()
-        .filter(|token| !matches!(token, Token::Whitespace(_)))
-        .count())
+/// How many tokens of `sql` are code (`pg::code_tokens`).
+fn code_token_count(sql: &str) -> PgWireResult<usize> {
+    code_tokens(sql)
+        .map(|tokens| tokens.len())
+        .map_err(|e| error("42601", e.to_string()))
 }
 
 /// One bound value as a SQL literal.
@@ -286,7 +282,7 @@ mod tests {
         // A quote stays inside its string, whatever comes before it.
         let sql = inlined("SELECT E $1, 'a'$2", &["\\' OR TRUE --", "b' OR TRUE"], &[]);
         let sql = sql.unwrap();
-        assert_eq!(code_tokens(&sql).unwrap(), 6, "{sql}");
+        assert_eq!(code_token_count(&sql).unwrap(), 6, "{sql}");
         // A placeholder in a comment (to the line's end, \r included) or in a
         // quoted name is no placeholder.
         for sql in ["SELECT 1 -- one\r AND x = $1", "SELECT `a $1`"] {

@@ -38,7 +38,7 @@ use tracing::Instrument as _;
 use super::{
     PgState,
     cancel::Running,
-    catalog, params,
+    catalog, code_tokens, params,
     sqlstate::{self, UNAUTHORIZED, error, error_of, fatal},
     startup::{SERVER_VERSION, Session, validated},
 };
@@ -229,17 +229,10 @@ fn fields_of(schema: &Schema, format: &Format) -> PgWireResult<Vec<FieldInfo>> {
 
 /// Whether `sql` holds one statement: no `;` in code but trailing ones.
 fn one_statement(sql: &str) -> bool {
-    use datafusion::sql::sqlparser::{
-        dialect::GenericDialect,
-        tokenizer::{Token, Tokenizer},
-    };
-    let Ok(tokens) = Tokenizer::new(&GenericDialect {}, sql).tokenize() else {
+    use datafusion::sql::sqlparser::tokenizer::Token;
+    let Ok(code) = code_tokens(sql) else {
         return false;
     };
-    let code: Vec<&Token> = tokens
-        .iter()
-        .filter(|token| !matches!(token, Token::Whitespace(_)))
-        .collect();
     let last_code = code
         .iter()
         .rposition(|token| !matches!(token, Token::SemiColon))
