@@ -1,5 +1,5 @@
 //! A replica's graceful stop, as every part of the server sees it. On the
-//! first SIGTERM or SIGINT (`startup.rs`) the replica begins draining:
+//! first SIGTERM or SIGINT (`startup/`) the replica begins draining:
 //!
 //! 1. `/readyz` answers 503 at once, and no worker claims a new job (a query
 //!    submitted now is stored QUEUED for another replica);

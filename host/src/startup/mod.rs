@@ -22,6 +22,10 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use url::Url;
 
+mod wire;
+
+use wire::{FlightListener, PgListener, flight_listener_of, pg_listener_of, serve_pg};
+
 use crate::{
     api::{self, AppState},
     auth::TokenValidator,
@@ -76,23 +80,6 @@ pub struct Application {
     _workers_when_dropped: tokio_util::sync::DropGuard,
 }
 
-/// The Postgres listener, its address and what it serves.
-struct PgListener {
-    listener: TcpListener,
-    addr: SocketAddr,
-    /// The server's certificate, offering ALPN `postgresql`.
-    tls: Option<TlsAcceptor>,
-    #[cfg(feature = "pg-wire")]
-    state: crate::pg::PgState,
-}
-
-/// The Flight SQL listener, its address and its service.
-struct FlightListener {
-    listener: TcpListener,
-    addr: SocketAddr,
-    router: axum::Router,
-}
-
 impl Application {
     /// Builds the server on the wall clock.
     pub async fn build(config: Config) -> anyhow::Result<Self> {
@@ -127,20 +114,8 @@ impl Application {
             })?;
         let metrics_addr = metrics_listener.local_addr()?;
         let flight_listener =
-            match config.server.flight_listen {
-                Some(address) => Some(TcpListener::bind(address).await.with_context(|| {
-                    format!("cannot listen on {address} (server.flight_listen)")
-                })?),
-                None => None,
-            };
-        let pg_listener = match config.server.pg_listen {
-            Some(address) => Some(
-                TcpListener::bind(address)
-                    .await
-                    .with_context(|| format!("cannot listen on {address} (server.pg_listen)"))?,
-            ),
-            None => None,
-        };
+            wire::bind(config.server.flight_listen, "server.flight_listen").await?;
+        let pg_listener = wire::bind(config.server.pg_listen, "server.pg_listen").await?;
         let tls = match (&config.server.tls_cert, &config.server.tls_key) {
             (Some(cert), Some(key)) => Some(tls_acceptor(cert, key, &[b"h2", b"http/1.1"])?),
             _ => None,
@@ -506,72 +481,6 @@ impl Application {
     }
 }
 
-/// The Postgres listener serving the query service of `state`.
-#[cfg(feature = "pg-wire")]
-fn pg_listener_of(
-    listener: TcpListener,
-    tls: Option<TlsAcceptor>,
-    state: &AppState,
-) -> anyhow::Result<PgListener> {
-    Ok(PgListener {
-        addr: listener.local_addr()?,
-        listener,
-        tls,
-        state: crate::pg::PgState {
-            config: state.config.clone(),
-            validator: state.validator.clone(),
-            queries: state.queries.clone(),
-        },
-    })
-}
-
-/// Without the Postgres protocol compiled in, `Config::validate` refuses the
-/// key first.
-#[cfg(not(feature = "pg-wire"))]
-fn pg_listener_of(
-    _listener: TcpListener,
-    _tls: Option<TlsAcceptor>,
-    _state: &AppState,
-) -> anyhow::Result<PgListener> {
-    anyhow::bail!("server.pg_listen: this lakehost was built without the Postgres wire protocol")
-}
-
-/// Serves the Postgres listener (TLS is there: `Config::validate` requires
-/// it for `server.pg_listen`).
-#[cfg(feature = "pg-wire")]
-async fn serve_pg(pg: PgListener, limits: ConnectionLimits, stop: CancellationToken) {
-    match pg.tls {
-        Some(tls) => crate::pg::serve(pg.listener, tls, pg.state, limits, stop).await,
-        None => tracing::error!("server.pg_listen needs server.tls_cert; not serving Postgres"),
-    }
-}
-
-#[cfg(not(feature = "pg-wire"))]
-async fn serve_pg(_pg: PgListener, _limits: ConnectionLimits, _stop: CancellationToken) {}
-
-/// The Flight SQL listener serving the query service of `state`.
-#[cfg(feature = "flight-sql")]
-fn flight_listener_of(listener: TcpListener, state: &AppState) -> anyhow::Result<FlightListener> {
-    let addr = listener.local_addr()?;
-    let router = crate::flight::router(crate::flight::FlightState {
-        config: state.config.clone(),
-        validator: state.validator.clone(),
-        store: state.store.clone(),
-        queries: state.queries.clone(),
-    });
-    Ok(FlightListener {
-        listener,
-        addr,
-        router,
-    })
-}
-
-/// Without Flight SQL compiled in, `Config::validate` refuses the key first.
-#[cfg(not(feature = "flight-sql"))]
-fn flight_listener_of(_listener: TcpListener, _state: &AppState) -> anyhow::Result<FlightListener> {
-    anyhow::bail!("server.flight_listen: this lakehost was built without Flight SQL")
-}
-
 /// Resolves on the first SIGTERM or SIGINT; the second exits the process
 /// at once with 130. Registered when called.
 fn stop_signals() -> std::io::Result<impl Future<Output = ()>> {
@@ -633,10 +542,9 @@ fn own_url(addr: SocketAddr, tls: bool) -> Url {
     Url::parse(&format!("{scheme}://{host}:{}", addr.port())).expect("well-formed URL")
 }
 
-/// rustls with TLS 1.2 and 1.3 only, HTTP/2 and HTTP/1.1 by ALPN.
-/// A TLS acceptor of the server's certificate offering the ALPN protocols
-/// `alpn` (HTTP's two; `postgresql` on the Postgres listener, which libpq
-/// asks for).
+/// rustls with TLS 1.2 and 1.3 only, for the server's certificate, offering
+/// the ALPN protocols `alpn` (HTTP's two; `postgresql` on the Postgres
+/// listener, which libpq asks for).
 fn tls_acceptor(cert: &Path, key: &Path, alpn: &[&[u8]]) -> anyhow::Result<TlsAcceptor> {
     let certs = CertificateDer::pem_file_iter(cert)
         .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
