@@ -288,6 +288,13 @@ mod tests {
         for sql in ["SELECT 1 -- one\r AND x = $1", "SELECT `a $1`"] {
             assert_eq!(inlined(sql, &["x\n OR TRUE --"], &[]).unwrap(), sql);
         }
+        // Placeholders without a value are refused, not left in.
+        let refused = |sql: &str| match inlined(sql, &["a"], &[]) {
+            Err(pgwire::error::PgWireError::UserError(info)) => info.code,
+            other => panic!("{sql}: {other:?}"),
+        };
+        assert_eq!(refused("SELECT $2"), "08P01");
+        assert_eq!(refused("SELECT $0"), "42P02");
         assert_eq!(
             inlined("SELECT $1 || $2", &["it's", "\n"], &[]).unwrap(),
             "SELECT  'it''s'  ||  '\n' "
