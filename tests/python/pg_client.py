@@ -1,5 +1,5 @@
 """Postgres clients for pg_wire.rs: psycopg 3 (libpq underneath, as most
-Python tools reach Postgres servers).
+Python tools reach Postgres servers), and SQLAlchemy 2 on it.
 
 Usage: pg_client.py COMMAND JSON_ARGS; prints one JSON object.
 
@@ -133,9 +133,54 @@ def cancel(args):
     return outcome
 
 
+def sqlalchemy_inspect(args):
+    """SQLAlchemy 2 on psycopg, as pandas' ``read_sql`` and most Python
+    apps use it: connect (the dialect's own queries on connect), run
+    ``sql``, then the inspector's listings: schemas, the tables of
+    ``schema``, and the columns of ``table`` in it. An error at any step
+    prints where it happened and the server's message."""
+    import sqlalchemy
+
+    conn = args["conn"]
+    url = sqlalchemy.engine.URL.create(
+        "postgresql+psycopg",
+        username=conn["user"],
+        password=conn["password"],
+        host=conn["host"],
+        port=conn["port"],
+        database=conn["dbname"],
+        query={"sslmode": conn["sslmode"], "sslrootcert": str(conn["sslrootcert"])},
+    )
+    engine = sqlalchemy.create_engine(url)
+    outcome = {}
+    step = "connect"
+    try:
+        with engine.connect() as connection:
+            step = "query"
+            result = connection.execute(sqlalchemy.text(args["sql"]))
+            outcome["rows"] = [[cell(v) for v in row] for row in result]
+            inspector = sqlalchemy.inspect(connection)
+            step = "schemas"
+            outcome["schemas"] = inspector.get_schema_names()
+            step = "tables"
+            outcome["tables"] = inspector.get_table_names(schema=args["schema"])
+            step = "columns"
+            outcome["columns"] = [
+                {"name": column["name"], "type": str(column["type"]), "nullable": column["nullable"]}
+                for column in inspector.get_columns(args["table"], schema=args["schema"])
+            ]
+    except sqlalchemy.exc.DBAPIError as error:
+        outcome["error"] = {"step": step, **error_json(error.orig)}
+    except sqlalchemy.exc.NoSuchTableError as error:
+        outcome["error"] = {"step": step, "error": f"no such table: {error}"}
+    finally:
+        engine.dispose()
+    return outcome
+
+
 def main():
     command, args = sys.argv[1], json.loads(sys.argv[2])
-    commands = {"run": run, "cancel": cancel}
+    commands = {"run": run, "cancel": cancel, "sqlalchemy": sqlalchemy_inspect}
     print(json.dumps(commands[command](args)))
 
 

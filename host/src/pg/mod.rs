@@ -15,8 +15,10 @@
 //!   SET, SHOW, ...) answered here, every other statement run as a job.
 //! - `cancel.rs`: cancel requests: a session's backend key cancels its
 //!   running statement's job.
-//! - `catalog.rs`: the `pg_catalog` queries of psql's `\dt`, `\dn` and `\d`,
-//!   answered from what the caller may list.
+//! - `catalog.rs`: the `pg_catalog` and `information_schema` queries of
+//!   psql, SQLAlchemy and other tools, run by DataFusion over placeholders
+//!   of what the caller may read; `functions.rs`: the Postgres functions
+//!   they call that DataFusion lacks.
 //! - `params.rs`: extended-protocol parameters inlined as SQL literals.
 //! - `sqlstate.rs`: query outcomes as Postgres errors (SQLSTATE and text).
 //!
@@ -25,6 +27,7 @@
 
 mod cancel;
 mod catalog;
+mod functions;
 mod listener;
 mod params;
 mod sqlstate;

@@ -66,6 +66,15 @@ impl Debug for Session {
 }
 
 impl Session {
+    /// The database the session connected to: `demo`, or `lab.demo` for
+    /// zone `lab`.
+    pub fn database(&self) -> String {
+        match &self.zone {
+            Some(zone) => format!("{zone}.{}", self.org),
+            None => self.org.clone(),
+        }
+    }
+
     /// The same session with a fresh token for its secret.
     pub async fn renewed(&self, state: &PgState) -> PgWireResult<Session> {
         let token = token_for(state, &self.org, &self.client_id, &self.secret).await?;

@@ -15,8 +15,8 @@
 use std::{fmt::Debug, sync::Arc, time::Instant};
 
 use async_trait::async_trait;
-use datafusion::arrow::datatypes::Schema;
-use futures::{Sink, StreamExt as _, stream};
+use datafusion::arrow::{datatypes::Schema, record_batch::RecordBatch};
+use futures::{Sink, Stream, StreamExt as _, stream};
 use pgwire::api::Type;
 use pgwire::{
     api::{
@@ -24,8 +24,8 @@ use pgwire::{
         portal::{Format, Portal},
         query::{ExtendedQueryHandler, SimpleQueryHandler},
         results::{
-            DescribePortalResponse, DescribeStatementResponse, FieldInfo, QueryResponse, Response,
-            Tag,
+            DataRowEncoder, DescribePortalResponse, DescribeStatementResponse, FieldFormat,
+            FieldInfo, QueryResponse, Response, Tag,
         },
         stmt::{QueryParser, StoredStatement},
         store::PortalStore,
@@ -155,9 +155,16 @@ impl LakeStatements {
         }
         if catalog::is_catalog_query(sql) {
             let answer = async {
-                let query = catalog::recognise(sql)?;
                 let caller = self.caller(client, "query:read").await?;
-                catalog::answer(&self.state.queries, &caller, query).await
+                let kept = kept_catalog(client);
+                catalog::answer(
+                    &self.state,
+                    &caller,
+                    (&database_of(client)?, &kept),
+                    sql,
+                    format,
+                )
+                .await
             };
             return ("catalog", answer.await);
         }
@@ -202,29 +209,86 @@ impl LakeStatements {
                 "reading the result: {e}"
             )))
         })?;
-        let fields = Arc::new(fields_of(&schema, format)?);
-        let rows = {
-            let fields = fields.clone();
-            batches.into_stream().flat_map(move |batch| {
-                let rows: Box<dyn Iterator<Item = PgWireResult<_>> + Send> = match batch {
-                    Ok(batch) => Box::new(arrow_pg::datatypes::encode_recordbatch(
-                        fields.clone(),
-                        batch,
-                    )),
-                    Err(e) => Box::new(std::iter::once(Err(error_of(
-                        crate::query::QueryError::Internal(format!("reading the result: {e}")),
-                    )))),
-                };
-                stream::iter(rows)
-            })
-        };
-        Ok(Response::Query(QueryResponse::new(fields, rows)))
+        rows_response(&schema, batches.into_stream(), format)
     }
 }
 
 /// The Postgres columns of `schema`, in `format`.
 fn fields_of(schema: &Schema, format: &Format) -> PgWireResult<Vec<FieldInfo>> {
     arrow_pg::datatypes::arrow_schema_to_pg_fields(schema, format, None)
+}
+
+/// `batches` (of `schema`) as the rows of a query response, encoded by
+/// arrow-pg in `format`; a batch that cannot be read ends the rows with an
+/// error.
+pub fn rows_response<E: std::fmt::Display>(
+    schema: &Schema,
+    batches: impl Stream<Item = Result<RecordBatch, E>> + Send + 'static,
+    format: &Format,
+) -> PgWireResult<Response> {
+    let fields = Arc::new(fields_of(schema, format)?);
+    let rows = {
+        let fields = fields.clone();
+        batches.flat_map(move |batch| {
+            let rows: Box<dyn Iterator<Item = PgWireResult<_>> + Send> = match batch {
+                Ok(batch) => Box::new(arrow_pg::datatypes::encode_recordbatch(
+                    fields.clone(),
+                    batch,
+                )),
+                Err(e) => Box::new(std::iter::once(Err(error_of(
+                    crate::query::QueryError::Internal(format!("reading the result: {e}")),
+                )))),
+            };
+            stream::iter(rows)
+        })
+    };
+    Ok(Response::Query(QueryResponse::new(fields, rows)))
+}
+
+/// A result of text columns (psql reads every value as text; booleans are
+/// `t` and `f`).
+fn text_response(columns: &[&str], rows: Vec<Vec<Option<String>>>) -> PgWireResult<Response> {
+    let fields = Arc::new(
+        columns
+            .iter()
+            .map(|name| FieldInfo::new(name.to_string(), None, None, Type::TEXT, FieldFormat::Text))
+            .collect::<Vec<_>>(),
+    );
+    let mut encoded = Vec::with_capacity(rows.len());
+    for row in rows {
+        let mut encoder = DataRowEncoder::new(fields.clone());
+        for value in &row {
+            encoder.encode_field(value)?;
+        }
+        encoded.push(Ok(encoder.take_row()));
+    }
+    Ok(Response::Query(QueryResponse::new(
+        fields,
+        stream::iter(encoded),
+    )))
+}
+
+/// The connection's kept catalog session (made on first use).
+fn kept_catalog<C: ClientInfo>(client: &C) -> Arc<catalog::KeptCatalog> {
+    let extensions = client.session_extensions();
+    match extensions.get::<catalog::KeptCatalog>() {
+        Some(kept) => kept,
+        None => {
+            extensions.insert(catalog::KeptCatalog::default());
+            extensions
+                .get::<catalog::KeptCatalog>()
+                .expect("just inserted")
+        }
+    }
+}
+
+/// The database the session connected to: `demo`, or `lab.demo` for zone
+/// `lab` (the catalog name catalog queries see, as `current_database()`).
+fn database_of<C: ClientInfo>(client: &C) -> PgWireResult<String> {
+    let Some(session) = client.session_extensions().get::<Session>() else {
+        return Err(fatal("28000", UNAUTHORIZED));
+    };
+    Ok(session.database())
 }
 
 /// Whether `sql` holds one statement: no `;` in code but trailing ones.
@@ -267,10 +331,7 @@ fn session_command<C: ClientInfo>(client: &C, sql: &str) -> Option<PgWireResult<
                 "PostgreSQL {SERVER_VERSION} (lakehost {}, Apache DataFusion)",
                 env!("CARGO_PKG_VERSION")
             );
-            return Some(catalog::text_response(
-                &["version"],
-                vec![vec![Some(version)]],
-            ));
+            return Some(text_response(&["version"], vec![vec![Some(version)]]));
         }
         _ => return None,
     };
@@ -301,7 +362,7 @@ fn show<C: ClientInfo>(client: &C, name: &str) -> PgWireResult<Response> {
         }
     };
     let column = name.rsplit(' ').next().unwrap_or(name);
-    catalog::text_response(&[column], vec![vec![Some(value)]])
+    text_response(&[column], vec![vec![Some(value)]])
 }
 
 /// The statements of a simple query's text, each as its own text. Text that
@@ -384,15 +445,22 @@ impl LakeStatements {
         sql: &str,
         format: &Format,
     ) -> PgWireResult<Vec<FieldInfo>> {
-        let answered = match session_command(client, sql) {
-            Some(answer) => Some(answer),
-            None if catalog::is_catalog_query(sql) => Some(self.run(client, sql, format).await),
-            None => None,
-        };
-        match answered {
+        match session_command(client, sql) {
             Some(Ok(Response::Query(answer))) => return Ok(answer.row_schema().to_vec()),
             Some(_) => return Ok(Vec::new()),
             None if params::count(sql)? > 0 => return Ok(Vec::new()),
+            None if catalog::is_catalog_query(sql) => {
+                let caller = self.caller(client, "query:read").await?;
+                let kept = kept_catalog(client);
+                return catalog::describe(
+                    &self.state,
+                    &caller,
+                    (&database_of(client)?, &kept),
+                    sql,
+                    format,
+                )
+                .await;
+            }
             None => {}
         }
         let caller = self.caller(client, "query:write").await?;

@@ -5,6 +5,8 @@
 //! jobs `GET /v2/query/{id}` shows; parameters; zone databases; bad
 //! passwords, plain connections and garbage bytes refused clearly.
 
+mod catalog;
+
 use std::path::PathBuf;
 
 use lakehost_tests::*;
@@ -394,59 +396,6 @@ async fn garbage_bytes_close_the_connection_and_the_server_goes_on() {
         .run(&python, admin(&pg), json!([{ "sql": "SELECT 1 AS one" }]))
         .await;
     assert_eq!(results[0]["rows"], json!([[1]]), "{}", results[0]);
-}
-
-#[tokio::test]
-async fn psql_lists_and_describes_only_what_the_caller_may_read() {
-    if !have_psql() {
-        eprintln!("NOTE: psql tests not run: no psql");
-        return;
-    }
-    let pg = pg_app().await;
-    let admin = ("demo-admin", "demo-admin-secret", "demo");
-    let lines = |out: &str| out.lines().map(str::to_string).collect::<Vec<_>>();
-    let (ok, out, err) = psql(&pg, admin, &["-At", "-c", "\\dt"]).await;
-    assert!(ok, "{err}");
-    assert_eq!(
-        lines(&out),
-        [
-            "demo_data_input|raw|table|demo",
-            "demo_insights|summary|table|demo",
-            "demo_lake_v2|trips|table|demo",
-            "demo_sandbox|scratch|table|demo",
-        ]
-    );
-    let (ok, out, err) = psql(&pg, admin, &["-At", "-c", "\\dn"]).await;
-    assert!(ok, "{err}");
-    assert_eq!(lines(&out).len(), 4, "{out}");
-    // `\d` by schema and name, and by a bare name.
-    for name in ["demo_lake_v2.trips", "trips"] {
-        let (ok, out, err) = psql(&pg, admin, &["-A", "-c", &format!("\\d {name}")]).await;
-        assert!(ok, "{err}");
-        let described = lines(&out);
-        assert_eq!(described[0], "Table \"demo_lake_v2.trips\"", "{out}");
-        assert_eq!(described[1], "Column|Type|Collation|Nullable|Default");
-        assert_eq!(described[2], "trip_id|bigint||not null|");
-        assert_eq!(described[3], "fare|double precision|||");
-        assert_eq!(described[4], "city|text|||");
-    }
-
-    // A PublicConsumer reads the insights only: nothing else is listed or
-    // described.
-    let public = ("demo-public", "demo-public-secret", "demo");
-    let (ok, out, err) = psql(&pg, public, &["-At", "-c", "\\dt"]).await;
-    assert!(ok, "{err}");
-    assert_eq!(lines(&out), ["demo_insights|summary|table|demo"]);
-    let (ok, _, err) = psql(&pg, public, &["-c", "\\d demo_lake_v2.trips"]).await;
-    assert!(!ok);
-    assert!(
-        err.contains("Did not find any relation named \"demo_lake_v2.trips\""),
-        "{err}"
-    );
-    // Other catalog queries are refused, not guessed at.
-    let (ok, _, err) = psql(&pg, public, &["-c", "SELECT * FROM pg_catalog.pg_roles"]).await;
-    assert!(!ok);
-    assert!(err.contains("ERROR:  lakehost has no pg_catalog"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
