@@ -101,6 +101,7 @@ def adbc_objects(args):
 
 
 def varint(n):
+    n &= 0xFFFFFFFFFFFFFFFF  # a negative int32 is sent as its 64-bit two's complement
     out = bytearray()
     while True:
         byte = n & 0x7F
@@ -178,6 +179,35 @@ def raw_cancel(args):
     return answer
 
 
+def raw_type_info(args):
+    """GetFlightInfo then DoGet of CommandGetXdbcTypeInfo (pyarrow.flight
+    raw calls, as JDBC's getTypeInfo asks), for one ``data_type`` or all:
+    the rows' type names, data types and literal prefixes."""
+    import pyarrow.flight as flight
+
+    client = flight.FlightClient(args["uri"])
+    headers = []
+    if "token" in args:
+        headers.append((b"authorization", ("Bearer " + args["token"]).encode()))
+    options = flight.FlightCallOptions(headers=headers)
+    command = b""
+    if "data_type" in args:
+        command = varint(1 << 3) + varint(args["data_type"])
+    type_url = b"type.googleapis.com/arrow.flight.protocol.sql.CommandGetXdbcTypeInfo"
+    descriptor = flight.FlightDescriptor.for_command(field(1, type_url) + field(2, command))
+    try:
+        info = client.get_flight_info(descriptor, options)
+        table = client.do_get(info.endpoints[0].ticket, options).read_all()
+    except flight.FlightError as error:
+        return {"error": str(error), "code": type(error).__name__}
+    return {
+        "types": [
+            [row["type_name"], row["data_type"], row["literal_prefix"]]
+            for row in table.to_pylist()
+        ]
+    }
+
+
 def ticket_of(query_id):
     """The ticket lakehost answers a statement with: Any of
     TicketStatementQuery { statement_handle: <query id> }."""
@@ -219,6 +249,7 @@ COMMANDS = {
     "adbc_prepared": adbc_prepared,
     "adbc_objects": adbc_objects,
     "raw_statement": raw_statement,
+    "raw_type_info": raw_type_info,
 }
 
 if __name__ == "__main__":

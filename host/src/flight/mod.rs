@@ -46,8 +46,9 @@ use arrow_flight::{
         ActionCancelQueryRequest, ActionCancelQueryResult, ActionClosePreparedStatementRequest,
         ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult, Any,
         CommandGetCatalogs, CommandGetDbSchemas, CommandGetSqlInfo, CommandGetTableTypes,
-        CommandGetTables, CommandPreparedStatementQuery, CommandStatementQuery,
-        DoPutPreparedStatementResult, ProstMessageExt, SqlInfo, TicketStatementQuery,
+        CommandGetTables, CommandGetXdbcTypeInfo, CommandPreparedStatementQuery,
+        CommandStatementQuery, DoPutPreparedStatementResult, ProstMessageExt, SqlInfo,
+        TicketStatementQuery,
         server::{FlightSqlService, PeekableFlightDataStream},
     },
 };
@@ -324,6 +325,24 @@ impl FlightSqlService for LakeFlightSql {
             .build()
             .map_err(|e| status::status_of(QueryError::Internal(e.to_string())))?;
         Ok(one_batch(batch))
+    }
+
+    async fn get_flight_info_xdbc_type_info(
+        &self,
+        query: CommandGetXdbcTypeInfo,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = query.into_builder(&metadata::XDBC_TYPE_INFO).schema();
+        self.listing_info(&query, &schema, request).await
+    }
+
+    async fn do_get_xdbc_type_info(
+        &self,
+        query: CommandGetXdbcTypeInfo,
+        request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        caller::caller_of(&self.state, request.metadata(), "query:read").await?;
+        Ok(one_batch(metadata::xdbc_type_info(query)?))
     }
 
     async fn do_action_cancel_query(

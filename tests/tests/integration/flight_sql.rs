@@ -486,6 +486,68 @@ async fn catalog_listings_hide_what_the_caller_may_not_read() {
 }
 
 #[tokio::test]
+async fn xdbc_type_info_lists_the_engines_types_to_a_caller_with_a_token() {
+    let Some(python) = test_python() else { return };
+    let app = flight_app().await;
+    let token = app.token_for(&["PublicConsumer"], "[1]");
+    let all = flight_client(
+        &python,
+        "raw_type_info",
+        &with_uri(&app, json!({ "token": token })),
+    )
+    .await;
+    let types = all["types"].as_array().unwrap_or_else(|| panic!("{all}"));
+    let names: Vec<&str> = types.iter().filter_map(|t| t[0].as_str()).collect();
+    for name in [
+        "BOOLEAN",
+        "INTEGER",
+        "BIGINT",
+        "DOUBLE",
+        "DECIMAL",
+        "VARCHAR",
+        "DATE",
+        "TIMESTAMP",
+    ] {
+        assert!(names.contains(&name), "{name} missing: {all}");
+    }
+    // Each type is one the engine plans: a cast to it runs.
+    let casts: Vec<String> = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| format!("CAST(NULL AS {name}) AS c{i}"))
+        .collect();
+    let admin = app.token_for(&["ZoneAdmin"], "[0]");
+    let cast = flight_client(
+        &python,
+        "raw_statement",
+        &with_uri(
+            &app,
+            json!({ "token": admin, "sql": format!("SELECT {}", casts.join(", ")) }),
+        ),
+    )
+    .await;
+    assert_eq!(cast["rows"].as_array().map(Vec::len), Some(1), "{cast}");
+    assert!(
+        types.contains(&json!(["VARCHAR", 12, "'"])),
+        "text literals are quoted: {all}"
+    );
+    // One data type (XDBC BIGINT is -5), as JDBC's getTypeInfo filters.
+    let bigint = flight_client(
+        &python,
+        "raw_type_info",
+        &with_uri(&app, json!({ "token": token, "data_type": -5 })),
+    )
+    .await;
+    assert_eq!(bigint["types"], json!([["BIGINT", -5, null]]), "{bigint}");
+    // No token, no answer.
+    let anonymous = flight_client(&python, "raw_type_info", &with_uri(&app, json!({}))).await;
+    assert_eq!(
+        anonymous["code"], "FlightUnauthenticatedError",
+        "{anonymous}"
+    );
+}
+
+#[tokio::test]
 async fn garbage_bytes_close_the_connection_and_the_server_goes_on() {
     let Some(python) = test_python() else { return };
     // Short timeouts: a connection left half-way through HTTP/2's opening
