@@ -66,13 +66,14 @@ def adbc_query(args):
 
 def adbc_prepared(args):
     """A prepared statement through ADBC: prepared (the server checks and
-    plans it), then executed; its rows."""
+    plans it), then executed, with ``params`` bound if given (DBAPI's
+    ``execute(sql, params)``, ``?`` placeholders); its rows."""
     import adbc_driver_manager
 
     try:
         with adbc_connect(args) as conn, conn.cursor() as cursor:
             cursor.adbc_prepare(args["sql"])
-            cursor.execute(args["sql"])
+            cursor.execute(args["sql"], args.get("params"))
             return table_json(cursor.fetch_arrow_table())
     except adbc_driver_manager.Error as error:
         return adbc_error(error)

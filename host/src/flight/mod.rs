@@ -18,18 +18,20 @@
 //! - Catalog metadata lists what the caller may read (`metadata.rs`).
 //! - A prepared statement's handle is its SQL: creating one checks and plans
 //!   it (its schema, or the refusal), executing it runs it as a statement.
+//!   Binding parameters (`DoPut`) answers a new handle, the SQL with its
+//!   values inlined (`parameters.rs`).
 //! - `CancelFlightInfo` (and Flight SQL's older `CancelQuery`) cancels the
 //!   statement's query job, as `DELETE /v2/query/{id}` does.
 //! - Every call has a request id, a log line and a count (`calls.rs`).
 //!
-//! Not here yet: parameters of prepared statements, results streamed as the
-//! query runs (today the result is written first, as for REST), transactions
+//! Not here yet: results streamed as the query runs (today the result is written first, as for REST), transactions
 //! (none: each statement is its own job).
 
 mod caller;
 mod calls;
 mod handshake;
 mod metadata;
+mod parameters;
 mod results;
 mod statements;
 mod status;
@@ -173,12 +175,17 @@ impl FlightSqlService for LakeFlightSql {
         if query.transaction_id.is_some() {
             return Err(no_transactions());
         }
-        let schema = self
-            .state
-            .queries
-            .describe(&caller, &query.query)
-            .await
-            .map_err(status::status_of)?;
+        // A statement with parameters is planned when it runs with its
+        // values: its columns are not known before.
+        let schema = if parameters::count(&query.query)? > 0 {
+            Arc::new(Schema::empty())
+        } else {
+            self.state
+                .queries
+                .describe(&caller, &query.query)
+                .await
+                .map_err(status::status_of)?
+        };
         let schema = without_view_types(&schema);
         let IpcMessage(dataset_schema) = SchemaAsIpc::new(&schema, &IpcWriteOptions::default())
             .try_into()
@@ -201,15 +208,20 @@ impl FlightSqlService for LakeFlightSql {
         self.run_statement(&sql, request).await
     }
 
+    /// Parameters bound: the new handle is the statement with its values
+    /// (`parameters.rs`), checked like any statement when it runs.
     async fn do_put_prepared_statement_query(
         &self,
-        _query: CommandPreparedStatementQuery,
-        _request: Request<PeekableFlightDataStream>,
+        query: CommandPreparedStatementQuery,
+        request: Request<PeekableFlightDataStream>,
     ) -> Result<DoPutPreparedStatementResult, Status> {
-        Err(Status::unimplemented(
-            "lakehost does not bind parameters to prepared statements yet: \
-             write the values into the SQL",
-        ))
+        caller::caller_of(&self.state, request.metadata(), "query:write").await?;
+        let sql = prepared_sql(&query.prepared_statement_handle)?;
+        let row = parameters::row_of(request.into_inner()).await?;
+        let bound = parameters::bind(&sql, &row)?;
+        Ok(DoPutPreparedStatementResult {
+            prepared_statement_handle: Some(bound.into()),
+        })
     }
 
     async fn do_action_close_prepared_statement(

@@ -19,7 +19,8 @@
 //!   psql, SQLAlchemy and other tools, run by DataFusion over placeholders
 //!   of what the caller may read; `functions.rs`: the Postgres functions
 //!   they call that DataFusion lacks.
-//! - `params.rs`: extended-protocol parameters inlined as SQL literals.
+//! - `params.rs`: extended-protocol parameters as SQL literals
+//!   (`query::parameters` inlines them).
 //! - `sqlstate.rs`: query outcomes as Postgres errors (SQLSTATE and text).
 //!
 //! pgwire supplies the message codec and the per-message dispatch; the
@@ -36,24 +37,13 @@ mod statements;
 
 use std::sync::Arc;
 
-use datafusion::sql::sqlparser::{
-    dialect::GenericDialect,
-    tokenizer::{Token, Tokenizer, TokenizerError},
-};
 pub use listener::serve;
 
-use crate::{auth::TokenValidator, config::Config, query::service::QueryService};
-
-/// The tokens of `sql` that are code (not whitespace or comments), read with
-/// the engine's own SQL dialect, so what counts as a string, a quoted name
-/// or a comment here is what the engine will see.
-fn code_tokens(sql: &str) -> Result<Vec<Token>, TokenizerError> {
-    let tokens = Tokenizer::new(&GenericDialect {}, sql).tokenize()?;
-    Ok(tokens
-        .into_iter()
-        .filter(|token| !matches!(token, Token::Whitespace(_)))
-        .collect())
-}
+use crate::{
+    auth::TokenValidator,
+    config::Config,
+    query::{parameters::code_tokens, service::QueryService},
+};
 
 /// What the Postgres listener needs of the application.
 #[derive(Clone)]

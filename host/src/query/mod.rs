@@ -10,6 +10,7 @@
 pub mod execute;
 pub mod ipc_batches;
 mod page_tokens;
+pub mod parameters;
 pub mod prepare;
 mod recent_results;
 pub mod result;

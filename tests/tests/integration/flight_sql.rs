@@ -229,6 +229,41 @@ async fn prepared_statements_are_checked_when_prepared_and_run_as_jobs() {
 }
 
 #[tokio::test]
+async fn parameters_bound_to_a_prepared_statement_run_with_their_values() {
+    let Some(python) = test_python() else { return };
+    let app = flight_app().await;
+    let analyst = app.token_for(&["OwnServiceClientAnalyst"], "[1]");
+    let run = |sql: &str, params: Value| {
+        let args = with_uri(
+            &app,
+            json!({ "token": analyst, "sql": sql, "params": params }),
+        );
+        let python = python.clone();
+        async move { flight_client(&python, "adbc_prepared", &args).await }
+    };
+    let filtered = "SELECT trip_id, city FROM demo_lake_v2.trips \
+                    WHERE service_client_id = ? AND trip_id >= ? ORDER BY trip_id";
+    let answer = run(filtered, json!([1, 101])).await;
+    assert_eq!(answer["rows"], json!([[101, "city-1"]]), "{answer}");
+    // A value is a value: quotes and comment marks stay in it.
+    let answer = run("SELECT ? AS s, ? AS n", json!(["it's -- no comment", -2.5])).await;
+    assert_eq!(
+        answer["rows"],
+        json!([["it's -- no comment", -2.5]]),
+        "{answer}"
+    );
+    // The values are checked like the SQL: another client's rows are refused.
+    let refused = run(filtered, json!([3, 0])).await;
+    assert!(error_of(&refused).contains(DATA_DENIED), "{refused}");
+    // Too few values: refused, not run.
+    let refused = run("SELECT ?, ?", json!([1])).await;
+    assert!(
+        error_of(&refused).contains("1 parameters were bound, but the statement uses ?"),
+        "{refused}"
+    );
+}
+
+#[tokio::test]
 async fn cancel_flight_info_cancels_the_query_job() {
     let Some(python) = test_python() else { return };
     let app = flight_app().await;
