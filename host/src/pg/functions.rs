@@ -19,6 +19,13 @@ use datafusion::{
     prelude::SessionContext,
 };
 
+/// The functions `register` adds.
+pub const NAMES: [&str; 3] = [
+    "pg_get_serial_sequence",
+    "pg_collation_is_visible",
+    "json_build_object",
+];
+
 /// Registers the functions in `context` (a catalog session).
 pub fn register(context: &SessionContext) {
     context.register_udf(ScalarUDF::new_from_impl(Constant::new(
@@ -124,7 +131,13 @@ impl ScalarUDFImpl for JsonBuildObject {
             return exec_err!("json_build_object takes keys and values in pairs");
         }
         let rows = args.number_rows;
-        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        // Every argument as `rows` values (a scalar repeated), so each row
+        // of the call has one.
+        let arrays = args
+            .args
+            .iter()
+            .map(|arg| arg.to_array(rows))
+            .collect::<Result<Vec<_>>>()?;
         let texts = arrays
             .iter()
             .map(|array| cast(array, &DataType::Utf8))
@@ -148,7 +161,7 @@ impl ScalarUDFImpl for JsonBuildObject {
 
 #[cfg(test)]
 mod tests {
-    use datafusion::arrow::array::StringArray;
+    use datafusion::arrow::{array::StringArray, record_batch::RecordBatch};
 
     use super::*;
 
@@ -182,6 +195,17 @@ mod tests {
             one_value("SELECT pg_collation_is_visible(100)").await,
             "true"
         );
+        // Scalar arguments over many rows: one object per row.
+        let context = SessionContext::new();
+        register(&context);
+        let rows = context
+            .sql("SELECT json_build_object('a', (SELECT 1)) FROM (VALUES (1), (2), (3)) t(x)")
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        assert_eq!(rows.iter().map(RecordBatch::num_rows).sum::<usize>(), 3);
         let odd = SessionContext::new();
         register(&odd);
         let refused = match odd.sql("SELECT json_build_object('a')").await {

@@ -51,4 +51,7 @@ pub struct PgState {
     pub config: Arc<Config>,
     pub validator: Arc<TokenValidator>,
     pub queries: Arc<QueryService>,
+    /// Catalog statements running on this replica at once: at most
+    /// `query.workers` (they run on the engine runtime, beside jobs).
+    pub catalog_slots: Arc<tokio::sync::Semaphore>,
 }

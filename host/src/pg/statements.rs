@@ -156,15 +156,8 @@ impl LakeStatements {
         if catalog::is_catalog_query(sql) {
             let answer = async {
                 let caller = self.caller(client, "query:read").await?;
-                let kept = kept_catalog(client);
-                catalog::answer(
-                    &self.state,
-                    &caller,
-                    (&database_of(client)?, &kept),
-                    sql,
-                    format,
-                )
-                .await
+                let statement = catalog_statement(client, caller, sql)?;
+                catalog::answer(&self.state, statement, format).await
             };
             return ("catalog", answer.await);
         }
@@ -268,10 +261,19 @@ fn text_response(columns: &[&str], rows: Vec<Vec<Option<String>>>) -> PgWireResu
     )))
 }
 
-/// The connection's kept catalog session (made on first use).
-fn kept_catalog<C: ClientInfo>(client: &C) -> Arc<catalog::KeptCatalog> {
+/// `sql` as `caller`'s catalog statement on the session's database
+/// (`current_database()`: `demo`, or `lab.demo` for zone `lab`), with the
+/// connection's kept catalog session (made on first use).
+fn catalog_statement<C: ClientInfo>(
+    client: &C,
+    caller: LakeCaller,
+    sql: &str,
+) -> PgWireResult<catalog::CatalogStatement> {
     let extensions = client.session_extensions();
-    match extensions.get::<catalog::KeptCatalog>() {
+    let Some(session) = extensions.get::<Session>() else {
+        return Err(fatal("28000", UNAUTHORIZED));
+    };
+    let kept = match extensions.get::<catalog::KeptCatalog>() {
         Some(kept) => kept,
         None => {
             extensions.insert(catalog::KeptCatalog::default());
@@ -279,16 +281,13 @@ fn kept_catalog<C: ClientInfo>(client: &C) -> Arc<catalog::KeptCatalog> {
                 .get::<catalog::KeptCatalog>()
                 .expect("just inserted")
         }
-    }
-}
-
-/// The database the session connected to: `demo`, or `lab.demo` for zone
-/// `lab` (the catalog name catalog queries see, as `current_database()`).
-fn database_of<C: ClientInfo>(client: &C) -> PgWireResult<String> {
-    let Some(session) = client.session_extensions().get::<Session>() else {
-        return Err(fatal("28000", UNAUTHORIZED));
     };
-    Ok(session.database())
+    Ok(catalog::CatalogStatement {
+        database: session.database(),
+        kept,
+        caller,
+        sql: sql.to_string(),
+    })
 }
 
 /// Whether `sql` holds one statement: no `;` in code but trailing ones.
@@ -368,8 +367,10 @@ fn show<C: ClientInfo>(client: &C, name: &str) -> PgWireResult<Response> {
 /// The statements of a simple query's text, each as its own text. Text that
 /// does not parse is sent whole, for the query service's own error.
 fn statements_of(sql: &str) -> Vec<String> {
-    use datafusion::sql::sqlparser::{dialect::PostgreSqlDialect, parser::Parser};
-    match Parser::parse_sql(&PostgreSqlDialect {}, sql) {
+    // The engine's dialect: the Postgres dialect's parser takes time that
+    // doubles with each level of nested calls, on the connection's task.
+    use datafusion::sql::sqlparser::{dialect::GenericDialect, parser::Parser};
+    match Parser::parse_sql(&GenericDialect {}, sql) {
         Ok(statements) if statements.len() > 1 => {
             statements.iter().map(ToString::to_string).collect()
         }
@@ -451,15 +452,8 @@ impl LakeStatements {
             None if params::count(sql)? > 0 => return Ok(Vec::new()),
             None if catalog::is_catalog_query(sql) => {
                 let caller = self.caller(client, "query:read").await?;
-                let kept = kept_catalog(client);
-                return catalog::describe(
-                    &self.state,
-                    &caller,
-                    (&database_of(client)?, &kept),
-                    sql,
-                    format,
-                )
-                .await;
+                let statement = catalog_statement(client, caller, sql)?;
+                return catalog::describe(&self.state, statement, format).await;
             }
             None => {}
         }

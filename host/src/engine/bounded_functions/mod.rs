@@ -80,10 +80,18 @@ const BOUNDED: &[(&str, Growth)] = &[
 /// Replaces the context's growing functions with their bounded wrappers,
 /// and sends `||` through them.
 pub fn bound_functions(context: &SessionContext) {
-    bound_functions_at(context, MAX_RESULT_BYTES);
+    bound_functions_at(context, MAX_RESULT_BYTES, &[]);
 }
 
-fn bound_functions_at(context: &SessionContext, max_bytes: usize) {
+/// `bound_functions`, and also `others`: functions a context has beyond
+/// the engine's (the Postgres catalog session's `quote_ident`,
+/// `json_build_object`, ...), each bounded by what it returns
+/// (`Growth::Returned`).
+pub fn bound_functions_and(context: &SessionContext, others: &[&str]) {
+    bound_functions_at(context, MAX_RESULT_BYTES, others);
+}
+
+fn bound_functions_at(context: &SessionContext, max_bytes: usize, others: &[&str]) {
     let live = Arc::new(LiveResults::new(&context.runtime_env().memory_pool));
     let bounded = |inner: Arc<dyn ScalarUDFImpl>, growth: Growth| {
         Arc::new(ScalarUDF::new_from_impl(Bounded::new(
@@ -101,9 +109,11 @@ fn bound_functions_at(context: &SessionContext, max_bytes: usize) {
         let state = state.read();
         BOUNDED
             .iter()
+            .copied()
+            .chain(others.iter().map(|name| (*name, Growth::Returned)))
             .filter_map(|(name, growth)| {
-                let inner = state.scalar_functions().get(*name)?;
-                Some(bounded(inner.inner().clone(), *growth))
+                let inner = state.scalar_functions().get(name)?;
+                Some(bounded(inner.inner().clone(), growth))
             })
             .collect()
     };

@@ -16,7 +16,7 @@ fn bounded_session(max_bytes: usize, pool_bytes: usize) -> SessionContext {
         .build_arc()
         .unwrap();
     let context = SessionContext::new_with_config_rt(SessionConfig::new(), runtime);
-    bound_functions_at(&context, max_bytes);
+    bound_functions_at(&context, max_bytes, &[]);
     context
 }
 

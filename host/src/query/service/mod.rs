@@ -459,6 +459,17 @@ impl QueryService {
         }
     }
 
+    /// Runs `work`, a front end's statement of its own (the Postgres
+    /// catalog's), on the engine runtime where statements run, never on the
+    /// one serving connections; aborting the handle stops it.
+    pub fn spawn_on_engine<F>(&self, work: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.engine.handle().spawn(work)
+    }
+
     /// The storage endpoint's presigned result links (it serves them).
     pub fn result_links(&self) -> ResultLinks {
         self.result_links.clone()

@@ -86,6 +86,20 @@ async fn catalog_queries_answer_from_the_visible_catalog_and_never_read_the_lake
     let Some(python) = test_python() else { return };
     let pg = pg_app().await;
     let public = pg.conn("demo-public", "demo-public-secret", "demo");
+    // Each call doubles the quotes: the 7th would return 384 MB, past the
+    // per-call cap.
+    let doubling = format!(
+        "SELECT length({}repeat('\"', 3000000){}) FROM pg_catalog.pg_namespace",
+        "quote_ident(".repeat(7),
+        ")".repeat(7)
+    );
+    // Deeper than the catalog's nesting cap (the Postgres dialect's parser
+    // takes time that doubles with each level).
+    let nested = format!(
+        "SELECT {}'x'{} FROM pg_catalog.pg_namespace",
+        "quote_ident(".repeat(40),
+        ")".repeat(40)
+    );
     let long_chain = format!(
         "SELECT {} AS n FROM pg_catalog.pg_namespace",
         vec!["1"; 20_000].join("+")
@@ -116,6 +130,17 @@ async fn catalog_queries_answer_from_the_visible_catalog_and_never_read_the_lake
                 // The session goes on.
                 { "sql": "SELECT to_regtype('int4') IS NOT NULL AS known, \
                           to_regtype('no_such_type') IS NULL AS unknown" },
+                // SELECT INTO would create a table: not a query.
+                { "sql": "SELECT oid INTO mine FROM pg_catalog.pg_type" },
+                // A function of scalars over many rows: one value a row.
+                { "sql": "SELECT count(json_build_object('a', (SELECT 1))) AS n \
+                          FROM pg_catalog.pg_namespace" },
+                // Output that doubles at each level is stopped at the
+                // per-call cap, not built.
+                { "sql": doubling },
+                { "sql": nested },
+                // Scalar subqueries (rewritten as first_value) answer.
+                { "sql": "SELECT (SELECT (SELECT count(*) FROM pg_catalog.pg_namespace)) AS n" },
             ]),
         )
         .await;
@@ -158,6 +183,36 @@ async fn catalog_queries_answer_from_the_visible_catalog_and_never_read_the_lake
     assert_eq!(results[7]["sqlstate"], "54000", "{}", results[7]);
     assert_eq!(results[8]["sqlstate"], "42601", "{}", results[8]);
     assert_eq!(results[9]["rows"], json!([[true, true]]), "{}", results[9]);
+    assert_eq!(results[10]["sqlstate"], "0A000", "{}", results[10]);
+    assert_eq!(results[11]["sqlstate"], Value::Null, "{}", results[11]);
+    assert!(
+        results[11]["rows"][0][0].as_i64() > Some(1),
+        "{}",
+        results[11]
+    );
+    assert_eq!(results[12]["sqlstate"], "53200", "{}", results[12]);
+    assert!(
+        results[12]["error"]
+            .as_str()
+            .unwrap()
+            .contains("quote_ident"),
+        "{}",
+        results[12]
+    );
+    assert_eq!(results[13]["sqlstate"], "42601", "{}", results[13]);
+    assert!(
+        results[13]["error"]
+            .as_str()
+            .unwrap()
+            .contains("nests parentheses"),
+        "{}",
+        results[13]
+    );
+    assert!(
+        results[14]["rows"][0][0].as_i64() > Some(1),
+        "{}",
+        results[14]
+    );
 
     // A zone's session sees the zone's databases under its own name.
     let analyst = pg.conn("demo-own-analyst", "demo-own-analyst-secret", "lab.demo");
