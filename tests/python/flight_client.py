@@ -149,9 +149,101 @@ def raw_statement(args):
         }
         reader = client.do_get(info.endpoints[0].ticket, options)
         answer.update(table_json(reader.read_all()))
-        return answer
     except flight.FlightError as error:
         return {"error": str(error), "code": type(error).__name__}
+    if args.get("again"):
+        # The same ticket a second time.
+        try:
+            client.do_get(info.endpoints[0].ticket, options).read_all()
+            answer["again"] = "rows"
+        except Exception as error:  # pyarrow maps some gRPC codes to its own errors
+            answer["again"] = {"error": str(error), "code": type(error).__name__}
+    return answer
+
+
+def raw_stream(args):
+    """GetFlightInfo then DoGet of ``sql``, reading batch by batch: the rows
+    read before the stream ended and how it ended. With ``leave_after``, the
+    client stops reading after that many batches and closes the call."""
+    import pyarrow.flight as flight
+
+    client = flight.FlightClient(args["uri"])
+    options = flight.FlightCallOptions(
+        headers=[(b"authorization", ("Bearer " + args["token"]).encode())]
+    )
+    descriptor = flight.FlightDescriptor.for_command(statement_command(args["sql"]))
+    info = client.get_flight_info(descriptor, options)
+    answer = {"queryId": json.loads(info.app_metadata)["queryId"], "rows": 0, "batches": 0}
+    reader = client.do_get(info.endpoints[0].ticket, options)
+    try:
+        while True:
+            try:
+                chunk = reader.read_chunk()
+            except StopIteration:
+                answer["end"] = "complete"
+                break
+            answer["rows"] += chunk.data.num_rows
+            answer["batches"] += 1
+            if args.get("leave_after") and answer["batches"] >= args["leave_after"]:
+                reader.cancel()
+                answer["end"] = "left"
+                break
+    except flight.FlightError as error:
+        answer["end"] = {"error": str(error), "code": type(error).__name__}
+    client.close()
+    return answer
+
+
+def raw_cancel_while_streaming(args):
+    """GetFlightInfo then DoGet of ``sql`` on a thread; once REST (``rest``,
+    with ``host`` as the Host header) shows the query RUNNING, the
+    CancelFlightInfo action with that info: the state seen, the action's
+    answer and how the DoGet ended."""
+    import threading
+    import time
+    import urllib.error
+    import urllib.request
+
+    import pyarrow.flight as flight
+
+    client = flight.FlightClient(args["uri"])
+    headers = [(b"authorization", ("Bearer " + args["token"]).encode())]
+    options = flight.FlightCallOptions(headers=headers)
+    descriptor = flight.FlightDescriptor.for_command(statement_command(args["sql"]))
+    info = client.get_flight_info(descriptor, options)
+    query_id = json.loads(info.app_metadata)["queryId"]
+    answer = {"queryId": query_id}
+
+    def fetch():
+        # Chunk by chunk: read_all treats a cancelled call as Ctrl-C.
+        try:
+            reader = client.do_get(info.endpoints[0].ticket, options)
+            while True:
+                reader.read_chunk()
+        except StopIteration:
+            answer["do_get"] = "rows"
+        except flight.FlightError as error:
+            answer["do_get"] = {"error": str(error), "code": type(error).__name__}
+
+    fetching = threading.Thread(target=fetch)
+    fetching.start()
+    request = urllib.request.Request(
+        args["rest"] + "/v2/query/" + query_id,
+        headers={"Host": args["host"], "Authorization": "Bearer " + args["token"]},
+    )
+    deadline = time.monotonic() + 60
+    answer["seen"] = None
+    while time.monotonic() < deadline and answer["seen"] != "RUNNING":
+        try:
+            with urllib.request.urlopen(request) as response:
+                answer["seen"] = json.load(response)["status"]["state"]
+        except urllib.error.HTTPError as error:
+            answer["seen"] = error.code
+        time.sleep(0.05)
+    results = client.do_action(flight.Action("CancelFlightInfo", field(1, info.serialize())), options)
+    answer["cancel"] = [r.body.to_pybytes().hex() for r in results]
+    fetching.join(60)
+    return answer
 
 
 def raw_cancel(args):
@@ -245,6 +337,8 @@ def raw_query_calls(args):
 
 COMMANDS = {
     "raw_query_calls": raw_query_calls,
+    "raw_stream": raw_stream,
+    "raw_cancel_while_streaming": raw_cancel_while_streaming,
     "raw_cancel": raw_cancel,
     "adbc_query": adbc_query,
     "adbc_prepared": adbc_prepared,

@@ -30,7 +30,7 @@ use super::{
 use crate::{
     auth::LakeCaller,
     lake::ResultFormat,
-    store::queries::{QueryJob, QueryState},
+    store::queries::{Delivery, QueryJob, QueryState},
 };
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -74,6 +74,10 @@ fn query_resource(job: &QueryJob) -> Value {
     // Only on queries answered by result reuse, which the caller opted into.
     if let Some(reused) = &job.reused_query_id {
         resource["reusedQueryId"] = json!(reused);
+    }
+    // Only on queries whose rows went to a wire client as they ran.
+    if job.delivery != Delivery::Stored {
+        resource["via"] = json!(job.delivery.as_str());
     }
     resource
 }

@@ -116,6 +116,11 @@ pub struct QueryResource {
     /// org's `query.reuse_max_age_s`): the query whose result it answers with.
     #[serde(rename = "reusedQueryId")]
     reused_query_id: Option<String>,
+    /// Only on a statement whose rows went to its Flight SQL client while it
+    /// ran (`flight-sql`): its result was not kept, so `/result` and `/csv`
+    /// answer 409.
+    #[schema(example = "flight-sql")]
+    via: Option<String>,
 }
 
 /// One cell: `VarCharValue` holds the value as text; NULL is `{}`.

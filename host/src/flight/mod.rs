@@ -1,16 +1,19 @@
 //! Arrow Flight SQL on `server.flight_listen`: a front end over the same
-//! query service as the REST API, never a second engine. A statement is
-//! submitted as a query job (classification, role rules, the access decision
-//! in `scan()` and the spec's refusal texts all apply, and
-//! `GET /v2/query/{id}` shows it); its rows are sent from the job's typed
-//! result once it has ended.
+//! query service as the REST API, never a second engine. A statement is a
+//! query job (classification, role rules, the access decision in `scan()`
+//! and the spec's refusal texts all apply, and `GET /v2/query/{id}` shows
+//! it).
 //!
-//! - `GetFlightInfo` of a statement submits it (`query:write`) and answers
-//!   with the result's schema and one endpoint whose ticket is the query id
-//!   (the id is also in `app_metadata` as `{"queryId": ...}`).
-//! - `DoGet` of that ticket (`query:read`, the query's own caller only) waits
-//!   for the query's end, then streams its Arrow result; a FAILED query is
-//!   `Aborted` with its reason, a CANCELLED one `Cancelled`.
+//! - `GetFlightInfo` of a statement (`query:write`) checks and plans it and
+//!   answers with the result's schema and one endpoint (the query id is in
+//!   `app_metadata` as `{"queryId": ...}`). A read's ticket holds its SQL
+//!   and the id its run will have; `DoGet` of it (`query:write`, planned
+//!   again for that call's caller) runs the query and streams its rows as
+//!   the engine makes them, keeping none (the job shows `"via":
+//!   "flight-sql"`). Any other statement is submitted as a stored job, and
+//!   `DoGet` of its ticket (the query id; `query:read`, its own caller only)
+//!   sends its count once it ends. A FAILED query is `Aborted` with its
+//!   reason, a CANCELLED one `Cancelled`.
 //! - `Handshake` with `authorization: Basic` exchanges a client id and secret
 //!   for a token of the org's realm and hands it back as
 //!   `authorization: Bearer` (ADBC's username and password); every other
@@ -21,11 +24,11 @@
 //!   Binding parameters (`DoPut`) answers a new handle, the SQL with its
 //!   values inlined (`parameters.rs`).
 //! - `CancelFlightInfo` (and Flight SQL's older `CancelQuery`) cancels the
-//!   statement's query job, as `DELETE /v2/query/{id}` does.
+//!   statement's query job, as `DELETE /v2/query/{id}` does; a read not
+//!   started yet is stored CANCELLED.
 //! - Every call has a request id, a log line and a count (`calls.rs`).
 //!
-//! Not here yet: results streamed as the query runs (today the result is written first, as for REST), transactions
-//! (none: each statement is its own job).
+//! Not here: transactions (none: each statement is its own job).
 
 mod caller;
 mod calls;

@@ -1,17 +1,44 @@
-//! A finished query's typed result sent to a Flight SQL client: its record
-//! batches (`query::ipc_batches`, decoded as the file's bytes arrive)
-//! re-framed as Flight data.
+//! Rows sent to a Flight SQL client as Flight data: a streamed run's batches
+//! as the engine sends them, or a finished stored job's typed result (its
+//! record batches decoded by `query::ipc_batches` as the file's bytes
+//! arrive).
 
 use std::io;
 
 use bytes::Bytes;
-use futures::{TryStreamExt as _, stream::BoxStream};
+use futures::{StreamExt as _, TryStreamExt as _, stream::BoxStream};
 use tonic::Status;
 
 use arrow_flight::{encode::FlightDataEncoderBuilder, error::FlightError};
 
 use super::DoGetStream;
-use crate::query::ipc_batches::IpcBatches;
+use crate::query::{
+    ipc_batches::IpcBatches,
+    service::{StreamStop, StreamedRows},
+};
+
+/// A streamed run's rows: the schema first (also when no row comes), then
+/// each batch as it comes (the encoder splits large ones for gRPC). A run
+/// that ends short of SUCCEEDED ends the stream with its status.
+pub fn streamed(rows: StreamedRows) -> DoGetStream {
+    let id = rows.id;
+    let batches = rows.batches.map(move |batch| {
+        batch.map_err(|stop| {
+            FlightError::Tonic(Box::new(match stop {
+                StreamStop::Cancelled => super::statements::cancelled(&id),
+                StreamStop::Failed(reason) => Status::aborted(reason),
+            }))
+        })
+    });
+    let data = FlightDataEncoderBuilder::new()
+        .with_schema(rows.schema)
+        .build(batches)
+        .map_err(|error| match error {
+            FlightError::Tonic(status) => *status,
+            other => internal(other),
+        });
+    Box::pin(data)
+}
 
 /// The Flight data of the Arrow IPC stream `bytes`: its schema first (also
 /// for a result without rows), then each batch.

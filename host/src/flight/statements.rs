@@ -1,20 +1,69 @@
-//! Statements as query jobs: `GetFlightInfo` of a statement (or of a
-//! prepared statement, whose handle is its SQL) submits it, `DoGet` of its
-//! ticket (the query id) sends its rows once it has ended, and a cancel
-//! names it by its Flight info.
+//! Statements as query jobs. `GetFlightInfo` of a statement (or of a
+//! prepared statement, whose handle is its SQL) checks and plans it. A read
+//! answers with a streamed ticket: `DoGet` of it runs the query and sends
+//! its rows as they come (`QueryService::run_streamed`), and no result is
+//! kept. Any other statement is submitted as a stored job at once, and
+//! `DoGet` of its ticket (the query id) sends its one-row count once it has
+//! ended. A cancel names either by its Flight info.
 
 use arrow_flight::{
     Action, FlightDescriptor, FlightEndpoint, FlightInfo, Ticket,
     sql::{Any, ProstMessageExt, TicketStatementQuery},
 };
 use prost::Message;
+use serde::{Deserialize, Serialize};
 use tonic::{Request, Response, Status};
 
 use super::{DoGetStream, LakeFlightSql, caller, results, status};
 use crate::{
     engine::layout::without_view_types,
-    query::{QueryError, service::WireEnd},
+    query::{
+        QueryError,
+        service::{StreamStart, WireEnd},
+    },
 };
+
+/// A streamed read's ticket (JSON in `TicketStatementQuery`'s handle): the
+/// query id its run will have and its SQL. It grants nothing: whoever
+/// presents it runs the SQL with their own access, and an id runs once.
+#[derive(Serialize, Deserialize)]
+struct StreamTicket {
+    #[serde(rename = "queryId")]
+    query_id: String,
+    sql: String,
+}
+
+/// What a statement ticket's handle names.
+enum Handle {
+    /// A read to run and stream.
+    Streamed(StreamTicket),
+    /// A stored job, by its query id.
+    Stored(String),
+}
+
+impl Handle {
+    fn of(handle: &[u8]) -> Result<Self, Status> {
+        if handle.first() == Some(&b'{') {
+            return serde_json::from_slice(handle)
+                .map(Handle::Streamed)
+                .map_err(|_| Status::invalid_argument("the ticket is not one lakehost issued"));
+        }
+        String::from_utf8(handle.to_vec())
+            .map(Handle::Stored)
+            .map_err(|_| Status::invalid_argument("the ticket is not a lakehost query id"))
+    }
+
+    fn query_id(&self) -> &str {
+        match self {
+            Handle::Streamed(ticket) => &ticket.query_id,
+            Handle::Stored(id) => id,
+        }
+    }
+}
+
+pub(super) fn cancelled(id: &str) -> Status {
+    Status::cancelled(format!("query {id} was cancelled"))
+}
 
 pub(super) fn no_transactions() -> Status {
     Status::unimplemented("lakehost has no transactions: each statement is its own query")
@@ -27,8 +76,8 @@ pub(super) fn prepared_sql(handle: &[u8]) -> Result<String, Status> {
         .map_err(|_| Status::invalid_argument("the prepared statement handle is not lakehost's"))
 }
 
-/// The query a statement's Flight info names: its one endpoint's ticket.
-fn query_id_of(info: &FlightInfo) -> Result<String, Status> {
+/// What a statement's Flight info names: its one endpoint's ticket.
+fn handle_of(info: &FlightInfo) -> Result<Handle, Status> {
     let not_ours =
         || Status::invalid_argument("the flight info is not one of a lakehost statement");
     let ticket = info
@@ -38,7 +87,7 @@ fn query_id_of(info: &FlightInfo) -> Result<String, Status> {
         .ok_or_else(not_ours)?;
     let any = Any::decode(&*ticket.ticket).map_err(|_| not_ours())?;
     let handle: TicketStatementQuery = any.unpack().ok().flatten().ok_or_else(not_ours)?;
-    String::from_utf8(handle.statement_handle.to_vec()).map_err(|_| not_ours())
+    Handle::of(&handle.statement_handle).map_err(|_| not_ours())
 }
 
 impl LakeFlightSql {
@@ -51,63 +100,98 @@ impl LakeFlightSql {
         request: &Request<Action>,
     ) -> Result<bool, Status> {
         let caller = caller::caller_of(&self.state, request.metadata(), "query:write").await?;
-        let id = query_id_of(info)?;
-        self.state
-            .queries
-            .cancel(&caller, &id)
-            .await
-            .map_err(status::status_of)
+        let queries = &self.state.queries;
+        let cancelled = match handle_of(info)? {
+            Handle::Streamed(ticket) => {
+                queries
+                    .cancel_streamed(&caller, &ticket.query_id, &ticket.sql)
+                    .await
+            }
+            Handle::Stored(id) => queries.cancel(&caller, &id).await,
+        };
+        cancelled.map_err(status::status_of)
     }
 
-    /// A statement submitted as a query job for the call's caller: its
-    /// result's schema and one endpoint, whose ticket is the query id.
+    /// A statement checked and planned for the call's caller: its result's
+    /// schema and one endpoint, whose ticket names a streamed read or the
+    /// stored job of any other statement (the query id is also in
+    /// `app_metadata` as `{"queryId": ...}`).
     pub(super) async fn run_statement(
         &self,
         sql: &str,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let caller = caller::caller_of(&self.state, request.metadata(), "query:write").await?;
-        let submitted = self
-            .state
-            .queries
-            .submit(&caller, sql, None, None, None)
+        let queries = &self.state.queries;
+        let plan = queries
+            .plan_streamed(&caller, sql)
             .await
             .map_err(status::status_of)?;
+        let (id, handle) = match plan.streamed_id {
+            Some(id) => {
+                let ticket = StreamTicket {
+                    query_id: id.clone(),
+                    sql: sql.to_string(),
+                };
+                (
+                    id,
+                    serde_json::to_vec(&ticket).expect("a ticket serialises"),
+                )
+            }
+            None => {
+                let submitted = queries
+                    .submit(&caller, sql, None, None, None)
+                    .await
+                    .map_err(status::status_of)?;
+                (submitted.id.clone(), submitted.id.into_bytes())
+            }
+        };
         let handle = TicketStatementQuery {
-            statement_handle: submitted.id.clone().into(),
+            statement_handle: handle.into(),
         };
         let ticket = Ticket::new(handle.as_any().encode_to_vec());
-        let schema = without_view_types(&submitted.schema);
+        let schema = without_view_types(&plan.schema);
         let info = FlightInfo::new()
             .try_with_schema(&schema)
             .map_err(|e| status::status_of(QueryError::Internal(e.to_string())))?
             .with_endpoint(FlightEndpoint::new().with_ticket(ticket))
             .with_descriptor(request.into_inner())
-            .with_app_metadata(serde_json::json!({ "queryId": submitted.id }).to_string());
+            .with_app_metadata(serde_json::json!({ "queryId": id }).to_string());
         Ok(Response::new(info))
     }
 
-    /// A statement's rows, for `DoGet` of its ticket: the query's own caller
-    /// only; waits for the query's end (until it ends or the client goes away).
+    /// A statement's rows, for `DoGet` of its ticket: a streamed read runs
+    /// now, for the caller of this call; a stored job's result (its own
+    /// caller only) once it has ended.
     pub(super) async fn rows_of(
         &self,
         ticket: &TicketStatementQuery,
         request: &Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        let caller = caller::caller_of(&self.state, request.metadata(), "query:read").await?;
-        let id = std::str::from_utf8(&ticket.statement_handle)
-            .map_err(|_| Status::invalid_argument("the ticket is not a lakehost query id"))?;
-        let bytes = match self
-            .state
-            .queries
-            .typed_result_at_end(&caller, id)
-            .await
-            .map_err(status::status_of)?
-        {
-            WireEnd::Rows(bytes) => bytes,
-            WireEnd::Cancelled => {
-                return Err(Status::cancelled(format!("query {id} was cancelled")));
+        let handle = Handle::of(&ticket.statement_handle)?;
+        let scope = match handle {
+            Handle::Streamed(_) => "query:write",
+            Handle::Stored(_) => "query:read",
+        };
+        let caller = caller::caller_of(&self.state, request.metadata(), scope).await?;
+        let queries = &self.state.queries;
+        let id = handle.query_id().to_string();
+        let stored = match handle {
+            Handle::Streamed(ticket) => {
+                let started = queries
+                    .run_streamed(&caller, &ticket.query_id, &ticket.sql)
+                    .await
+                    .map_err(status::status_of)?;
+                return match started {
+                    StreamStart::Rows(rows) => Ok(Response::new(results::streamed(rows))),
+                    StreamStart::Cancelled => Err(cancelled(&id)),
+                };
             }
+            Handle::Stored(id) => queries.typed_result_at_end(&caller, &id).await,
+        };
+        let bytes = match stored.map_err(status::status_of)? {
+            WireEnd::Rows(bytes) => bytes,
+            WireEnd::Cancelled => return Err(cancelled(&id)),
             WireEnd::Failed(reason) => return Err(Status::aborted(reason)),
         };
         Ok(Response::new(results::flight_data_of(bytes).await?))

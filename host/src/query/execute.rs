@@ -1,7 +1,8 @@
 //! From a plan to a result: `execute` runs a prepared statement, streaming
 //! rows to the result CSV (and its typed Arrow copy, when `typed`) or, for
 //! CREATE TABLE AS and INSERT, to staged lake files (through `engine::write`)
-//! that the job commits with its final state.
+//! that the job commits with its final state. `stream_rows` runs a read whose
+//! rows go to a client as they come (a streamed query), into no file.
 
 use std::sync::Arc;
 
@@ -15,6 +16,7 @@ use datafusion::{
     prelude::SessionContext,
 };
 use futures::StreamExt as _;
+use tokio::sync::mpsc;
 
 use super::{QueryError, prepare::Prepared, result_writer::ResultWriter};
 use crate::{
@@ -23,6 +25,7 @@ use crate::{
     engine::{
         EngineError,
         columns::{ResultColumn, columns_of},
+        layout::{plain_batch, without_view_types},
         table_writer::delete_paths,
         write::write_plan,
     },
@@ -158,6 +161,45 @@ pub async fn execute(
             count_result(lake, target, rows, write, staged).await
         }
     }
+}
+
+/// Why a streamed query ends when its client stops reading.
+pub const CLIENT_GONE: &str =
+    "The client went away before it had read the whole result; the query was stopped.";
+
+/// Runs the read `plan`, sending its rows to `rows` as they come, each batch
+/// with view types made plain (the types the client was told). A full
+/// channel holds the scan back until the client reads; a dropped receiver
+/// stops it (`CLIENT_GONE`). Nothing is written: the execution has no small
+/// result, no write and no snapshot to reuse.
+pub async fn stream_rows(
+    context: &SessionContext,
+    plan: Arc<dyn ExecutionPlan>,
+    rows: mpsc::Sender<RecordBatch>,
+) -> Result<Execution, QueryError> {
+    let schema = plan.schema();
+    let plain = Arc::new(without_view_types(&schema));
+    let mut stream = execute_stream(plan.clone(), context.task_ctx()).map_err(run_error)?;
+    let (mut sent_rows, mut sent_bytes) = (0u64, 0u64);
+    while let Some(batch) = stream.next().await {
+        let batch = plain_batch(&batch.map_err(run_error)?, &plain)
+            .map_err(|e| QueryError::Internal(format!("result batch: {e}")))?;
+        sent_rows += batch.num_rows() as u64;
+        sent_bytes += batch.get_array_memory_size() as u64;
+        if rows.send(batch).await.is_err() {
+            return Err(QueryError::Failed(CLIENT_GONE.into()));
+        }
+    }
+    crate::observability::metrics::query_scanned(bytes_scanned(plan.as_ref()));
+    Ok(Execution {
+        columns: columns_of(&schema),
+        rows: sent_rows,
+        bytes: sent_bytes,
+        small_result: None,
+        write: CatalogWrite::None,
+        staged: Vec::new(),
+        snapshot: None,
+    })
 }
 
 /// A failure while running: permission refusals keep their friendly message,

@@ -20,8 +20,7 @@
 use std::sync::Arc;
 
 use datafusion::arrow::{
-    array::{ArrayRef, RecordBatch, RecordBatchOptions},
-    compute::cast,
+    array::RecordBatch,
     datatypes::{Schema, SchemaRef},
     error::ArrowError,
     ipc::{
@@ -32,7 +31,10 @@ use datafusion::arrow::{
 use object_store::{ObjectStore, buffered::BufWriter, path::Path};
 use tokio::{io::AsyncWriteExt as _, sync::mpsc, task::JoinHandle};
 
-use crate::{config::ArrowCompression, engine::layout::without_view_types};
+use crate::{
+    config::ArrowCompression,
+    engine::layout::{plain_batch, without_view_types},
+};
 
 /// Bytes gathered before they go to the object store.
 const FLUSH_BYTES: usize = 1 << 20;
@@ -234,24 +236,6 @@ async fn write_fed(
 
 fn abandoned() -> std::io::Error {
     std::io::Error::other("the typed copy was abandoned")
-}
-
-/// `batch` with the types of `schema` (view types cast to plain ones).
-fn plain_batch(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, ArrowError> {
-    let columns = batch
-        .columns()
-        .iter()
-        .zip(schema.fields())
-        .map(|(column, field)| {
-            if column.data_type() == field.data_type() {
-                Ok(column.clone())
-            } else {
-                cast(column, field.data_type())
-            }
-        })
-        .collect::<Result<Vec<ArrayRef>, _>>()?;
-    let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
-    RecordBatch::try_new_with_options(schema.clone(), columns, &options)
 }
 
 #[cfg(test)]

@@ -50,6 +50,32 @@ impl QueryState {
     }
 }
 
+/// Where a query's rows go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// Into the result files that pages, downloads and links read.
+    Stored,
+    /// To its Flight SQL client while it runs; no result is kept.
+    FlightSql,
+}
+
+impl Delivery {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Delivery::Stored => "stored",
+            Delivery::FlightSql => "flight-sql",
+        }
+    }
+
+    fn parse(text: &str) -> Result<Self> {
+        Ok(match text {
+            "stored" => Delivery::Stored,
+            "flight-sql" => Delivery::FlightSql,
+            other => return Err(Error::Corrupt(format!("query delivery {other:?}"))),
+        })
+    }
+}
+
 /// What a caller submits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewQuery {
@@ -83,13 +109,15 @@ pub struct QueryJob {
     pub attempts: i64,
     /// Set when this query answered with another's result (result reuse).
     pub reused_query_id: Option<String>,
+    pub delivery: Delivery,
 }
 
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum QueryOutcome {
     Succeeded {
-        result_path: String,
+        /// The result CSV; none for a streamed query (`Delivery`).
+        result_path: Option<String>,
         rows: i64,
         bytes: i64,
         columns_json: String,
@@ -133,7 +161,7 @@ pub enum CatalogWrite {
 const COLUMNS: &str = "id, org, zone, owner_sub, access_fingerprint, sql_text, database_name, \
     statement_type, state, state_change_reason, submitted_at, started_at, completed_at, \
     result_path, result_rows, result_bytes, result_columns_json, access_json, \
-    CAST(attempts AS BIGINT) AS attempts, reused_query_id";
+    CAST(attempts AS BIGINT) AS attempts, reused_query_id, delivery";
 
 fn job_from_row(row: &sqlx::any::AnyRow) -> Result<QueryJob> {
     let zone: String = row.try_get("zone")?;
@@ -160,6 +188,7 @@ fn job_from_row(row: &sqlx::any::AnyRow) -> Result<QueryJob> {
         result_columns_json: row.try_get("result_columns_json")?,
         attempts: row.try_get("attempts")?,
         reused_query_id: row.try_get("reused_query_id")?,
+        delivery: Delivery::parse(&row.try_get::<String, _>("delivery")?)?,
     })
 }
 
@@ -186,7 +215,7 @@ fn end_columns(outcome: &QueryOutcome) -> EndColumns<'_> {
         } => (
             "SUCCEEDED",
             None,
-            Some(result_path.as_str()),
+            result_path.as_deref(),
             Some(*rows),
             Some(*bytes),
             Some(columns_json.as_str()),
@@ -212,6 +241,9 @@ enum Inserted<'a> {
         holder: &'a str,
         lease_until: i64,
     },
+    /// Cancelled before it ran (a streamed statement whose client cancelled
+    /// it before fetching its rows): final, without a lease.
+    Cancelled,
     /// Run by the submitting replica before it was stored, and ended (a
     /// waited query that ended at once): final, without a lease.
     Ended {
@@ -223,7 +255,8 @@ enum Inserted<'a> {
 impl Store {
     /// Inserts a QUEUED job.
     pub async fn insert_query(&self, query: &NewQuery, now: i64) -> Result<QueryJob> {
-        self.insert_job(query, now, Inserted::Queued).await
+        self.insert_job(query, now, Inserted::Queued, Delivery::Stored)
+            .await
     }
 
     /// Inserts a job already RUNNING, held by `holder` until `lease_until`
@@ -235,15 +268,40 @@ impl Store {
         now: i64,
         lease_until: i64,
     ) -> Result<QueryJob> {
-        self.insert_job(
-            query,
-            now,
-            Inserted::Running {
-                holder,
-                lease_until,
-            },
-        )
-        .await
+        let running = Inserted::Running {
+            holder,
+            lease_until,
+        };
+        self.insert_job(query, now, running, Delivery::Stored).await
+    }
+
+    /// Inserts a job RUNNING on `holder` whose rows go to a client as it
+    /// runs (`delivery`), never to result files.
+    pub async fn insert_streamed_query(
+        &self,
+        query: &NewQuery,
+        delivery: Delivery,
+        holder: &str,
+        now: i64,
+        lease_until: i64,
+    ) -> Result<QueryJob> {
+        let running = Inserted::Running {
+            holder,
+            lease_until,
+        };
+        self.insert_job(query, now, running, delivery).await
+    }
+
+    /// Inserts a streamed job CANCELLED before it ran: its client cancelled
+    /// it before asking for its rows, and asking later finds it cancelled.
+    pub async fn insert_cancelled_query(
+        &self,
+        query: &NewQuery,
+        delivery: Delivery,
+        now: i64,
+    ) -> Result<QueryJob> {
+        self.insert_job(query, now, Inserted::Cancelled, delivery)
+            .await
     }
 
     /// Inserts a job that already ran (one attempt, from `started_at`) and
@@ -257,27 +315,26 @@ impl Store {
         outcome: &QueryOutcome,
         now: i64,
     ) -> Result<QueryJob> {
-        self.insert_job(
-            query,
-            now,
-            Inserted::Ended {
-                started_at,
-                outcome,
-            },
-        )
-        .await
+        let ended = Inserted::Ended {
+            started_at,
+            outcome,
+        };
+        self.insert_job(query, now, ended, Delivery::Stored).await
     }
 
-    /// One INSERT for all three. The job is returned as stored, without
+    /// One INSERT for all of them. The job is returned as stored, without
     /// reading it.
     async fn insert_job(
         &self,
         query: &NewQuery,
         now: i64,
         inserted: Inserted<'_>,
+        delivery: Delivery,
     ) -> Result<QueryJob> {
+        let cancelled = ("CANCELLED", None, None, None, None, None, None);
         let (state, started_at, attempts, lease, ended) = match inserted {
             Inserted::Queued => (QueryState::Queued, None, 0, None, None),
+            Inserted::Cancelled => (QueryState::Cancelled, None, 0, None, Some(cancelled)),
             Inserted::Running {
                 holder,
                 lease_until,
@@ -301,7 +358,8 @@ impl Store {
         };
         let (_, reason, path, rows, bytes, columns, reuse_key) =
             ended.unwrap_or((state.as_str(), None, None, None, None, None, None));
-        // A job stored at its end was submitted when it started.
+        // A job stored at its end was submitted when it started (or now,
+        // when it never started).
         let (submitted_at, completed_at) = match ended {
             Some(_) => (started_at.unwrap_or(now), Some(now)),
             None => (now, None),
@@ -310,9 +368,9 @@ impl Store {
             "INSERT INTO query_jobs (id, org, zone, owner_sub, access_fingerprint, sql_text, \
              database_name, statement_type, access_json, state, submitted_at, started_at, \
              lease_owner, lease_expires_at, attempts, state_change_reason, completed_at, \
-             result_path, result_rows, result_bytes, result_columns_json, reuse_key) \
+             result_path, result_rows, result_bytes, result_columns_json, reuse_key, delivery) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
-             $17, $18, $19, $20, $21, $22)",
+             $17, $18, $19, $20, $21, $22, $23)",
         )
         .bind(&query.id)
         .bind(&query.org)
@@ -336,6 +394,7 @@ impl Store {
         .bind(bytes)
         .bind(columns)
         .bind(reuse_key)
+        .bind(delivery.as_str())
         .execute(self.pool())
         .await?;
         Ok(QueryJob {
@@ -351,6 +410,7 @@ impl Store {
             result_columns_json: columns.map(str::to_string),
             attempts,
             reused_query_id: None,
+            delivery,
         })
     }
 
@@ -571,6 +631,7 @@ impl Store {
             result_columns_json: source.result_columns_json.clone(),
             attempts: 0,
             reused_query_id: Some(source.query.id.clone()),
+            delivery: Delivery::Stored,
         })
     }
 

@@ -97,7 +97,7 @@ async fn a_statement_is_a_query_job_that_rest_shows() {
     let answer = flight_client(
         &python,
         "raw_statement",
-        &with_uri(&app, json!({ "token": token, "sql": sql })),
+        &with_uri(&app, json!({ "token": token, "sql": sql, "again": true })),
     )
     .await;
     assert_eq!(answer["announced"], json!(["int64"]), "{answer}");
@@ -110,6 +110,24 @@ async fn a_statement_is_a_query_job_that_rest_shows() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(job["status"]["state"], "SUCCEEDED", "{job}");
     assert_eq!(job["query"], sql);
+    // Its rows were streamed as it ran: the job says so, and kept no result.
+    assert_eq!(job["via"], "flight-sql", "{job}");
+    let not_kept = format!("Query {id} was streamed to its Flight SQL client as it ran");
+    // (The spec's /csv answers 500 to any problem; `format` asks for a clear one.)
+    for path in ["result", "csv?format=csv"] {
+        let (status, body) = app
+            .get(ORG_HOST, &format!("/v2/query/{id}/{path}"), Some(&token))
+            .await;
+        assert_eq!(status, StatusCode::CONFLICT, "{path}: {body}");
+        assert!(body.to_string().contains(&not_kept), "{path}: {body}");
+    }
+    // The ticket runs once: asked again, it says the rows were not kept.
+    let again = answer["again"]["error"].as_str().expect("asked again");
+    assert!(again.contains(&not_kept), "{answer}");
+    // A query submitted over REST has no "via".
+    let rest = app.submit_sql(ORG_HOST, &token, sql).await;
+    let job = app.wait_for(ORG_HOST, &token, &rest, None).await;
+    assert!(job.get("via").is_none(), "{job}");
     // Another caller cannot read it, over either front end.
     let other = app.token_of("user-2", &["ZoneAdmin"], "[0]");
     let (status, _) = app.query_status(ORG_HOST, &other, id).await;
@@ -142,14 +160,103 @@ async fn a_statement_is_a_query_job_that_rest_shows() {
             "{unknown}"
         );
     }
-    // Its owner can fetch it again by its ticket.
+    // Its owner asking by its id is told the rows were not kept.
     let again = flight_client(
         &python,
         "raw_query_calls",
         &with_uri(&app, json!({ "token": token, "query_id": id })),
     )
     .await;
-    assert_eq!(again["do_get"], "rows", "{again}");
+    let refused = again["do_get"]["error"].as_str().expect("refused");
+    assert!(refused.contains(&not_kept), "{again}");
+    // A statement that is not a read runs as a stored job: its ticket is
+    // its id, and its count can be fetched again.
+    let create = "CREATE TABLE demo_sandbox.flight_made AS SELECT 1 AS x, 1 AS service_client_id";
+    let answer = flight_client(
+        &python,
+        "raw_statement",
+        &with_uri(
+            &app,
+            json!({ "token": token, "sql": create, "again": true }),
+        ),
+    )
+    .await;
+    assert_eq!(answer["rows"], json!([[1]]), "{answer}");
+    assert_eq!(answer["again"], "rows", "{answer}");
+    let id = answer["app_metadata"]["queryId"].as_str().unwrap();
+    let job = app.wait_for(ORG_HOST, &token, id, Some("SUCCEEDED")).await;
+    assert!(job.get("via").is_none(), "{job}");
+}
+
+#[tokio::test]
+async fn rows_stream_while_the_query_runs_and_a_short_end_is_an_error() {
+    let Some(python) = test_python() else { return };
+    let app = flight_app().await;
+    let token = app.token_for(&["ZoneAdmin"], "[0]");
+    let stream = |sql: &str, leave_after: Option<u32>| {
+        let args = with_uri(
+            &app,
+            json!({ "token": token, "sql": sql, "leave_after": leave_after }),
+        );
+        let python = python.clone();
+        async move { flight_client(&python, "raw_stream", &args).await }
+    };
+
+    // Many batches, every row, in order of arrival.
+    let many = "SELECT value FROM generate_series(1, 300000)";
+    let answer = stream(many, None).await;
+    assert_eq!(answer["end"], "complete", "{answer}");
+    assert_eq!(answer["rows"], json!(300_000), "{answer}");
+    assert!(answer["batches"].as_u64().unwrap() > 1, "{answer}");
+    let id = answer["queryId"].as_str().unwrap();
+    let job = app.wait_for(ORG_HOST, &token, id, Some("SUCCEEDED")).await;
+    assert_eq!(job["via"], "flight-sql", "{job}");
+
+    // A query that fails after sending rows: the stream ends with its
+    // reason, never as if the rows were all of them, and the job FAILED.
+    let failing = "SELECT 10 / (value - 200000) AS q FROM generate_series(1, 300000)";
+    let answer = stream(failing, None).await;
+    let error = answer["end"]["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{answer}"));
+    assert!(error.contains("Divide by zero"), "{answer}");
+    let id = answer["queryId"].as_str().unwrap();
+    let job = app.wait_for(ORG_HOST, &token, id, Some("FAILED")).await;
+    let reason = job["status"]["stateChangeReason"].as_str().unwrap();
+    assert!(reason.contains("Divide by zero"), "{job}");
+
+    // A client that leaves mid-stream stops the query.
+    let endless = "SELECT value FROM generate_series(1, 1000000000000)";
+    let answer = stream(endless, Some(2)).await;
+    assert_eq!(answer["end"], "left", "{answer}");
+    let id = answer["queryId"].as_str().unwrap();
+    let job = app.wait_for(ORG_HOST, &token, id, Some("FAILED")).await;
+    let reason = job["status"]["stateChangeReason"].as_str().unwrap();
+    assert!(reason.contains("went away"), "{job}");
+}
+
+#[tokio::test]
+async fn cancel_flight_info_stops_a_streaming_query() {
+    let Some(python) = test_python() else { return };
+    let app = flight_app().await;
+    let token = app.token_for(&["ZoneAdmin"], "[0]");
+    let endless = "SELECT count(*) FROM generate_series(1, 1000000000000)";
+    let answer = flight_client(
+        &python,
+        "raw_cancel_while_streaming",
+        &with_uri(
+            &app,
+            json!({ "token": token, "sql": endless, "rest": app.base, "host": ORG_HOST }),
+        ),
+    )
+    .await;
+    assert_eq!(answer["seen"], "RUNNING", "{answer}");
+    assert_eq!(answer["cancel"], json!(["0801"]), "{answer}");
+    let refused = answer["do_get"]["error"].as_str().expect("DoGet refused");
+    assert!(refused.contains("cancelled"), "{answer}");
+    let id = answer["queryId"].as_str().unwrap();
+    let job = app.wait_for(ORG_HOST, &token, id, Some("CANCELLED")).await;
+    assert_eq!(job["via"], "flight-sql", "{job}");
 }
 
 #[tokio::test]

@@ -12,7 +12,7 @@ use lakehost::{
         Error, Finished, JobCaps, Store,
         catalog::{LakeTable, NewDataFile},
         dailyrun::{NewDailyRun, RunEnd, RunStatus, StartOutcome},
-        queries::{CatalogWrite, NewQuery, QueryOutcome, QueryState},
+        queries::{CatalogWrite, Delivery, NewQuery, QueryOutcome, QueryState},
     },
 };
 
@@ -224,7 +224,7 @@ async fn query_jobs_move_through_their_states() {
         );
 
         let outcome = QueryOutcome::Succeeded {
-            result_path: "results/x".into(),
+            result_path: Some("results/x".into()),
             rows: 3,
             bytes: 10,
             columns_json: "[]".into(),
@@ -317,7 +317,7 @@ async fn a_reused_query_copies_the_newest_matching_result_within_its_age() {
                 .await
                 .unwrap();
             let outcome = QueryOutcome::Succeeded {
-                result_path: format!("results/{n}"),
+                result_path: Some(format!("results/{n}")),
                 rows: n.into(),
                 bytes: 10,
                 columns_json: "[]".into(),
@@ -358,6 +358,81 @@ async fn a_reused_query_copies_the_newest_matching_result_within_its_age() {
     }
 }
 
+/// A streamed query (Flight SQL) is stored RUNNING on its replica's lease,
+/// read back with its delivery, never claimed by another worker, and ends
+/// SUCCEEDED without a result path; one cancelled before it ran is stored
+/// CANCELLED at once and a second insert of the same id fails.
+#[tokio::test]
+async fn streamed_queries_keep_their_delivery_and_no_result_path() {
+    for (backend, store, _dir) in backends().await {
+        let job = query("streamed", 1);
+        let stored = store
+            .insert_streamed_query(&job, Delivery::FlightSql, "w1", 100, 200)
+            .await
+            .unwrap();
+        let read = store.query_job(&job.id).await.unwrap().unwrap();
+        assert_eq!(read, stored, "{backend}");
+        assert_eq!(
+            (read.state, read.delivery, read.attempts),
+            (QueryState::Running, Delivery::FlightSql, 1),
+            "{backend}"
+        );
+        assert!(
+            store
+                .claim_query("w2", 101, 300, JobCaps::NONE)
+                .await
+                .unwrap()
+                .is_none(),
+            "{backend}: a running streamed job is nobody else's"
+        );
+        let streamed = QueryOutcome::Succeeded {
+            result_path: None,
+            rows: 3,
+            bytes: 96,
+            columns_json: "[]".into(),
+            reuse_key: None,
+        };
+        let finished = store
+            .finish_query(&job.id, "w1", &streamed, &CatalogWrite::None, 110)
+            .await
+            .unwrap();
+        assert_eq!(finished, Finished::Recorded, "{backend}");
+        let ended = store.query_job(&job.id).await.unwrap().unwrap();
+        assert_eq!(ended.state, QueryState::Succeeded, "{backend}");
+        assert_eq!(ended.result_path, None, "{backend}");
+        assert_eq!(ended.result_rows, Some(3), "{backend}");
+        assert_eq!(ended.delivery, Delivery::FlightSql, "{backend}");
+
+        let early = query("cancelled-early", 2);
+        let cancelled = store
+            .insert_cancelled_query(&early, Delivery::FlightSql, 120)
+            .await
+            .unwrap();
+        assert_eq!(
+            store.query_job(&early.id).await.unwrap().unwrap(),
+            cancelled,
+            "{backend}"
+        );
+        assert_eq!(cancelled.state, QueryState::Cancelled, "{backend}");
+        assert_eq!(cancelled.completed_at, Some(120), "{backend}");
+        assert!(
+            store
+                .insert_streamed_query(&early, Delivery::FlightSql, "w1", 121, 200)
+                .await
+                .is_err(),
+            "{backend}: an id is stored once"
+        );
+        // A query submitted over REST is stored.
+        let rest = query("rest", 3);
+        assert_eq!(
+            store.insert_query(&rest, 130).await.unwrap().delivery,
+            Delivery::Stored
+        );
+        let read = store.query_job(&rest.id).await.unwrap().unwrap();
+        assert_eq!(read.delivery, Delivery::Stored, "{backend}");
+    }
+}
+
 /// A waited query the submitting replica ran before storing it is stored
 /// once, final: read back as written, never claimed,
 /// and its result reusable through its key like any other.
@@ -365,7 +440,7 @@ async fn a_reused_query_copies_the_newest_matching_result_within_its_age() {
 async fn a_query_stored_at_its_end_reads_back_final_and_is_reusable() {
     for (backend, store, _dir) in backends().await {
         let succeeded = QueryOutcome::Succeeded {
-            result_path: "results/at-once".into(),
+            result_path: Some("results/at-once".into()),
             rows: 1,
             bytes: 4,
             columns_json: "[]".into(),
@@ -643,7 +718,7 @@ async fn catalog_changes_commit_with_the_final_state_or_not_at_all() {
             files: vec![file.clone()],
         };
         let outcome = QueryOutcome::Succeeded {
-            result_path: "r".into(),
+            result_path: Some("r".into()),
             rows: 1,
             bytes: 1,
             columns_json: "[]".into(),

@@ -124,12 +124,14 @@ pub struct ResultPage {
 mod reading;
 mod reuse;
 mod runs_here;
+mod streamed;
 mod visible_catalog;
 mod waiting;
 mod worker;
 
 pub use reading::ResultFile;
 use runs_here::RunsHere;
+pub use streamed::{StreamPlan, StreamStart, StreamStop, StreamedRows};
 pub use visible_catalog::{VisibleCatalog, columns_of};
 pub use waiting::WireEnd;
 
@@ -334,17 +336,7 @@ impl QueryService {
         let (planned, statement_type) = self.plan_for(caller, &database, sql).await?;
         let schema = result_schema(&planned.prepared);
         let id = uuid::Uuid::new_v4().to_string();
-        let query = NewQuery {
-            id: id.clone(),
-            org: caller.org.clone(),
-            zone: caller.zone.clone(),
-            owner_sub: caller.sub.clone(),
-            access_fingerprint: caller.grant.fingerprint(),
-            sql: sql.to_string(),
-            database,
-            statement_type: statement_type.as_str().to_string(),
-            access_json: serde_json::to_string(&caller.grant).expect("grant serialises"),
-        };
+        let query = Self::new_query(caller, &id, sql, database, statement_type);
         if let Some(max_age_s) = self.reuse_max_age_s(&query, reuse_max_age_s)
             && let Some(reused) = self.reuse(&query, &planned, max_age_s).await?
         {
@@ -420,6 +412,27 @@ impl QueryService {
         })
     }
 
+    /// The job of `caller`'s statement `sql`, with their access.
+    fn new_query(
+        caller: &LakeCaller,
+        id: &str,
+        sql: &str,
+        database: String,
+        statement_type: StatementType,
+    ) -> NewQuery {
+        NewQuery {
+            id: id.to_string(),
+            org: caller.org.clone(),
+            zone: caller.zone.clone(),
+            owner_sub: caller.sub.clone(),
+            access_fingerprint: caller.grant.fingerprint(),
+            sql: sql.to_string(),
+            database,
+            statement_type: statement_type.as_str().to_string(),
+            access_json: serde_json::to_string(&caller.grant).expect("grant serialises"),
+        }
+    }
+
     fn result_path_of(query: &NewQuery, attempt: i64) -> String {
         lake::result_path(
             &query.org,
@@ -431,8 +444,8 @@ impl QueryService {
         )
     }
 
-    /// Starts executing `planned` on the engine runtime; dropping the
-    /// returned handle aborts it.
+    /// Starts executing `planned` on the engine runtime, its result to
+    /// `result_path`; dropping the returned handle aborts it.
     fn start_engine(&self, planned: Planned, id: &str, result_path: &str) -> Started {
         let Planned {
             context,
@@ -448,10 +461,17 @@ impl QueryService {
                 .typed_results
                 .then_some(self.limits.typed_results_compression),
         };
-        let task = self
-            .engine
-            .handle()
-            .spawn(async move { execute(&context, prepared, &lake, &access, &id, &target).await });
+        self.start_run(
+            async move { execute(&context, prepared, &lake, &access, &id, &target).await },
+        )
+    }
+
+    /// Starts `run`, a statement's execution, on the engine runtime.
+    fn start_run<F>(&self, run: F) -> Started
+    where
+        F: Future<Output = Result<Execution, QueryError>> + Send + 'static,
+    {
+        let task = self.engine.handle().spawn(run);
         let abort = AbortOnDrop(task.abort_handle());
         Started {
             task,

@@ -22,7 +22,7 @@ use crate::{
         result::{PAGE_ROWS, PageCursor, page_from_bytes, read_page},
         result_parquet::TypedResultError,
     },
-    store::queries::{QueryJob, QueryState},
+    store::queries::{Delivery, QueryJob, QueryState},
 };
 
 /// A finished query's whole result in one format: a stored file of known
@@ -72,7 +72,7 @@ impl QueryService {
         Ok(job)
     }
 
-    fn owns(caller: &LakeCaller, job: &QueryJob) -> bool {
+    pub(super) fn owns(caller: &LakeCaller, job: &QueryJob) -> bool {
         let q = &job.query;
         q.owner_sub == caller.sub && q.org == caller.org && q.zone == caller.zone
     }
@@ -128,6 +128,9 @@ impl QueryService {
         }
         if job.query.access_fingerprint != caller.grant.fingerprint() {
             return Err(QueryError::Denied(Denial::Data));
+        }
+        if job.delivery != Delivery::Stored {
+            return Err(super::streamed::not_kept(&job.query.id));
         }
         Ok(())
     }

@@ -36,7 +36,7 @@ use crate::{
 
 /// How long one look for a query's end lasts before the next, in
 /// `typed_result_at_end`.
-const END_WAIT: Duration = Duration::from_secs(30);
+pub(super) const END_WAIT: Duration = Duration::from_secs(30);
 
 /// How a statement sent over a wire protocol ended.
 pub enum WireEnd {

@@ -22,7 +22,7 @@ use crate::{
     query::{QueryError, execute::Execution},
     store::{
         Finished,
-        queries::{CatalogWrite, NewQuery, QueryJob, QueryOutcome, QueryState},
+        queries::{CatalogWrite, Delivery, NewQuery, QueryJob, QueryOutcome, QueryState},
     },
 };
 
@@ -138,14 +138,16 @@ impl QueryService {
             .lock()
             .expect("running map lock")
             .insert(id.clone(), token.clone());
-        let result_path = Self::result_path_of(&job.query, job.attempts);
+        // A streamed query's rows go to its client, never to a file.
+        let result_path = (job.delivery == Delivery::Stored)
+            .then(|| Self::result_path_of(&job.query, job.attempts));
         let time_limit = Duration::from_secs(self.limits.time_limit_s);
         // Stops when the lease is lost: cancelled or taken over elsewhere.
-        let held =
-            self.lease
-                .hold_while_held(&id, self.run_job(&job, started, &result_path), |until| {
-                    self.store.renew_query_lease(&id, &self.holder, until)
-                });
+        let held = self.lease.hold_while_held(
+            &id,
+            self.run_job(&job, started, result_path.as_deref()),
+            |until| self.store.renew_query_lease(&id, &self.holder, until),
+        );
         let outcome = tokio::select! {
             outcome = held => outcome.map(|ran| Ended::Ran(Box::new(ran))).unwrap_or(Ended::Stopped),
             _ = token.cancelled() => Ended::Stopped,
@@ -157,10 +159,20 @@ impl QueryService {
         };
         self.running.lock().expect("running map lock").remove(&id);
         match outcome {
-            Ended::Ran(outcome) => self.record(&job.query, *outcome, Some(&result_path)).await,
+            Ended::Ran(outcome) => {
+                self.record(&job.query, *outcome, result_path.as_deref())
+                    .await
+            }
             Ended::Stopped => {
                 tracing::info!("query stopped: cancelled or taken over");
-                self.lake.delete_result(&result_path).await;
+                if let Some(path) = &result_path {
+                    self.lake.delete_result(path).await;
+                }
+            }
+            Ended::HandedBack if job.delivery != Delivery::Stored => {
+                // Its client reads from this replica: no other can go on.
+                let stopped = QueryError::Failed(super::streamed::STOPPED_WHILE_STREAMING.into());
+                self.record(&job.query, Err(stopped), None).await;
             }
             Ended::HandedBack => {
                 match self.store.hand_back_query(&id, &self.holder).await {
@@ -170,7 +182,9 @@ impl QueryService {
                         tracing::warn!(error = %e, "query not handed back; it ends FAILED when its lease runs out")
                     }
                 }
-                self.lake.delete_result(&result_path).await;
+                if let Some(path) = &result_path {
+                    self.lake.delete_result(path).await;
+                }
             }
         }
     }
@@ -206,13 +220,19 @@ impl QueryService {
         &self,
         job: &QueryJob,
         started: Option<Started>,
-        result_path: &str,
+        result_path: Option<&str>,
     ) -> Result<Execution, QueryError> {
-        let started = match started {
-            Some(started) => started,
-            None => {
+        let started = match (started, result_path) {
+            (Some(started), _) => started,
+            (None, Some(result_path)) => {
                 let planned = self.plan_job(job).await?;
                 self.start_engine(planned, &job.query.id, result_path)
+            }
+            // Its rows had a client on the replica that started it.
+            (None, None) => {
+                return Err(QueryError::Failed(
+                    super::streamed::STOPPED_WHILE_STREAMING.into(),
+                ));
             }
         };
         started.outcome().await
@@ -248,7 +268,7 @@ impl QueryService {
         match outcome {
             Ok(execution) => RunEnd {
                 outcome: QueryOutcome::Succeeded {
-                    result_path: result_path.unwrap_or_default().to_string(),
+                    result_path: result_path.map(str::to_string),
                     rows: execution.rows as i64,
                     bytes: execution.bytes as i64,
                     columns_json: serde_json::to_string(&execution.columns)
@@ -293,11 +313,16 @@ impl QueryService {
     pub(super) fn count_end(query: &NewQuery, outcome: &QueryOutcome) {
         let (id, statement_type) = (query.id.as_str(), query.statement_type.as_str());
         match outcome {
-            QueryOutcome::Succeeded { bytes, .. } => jobs::query_ended(
+            // The metric counts result files' bytes: a streamed result has none.
+            QueryOutcome::Succeeded {
+                bytes, result_path, ..
+            } => jobs::query_ended(
                 id,
                 QueryState::Succeeded,
                 statement_type,
-                Some(u64::try_from(*bytes).unwrap_or(0)),
+                result_path
+                    .as_ref()
+                    .map(|_| u64::try_from(*bytes).unwrap_or(0)),
             ),
             QueryOutcome::Failed { .. } => {
                 jobs::query_ended(id, QueryState::Failed, statement_type, None)
