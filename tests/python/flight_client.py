@@ -128,7 +128,9 @@ def statement_command(sql):
 
 def raw_statement(args):
     """GetFlightInfo then DoGet with pyarrow.flight: the query id the server
-    names in app_metadata, the schema it announced and the rows it sent."""
+    names in app_metadata, the schema it announced and the rows it sent.
+    ``do_get_token``: the DoGet is another caller's; ``again``: the same
+    ticket is fetched a second time."""
     import pyarrow.flight as flight
 
     client = flight.FlightClient(args["uri"])
@@ -147,10 +149,19 @@ def raw_statement(args):
             "announced": [str(f.type) for f in info.schema],
             "endpoints": len(info.endpoints),
         }
+    except flight.FlightError as error:
+        return {"error": str(error), "code": type(error).__name__}
+    if "do_get_token" in args:
+        # The ticket presented by another caller.
+        options = flight.FlightCallOptions(
+            headers=[(b"authorization", ("Bearer " + args["do_get_token"]).encode())]
+        )
+    try:
         reader = client.do_get(info.endpoints[0].ticket, options)
         answer.update(table_json(reader.read_all()))
     except flight.FlightError as error:
-        return {"error": str(error), "code": type(error).__name__}
+        answer.update({"error": str(error), "code": type(error).__name__})
+        return answer
     if args.get("again"):
         # The same ticket a second time.
         try:

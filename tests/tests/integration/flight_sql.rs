@@ -260,6 +260,69 @@ async fn cancel_flight_info_stops_a_streaming_query() {
 }
 
 #[tokio::test]
+async fn a_read_ticket_grants_nothing_and_its_run_keeps_the_time_limit() {
+    let Some(python) = test_python() else { return };
+    let app = spawn_app_with(|config| {
+        config.server.flight_listen = Some("127.0.0.1:0".parse().unwrap());
+        config.query.time_limit_s = 1;
+    })
+    .await;
+    seed_demo_lake(&app).await;
+    let admin = app.token_for(&["ZoneAdmin"], "[0]");
+    let analyst = app.token_for(&["OwnServiceClientAnalyst"], "[1]");
+    // The admin's ticket, presented by an analyst of client 1: run with the
+    // analyst's access, so refused with the spec's text, and nothing stored.
+    let answer = flight_client(
+        &python,
+        "raw_statement",
+        &with_uri(
+            &app,
+            json!({ "token": admin, "sql": TRIPS, "do_get_token": analyst }),
+        ),
+    )
+    .await;
+    assert!(error_of(&answer).contains(DATA_DENIED), "{answer}");
+    let id = answer["app_metadata"]["queryId"].as_str().unwrap();
+    for token in [&admin, &analyst] {
+        let (status, _) = app.query_status(ORG_HOST, token, id).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{answer}");
+    }
+    // Its rows filtered to client 1, the analyst's ticket is the analyst's.
+    let filtered =
+        "SELECT trip_id FROM demo_lake_v2.trips WHERE service_client_id = 1 ORDER BY trip_id";
+    let answer = flight_client(
+        &python,
+        "raw_statement",
+        &with_uri(
+            &app,
+            json!({ "token": admin, "sql": filtered, "do_get_token": analyst }),
+        ),
+    )
+    .await;
+    assert_eq!(answer["rows"], json!([[100], [101]]), "{answer}");
+    let id = answer["app_metadata"]["queryId"].as_str().unwrap();
+    let (status, job) = app.query_status(ORG_HOST, &analyst, id).await;
+    assert_eq!(status, StatusCode::OK, "{job}");
+    assert_eq!(job["via"], "flight-sql", "{job}");
+
+    // A streamed query past the time limit ends the stream with its reason.
+    let endless = "SELECT count(*) FROM generate_series(1, 1000000000000)";
+    let answer = flight_client(
+        &python,
+        "raw_stream",
+        &with_uri(&app, json!({ "token": admin, "sql": endless })),
+    )
+    .await;
+    let error = answer["end"]["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{answer}"));
+    assert!(error.contains("time limit of 1 seconds"), "{answer}");
+    let id = answer["queryId"].as_str().unwrap();
+    let job = app.wait_for(ORG_HOST, &admin, id, Some("FAILED")).await;
+    assert_eq!(job["via"], "flight-sql", "{job}");
+}
+
+#[tokio::test]
 async fn refusals_keep_the_specs_texts_and_the_filter_reads() {
     let Some(python) = test_python() else { return };
     let app = flight_app().await;
@@ -727,4 +790,39 @@ async fn garbage_bytes_close_the_connection_and_the_server_goes_on() {
     )
     .await;
     assert_eq!(answer["rows"], json!([[1]]), "{answer}");
+}
+
+#[tokio::test]
+async fn a_drain_ends_a_streaming_query_failed_since_no_replica_can_go_on() {
+    let Some(python) = test_python() else { return };
+    let mut app = spawn_app_with(|config| {
+        config.server.flight_listen = Some("127.0.0.1:0".parse().unwrap());
+        config.server.drain_s = 2;
+    })
+    .await;
+    let token = app.token_for(&["ZoneAdmin"], "[0]");
+    let endless = "SELECT count(*) FROM generate_series(1, 1000000000000)";
+    let args = with_uri(&app, json!({ "token": token, "sql": endless }));
+    let client = tokio::spawn(async move { flight_client(&python, "raw_stream", &args).await });
+    // Its job started (stored RUNNING when its rows were asked for).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while app.store.job_counts().await.unwrap().queries_running == 0 {
+        assert!(std::time::Instant::now() < deadline, "never started");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    app.drain();
+    app.drained().await;
+    let answer = client.await.unwrap();
+    let id = answer["queryId"].as_str().unwrap();
+    // The stopped server's store, opened again.
+    let store = lakehost::store::Store::open_sqlite(&app.data_dir.join("lakehost.db"))
+        .await
+        .unwrap();
+    let job = store.query_job(id).await.unwrap().unwrap();
+    assert_eq!(job.state.as_str(), "FAILED", "{job:?}");
+    let reason = job.state_change_reason.unwrap_or_default();
+    assert!(reason.contains("server stopped"), "{reason}");
+    // Its client was told it ended short (how depends on whether the
+    // status left before the listener closed), never a complete result.
+    assert_ne!(answer["end"], "complete", "{answer}");
 }
