@@ -2,7 +2,8 @@
 //! (DESIGN.md "Jobs"). A job moves QUEUED → RUNNING → SUCCEEDED / FAILED, or to
 //! CANCELLED from any non-final state. A RUNNING job whose lease ran out (its
 //! worker died) can be claimed again; every claim counts an attempt so the
-//! caller can give up after a few.
+//! caller can give up after a few. A streamed job (`Delivery::FlightSql`) is
+//! inserted RUNNING by the replica its client reads from and never QUEUED.
 
 use sqlx::Row as _;
 

@@ -18,6 +18,10 @@
 //! ends FAILED, so a query that kills replicas cannot kill the next one.
 //! Results are written per attempt and catalog changes are committed in the
 //! same transaction as SUCCEEDED, so a rerun never duplicates rows.
+//!
+//! A Flight SQL read is streamed instead (`streamed.rs`): stored RUNNING when
+//! its client asks for the rows, run by the same `run`, its batches sent to
+//! the client as they come and no result file written.
 
 use std::{
     collections::HashMap,
