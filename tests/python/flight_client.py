@@ -172,6 +172,39 @@ def raw_statement(args):
     return answer
 
 
+def raw_bind(args):
+    """DoPut of parameter values to prepared statement ``sql`` (pyarrow.flight
+    raw calls): ``batches`` is a list of row lists, each sent as one record
+    batch of ``types`` (pyarrow type names; ``null`` for a column of nulls);
+    none sends only the schema. The new handle the server answers with, or
+    its refusal."""
+    import pyarrow as pa
+    import pyarrow.flight as flight
+
+    client = flight.FlightClient(args["uri"])
+    options = flight.FlightCallOptions(
+        headers=[(b"authorization", ("Bearer " + args["token"]).encode())]
+    )
+    type_url = b"type.googleapis.com/arrow.flight.protocol.sql.CommandPreparedStatementQuery"
+    command = field(1, type_url) + field(2, field(1, args["sql"].encode()))
+    descriptor = flight.FlightDescriptor.for_command(command)
+    types = [getattr(pa, name)() for name in args["types"]]
+    schema = pa.schema([(f"p{i}", t) for i, t in enumerate(types)])
+    try:
+        writer, reader = client.do_put(descriptor, schema, options)
+        for rows in args["batches"]:
+            columns = [pa.array([row[i] for row in rows], type=t) for i, t in enumerate(types)]
+            writer.write_batch(pa.record_batch(columns, schema=schema))
+        writer.done_writing()
+        answer = reader.read()
+        writer.close()
+    except Exception as error:  # pyarrow maps some gRPC codes to its own errors
+        return {"error": str(error), "code": type(error).__name__}
+    # DoPutPreparedStatementResult { prepared_statement_handle (1): bytes }
+    body = answer.to_pybytes()
+    return {"handle": body[2:].decode()}
+
+
 def raw_stream(args):
     """GetFlightInfo then DoGet of ``sql``, reading batch by batch: the rows
     read before the stream ended and how it ended. With ``leave_after``, the
@@ -349,6 +382,7 @@ def raw_query_calls(args):
 COMMANDS = {
     "raw_query_calls": raw_query_calls,
     "raw_stream": raw_stream,
+    "raw_bind": raw_bind,
     "raw_cancel_while_streaming": raw_cancel_while_streaming,
     "raw_cancel": raw_cancel,
     "adbc_query": adbc_query,

@@ -29,6 +29,14 @@ impl From<ParameterError> for PgWireError {
                     ),
                 );
             }
+            ParameterError::Unused { supplied, takes } => {
+                return error(
+                    "08P01",
+                    format!(
+                        "bind message supplies {supplied} parameters, but the statement requires {takes}"
+                    ),
+                );
+            }
             ParameterError::Syntax(_) | ParameterError::Mixed | ParameterError::Changed => "42601",
         };
         error(code, e.to_string())

@@ -44,6 +44,9 @@ pub enum ParameterError {
         supplied: usize,
         placeholder: String,
     },
+    /// More values than the statement's placeholders take.
+    #[error("{supplied} parameters were bound, but the statement takes {takes}")]
+    Unused { supplied: usize, takes: usize },
     /// `?` and `$n` in one statement.
     #[error("a statement uses either ? or $n placeholders, not both")]
     Mixed,
@@ -144,6 +147,10 @@ pub fn inline<E: From<ParameterError>>(
     mut literal: impl FnMut(usize) -> Result<String, E>,
 ) -> Result<String, E> {
     let placeholders = placeholders(sql, style)?;
+    let takes = placeholders.iter().map(|p| p.index + 1).max().unwrap_or(0);
+    if supplied > takes {
+        return Err(ParameterError::Unused { supplied, takes }.into());
+    }
     if placeholders.is_empty() {
         return Ok(sql.to_string());
     }
@@ -215,9 +222,25 @@ mod tests {
             "SELECT `a $1`",
             "SELECT '?'",
         ] {
-            let same = inlined(sql, Placeholders::NumberedOrQuestionMarks, &["x\n OR --"]);
+            let same = inlined(sql, Placeholders::NumberedOrQuestionMarks, &[]);
             assert_eq!(same.unwrap(), sql);
+            // So a value bound for it is one too many.
+            let refused = inlined(sql, Placeholders::NumberedOrQuestionMarks, &["x\n OR --"]);
+            assert_eq!(
+                refused,
+                Err(ParameterError::Unused {
+                    supplied: 1,
+                    takes: 0
+                })
+            );
         }
+        assert_eq!(
+            inlined("SELECT $2", Placeholders::Numbered, &["a", "b", "c"]),
+            Err(ParameterError::Unused {
+                supplied: 3,
+                takes: 2
+            })
+        );
         // A literal that swallows the rest is refused.
         let swallowing = inline("SELECT $1, 2", Placeholders::Numbered, 1, |_| {
             Ok::<_, ParameterError>("'x".to_string())

@@ -434,6 +434,51 @@ async fn parameters_bound_to_a_prepared_statement_run_with_their_values() {
 }
 
 #[tokio::test]
+async fn bad_parameter_bindings_are_refused_clearly() {
+    let Some(python) = test_python() else { return };
+    let app = flight_app().await;
+    let token = app.token_for(&["ZoneAdmin"], "[0]");
+    let bind = |sql: &str, types: Value, batches: Value| {
+        let args = with_uri(
+            &app,
+            json!({ "token": token, "sql": sql, "types": types, "batches": batches }),
+        );
+        let python = python.clone();
+        async move { flight_client(&python, "raw_bind", &args).await }
+    };
+    // One row: the new handle is the statement with its values.
+    let answer = bind(
+        "SELECT ? + 1, ?",
+        json!(["int64", "string"]),
+        json!([[[41, "x"]]]),
+    )
+    .await;
+    assert_eq!(answer["handle"], "SELECT  41  + 1,  'x' ", "{answer}");
+    // Several rows, in one batch or several: refused (one execution per row).
+    for batches in [json!([[[1], [2]]]), json!([[[1]], [[2]]])] {
+        let answer = bind("SELECT ?", json!(["int64"]), batches).await;
+        assert!(error_of(&answer).contains("binds one row"), "{answer}");
+    }
+    // No values at all, or a batch without rows.
+    for batches in [json!([]), json!([[]])] {
+        let answer = bind("SELECT ?", json!(["int64"]), batches).await;
+        assert!(
+            error_of(&answer).contains("no parameter values"),
+            "{answer}"
+        );
+    }
+    // More values than placeholders.
+    let answer = bind("SELECT ?", json!(["int64", "int64"]), json!([[[1, 2]]])).await;
+    assert!(
+        error_of(&answer).contains("2 parameters were bound"),
+        "{answer}"
+    );
+    // A value of a type with no SQL literal (a null column has one: NULL).
+    let answer = bind("SELECT ?", json!(["null"]), json!([[[null]]])).await;
+    assert_eq!(answer["handle"], "SELECT  NULL ", "{answer}");
+}
+
+#[tokio::test]
 async fn cancel_flight_info_cancels_the_query_job() {
     let Some(python) = test_python() else { return };
     let app = flight_app().await;
