@@ -15,10 +15,11 @@
 //!   SET, SHOW, ...) answered here, every other statement run as a job.
 //! - `cancel.rs`: cancel requests: a session's backend key cancels its
 //!   running statement's job.
-//! - `catalog.rs`: the `pg_catalog` and `information_schema` queries of
+//! - `catalog/`: the `pg_catalog` and `information_schema` queries of
 //!   psql, SQLAlchemy and other tools, run by DataFusion over placeholders
 //!   of what the caller may read; `functions.rs`: the Postgres functions
 //!   they call that DataFusion lacks.
+//! - `settings.rs`: the server settings `SHOW` and `pg_settings` answer.
 //! - `params.rs`: extended-protocol parameters as SQL literals
 //!   (`query::parameters` inlines them).
 //! - `sqlstate.rs`: query outcomes as Postgres errors (SQLSTATE and text).
@@ -31,6 +32,7 @@ mod catalog;
 mod functions;
 mod listener;
 mod params;
+mod settings;
 mod sqlstate;
 mod startup;
 mod statements;

@@ -38,7 +38,7 @@ use tracing::Instrument as _;
 use super::{
     PgState,
     cancel::Running,
-    catalog, code_tokens, params,
+    catalog, code_tokens, params, settings,
     sqlstate::{self, UNAUTHORIZED, error, error_of, fatal},
     startup::{SERVER_VERSION, Session, validated},
 };
@@ -337,28 +337,26 @@ fn session_command<C: ClientInfo>(client: &C, sql: &str) -> Option<PgWireResult<
     Some(Ok(answer))
 }
 
-/// `SHOW name`: the settings clients ask for on connect, and the session's
-/// last query id.
+/// `SHOW name`: a server setting (`settings.rs`), or the session's last
+/// query id.
 fn show<C: ClientInfo>(client: &C, name: &str) -> PgWireResult<Response> {
     let value = match name {
-        "transaction isolation level" | "transaction_isolation" => "read committed".to_string(),
-        "standard_conforming_strings" => "on".to_string(),
-        "server_version" => SERVER_VERSION.to_string(),
-        "timezone" => "UTC".to_string(),
-        "client_encoding" | "server_encoding" => "UTF8".to_string(),
-        "datestyle" => "ISO, YMD".to_string(),
-        "search_path" => "public".to_string(),
         "lakehost.last_query_id" => client
             .session_extensions()
             .get::<LastQuery>()
             .map(|last| last.0.clone())
             .unwrap_or_default(),
-        _ => {
-            return Err(error(
-                "42704",
-                format!("unrecognized configuration parameter \"{name}\""),
-            ));
-        }
+        // The SQL standard's spelling of `SHOW transaction_isolation`.
+        "transaction isolation level" => settings::TRANSACTION_ISOLATION.to_string(),
+        _ => match settings::setting(name) {
+            Some(setting) => setting.value.to_string(),
+            None => {
+                return Err(error(
+                    "42704",
+                    format!("unrecognized configuration parameter \"{name}\""),
+                ));
+            }
+        },
     };
     let column = name.rsplit(' ').next().unwrap_or(name);
     text_response(&[column], vec![vec![Some(value)]])

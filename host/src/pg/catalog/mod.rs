@@ -16,7 +16,14 @@
 //! or `information_schema` (an unqualified `pg_class` is `pg_catalog`'s, as
 //! in Postgres), or names no relation and calls a function only this
 //! session has (`current_schema()`, `to_regtype(...)`, ...).
+//!
+//! - `rewrite.rs`: what DataFusion cannot plan, rewritten first;
+//! - `arrays.rs`: the Postgres arrays the static tables hold as text,
+//!   subscripted and expanded (`_pg_expandarray`) as arrays;
+//! - `pg_settings.rs`: `pg_catalog.pg_settings` from lakehost's settings.
 
+mod arrays;
+mod pg_settings;
 mod rewrite;
 
 use std::{
@@ -36,7 +43,7 @@ use datafusion::{
         SessionStateBuilder, context::SQLOptions, memory_pool::FairSpillPool,
         runtime_env::RuntimeEnvBuilder,
     },
-    logical_expr::{Expr, LogicalPlan},
+    logical_expr::{Expr, LogicalPlan, planner::ExprPlanner},
     physical_plan::ExecutionPlan,
     prelude::{SessionConfig, SessionContext},
     sql::{
@@ -413,13 +420,37 @@ fn session(
             .register_schema(&lake_database.name, Arc::new(schema))
             .map_err(internal)?;
     }
-    context.register_catalog(database, Arc::new(catalog));
+    let catalog = Arc::new(catalog);
+    context.register_catalog(database, catalog.clone());
     setup_pg_catalog(&context, database, EmptyContextProvider).map_err(|e| internal(*e))?;
-    super::functions::register(&context);
+    pg_settings::overlay(catalog.as_ref()).map_err(internal)?;
+    super::functions::register(&context, database);
+    let [element, expand] = arrays::functions();
+    let element = Arc::new(element);
+    context.register_udf(element.as_ref().clone());
+    context.register_udf(expand);
+    {
+        // `text[i]` planned before DataFusion's planners see it.
+        let state = context.state_ref();
+        let mut state = state.write();
+        let planners: Vec<Arc<dyn ExprPlanner>> =
+            std::iter::once(Arc::new(arrays::TextArraySubscripts { element }) as _)
+                .chain(state.expr_planners().iter().cloned())
+                .collect();
+        *state = SessionStateBuilder::new_from_existing(state.clone())
+            .with_expr_planners(planners)
+            .build();
+    }
     // The catalog's own functions too (`quote_ident`, `json_build_object`,
-    // ...): each bounded by what it returns, as the engine's growing ones.
-    let mut others: Vec<&str> = CATALOG_FUNCTIONS.iter().map(String::as_str).collect();
+    // ...): each bounded by what it returns, as the engine's growing ones,
+    // but for those whose value has a fixed size.
+    let mut others: Vec<&str> = CATALOG_FUNCTIONS
+        .iter()
+        .map(String::as_str)
+        .filter(|name| !super::functions::FIXED_SIZE.contains(name))
+        .collect();
     others.extend(super::functions::NAMES);
+    others.push(arrays::EXPAND_ARRAY);
     bound_functions_and(&context, &others);
     Ok(context)
 }

@@ -1,5 +1,6 @@
 //! Rewrites of a parsed catalog statement into what DataFusion plans:
-//! `to_regtype`, `LIKE ... ESCAPE`, scalar subqueries (see [`rewrite`]).
+//! `to_regtype`, `_pg_expandarray`, `LIKE ... ESCAPE`, scalar subqueries
+//! (see [`rewrite`]).
 //! They work on the parsed tree; the few expressions they add come from
 //! lakehost's own templates.
 
@@ -11,6 +12,7 @@ use datafusion::sql::sqlparser::{
     parser::Parser,
 };
 
+use super::arrays::EXPAND_ARRAY;
 use crate::query::parameters::quoted;
 
 /// The identifier a template's slot is.
@@ -46,6 +48,10 @@ fn taken(expr: &mut ast::Expr) -> ast::Expr {
 /// What DataFusion cannot plan, rewritten into what it can:
 /// - `to_regtype('name')`: the subquery of `pg_type` Postgres' function
 ///   answers (the type's oid, or NULL);
+/// - `_pg_expandarray(a)`, a set-returning function, as `unnest` of its
+///   elements and positions (`arrays.rs`); `(expression).field` as
+///   `(expression)['field']`;
+/// - `'name'::regproc` as the function's name (see [`regproc_lookup`]);
 /// - `LIKE p ESCAPE 'c'` (SQLAlchemy escapes with `/`): DataFusion only
 ///   knows `\`, so `c` in the pattern becomes `\` (and a `\` there a
 ///   literal one);
@@ -60,7 +66,20 @@ fn taken(expr: &mut ast::Expr) -> ast::Expr {
 pub fn rewrite(statement: &mut Statement) {
     let _ = visit_expressions_mut(statement, |expr| {
         match expr {
-            ast::Expr::Subquery(query) => first_row(query),
+            ast::Expr::Subquery(query) => {
+                if let Some(name) = regproc_lookup(query) {
+                    if let Some(unqualified) =
+                        filled("(parse_ident(lakehost_slot))[-1]", taken(name))
+                    {
+                        *expr = unqualified;
+                    }
+                } else {
+                    first_row(query);
+                }
+            }
+            ast::Expr::CompoundFieldAccess { root, access_chain } => {
+                field_names_as_strings(root, access_chain);
+            }
             ast::Expr::Case { .. } => {
                 let _ = visit_expressions_mut(expr, |inner| {
                     if let ast::Expr::Subquery(query) = inner
@@ -70,6 +89,18 @@ pub fn rewrite(statement: &mut Statement) {
                     }
                     ControlFlow::<()>::Continue(())
                 });
+            }
+            ast::Expr::Function(function) if is_named(function, "_pg_expandarray") => {
+                if let ast::FunctionArguments::List(list) = &mut function.args
+                    && let [ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(array))] =
+                        list.args.as_mut_slice()
+                    && let Some(expanded) = filled(
+                        &format!("unnest({EXPAND_ARRAY}(lakehost_slot))"),
+                        taken(array),
+                    )
+                {
+                    *expr = expanded;
+                }
             }
             ast::Expr::Function(function)
                 if function.name.to_string().eq_ignore_ascii_case("to_regtype") =>
@@ -116,6 +147,78 @@ pub fn rewrite(statement: &mut Statement) {
         }
         ControlFlow::<()>::Continue(())
     });
+}
+
+/// The name in datafusion-pg-catalog's rewrite of `'name'::regproc`,
+/// `(SELECT oid FROM pg_catalog.pg_proc WHERE proname = 'name')`. Its
+/// static tables hold a regproc column (`pg_type.typinput`, ...) as the
+/// function's name, so a regproc is compared as one: the name without its
+/// schema (`'pg_catalog.array_in'::regproc` is `array_in`, as Postgres
+/// resolves it), not an oid of another type no column here holds.
+fn regproc_lookup(query: &mut ast::Query) -> Option<&mut ast::Expr> {
+    let ast::SetExpr::Select(select) = query.body.as_mut() else {
+        return None;
+    };
+    let [ast::SelectItem::UnnamedExpr(ast::Expr::Identifier(column))] =
+        select.projection.as_slice()
+    else {
+        return None;
+    };
+    let [from] = select.from.as_slice() else {
+        return None;
+    };
+    let ast::TableFactor::Table { name: table, .. } = &from.relation else {
+        return None;
+    };
+    let reads_pg_proc = column.value == "oid"
+        && from.joins.is_empty()
+        && table.to_string().eq_ignore_ascii_case("pg_catalog.pg_proc");
+    match select.selection.as_mut()? {
+        ast::Expr::BinaryOp {
+            left,
+            op: ast::BinaryOperator::Eq,
+            right,
+        } if reads_pg_proc
+            && matches!(left.as_ref(), ast::Expr::Identifier(name) if name.value == "proname") =>
+        {
+            Some(right.as_mut())
+        }
+        _ => None,
+    }
+}
+
+/// `(expression).field` (a composite's field, Postgres' syntax) as
+/// `(expression)['field']`, which DataFusion plans: it reads `.field` only
+/// after a column's name. An unquoted field name is lowercase, as in
+/// Postgres.
+fn field_names_as_strings(root: &ast::Expr, access_chain: &mut [ast::AccessExpr]) {
+    let mut after_name = matches!(root, ast::Expr::Identifier(_));
+    for access in access_chain {
+        match access {
+            ast::AccessExpr::Dot(ast::Expr::Identifier(_)) if after_name => {}
+            ast::AccessExpr::Dot(ast::Expr::Identifier(ident)) => {
+                let name = match ident.quote_style {
+                    Some(_) => ident.value.clone(),
+                    None => ident.value.to_lowercase(),
+                };
+                *access = ast::AccessExpr::Subscript(ast::Subscript::Index {
+                    index: ast::Expr::Value(ast::Value::SingleQuotedString(name).with_empty_span()),
+                });
+            }
+            _ => after_name = false,
+        }
+    }
+}
+
+/// Whether `function` is `name` (in any schema: `information_schema.` for
+/// `_pg_expandarray`).
+fn is_named(function: &ast::Function, name: &str) -> bool {
+    function
+        .name
+        .0
+        .last()
+        .and_then(|part| part.as_ident())
+        .is_some_and(|ident| ident.value.eq_ignore_ascii_case(name))
 }
 
 /// The names a query's own relations go by: each relation's name, its last
@@ -261,6 +364,35 @@ mod tests {
         assert!(text.contains("THEN NULL ELSE NULL END"), "{text}");
         assert!(
             text.contains("THEN (SELECT count(*) FROM pg_catalog.pg_class"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn set_returning_calls_field_access_and_regproc_casts_are_rewritten() {
+        let mut statements = parse(
+            "SELECT (information_schema._pg_expandarray(i.indkey)).n AS key_seq, \
+             (result.KEYS).x, i.indoption[0], \
+             typinput = 'pg_catalog.array_in'::regproc AS is_array, \
+             (SELECT count(*) FROM pg_catalog.pg_proc WHERE proname = 'x') AS other \
+             FROM pg_catalog.pg_index i, pg_catalog.pg_type",
+        )
+        .expect("parses");
+        rewrite(&mut statements[0]);
+        let text = statements[0].to_string();
+        assert!(
+            text.contains("(unnest(lakehost_expandarray(i.indkey)))['n'] AS key_seq"),
+            "{text}"
+        );
+        assert!(text.contains("(result.KEYS)['x']"), "{text}");
+        assert!(text.contains("i.indoption[0]"), "{text}");
+        assert!(
+            text.contains("typinput = (parse_ident('pg_catalog.array_in'))[-1] AS is_array"),
+            "{text}"
+        );
+        // A lookup of pg_proc that is not the regproc cast's stays a query.
+        assert!(
+            text.contains("(SELECT count(*) FROM pg_catalog.pg_proc WHERE proname = 'x'"),
             "{text}"
         );
     }
