@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use super::{admin, have_psql, pg_app, psql};
 
 /// The four databases of the embedded default's org.
-const DEMO_DATABASES: [&str; 4] = [
+pub(super) const DEMO_DATABASES: [&str; 4] = [
     "demo_data_input",
     "demo_insights",
     "demo_lake_v2",

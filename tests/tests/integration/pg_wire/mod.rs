@@ -6,6 +6,7 @@
 //! passwords, plain connections and garbage bytes refused clearly.
 
 mod catalog;
+mod jdbc;
 
 use std::path::PathBuf;
 
