@@ -9,8 +9,9 @@
 //!   true); `json_build_object` builds its JSON text;
 //! - `current_database()` is the database connected to, `current_schema()`
 //!   is `public`, `current_schemas(implicit)` is `{pg_catalog,public}` (or
-//!   `{public}`): one value for every row (datafusion-pg-catalog's answer
-//!   one row, and fail inside a join).
+//!   `{public}`), `session_user` (and `current_user`) `postgres`,
+//!   `pg_backend_pid()` 1: one value for every row (datafusion-pg-catalog's
+//!   answer one row, and fail inside a join).
 
 use std::sync::Arc;
 
@@ -36,19 +37,25 @@ pub const NAMES: [&str; 3] = [
     "json_build_object",
 ];
 
-/// Catalog functions (`register`'s and datafusion-pg-catalog's) whose value
-/// has a fixed size: never bounded, so the planner folds them into
+/// Catalog functions (`register`'s, `catalog/`'s and datafusion-pg-catalog's)
+/// whose value has a fixed size: never bounded, so the planner folds them into
 /// constants where Postgres would (`generate_series(1,
 /// array_upper(current_schemas(false), 1))`, a table function, takes only
 /// constants).
-pub const FIXED_SIZE: [&str; 7] = [
+pub const FIXED_SIZE: [&str; 13] = [
     "current_database",
     "current_schema",
     "current_schemas",
+    "session_user",
+    "pg_backend_pid",
     "pg_get_expr",
     "pg_get_indexdef",
     "array_upper",
     "array_lower",
+    "has_table_privilege",
+    "has_any_column_privilege",
+    "has_schema_privilege",
+    "has_database_privilege",
 ];
 
 /// The schemas `current_schemas(true)` lists: Postgres' implicit
@@ -81,6 +88,18 @@ pub fn register(context: &SessionContext, database: &str) {
         "current_schema",
         &[0],
         ScalarValue::Utf8(Some("public".to_string())),
+    )));
+    // The owner of everything in the catalog (`pg_get_userbyid`'s answer).
+    context.register_udf(ScalarUDF::new_from_impl(Constant::new(
+        "session_user",
+        &[0],
+        ScalarValue::Utf8(Some("postgres".to_string())),
+    )));
+    // datafusion-pg-catalog's (`pg_stat_gssapi` shows it too).
+    context.register_udf(ScalarUDF::new_from_impl(Constant::new(
+        "pg_backend_pid",
+        &[0],
+        ScalarValue::Int32(Some(1)),
     )));
     context.register_udf(ScalarUDF::new_from_impl(CurrentSchemas::new()));
     context.register_udf(ScalarUDF::new_from_impl(PgGetExpr::new()));
@@ -390,7 +409,8 @@ mod tests {
                 "SELECT current_database() AS d, current_schema() AS s, \
                  current_schemas(true)[1] AS implicit, current_schemas(false)[1] AS path, \
                  pg_get_expr(CASE WHEN x > 1 THEN 'e' END, 1) IS NULL AS no_default, \
-                 pg_get_indexdef(1, 1, false) IS NULL AS no_index \
+                 pg_get_indexdef(1, 1, false) IS NULL AS no_index, \
+                 pg_backend_pid() AS pid \
                  FROM (VALUES (1), (2), (3)) t(x) WHERE x <> 2",
             )
             .await
@@ -402,11 +422,15 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(
-            text.contains("| lab.demo | public | pg_catalog | public | true       | true     |"),
+            text.contains(
+                "| lab.demo | public | pg_catalog | public | true       | true     | 1   |"
+            ),
             "{text}"
         );
         assert!(
-            text.contains("| lab.demo | public | pg_catalog | public | false      | true     |"),
+            text.contains(
+                "| lab.demo | public | pg_catalog | public | false      | true     | 1   |"
+            ),
             "{text}"
         );
         let odd = SessionContext::new();

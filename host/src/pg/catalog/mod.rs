@@ -20,12 +20,16 @@
 //! - `rewrite.rs`: what DataFusion cannot plan, rewritten first;
 //! - `arrays.rs`: the Postgres arrays the static tables hold as text,
 //!   subscripted and expanded (`_pg_expandarray`) as arrays;
-//! - `pg_settings.rs`: `pg_catalog.pg_settings` from lakehost's settings.
+//! - `pg_settings.rs`: `pg_catalog.pg_settings` from lakehost's settings;
+//! - `privileges.rs`: `has_table_privilege` and the like, from the caller's
+//!   grants.
 
 mod arrays;
 mod pg_settings;
+mod privileges;
 mod rewrite;
 
+use privileges::Privileges;
 use std::{
     collections::{BTreeMap, HashSet},
     sync::{Arc, LazyLock},
@@ -340,10 +344,11 @@ impl SchemaProvider for SortedSchema {
 pub struct KeptCatalog(std::sync::Mutex<Option<(u64, SessionContext)>>);
 
 /// What a catalog session is built from, as one number.
-fn fingerprint(visible: &VisibleCatalog, database: &str) -> u64 {
+fn fingerprint(visible: &VisibleCatalog, database: &str, privileges: &Privileges) -> u64 {
     use std::hash::{Hash as _, Hasher as _};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     database.hash(&mut hasher);
+    privileges.hash(&mut hasher);
     for lake_database in &visible.databases {
         (&lake_database.id, &lake_database.name).hash(&mut hasher);
     }
@@ -355,31 +360,36 @@ fn fingerprint(visible: &VisibleCatalog, database: &str) -> u64 {
 }
 
 impl KeptCatalog {
-    /// The session for `visible`: the kept one, or a new one kept instead.
+    /// The session for what `caller` sees (`visible`): the kept one, or a
+    /// new one kept instead.
     fn session(
         &self,
+        caller: &LakeCaller,
         visible: &VisibleCatalog,
         database: &str,
         memory_limit: usize,
     ) -> Result<SessionContext, QueryError> {
-        let print = fingerprint(visible, database);
+        let privileges = Arc::new(Privileges::of(caller, visible, database));
+        let print = fingerprint(visible, database, &privileges);
         let mut kept = self.0.lock().expect("kept catalog lock");
         if let Some((kept_print, context)) = kept.as_ref()
             && *kept_print == print
         {
             return Ok(context.clone());
         }
-        let context = session(visible, database, memory_limit)?;
+        let context = session(visible, database, privileges, memory_limit)?;
         *kept = Some((print, context.clone()));
         Ok(context)
     }
 }
 
 /// The catalog session of a caller on `database` (the name it connected
-/// with): `visible`'s databases as schemas of placeholders, and pg_catalog.
+/// with): `visible`'s databases as schemas of placeholders, and pg_catalog;
+/// the privilege functions answer with `privileges`.
 fn session(
     visible: &VisibleCatalog,
     database: &str,
+    privileges: Arc<Privileges>,
     memory_limit: usize,
 ) -> Result<SessionContext, QueryError> {
     let internal = |e: DataFusionError| QueryError::Internal(format!("catalog session: {e}"));
@@ -429,6 +439,9 @@ fn session(
     let element = Arc::new(element);
     context.register_udf(element.as_ref().clone());
     context.register_udf(expand);
+    for function in privileges.functions() {
+        context.register_udf(function);
+    }
     {
         // `text[i]` planned before DataFusion's planners see it.
         let state = context.state_ref();
@@ -496,7 +509,12 @@ async fn plan(
     let memory_limit = usize::try_from(state.config.query.memory_limit_bytes).unwrap_or(usize::MAX);
     let context = statement
         .kept
-        .session(&visible, &statement.database, memory_limit)
+        .session(
+            &statement.caller,
+            &visible,
+            &statement.database,
+            memory_limit,
+        )
         .map_err(error_of)?;
     let plan = context
         .state()
