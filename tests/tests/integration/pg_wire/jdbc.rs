@@ -473,3 +473,116 @@ async fn dbeavers_catalog_queries_answer_from_the_visible_catalog() {
     );
     assert_eq!(results[1]["rows"], json!([]), "{answer}");
 }
+
+/// Metabase's check of what the user may do with each table, before it
+/// syncs them (its Postgres driver's `current-user-table-privileges`).
+const METABASE_PRIVILEGES: &str = "with table_privileges as (
+ select
+   NULL as role,
+   t.schemaname as schema,
+   t.objectname as table,
+   pg_catalog.has_any_column_privilege(current_user, '\"' || replace(t.schemaname, '\"', '\"\"') || '\"' || '.' || '\"' || replace(t.objectname, '\"', '\"\"') || '\"',  'update') as update,
+   pg_catalog.has_any_column_privilege(current_user, '\"' || replace(t.schemaname, '\"', '\"\"') || '\"' || '.' || '\"' || replace(t.objectname, '\"', '\"\"') || '\"',  'select') as select,
+   pg_catalog.has_any_column_privilege(current_user, '\"' || replace(t.schemaname, '\"', '\"\"') || '\"' || '.' || '\"' || replace(t.objectname, '\"', '\"\"') || '\"',  'insert') as insert,
+   pg_catalog.has_table_privilege(     current_user, '\"' || replace(t.schemaname, '\"', '\"\"') || '\"' || '.' || '\"' || replace(t.objectname, '\"', '\"\"') || '\"',  'delete') as delete
+ from (
+   select schemaname, tablename as objectname from pg_catalog.pg_tables
+   union
+   select schemaname, viewname as objectname from pg_catalog.pg_views
+   union
+   select schemaname, matviewname as objectname from pg_catalog.pg_matviews
+ ) t
+ where t.schemaname !~ '^pg_'
+   and t.schemaname <> 'information_schema'
+   and pg_catalog.has_schema_privilege(current_user, t.schemaname, 'usage')
+)
+select t.*
+from table_privileges t";
+
+/// Metabase's table listing for sync (its Postgres driver's
+/// `get-tables-sql`, as HoneySQL writes it, values bound).
+const METABASE_TABLES: &str = "SELECT n.nspname AS schema, c.relname AS name, \
+    CASE c.relkind WHEN 'r' THEN 'TABLE' WHEN 'p' THEN 'PARTITIONED TABLE' WHEN 'v' THEN 'VIEW' \
+    WHEN 'f' THEN 'FOREIGN TABLE' WHEN 'm' THEN 'MATERIALIZED VIEW' ELSE NULL END AS type, \
+    d.description AS description, stat.n_live_tup AS estimated_row_count \
+    FROM pg_catalog.pg_class AS c INNER JOIN pg_catalog.pg_namespace AS n ON c.relnamespace = n.oid \
+    LEFT JOIN pg_catalog.pg_description AS d ON (c.oid = d.objoid) AND (d.objsubid = ?) \
+    AND (d.classoid = 'pg_class'::regclass) \
+    LEFT JOIN pg_stat_user_tables AS stat ON (n.nspname = stat.schemaname) \
+    AND (c.relname = stat.relname) \
+    WHERE (c.relnamespace = n.oid) AND (n.nspname !~ ?) AND (n.nspname <> ?) \
+    AND c.relkind in ('r', 'p', 'v', 'f', 'm') AND (n.nspname IN (?, ?)) \
+    ORDER BY type ASC, schema ASC, name ASC";
+
+#[tokio::test]
+async fn metabases_sync_queries_answer_with_the_callers_grants() {
+    let Some(jar) = jdbc_jar() else { return };
+    let pg = pg_app().await;
+    let sync = json!({ "statements": [
+        { "sql": METABASE_PRIVILEGES },
+        { "sql": METABASE_TABLES,
+          "params": [0, "^pg_", "information_schema", "demo_insights", "demo_sandbox"] },
+        // A name the caller cannot see, or no privilege at all: an error.
+        { "sql": "SELECT has_table_privilege('demo_lake_v2.trips', 'SELECT')" },
+        { "sql": "SELECT has_schema_privilege('demo_sandbox', 'OWN')" },
+    ] });
+    // The own-client analyst reads every database and writes the sandbox
+    // only; lakehost has no UPDATE or DELETE.
+    let analyst = ("demo-own-analyst", "demo-own-analyst-secret", "demo");
+    let answer = jdbc(&jar, &pg, analyst, sync.clone()).await;
+    let results = &answer["results"];
+    assert_eq!(
+        results[0]["columns"],
+        json!([
+            "role", "schema", "table", "update", "select", "insert", "delete"
+        ]),
+        "{answer}"
+    );
+    assert_eq!(
+        results[0]["rows"],
+        json!([
+            [null, "demo_data_input", "raw", false, true, false, false],
+            [null, "demo_insights", "summary", false, true, false, false],
+            [null, "demo_lake_v2", "trips", false, true, false, false],
+            [null, "demo_sandbox", "scratch", false, true, true, false],
+        ]),
+        "{answer}"
+    );
+    assert_eq!(
+        results[1]["rows"],
+        json!([
+            ["demo_insights", "summary", "TABLE", null, null],
+            ["demo_sandbox", "scratch", "TABLE", null, null],
+        ]),
+        "{answer}"
+    );
+
+    // A PublicConsumer reads the insights and writes nothing.
+    let answer = jdbc(&jar, &pg, PUBLIC, sync).await;
+    let results = &answer["results"];
+    assert_eq!(
+        results[0]["rows"],
+        json!([[null, "demo_insights", "summary", false, true, false, false]]),
+        "{answer}"
+    );
+    assert_eq!(
+        results[1]["rows"],
+        json!([["demo_insights", "summary", "TABLE", null, null]]),
+        "{answer}"
+    );
+    assert_eq!(results[2]["sqlstate"], "XX000", "{answer}");
+    assert!(
+        results[2]["error"]
+            .as_str()
+            .unwrap()
+            .contains("relation \"demo_lake_v2.trips\" does not exist"),
+        "{answer}"
+    );
+    assert!(
+        results[3]["error"]
+            .as_str()
+            .unwrap()
+            .contains("schema \"demo_sandbox\" does not exist"),
+        "{answer}"
+    );
+}
