@@ -37,6 +37,7 @@ import duckdb
 import psycopg
 import pyarrow as pa
 import pyarrow.parquet as pq
+import requests
 from adbc_driver_flightsql import DatabaseOptions
 
 from query_bench import (
@@ -99,6 +100,38 @@ def certificate(work: Path) -> tuple[Path, Path]:
             check=True, capture_output=True,
         )
     return cert, key
+
+
+class TlsLakehostServer(LakehostServer):
+    """`lakehost serve` with a certificate: every listener speaks TLS, the
+    API too, so readiness is checked over HTTPS trusting `cert`."""
+
+    def __init__(self, lakehost: Path, config: Path, port: int, log: Path, cert: Path):
+        super().__init__(lakehost, config, port, log)
+        self.base_url = f"https://localhost:{port}"
+        self.cert = cert
+
+    def _wait_ready(self) -> None:
+        url = f"{self.base_url}/realms/{ORG}/.well-known/openid-configuration"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"lakehost exited at startup; see {self.log}")
+            try:
+                if requests.get(url, timeout=1, verify=str(self.cert)).status_code == 200:
+                    return
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"lakehost not ready after 60s; see {self.log}")
+
+    def token(self) -> str:
+        return requests.post(
+            f"{self.base_url}/realms/{ORG}/protocol/openid-connect/token",
+            data={"grant_type": "client_credentials", "client_id": CLIENT_ID,
+                  "client_secret": CLIENT_SECRET},
+            timeout=10, verify=str(self.cert),
+        ).json()["access_token"]
 
 
 # ------------------------------------------------------------------ front ends
@@ -205,22 +238,21 @@ def run(args: argparse.Namespace) -> None:
             seconds.setdefault(name, []).append(took)
             remove_results(data_dir)
 
-    for tls in (None, (cert, key)):
-        config = write_config(work, ports, tls)
-        log = work / f"server-wire-{'tls' if tls else 'plain'}.log"
-        with LakehostServer(lakehost, config, ports["api"], log) as server:
-            client = Client(server.base_url)
-            token = client.headers["Authorization"].removeprefix("Bearer ")
-            if tls is None:
-                uri = f"grpc://127.0.0.1:{ports['flight']}"
-                timed("Flight SQL (ADBC, gRPC)", lambda: flight_rows(uri, token, None))
-                timed("REST CSV link", lambda: rest_csv_rows(client), expect_rows=False)
-            else:
-                uri = f"grpc+tls://localhost:{ports['flight']}"
-                timed("Flight SQL (ADBC, TLS)", lambda: flight_rows(uri, token, cert))
-                if not args.no_postgres:
-                    timed("Postgres (psycopg binary, TLS)",
-                          lambda: postgres_rows(ports["pg"], cert))
+    config = write_config(work, ports, None)
+    with LakehostServer(lakehost, config, ports["api"], work / "server-wire.log") as server:
+        client = Client(server.base_url)
+        token = client.headers["Authorization"].removeprefix("Bearer ")
+        uri = f"grpc://127.0.0.1:{ports['flight']}"
+        timed("Flight SQL (ADBC, gRPC)", lambda: flight_rows(uri, token, None))
+        timed("REST CSV link", lambda: rest_csv_rows(client), expect_rows=False)
+    config = write_config(work, ports, (cert, key))
+    with TlsLakehostServer(lakehost, config, ports["api"], work / "server-wire-tls.log",
+                           cert) as server:
+        token = server.token()
+        uri = f"grpc+tls://localhost:{ports['flight']}"
+        timed("Flight SQL (ADBC, TLS)", lambda: flight_rows(uri, token, cert))
+        if not args.no_postgres:
+            timed("Postgres (psycopg binary, TLS)", lambda: postgres_rows(ports["pg"], cert))
     timed("DuckDB in process", lambda: duckdb_rows(lake_dir))
     timed("DataFusion-python in process", lambda: datafusion_rows(lake_dir))
 

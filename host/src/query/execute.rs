@@ -163,15 +163,21 @@ pub async fn execute(
     }
 }
 
-/// Why a streamed query ends when its client stops reading.
+/// Why a streamed query ends when its client goes away.
 pub const CLIENT_GONE: &str =
     "The client went away before it had read the whole result; the query was stopped.";
 
+/// How long a streamed query waits for its client to take the next batch.
+/// A client that stops reading would hold its slot and its place under the
+/// fair-sharing caps until the time limit.
+pub const CLIENT_STALL_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// Runs the read `plan`, sending its rows to `rows` as they come, each batch
 /// with view types made plain (the types the client was told). A full
-/// channel holds the scan back until the client reads; a dropped receiver
-/// stops it (`CLIENT_GONE`). Nothing is written: the execution has no small
-/// result, no write and no snapshot to reuse.
+/// channel holds the scan back until the client reads, for at most
+/// `CLIENT_STALL_LIMIT`; a dropped receiver stops it at once, also while no
+/// batch is ready (`CLIENT_GONE`). Nothing is written: the execution has no
+/// small result, no write and no snapshot to reuse.
 pub async fn stream_rows(
     context: &SessionContext,
     plan: Arc<dyn ExecutionPlan>,
@@ -181,13 +187,26 @@ pub async fn stream_rows(
     let plain = Arc::new(without_view_types(&schema));
     let mut stream = execute_stream(plan.clone(), context.task_ctx()).map_err(run_error)?;
     let (mut sent_rows, mut sent_bytes) = (0u64, 0u64);
-    while let Some(batch) = stream.next().await {
+    let gone = || QueryError::Failed(CLIENT_GONE.into());
+    loop {
+        let next = tokio::select! {
+            next = stream.next() => next,
+            () = rows.closed() => return Err(gone()),
+        };
+        let Some(batch) = next else { break };
         let batch = plain_batch(&batch.map_err(run_error)?, &plain)
             .map_err(|e| QueryError::Internal(format!("result batch: {e}")))?;
         sent_rows += batch.num_rows() as u64;
         sent_bytes += batch.get_array_memory_size() as u64;
-        if rows.send(batch).await.is_err() {
-            return Err(QueryError::Failed(CLIENT_GONE.into()));
+        match tokio::time::timeout(CLIENT_STALL_LIMIT, rows.send(batch)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return Err(gone()),
+            Err(_) => {
+                return Err(QueryError::Failed(format!(
+                    "The client read none of the result for {} seconds; the query was stopped.",
+                    CLIENT_STALL_LIMIT.as_secs()
+                )));
+            }
         }
     }
     crate::observability::metrics::query_scanned(bytes_scanned(plan.as_ref()));

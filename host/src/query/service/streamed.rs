@@ -124,7 +124,19 @@ impl QueryService {
             return Self::asked_again(caller, &job);
         }
         let database = Self::default_database(caller);
-        let (planned, statement_type) = self.plan_for(caller, &database, sql).await?;
+        let (mut planned, statement_type) = self.plan_for(caller, &database, sql).await?;
+        let query = Self::new_query(caller, &id, sql, database.clone(), statement_type);
+        let (slot, counted) = match self.try_admit(&query) {
+            Some(admitted) => admitted,
+            None => {
+                // No plan is held while waiting, and none older than the
+                // wait runs: files a commit retired meanwhile may be gone.
+                drop(planned);
+                let admitted = self.admit_streamed(&query).await?;
+                planned = self.plan_for(caller, &database, sql).await?.0;
+                admitted
+            }
+        };
         let Planned {
             context,
             prepared: Prepared::Read { plan, .. },
@@ -136,8 +148,6 @@ impl QueryService {
             ));
         };
         let schema = Arc::new(without_view_types(&plan.schema()));
-        let query = Self::new_query(caller, &id, sql, database, statement_type);
-        let (slot, counted) = self.admit_streamed(&query).await?;
         let stored = self
             .store
             .insert_streamed_query(
@@ -221,10 +231,27 @@ impl QueryService {
         if !Self::owns(caller, job) {
             return Err(QueryError::NotFound(job.query.id.clone()));
         }
-        match job.state {
-            QueryState::Cancelled => Ok(StreamStart::Cancelled),
+        match (job.delivery, job.state) {
+            (Delivery::Stored, _) => Err(QueryError::Invalid(
+                "The ticket names a query that was not a Flight SQL read.".into(),
+            )),
+            (_, QueryState::Cancelled) => Ok(StreamStart::Cancelled),
             _ => Err(not_kept(&job.query.id)),
         }
+    }
+
+    /// A slot and a place under the fair-sharing caps for `query` when both
+    /// are free now (and the replica is not draining).
+    fn try_admit(&self, query: &NewQuery) -> Option<(OwnedSemaphorePermit, CountedRun)> {
+        if self.drain.is_draining() {
+            return None;
+        }
+        let slot = self.slots.clone().try_acquire_owned().ok()?;
+        let caps = self.limits.caps();
+        let counted = self
+            .runs_here
+            .try_enter(&query.org, &query.owner_sub, caps)?;
+        Some((slot, counted))
     }
 
     /// A slot and a place under the fair-sharing caps for `query`, waited
