@@ -400,8 +400,24 @@ impl QueryService {
             }
         };
         jobs::query_submitted(&id, &query.statement_type, false);
+        self.run_in_background(job, started, counted, slot);
+        Ok(Submitted {
+            id,
+            ended: None,
+            schema,
+        })
+    }
+
+    /// Runs `job`, already started, on its own task holding `slot` until it
+    /// ends; in the caller's span, so the run's log lines carry its request id.
+    fn run_in_background(
+        self: &Arc<Self>,
+        job: QueryJob,
+        started: Started,
+        counted: runs_here::CountedRun,
+        slot: tokio::sync::OwnedSemaphorePermit,
+    ) {
         let service = self.clone();
-        // In the request's span: the run's log lines carry its request id.
         tokio::spawn(
             async move {
                 service.run(job, Some(started), counted).await;
@@ -409,11 +425,6 @@ impl QueryService {
             }
             .in_current_span(),
         );
-        Ok(Submitted {
-            id,
-            ended: None,
-            schema,
-        })
     }
 
     /// The job of `caller`'s statement `sql`, with their access.

@@ -24,7 +24,6 @@ use std::sync::Arc;
 use datafusion::arrow::{array::RecordBatch, datatypes::SchemaRef};
 use futures::{StreamExt as _, stream::BoxStream};
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
-use tracing::Instrument as _;
 
 use super::{POLL_INTERVAL, Planned, QueryService, runs_here::CountedRun, waiting::END_WAIT};
 use crate::{
@@ -169,15 +168,7 @@ impl QueryService {
         jobs::query_submitted(&id, &query.statement_type, false);
         let (rows, mut received) = mpsc::channel(BATCHES_IN_FLIGHT);
         let started = self.start_run(async move { stream_rows(&context, plan, rows).await });
-        let service = self.clone();
-        // In the call's span: the run's log lines carry its request id.
-        tokio::spawn(
-            async move {
-                service.run(job, Some(started), counted).await;
-                drop(slot);
-            }
-            .in_current_span(),
-        );
+        self.run_in_background(job, started, counted, slot);
         let end = {
             let (service, caller, id) = (self.clone(), caller.clone(), id.clone());
             async move { service.end_of_stream(&caller, &id).await }
