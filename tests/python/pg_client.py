@@ -39,7 +39,8 @@ def error_json(error):
 
 
 def run(args):
-    """Runs ``statements`` ({"sql", "params"?, "binary"?}) on one connection,
+    """Runs ``statements`` ({"sql", "params"?, "binary"?}, or {"sql",
+    "raw_params"}: see ``raw_exec_params``) on one connection,
     in order; each gives its columns and rows, or its error (the transaction
     is then rolled back and the next statement runs). A ``{"wait_for_file":
     path}`` entry pauses the session until the test creates ``path``.
@@ -73,6 +74,9 @@ def run_statements(conn, statements, results):
             while not os.path.exists(path) and time.monotonic() < deadline:
                 time.sleep(0.05)
             continue
+        if "raw_params" in statement:
+            results.append(raw_exec_params(conn, statement["sql"], statement["raw_params"]))
+            continue
         try:
             with conn.cursor(binary=statement.get("binary", False)) as cursor:
                 cursor.execute(statement["sql"], statement.get("params"))
@@ -93,6 +97,26 @@ def run_statements(conn, statements, results):
                 # The server closed the session (an idle timeout).
                 break
             conn.rollback()
+
+
+def raw_exec_params(conn, sql, params):
+    """libpq's PQexecParams as it is: Parse, then Bind with ``params`` (text)
+    whatever the statement takes (psycopg's cursors check the count first).
+    The rows as text (NULL as null), or the error."""
+    from psycopg import pq
+
+    result = conn.pgconn.exec_params(sql.encode(), [p.encode() for p in params])
+    if result.status == pq.ExecStatus.TUPLES_OK:
+        values = ((result.get_value(r, c) for c in range(result.nfields))
+                  for r in range(result.ntuples))
+        rows = [[None if v is None else v.decode() for v in row] for row in values]
+        return {"rows": rows}
+    field = result.error_field
+    return {
+        "error": (field(pq.DiagnosticField.MESSAGE_PRIMARY) or b"").decode(),
+        "sqlstate": (field(pq.DiagnosticField.SQLSTATE) or b"").decode(),
+        "status": pq.ExecStatus(result.status).name,
+    }
 
 
 def cancel(args):

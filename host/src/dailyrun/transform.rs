@@ -22,7 +22,7 @@ use crate::{
     clock::SharedClock,
     engine::{
         EngineError,
-        layout::{TableLayout, check_table_name},
+        layout::{StringColumns, TableLayout, check_table_name},
         plan_sql,
         session::{SessionScope, session_for},
         statement::{Action, StatementType, classify},
@@ -70,6 +70,7 @@ impl LakeTransform {
             default_database: &self.lake_database,
             memory_limit: Some(self.memory_limit),
             metadata_cache: None,
+            strings: StringColumns::Views,
         };
         let context = session_for(&self.store, &self.lake, &scope)
             .await

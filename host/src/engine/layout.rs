@@ -6,7 +6,8 @@
 //! Every lake table is partitioned by `service_client_id` first (the access
 //! decision reads it from the catalog, never from a file); tables filled by
 //! loads and imports also by `svc$load_id`, then by the partitions the load
-//! asked for. Files store plain string and binary types; reads use view types.
+//! asked for. Files store plain string and binary types; reads use view types
+//! unless a statement asks for plain ones (`StringColumns`).
 //! This module never touches a file or the catalog.
 
 use std::sync::Arc;
@@ -92,6 +93,27 @@ pub fn partition_field(name: &str) -> FieldRef {
         DataType::Utf8
     };
     Arc::new(Field::new(name, data_type, false))
+}
+
+/// How a statement reads the string and binary columns of lake files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StringColumns {
+    /// As view types: no copy of the values out of the decoded pages, and
+    /// fast filters, joins and grouping (DataFusion's own default).
+    Views,
+    /// As the plain types a client is sent: a result streamed to a client
+    /// as it is read (Flight SQL) then needs no cast, a copy of every value.
+    Plain,
+}
+
+impl StringColumns {
+    /// The columns of lake files stored as `schema`, read this way.
+    pub fn read_schema(self, schema: &Schema) -> SchemaRef {
+        match self {
+            Self::Views => with_view_types(schema),
+            Self::Plain => Arc::new(without_view_types(schema)),
+        }
+    }
 }
 
 /// `schema` with its top-level string and binary columns as view types.

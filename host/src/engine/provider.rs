@@ -31,7 +31,7 @@ use datafusion::{
     physical_plan::{ExecutionPlan, empty::EmptyExec},
 };
 
-use super::layout::{SERVICE_CLIENT_COLUMN, partition_field, table_schema, with_view_types};
+use super::layout::{SERVICE_CLIENT_COLUMN, StringColumns, partition_field, table_schema};
 use crate::{
     auth::ServiceClientScope,
     store::catalog::{DataFile, LakeTable},
@@ -97,12 +97,12 @@ impl fmt::Debug for LakeTableProvider {
 impl LakeTableProvider {
     /// `file_schema` holds the columns inside the files (partition columns
     /// excluded); `files` are the table's committed files. Strings and
-    /// binaries are read as view types (as DataFusion's own parquet tables
-    /// do): no copy of the values out of the decoded pages.
+    /// binaries are read as `strings` says.
     pub fn new(
         database: &str,
         table: LakeTable,
         file_schema: SchemaRef,
+        strings: StringColumns,
         files: Vec<DataFile>,
         read_scope: ServiceClientScope,
         object_store_url: ObjectStoreUrl,
@@ -112,7 +112,7 @@ impl LakeTableProvider {
             .iter()
             .map(|name| partition_field(name))
             .collect();
-        let file_schema = with_view_types(&file_schema);
+        let file_schema = strings.read_schema(&file_schema);
         let table_schema = Arc::new(table_schema(&file_schema, &table.partition_columns));
         Self {
             database: database.to_string(),

@@ -6,11 +6,12 @@ use std::{collections::BTreeMap, sync::Arc};
 
 use datafusion::{
     arrow::datatypes::{DataType, Field, Schema},
+    catalog::TableProvider as _,
     execution::object_store::ObjectStoreUrl,
     prelude::SessionContext,
 };
 
-use super::{AccessDenied, EngineError, LakeTableProvider, plan_sql};
+use super::{AccessDenied, EngineError, LakeTableProvider, layout::StringColumns, plan_sql};
 use crate::{
     auth::ServiceClientScope,
     store::catalog::{DataFile, LakeTable, NewDataFile},
@@ -56,6 +57,7 @@ fn session(files: &[(i64, &str)], scope: ServiceClientScope) -> SessionContext {
         "lake",
         table,
         file_schema,
+        StringColumns::Views,
         files,
         scope,
         ObjectStoreUrl::local_filesystem(),
@@ -171,4 +173,44 @@ async fn naming_a_client_without_rows_is_refused_like_one_with_rows() {
     // No files and no client named: nothing to refuse.
     let empty = session(&[], only(&[1]));
     assert!(refusal(&empty, "SELECT * FROM t").await.is_none());
+}
+
+/// The type a `name` column (plain text in the files) has in a provider
+/// reading strings as `strings`, and in the plan of `SELECT name`.
+async fn name_types(strings: StringColumns) -> (DataType, DataType) {
+    let table = LakeTable {
+        id: "t1".into(),
+        database_id: "d1".into(),
+        name: "t".into(),
+        schema_json: String::new(),
+        partition_columns: vec!["service_client_id".into()],
+        created_at: 0,
+    };
+    let file_schema = Arc::new(Schema::new(vec![Field::new("name", DataType::Utf8, true)]));
+    let provider = LakeTableProvider::new(
+        "lake",
+        table,
+        file_schema,
+        strings,
+        Vec::new(),
+        ServiceClientScope::All,
+        ObjectStoreUrl::local_filesystem(),
+    );
+    let in_table = provider.schema().field(0).data_type().clone();
+    let context = SessionContext::new();
+    context.register_table("t", Arc::new(provider)).unwrap();
+    let plan = plan_sql(&context, "SELECT name FROM t").await.unwrap();
+    (in_table, plan.schema().field(0).data_type().clone())
+}
+
+#[tokio::test]
+async fn strings_are_read_as_views_or_plain_as_the_statement_asks() {
+    assert_eq!(
+        name_types(StringColumns::Views).await,
+        (DataType::Utf8View, DataType::Utf8View)
+    );
+    assert_eq!(
+        name_types(StringColumns::Plain).await,
+        (DataType::Utf8, DataType::Utf8)
+    );
 }

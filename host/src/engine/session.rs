@@ -24,7 +24,7 @@ use datafusion::{
     prelude::{SessionConfig, SessionContext},
 };
 
-use super::provider::LakeTableProvider;
+use super::{layout::StringColumns, provider::LakeTableProvider};
 use crate::{
     auth::{Access, ServiceClientScope},
     lake::{self, Lake},
@@ -59,6 +59,8 @@ pub struct SessionScope<'a> {
     /// Parquet footers and page indexes already read, shared across sessions
     /// (data files never change in place: a new load is a new path).
     pub metadata_cache: Option<Arc<FileMetadataCache>>,
+    /// How its statements read string and binary columns.
+    pub strings: StringColumns,
 }
 
 pub async fn session_for(
@@ -87,6 +89,7 @@ pub async fn session_for(
             object_store_url: lake.object_store_url().clone(),
             database: database.name.clone(),
             read_scope: scope.access.read_scope(database.kind),
+            strings: scope.strings,
             tables: tables_by_database.remove(&database.id).unwrap_or_default(),
         };
         catalog.register_schema(&database.name, Arc::new(schema))?;
@@ -132,6 +135,7 @@ struct LakeSchemaProvider {
     object_store_url: ObjectStoreUrl,
     database: String,
     read_scope: ServiceClientScope,
+    strings: StringColumns,
     tables: BTreeMap<String, LakeTable>,
 }
 
@@ -173,6 +177,7 @@ impl SchemaProvider for LakeSchemaProvider {
             &self.database,
             table.clone(),
             file_schema,
+            self.strings,
             files,
             self.read_scope.clone(),
             self.object_store_url.clone(),

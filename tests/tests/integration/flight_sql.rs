@@ -121,6 +121,12 @@ async fn a_statement_is_a_query_job_that_rest_shows() {
         assert_eq!(status, StatusCode::CONFLICT, "{path}: {body}");
         assert!(body.to_string().contains(&not_kept), "{path}: {body}");
     }
+    // The spec's own /csv keeps its one failure answer.
+    let (status, body) = app
+        .get(ORG_HOST, &format!("/v2/query/{id}/csv"), Some(&token))
+        .await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
+    assert_eq!(body, json!({ "message": "Internal Server Error" }));
     // The ticket runs once: asked again, it says the rows were not kept.
     let again = answer["again"]["error"].as_str().expect("asked again");
     assert!(again.contains(&not_kept), "{answer}");

@@ -16,7 +16,9 @@ use datafusion::{
 use lakehost::{
     auth::{Access, DatabaseKind},
     engine::{
-        AccessDenied, EngineError, plan_sql,
+        AccessDenied, EngineError,
+        layout::StringColumns,
+        plan_sql,
         session::{SessionScope, session_for},
     },
     lake::{self, Lake},
@@ -114,6 +116,7 @@ async fn session(f: &Fixture, role: &str, clients: &[u32]) -> SessionContext {
             default_database: "demo_lake_v2",
             memory_limit: None,
             metadata_cache: None,
+            strings: StringColumns::Views,
         },
     )
     .await

@@ -51,6 +51,7 @@ use crate::{
     engine::{
         EngineError,
         columns::ResultColumn,
+        layout::StringColumns,
         runtime::EngineRuntime,
         session::{SessionScope, session_for},
         statement::StatementType,
@@ -255,13 +256,16 @@ impl QueryService {
 
     /// Checks `sql` against `access` and plans it in a session of the org
     /// (or zone) whose unqualified names resolve in `database`: at submission,
-    /// and again when a worker runs a stored job.
+    /// and again when a worker runs a stored job. `strings` says how it reads
+    /// string columns: plain for a result streamed to its client as it is
+    /// read, else views.
     async fn plan(
         &self,
         (org, zone): (&str, Option<&str>),
         database: &str,
         access: Access,
         sql: &str,
+        strings: StringColumns,
     ) -> Result<(Planned, StatementType), QueryError> {
         let classified = classify(sql).map_err(|e| QueryError::Invalid(e.to_string()))?;
         let scope = SessionScope {
@@ -271,6 +275,7 @@ impl QueryService {
             default_database: database,
             memory_limit: Some(self.limits.memory_limit_bytes as usize),
             metadata_cache: Some(self.metadata_cache.clone()),
+            strings,
         };
         let context = session_for(&self.store, &self.lake, &scope)
             .await
@@ -296,7 +301,9 @@ impl QueryService {
     /// Flight SQL prepared statement's schema.
     pub async fn describe(&self, caller: &LakeCaller, sql: &str) -> Result<SchemaRef, QueryError> {
         let database = Self::default_database(caller);
-        let (planned, _) = self.plan_for(caller, &database, sql).await?;
+        let (planned, _) = self
+            .plan_for(caller, &database, sql, StringColumns::Views)
+            .await?;
         Ok(result_schema(&planned.prepared))
     }
 
@@ -306,12 +313,14 @@ impl QueryService {
         caller: &LakeCaller,
         database: &str,
         sql: &str,
+        strings: StringColumns,
     ) -> Result<(Planned, StatementType), QueryError> {
         self.plan(
             (&caller.org, caller.zone.as_deref()),
             database,
             caller.grant.access(),
             sql,
+            strings,
         )
         .await
     }
@@ -337,7 +346,9 @@ impl QueryService {
         let database = database
             .map(str::to_string)
             .unwrap_or_else(|| Self::default_database(caller));
-        let (planned, statement_type) = self.plan_for(caller, &database, sql).await?;
+        let (planned, statement_type) = self
+            .plan_for(caller, &database, sql, StringColumns::Views)
+            .await?;
         let schema = result_schema(&planned.prepared);
         let id = uuid::Uuid::new_v4().to_string();
         let query = Self::new_query(caller, &id, sql, database, statement_type);

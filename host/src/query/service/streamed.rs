@@ -28,7 +28,7 @@ use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use super::{POLL_INTERVAL, Planned, QueryService, runs_here::CountedRun, waiting::END_WAIT};
 use crate::{
     auth::LakeCaller,
-    engine::layout::without_view_types,
+    engine::layout::{StringColumns, without_view_types},
     observability::jobs,
     query::{
         QueryError,
@@ -101,7 +101,9 @@ impl QueryService {
         sql: &str,
     ) -> Result<StreamPlan, QueryError> {
         let database = Self::default_database(caller);
-        let (planned, _) = self.plan_for(caller, &database, sql).await?;
+        let (planned, _) = self
+            .plan_for(caller, &database, sql, StringColumns::Plain)
+            .await?;
         let streamed_id = matches!(planned.prepared, Prepared::Read { .. })
             .then(|| uuid::Uuid::new_v4().to_string());
         Ok(StreamPlan {
@@ -123,7 +125,9 @@ impl QueryService {
             return Self::asked_again(caller, &job);
         }
         let database = Self::default_database(caller);
-        let (mut planned, statement_type) = self.plan_for(caller, &database, sql).await?;
+        let (mut planned, statement_type) = self
+            .plan_for(caller, &database, sql, StringColumns::Plain)
+            .await?;
         let query = Self::new_query(caller, &id, sql, database.clone(), statement_type);
         let (slot, counted) = match self.try_admit(&query) {
             Some(admitted) => admitted,
@@ -132,7 +136,10 @@ impl QueryService {
                 // wait runs: files a commit retired meanwhile may be gone.
                 drop(planned);
                 let admitted = self.admit_streamed(&query).await?;
-                planned = self.plan_for(caller, &database, sql).await?.0;
+                planned = self
+                    .plan_for(caller, &database, sql, StringColumns::Plain)
+                    .await?
+                    .0;
                 admitted
             }
         };
@@ -197,7 +204,9 @@ impl QueryService {
             return self.cancel(caller, &id).await;
         }
         let database = Self::default_database(caller);
-        let (_, statement_type) = self.plan_for(caller, &database, sql).await?;
+        let (_, statement_type) = self
+            .plan_for(caller, &database, sql, StringColumns::Views)
+            .await?;
         let query = Self::new_query(caller, &id, sql, database, statement_type);
         let stored = self
             .store

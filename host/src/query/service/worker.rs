@@ -17,7 +17,7 @@ use super::{
 };
 use crate::{
     auth::AccessGrant,
-    engine::table_writer::delete_paths,
+    engine::{layout::StringColumns, table_writer::delete_paths},
     observability::jobs,
     query::{QueryError, execute::Execution},
     store::{
@@ -249,6 +249,7 @@ impl QueryService {
                 &q.database,
                 grant.access(),
                 &q.sql,
+                StringColumns::Views,
             )
             .await
             .map_err(|e| match e {

@@ -155,6 +155,37 @@ async fn psycopg_reads_what_rest_reads_and_each_statement_is_a_job() {
 }
 
 #[tokio::test]
+async fn a_bind_with_the_wrong_number_of_values_is_refused_with_08p01() {
+    let Some(python) = test_python() else { return };
+    let pg = pg_app().await;
+    let results = pg
+        .run(
+            &python,
+            admin(&pg),
+            json!([
+                { "sql": "SELECT $1::BIGINT + 1 AS n", "raw_params": ["41", "7"] },
+                { "sql": "SELECT $1::BIGINT + $2 AS n", "raw_params": ["41"] },
+                { "sql": "SELECT $1::BIGINT + 1 AS n", "raw_params": ["41"] },
+                { "sql": "SELECT NULL::BIGINT AS n", "raw_params": [] },
+            ]),
+        )
+        .await;
+    assert_eq!(results[0]["sqlstate"], "08P01", "{}", results[0]);
+    assert_eq!(
+        results[0]["error"],
+        "bind message supplies 2 parameters, but the statement requires 1"
+    );
+    assert_eq!(results[1]["sqlstate"], "08P01", "{}", results[1]);
+    assert_eq!(
+        results[1]["error"],
+        "bind message supplies 1 parameters, but the statement uses $2"
+    );
+    // The session goes on, and a right binding runs.
+    assert_eq!(results[2]["rows"], json!([["42"]]), "{}", results[2]);
+    assert_eq!(results[3]["rows"], json!([[null]]), "{}", results[3]);
+}
+
+#[tokio::test]
 async fn refusals_keep_the_specs_texts_under_sqlstate_42501() {
     let Some(python) = test_python() else { return };
     let pg = pg_app().await;
