@@ -20,10 +20,15 @@ use crate::{
         signing::LinkSigner,
     },
     load::{
-        parquet_envelope::{envelope_problem, footer_range},
+        grant::GrantSigner,
+        parquet_envelope::{envelope_problem, footer_range, layout_problem},
         parquet_schema_depth::schema_depth_problem,
     },
     pipeline::{PipelineKind, manifest::Manifest},
+    query::{
+        page_tokens::PageTokens,
+        parameters::{ParameterError, Placeholders, inline, quoted},
+    },
     s3::form::{check_conditions, parse_policy},
 };
 
@@ -103,7 +108,10 @@ pub fn parquet(bytes: &[u8]) -> bool {
         return false;
     }
     let footer = footer_range(size, tail);
-    if schema_depth_problem(&bytes[footer.start as usize..footer.end as usize]).is_some() {
+    let footer_bytes = &bytes[footer.start as usize..footer.end as usize];
+    if schema_depth_problem(footer_bytes).is_some()
+        || layout_problem(footer_bytes, footer.start).is_some()
+    {
         return false;
     }
     datafusion::parquet::file::metadata::ParquetMetaDataReader::new()
@@ -137,4 +145,44 @@ pub fn config(text: &str) -> bool {
 /// expression limits).
 pub fn sql(text: &str) -> bool {
     expression_limits::check_text(text).is_ok() && classify(text).is_ok()
+}
+
+/// An upload session token (`X-Amz-Security-Token` of the S3 endpoint), as
+/// the endpoint checks it; whether it carried a grant.
+pub fn upload_grant(session_token: &str) -> bool {
+    let grants = GrantSigner::new(LinkSigner::new(b"fuzzing key, fixed"));
+    grants
+        .verify(session_token, "ASIAFUZZINGFUZZING", 1_800_000_000)
+        .is_ok()
+}
+
+/// A result page's `next_token`, for a query of a fixed id; whether it was
+/// one this key issued.
+pub fn page_token(token: &str) -> bool {
+    let tokens = PageTokens::new(LinkSigner::new(b"fuzzing key, fixed"));
+    tokens.cursor("fuzzing-query", token).is_ok()
+}
+
+/// Bound values inlined into a statement (the Postgres extended protocol,
+/// Flight SQL prepared statements): the input is the statement, then each
+/// value after a NUL byte, each bound as a text literal, in both placeholder
+/// styles. Whether either inlined it.
+pub fn parameters(input: &str) -> bool {
+    let mut parts = input.split('\0');
+    let sql = parts.next().unwrap_or_default();
+    let values: Vec<&str> = parts.collect();
+    [
+        Placeholders::Numbered,
+        Placeholders::NumberedOrQuestionMarks,
+    ]
+    .into_iter()
+    .any(|style| {
+        inline::<ParameterError>(sql, style, values.len(), |i| Ok(quoted(values[i]))).is_ok()
+    })
+}
+
+/// A Flight SQL `DoGet` ticket's bytes, as lakehost reads a statement's
+/// ticket; whether it named a query.
+pub fn flight_ticket(ticket: &[u8]) -> bool {
+    crate::flight::ticket_query_id(ticket).is_some()
 }

@@ -5,7 +5,10 @@
 //!
 //! - a cap on open connections: past it a new connection is closed at once,
 //!   before anything is read, so the process never runs out of descriptors;
-//! - a deadline for the TLS handshake and for each request's headers;
+//! - a deadline for the TLS handshake and for each request's headers, and
+//!   one for the connection's first request (HTTP/2, gRPC on the Flight
+//!   listener among them, has no header-read timeout of its own: a client
+//!   that sends the preface, or nothing, and no request is closed then);
 //! - an idle timeout: a connection on which no byte moved for that long is
 //!   closed, whether it never sent anything or sits between requests.
 //!
@@ -129,7 +132,15 @@ pub async fn serve(
     let connections = GracefulShutdown::new();
     while let Some((stream, peer, permit)) = next_connection(&listener, &open, &stop, |_| {}).await
     {
-        let service = service.clone();
+        let requested = CancellationToken::new();
+        let service = {
+            let service = service.clone();
+            let requested = requested.clone();
+            hyper::service::service_fn(move |request| {
+                requested.cancel();
+                hyper::service::Service::call(&service, request)
+            })
+        };
         let tls = tls.clone();
         let drain = connections.watcher();
         tokio::spawn(async move {
@@ -158,17 +169,23 @@ pub async fn serve(
                     let io = TokioIo::new(activity.watch(stream));
                     let connection =
                         drain.watch(builder.serve_connection_with_upgrades(io, service));
+                    let connection =
+                        first_request_in_time(connection, &requested, limits.header_read_timeout);
                     activity
                         .close_when_idle(connection, limits.idle_timeout)
                         .await
+                        .flatten()
                 }
                 None => {
                     let io = TokioIo::new(activity.watch(stream));
                     let connection =
                         drain.watch(builder.serve_connection_with_upgrades(io, service));
+                    let connection =
+                        first_request_in_time(connection, &requested, limits.header_read_timeout);
                     activity
                         .close_when_idle(connection, limits.idle_timeout)
                         .await
+                        .flatten()
                 }
             };
             match served {
@@ -218,6 +235,23 @@ pub(crate) async fn next_connection(
     }
 }
 
+/// Drives `connection` until it ends (`Some`); `None` (the connection is
+/// dropped, which closes it) when `requested` was not cancelled `within`
+/// the first poll: no request began on it in time.
+async fn first_request_in_time<F: Future>(
+    connection: F,
+    requested: &CancellationToken,
+    within: Duration,
+) -> Option<F::Output> {
+    tokio::pin!(connection);
+    tokio::select! {
+        ended = connection.as_mut() => return Some(ended),
+        () = requested.cancelled() => {}
+        () = tokio::time::sleep(within) => return None,
+    }
+    Some(connection.await)
+}
+
 /// When a byte last moved on one connection, in milliseconds since `start`.
 #[derive(Clone)]
 pub(crate) struct Activity {
@@ -251,14 +285,11 @@ impl Activity {
 
     /// Drives `connection` until it ends (`Some`) or nothing moved on it for
     /// `idle` (`None`: the connection is dropped, which closes it).
-    pub(crate) async fn close_when_idle<F, E>(
+    pub(crate) async fn close_when_idle<F: Future>(
         &self,
         connection: F,
         idle: Duration,
-    ) -> Option<Result<(), E>>
-    where
-        F: Future<Output = Result<(), E>>,
-    {
+    ) -> Option<F::Output> {
         tokio::pin!(connection);
         loop {
             let deadline = self.last() + idle;

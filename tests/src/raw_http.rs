@@ -96,6 +96,17 @@ fn xml_unescape(text: &str) -> String {
 /// before anything is read; a server that answers early and resets the
 /// connection still has its answer read.
 pub async fn send(addr: SocketAddr, request: &RawRequest) -> RawResponse {
+    send_with_pause(addr, request, request.body.len(), async {}).await
+}
+
+/// [`send`], with a pause: the head and the body's first `at` bytes, then
+/// the rest once `between` is done (an upload still arriving meanwhile).
+pub async fn send_with_pause(
+    addr: SocketAddr,
+    request: &RawRequest,
+    at: usize,
+    between: impl Future<Output = ()>,
+) -> RawResponse {
     let mut head = format!("{} {} HTTP/1.1\r\n", request.method, request.target);
     for (name, value) in &request.headers {
         head.push_str(&format!("{name}: {value}\r\n"));
@@ -106,9 +117,11 @@ pub async fn send(addr: SocketAddr, request: &RawRequest) -> RawResponse {
     ));
     let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let mut bytes = head.into_bytes();
-    bytes.extend_from_slice(&request.body);
+    bytes.extend_from_slice(&request.body[..at]);
     // A refusal may come (and the connection close) before the body is read.
     let _ = stream.write_all(&bytes).await;
+    between.await;
+    let _ = stream.write_all(&request.body[at..]).await;
     let mut answer = Vec::new();
     let mut chunk = [0u8; 16 * 1024];
     loop {

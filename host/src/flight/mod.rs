@@ -39,6 +39,8 @@ mod results;
 mod statements;
 mod status;
 
+pub(crate) use statements::ticket_query_id;
+
 use std::{pin::Pin, sync::Arc};
 
 use arrow_flight::{

@@ -78,16 +78,26 @@ pub(super) fn prepared_sql(handle: &[u8]) -> Result<String, Status> {
 
 /// What a statement's Flight info names: its one endpoint's ticket.
 fn handle_of(info: &FlightInfo) -> Result<Handle, Status> {
-    let not_ours =
-        || Status::invalid_argument("the flight info is not one of a lakehost statement");
-    let ticket = info
-        .endpoint
+    info.endpoint
         .first()
         .and_then(|endpoint| endpoint.ticket.as_ref())
-        .ok_or_else(not_ours)?;
-    let any = Any::decode(&*ticket.ticket).map_err(|_| not_ours())?;
-    let handle: TicketStatementQuery = any.unpack().ok().flatten().ok_or_else(not_ours)?;
-    Handle::of(&handle.statement_handle).map_err(|_| not_ours())
+        .and_then(|ticket| handle_of_ticket(&ticket.ticket))
+        .ok_or_else(|| {
+            Status::invalid_argument("the flight info is not one of a lakehost statement")
+        })
+}
+
+/// What a statement ticket's bytes name, read as `DoGet` reads them (an
+/// `Any` holding a `TicketStatementQuery`, then its handle).
+fn handle_of_ticket(ticket: &[u8]) -> Option<Handle> {
+    let any = Any::decode(ticket).ok()?;
+    let handle: TicketStatementQuery = any.unpack().ok().flatten()?;
+    Handle::of(&handle.statement_handle).ok()
+}
+
+/// The query id a statement ticket's bytes name (the fuzz harness's entry).
+pub(crate) fn ticket_query_id(ticket: &[u8]) -> Option<String> {
+    handle_of_ticket(ticket).map(|handle| handle.query_id().to_string())
 }
 
 impl LakeFlightSql {

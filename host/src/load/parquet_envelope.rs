@@ -1,11 +1,14 @@
 //! The envelope of an uploaded parquet file, checked before any parquet
 //! reader sees it: `PAR1` at both ends, a footer length that fits in the
-//! file, and a schema the readers can build (`parquet_schema_depth`). The
-//! parquet crate trusts the footer length it reads (a length past the file's
-//! start panics on an overflow in a debug build and wraps in a release one)
-//! and builds the schema recursively, so a caller's bytes never reach it
-//! unchecked.
+//! file, a schema the readers can build (`parquet_schema_depth`), and
+//! column chunks and page indexes that lie between the leading magic and
+//! the footer. The parquet crate trusts the footer length it reads (a length
+//! past the file's start panics on an overflow in a debug build and wraps in
+//! a release one), builds the schema recursively, panics on a negative
+//! chunk offset or size and asks the store for whatever range a chunk
+//! claims, so a caller's bytes never reach it unchecked.
 
+use datafusion::parquet::file::metadata::ParquetMetaDataReader;
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt as _, path::Path};
 
 use super::parquet_schema_depth::schema_depth_problem;
@@ -43,6 +46,48 @@ pub fn footer_range(size: u64, tail: &[u8]) -> std::ops::Range<u64> {
     size - 8 - footer..size - 8
 }
 
+/// Why the metadata `footer` (of a file whose envelope and schema depth
+/// passed) does not describe a file whose data ends at `data_end` (where
+/// the footer begins): a column chunk or page index with a negative offset
+/// or size, or one reaching past that end or into the leading magic.
+pub fn layout_problem(footer: &[u8], data_end: u64) -> Option<String> {
+    let metadata = match ParquetMetaDataReader::decode_metadata(footer) {
+        Ok(metadata) => metadata,
+        Err(e) => return Some(format!("its footer cannot be read: {e}")),
+    };
+    let within = |offset: i64, length: i64| {
+        let (Ok(offset), Ok(length)) = (u64::try_from(offset), u64::try_from(length)) else {
+            return false;
+        };
+        offset >= MAGIC.len() as u64
+            && offset
+                .checked_add(length)
+                .is_some_and(|end| end <= data_end)
+    };
+    for (group, row_group) in metadata.row_groups().iter().enumerate() {
+        for column in row_group.columns() {
+            let start = column
+                .dictionary_page_offset()
+                .unwrap_or(column.data_page_offset());
+            let indexes = [
+                (column.column_index_offset(), column.column_index_length()),
+                (column.offset_index_offset(), column.offset_index_length()),
+            ];
+            let indexes_fit = indexes.iter().all(|index| match *index {
+                (Some(offset), Some(length)) => within(offset, i64::from(length)),
+                _ => true,
+            });
+            if !within(start, column.compressed_size()) || !indexes_fit {
+                return Some(format!(
+                    "row group {group}'s column {} claims bytes outside the file's data",
+                    column.column_path()
+                ));
+            }
+        }
+    }
+    None
+}
+
 /// Reads both ends of `path` and checks them; the file's metadata when they
 /// are a parquet file's.
 pub async fn check_envelope(store: &dyn ObjectStore, path: &Path) -> Result<ObjectMeta, String> {
@@ -62,12 +107,13 @@ pub async fn check_envelope(store: &dyn ObjectStore, path: &Path) -> Result<Obje
         match envelope_problem(size, &head, &tail) {
             Some(problem) => Some(problem),
             None => {
-                let footer = footer_range(size, &tail);
+                let range = footer_range(size, &tail);
+                let data_end = range.start;
                 let footer = store
-                    .get_range(path, footer)
+                    .get_range(path, range)
                     .await
                     .map_err(|e| e.to_string())?;
-                schema_depth_problem(&footer)
+                schema_depth_problem(&footer).or_else(|| layout_problem(&footer, data_end))
             }
         }
     };

@@ -9,7 +9,7 @@
 
 pub mod execute;
 pub mod ipc_batches;
-mod page_tokens;
+pub(crate) mod page_tokens;
 pub mod parameters;
 pub mod prepare;
 mod recent_results;

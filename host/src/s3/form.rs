@@ -227,10 +227,13 @@ pub async fn post_object(
 
     let limit = max.min(state.loads.config().max_file_bytes);
     let path = staging_path(&grant.object_key);
-    // Sizes outside the range abort the new object: the staged file stays.
-    let size = stream_to_object(&state.store, &path, file, min..=limit)
+    // Sizes outside the range, or a load that stopped taking files while the
+    // bytes arrived, abort the new object: the staged file stays.
+    let takes_files = state.loads.accepts_upload(&grant);
+    let size = stream_to_object(&state.store, &path, file, min..=limit, takes_files)
         .await
         .map_err(|e| match e {
+            StreamError::LoadNotOpen => denied(e.to_string()),
             StreamError::TooLarge => error(
                 StatusCode::BAD_REQUEST,
                 "EntityTooLarge",

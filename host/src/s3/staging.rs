@@ -27,7 +27,7 @@ use s3s::{
     s3_error,
 };
 
-use crate::load::{LoadService, grant::UploadGrant, parts_prefix, staging_path};
+use crate::load::{LoadError, LoadService, grant::UploadGrant, parts_prefix, staging_path};
 
 /// The operations upload credentials allow.
 const ALLOWED_OPERATIONS: &[&str] = &[
@@ -223,8 +223,25 @@ impl StagedObject {
         let _ = self.writer.abort().await;
     }
 
-    /// Completes the object; returns its size.
-    pub async fn finish(self) -> Result<u64, StreamError> {
+    /// Completes the object when `load_takes_files` (asked now, after the
+    /// last byte) still says its load takes files; returns its size. An
+    /// upload that ends after its load left OPEN is dropped before it
+    /// replaces anything: a commit works on the files it validated.
+    pub async fn finish_while(
+        self,
+        load_takes_files: impl Future<Output = Result<bool, LoadError>>,
+    ) -> Result<u64, StreamError> {
+        match load_takes_files.await {
+            Ok(true) => {}
+            Ok(false) => {
+                self.abort().await;
+                return Err(StreamError::LoadNotOpen);
+            }
+            Err(e) => {
+                self.abort().await;
+                return Err(StreamError::Store(e.to_string()));
+            }
+        }
         self.writer
             .finish()
             .await
@@ -234,13 +251,15 @@ impl StagedObject {
 }
 
 /// Streams `body` into a new object at `path` (see [`StagedObject`]) whose
-/// size must be within `sizes`: a body outside them leaves the previous
-/// object (or none).
+/// size must be within `sizes` and whose load must still take files when
+/// the body has ended (`load_takes_files`): otherwise the previous object
+/// (or none) stays.
 pub async fn stream_to_object<S, E>(
     store: &Arc<dyn ObjectStore>,
     path: &ObjectPath,
     mut body: S,
     sizes: RangeInclusive<u64>,
+    load_takes_files: impl Future<Output = Result<bool, LoadError>>,
 ) -> Result<u64, StreamError>
 where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
@@ -261,7 +280,7 @@ where
         object.abort().await;
         return Err(StreamError::TooSmall);
     }
-    object.finish().await
+    object.finish_while(load_takes_files).await
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -272,6 +291,8 @@ pub enum StreamError {
     TooLarge,
     #[error("the object is smaller than allowed")]
     TooSmall,
+    #[error("The load of these credentials no longer takes files.")]
+    LoadNotOpen,
     #[error("storage: {0}")]
     Store(String),
 }
@@ -286,6 +307,7 @@ fn s3_stream_error(e: StreamError) -> s3s::S3Error {
             EntityTooSmall,
             "Your proposed upload is smaller than the minimum allowed object size."
         ),
+        StreamError::LoadNotOpen => s3_error!(AccessDenied, "{}", StreamError::LoadNotOpen),
         StreamError::Body(why) => s3_error!(IncompleteBody, "{why}"),
         StreamError::Store(why) => s3_error!(InternalError, "{why}"),
     }
@@ -329,6 +351,7 @@ impl S3 for StagingBucket {
             &staging_path(&grant.object_key),
             body,
             0..=self.max_bytes(),
+            self.loads.accepts_upload(&grant),
         )
         .await
         .map_err(s3_stream_error)?;
@@ -374,6 +397,7 @@ impl S3 for StagingBucket {
             &part_path(&grant, upload_id, input.part_number),
             body,
             0..=self.max_bytes(),
+            self.loads.accepts_upload(&grant),
         )
         .await
         .map_err(s3_stream_error)?;
@@ -485,7 +509,10 @@ impl StagingBucket {
             object.abort().await;
             return Err(failure);
         }
-        object.finish().await.map_err(s3_stream_error)
+        object
+            .finish_while(self.loads.accepts_upload(grant))
+            .await
+            .map_err(s3_stream_error)
     }
 
     async fn delete_parts(&self, grant: &UploadGrant, upload_id: &str) {

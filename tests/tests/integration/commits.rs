@@ -411,6 +411,7 @@ async fn an_orgs_own_manifest_runs_its_steps_within_their_limits() {
     let dir = pipelines.path().to_path_buf();
     let app = spawn_app_with(|config| config.pipeline.dir = dir).await;
     let admin = app.token_for(&["ZoneAdmin"], "[0]");
+    let other = app.org_token_for("other", &["ZoneAdmin"], "[0]");
 
     for (step, limits, expected) in [
         (
@@ -442,7 +443,19 @@ async fn an_orgs_own_manifest_runs_its_steps_within_their_limits() {
     ] {
         // Changing the org's manifest needs no restart.
         std::fs::write(org_dir.join("load.toml"), manifest(step, limits)).unwrap();
-        let failed = commit_two_trips(&app, &admin).await;
+        let id = app
+            .start_commit_on(
+                ORG_HOST,
+                &admin,
+                &trips_batch(&[1], 2),
+                json!({"count(*)": 2}),
+            )
+            .await;
+        // Another org's query finishes while the commit goes on or ends.
+        let theirs = app.submit_sql(OTHER_ORG_HOST, &other, "SELECT 1").await;
+        app.wait_for(OTHER_ORG_HOST, &other, &theirs, Some("SUCCEEDED"))
+            .await;
+        let failed = app.wait_for_load(&admin, &id).await;
         assert_eq!(failed["LoadStatus"], "FAIL", "{failed}");
         let text = failed["ErrorMessages"].to_string();
         assert!(text.contains(expected), "{step}: {failed}");
@@ -481,7 +494,6 @@ async fn an_orgs_own_manifest_runs_its_steps_within_their_limits() {
             json!({"count(*)": 2}),
         )
         .await;
-    let other = app.org_token_for("other", &["ZoneAdmin"], "[0]");
     let theirs = app.submit_sql(OTHER_ORG_HOST, &other, "SELECT 1").await;
     app.wait_for(OTHER_ORG_HOST, &other, &theirs, Some("SUCCEEDED"))
         .await;
@@ -536,6 +548,15 @@ async fn an_orgs_own_manifest_runs_its_steps_within_their_limits() {
     let failed = commit_two_trips(&app, &admin).await;
     assert!(failed.to_string().contains("missing.wasm"), "{failed}");
     assert!(!failed.to_string().contains(&server_dir), "{failed}");
+
+    // Megabytes of log lines from a step are cut; the load goes on to its end.
+    std::fs::write(
+        org_dir.join("load.toml"),
+        manifest("misbehave", "[steps.config]\nhow = \"flood_logs\""),
+    )
+    .unwrap();
+    let done = commit_two_trips(&app, &admin).await;
+    assert_eq!(done["LoadStatus"], "SUCCESS", "{done}");
 
     // Without its own manifest the org gets the default one again.
     std::fs::remove_file(org_dir.join("load.toml")).unwrap();
@@ -895,21 +916,27 @@ async fn files_of_a_load_may_order_their_columns_differently() {
     assert_failed(&failed, "ParquetValidation", "INVALID_PARQUET");
 }
 
-/// An upload that finishes while the commit runs (its bytes land on the
-/// staged object the steps already checked) fails the commit, and nothing
-/// is written: no unchecked row reaches the lake.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_file_replaced_during_the_commit_fails_it_and_writes_nothing() {
-    use object_store::ObjectStoreExt as _;
-    // The default steps with a pause before the insert.
+/// The default load steps with a pause of `ms` before the insert.
+fn paused_before_insert(ms: u64) -> String {
     let default_manifest = default_load_manifest();
     let paused = default_manifest.replace(
         "[[steps]]\nname = \"insert\"",
-        "[[steps]]\nname = \"pause\"\ncomponent = \"builtin:pause\"\n[steps.config]\nms = 4000\n\n\
-         [[steps]]\nname = \"insert\"",
+        &format!(
+            "[[steps]]\nname = \"pause\"\ncomponent = \"builtin:pause\"\n[steps.config]\nms = {ms}\n\n\
+             [[steps]]\nname = \"insert\""
+        ),
     );
     assert_ne!(paused, default_manifest);
-    let pipelines = demo_load_pipelines(&paused);
+    paused
+}
+
+/// An object put into staging while the commit runs (its bytes land on the
+/// staged object the steps already checked, past the upload endpoint) fails
+/// the commit, and nothing is written: no unchecked row reaches the lake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_replaced_during_the_commit_fails_it_and_writes_nothing() {
+    use object_store::ObjectStoreExt as _;
+    let pipelines = demo_load_pipelines(&paused_before_insert(4000));
     let dir = pipelines.path().to_path_buf();
     let app = spawn_app_with(|c| c.pipeline.dir = dir).await;
     let admin = app.token_for(&["ZoneAdmin"], "[0]");
@@ -952,6 +979,95 @@ async fn a_file_replaced_during_the_commit_fails_it_and_writes_nothing() {
         )
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "no table, no rows");
+}
+
+/// An upload through the upload endpoint that began while the load was
+/// OPEN and ends while its commit runs is refused before it replaces the
+/// staged file, and the commit goes on with the file it validated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_ending_during_the_commit_is_refused_and_the_commit_keeps_its_file() {
+    use lakehost_tests::{raw_http, s3_signing};
+    let pipelines = demo_load_pipelines(&paused_before_insert(4000));
+    let dir = pipelines.path().to_path_buf();
+    let app = spawn_app_with(|c| c.pipeline.dir = dir).await;
+    let admin = app.token_for(&["ZoneAdmin"], "[0]");
+    let (status, created) = app
+        .post_raw(
+            ORG_HOST,
+            LOAD,
+            &admin,
+            &json!({"load_type": "APPEND_ONLY", "table_name": "trips"}).to_string(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{created}");
+    let id = created["loadId"].as_str().unwrap().to_string();
+    let descriptor = app
+        .file_descriptor_on(ORG_HOST, &admin, &id, Some("part_1"))
+        .await;
+    let sts = &descriptor["sts_credentials"];
+    let credentials = s3_signing::SigningCredentials {
+        access_key_id: sts["AccessKeyId"].as_str().unwrap().into(),
+        secret_access_key: sts["SecretAccessKey"].as_str().unwrap().into(),
+        session_token: sts["SessionToken"].as_str().unwrap().into(),
+    };
+    let put = |rows: i64| {
+        let target = format!(
+            "/{}/{}",
+            descriptor["bucket"].as_str().unwrap(),
+            descriptor["path"].as_str().unwrap()
+        );
+        let host = format!("localhost:{}", app.upload_addr.port());
+        let mut request = raw_http::RawRequest::new("PUT", &target, &host);
+        request.body = parquet_bytes(&trips_batch(&[1], rows));
+        s3_signing::sign_v4(&mut request, &credentials, chrono::Utc::now());
+        request
+    };
+    let first = raw_http::send(app.upload_addr, &put(2)).await;
+    assert_eq!(first.status, 200, "{}", first.text());
+
+    // A second upload of the file begins (its credentials checked while the
+    // load is OPEN) and stops halfway until the commit is in its pause.
+    let (resume, resumed) = tokio::sync::oneshot::channel::<()>();
+    let late = put(3);
+    let upload_addr = app.upload_addr;
+    let late = tokio::spawn(async move {
+        let half = late.body.len() / 2;
+        raw_http::send_with_pause(upload_addr, &late, half, async {
+            let _ = resumed.await;
+        })
+        .await
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let (status, reply) = app
+        .commit(
+            &admin,
+            &id,
+            &json!({"check_sum": {"count(*)": 2}}).to_string(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    resume.send(()).unwrap();
+    let refused = late.await.unwrap();
+    assert_eq!(refused.status, 403, "{}", refused.text());
+    assert_eq!(refused.xml("Code").as_deref(), Some("AccessDenied"));
+    assert_eq!(
+        refused.xml("Message").as_deref(),
+        Some("The load of these credentials no longer takes files.")
+    );
+
+    let done = app.wait_for_load(&admin, &id).await;
+    assert_eq!(done["LoadStatus"], "SUCCESS", "{done}");
+    let count = app
+        .submit_sql(ORG_HOST, &admin, "SELECT count(*) AS n FROM trips")
+        .await;
+    app.wait_for(ORG_HOST, &admin, &count, Some("SUCCEEDED"))
+        .await;
+    let (_, page) = app.result_page(ORG_HOST, &admin, &count, None).await;
+    assert_eq!(
+        page["resultSet"]["Rows"][1]["Data"][0]["VarCharValue"], "2",
+        "{page}"
+    );
 }
 
 /// Uploaded files may carry `service_client_id` as text, which the default

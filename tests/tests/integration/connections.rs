@@ -1,9 +1,10 @@
-//! The connection guards of both listeners, the APIs and the upload endpoint
-//! (issue: connections that sent nothing, or stopped halfway through their
-//! headers, stayed open for good, and 1,100 of them took both ports down):
-//! held connections do not stop real requests, the server closes them after
-//! the header-read and idle timeouts, and past the connection cap a new
-//! connection is closed at once.
+//! The connection guards of the listeners, the APIs, the upload endpoint and
+//! Flight SQL (issue: connections that sent nothing, or stopped halfway
+//! through their headers, stayed open for good, and 1,100 of them took both
+//! ports down): held connections do not stop real requests, the server
+//! closes them after the header-read (or first-request) and idle timeouts,
+//! by default too, and past each listener's connection cap a new connection
+//! is closed at once. (The Postgres listener's: `pg_wire/`.)
 
 use std::{net::SocketAddr, time::Duration};
 
@@ -94,25 +95,111 @@ async fn a_thousand_held_connections_do_not_stop_real_requests_and_are_closed_by
 async fn past_the_connection_cap_a_new_connection_is_closed_at_once_and_served_again_after() {
     let app = spawn_app_with(|c| c.server.max_connections = 20).await;
     let token = app.token_for(&["OwnServiceClientAnalyst"], "[1 2]");
-    let mut held = Vec::new();
-    for _ in 0..20 {
-        held.push(TcpStream::connect(app.addr).await.unwrap());
+    // Each listener has its own cap: the API's, then the upload endpoint's.
+    for addr in [app.addr, app.upload_addr] {
+        let mut held = Vec::new();
+        for _ in 0..20 {
+            held.push(TcpStream::connect(addr).await.unwrap());
+        }
+        // The 21st is accepted after the first 20 and closed before any read.
+        let mut excess = TcpStream::connect(addr).await.unwrap();
+        assert!(
+            closed_by_server(&mut excess, Duration::from_secs(10)).await,
+            "{addr}"
+        );
+        // The held ones are still open (their timeouts are the defaults).
+        assert!(!closed_by_server(&mut held[0], Duration::from_millis(300)).await);
     }
-    // The 21st is accepted after the first 20 and closed before any read.
-    let mut excess = TcpStream::connect(app.addr).await.unwrap();
-    assert!(closed_by_server(&mut excess, Duration::from_secs(10)).await);
-    // The held ones are still open (their timeouts are the defaults: 10 s, 60 s).
-    assert!(!closed_by_server(&mut held[0], Duration::from_millis(300)).await);
 
-    // Once the held connections go, real requests are served again.
-    drop(held);
+    // The held connections are gone: real requests are served again.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        if let Ok(status) = identity_status(&app, &token).await {
-            assert_eq!(status, StatusCode::OK);
+        let api = identity_status(&app, &token).await;
+        if api.is_ok() && upload_endpoint_answers(&app).await {
+            assert_eq!(api.unwrap(), StatusCode::OK);
             break;
         }
         assert!(tokio::time::Instant::now() < deadline, "never served again");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn by_default_a_connection_that_sends_nothing_is_closed_after_ten_seconds() {
+    // `server.header_read_timeout_s` = 10 unless configured: open at 5 s,
+    // closed well before the 60 s idle timeout.
+    let app = spawn_app().await;
+    let mut api = TcpStream::connect(app.addr).await.unwrap();
+    let mut upload = TcpStream::connect(app.upload_addr).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(!closed_by_server(&mut api, Duration::from_millis(100)).await);
+    assert!(!closed_by_server(&mut upload, Duration::from_millis(100)).await);
+    assert!(closed_by_server(&mut api, Duration::from_secs(20)).await);
+    assert!(closed_by_server(&mut upload, Duration::from_secs(20)).await);
+}
+
+/// An HTTP/2 connection to `addr` (cleartext, prior knowledge, as gRPC
+/// clients open the Flight listener): its handle, and the task driving it,
+/// which ends when the server closes the connection.
+async fn http2_connection(
+    addr: SocketAddr,
+) -> (
+    h2::client::SendRequest<bytes::Bytes>,
+    tokio::task::JoinHandle<Result<(), h2::Error>>,
+) {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (client, connection) = h2::client::handshake(tcp).await.expect("HTTP/2 handshake");
+    (client, tokio::spawn(connection))
+}
+
+/// Whether the task driving a connection ended within `within`.
+async fn ended_within<T>(task: &mut tokio::task::JoinHandle<T>, within: Duration) -> bool {
+    tokio::time::timeout(within, task).await.is_ok()
+}
+
+/// One gRPC call on `client` (Flight's ListActions, with no token): the
+/// HTTP status it was answered with.
+async fn grpc_call(client: h2::client::SendRequest<bytes::Bytes>) -> http::StatusCode {
+    let mut client = client.ready().await.unwrap();
+    let request =
+        http::Request::post("http://localhost/arrow.flight.protocol.FlightService/ListActions")
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .unwrap();
+    let (response, mut body) = client.send_request(request, false).unwrap();
+    // An empty protobuf message, framed: not compressed, length 0.
+    body.send_data(bytes::Bytes::from_static(&[0, 0, 0, 0, 0]), true)
+        .unwrap();
+    response.await.unwrap().status()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flight_connection_that_begins_no_request_is_closed_after_the_header_read_timeout() {
+    // The Flight listener's idle timeout is the wire one (1,900 s by
+    // default): only the first-request deadline can close these in time.
+    let app = spawn_app_with(|c| {
+        c.server.flight_listen = Some("127.0.0.1:0".parse().unwrap());
+        c.server.header_read_timeout_s = 1;
+    })
+    .await;
+    let flight = app.flight_addr.expect("a Flight listener");
+    let mut silent = TcpStream::connect(flight).await.unwrap();
+    let (_preface_only, mut preface_only) = http2_connection(flight).await;
+    let (client, mut used) = http2_connection(flight).await;
+    assert_eq!(grpc_call(client.clone()).await, http::StatusCode::OK);
+
+    assert!(
+        closed_by_server(&mut silent, Duration::from_secs(20)).await,
+        "a connection that sent nothing is still open"
+    );
+    assert!(
+        ended_within(&mut preface_only, Duration::from_secs(20)).await,
+        "an HTTP/2 connection that began no request is still open"
+    );
+    // The one that made a call is kept past that deadline (3 times it) and
+    // serves the next call.
+    assert!(!ended_within(&mut used, Duration::from_secs(3)).await);
+    assert_eq!(grpc_call(client).await, http::StatusCode::OK);
+    assert!(!used.is_finished());
 }

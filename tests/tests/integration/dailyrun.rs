@@ -863,6 +863,78 @@ async fn a_daily_sql_running_past_its_steps_time_limit_fails_the_run_at_the_limi
     app.assert_no_table(&admin, "demo_insights.sorted").await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_daily_steps_end_their_runs_failed_naming_the_step_while_other_orgs_are_served() {
+    let manifest = |limits: &str, config: &str| {
+        format!(
+            "version = 1\n[[steps]]\nname = \"hostile\"\ncomponent = \"builtin:daily_pause\"\n\
+             {limits}\n[steps.config]\n{config}\n"
+        )
+    };
+    let app = spawn_app_with(|c| with_daily_manifest(c, &pause_manifest(0))).await;
+    let path = app.data_dir.join("pipelines/orgs/demo/daily.toml");
+    let token = app.daily_token();
+    let other = app.org_token_for("other", &["ZoneAdmin"], "[0]");
+    for (limits, config, error, cause) in [
+        (
+            "time_limit_ms = 300",
+            "ms = 600000",
+            "InternalError",
+            "step hostile ran past its time limit of 300 ms",
+        ),
+        (
+            "memory_limit_bytes = 16777216",
+            "how = \"grow_memory\"",
+            "InternalError",
+            "step hostile needed more than its memory limit",
+        ),
+        (
+            "",
+            "how = \"recurse\"",
+            "InternalError",
+            "step hostile trapped",
+        ),
+        (
+            "",
+            "how = \"panic\"",
+            "InternalError",
+            "step hostile trapped",
+        ),
+        (
+            "grants = [\"log\"]",
+            "how = \"query\"",
+            "TestFailure",
+            "step hostile: lake-sql: not granted",
+        ),
+    ] {
+        std::fs::write(&path, manifest(limits, config)).unwrap();
+        app.clock.advance(chrono::Duration::seconds(1));
+        assert_eq!(app.start_daily_run(&token).await.0, StatusCode::OK);
+        // Another org's query finishes while the run goes on or ends.
+        let theirs = app.submit_sql(OTHER_ORG_HOST, &other, "SELECT 1").await;
+        app.wait_for(OTHER_ORG_HOST, &other, &theirs, Some("SUCCEEDED"))
+            .await;
+        let ended = app.wait_for_daily_run(&token).await;
+        assert_eq!(
+            (&ended["status"], &ended["error"]),
+            (&json!("FAILED"), &json!(error)),
+            "{config}: {ended}"
+        );
+        let text = ended["cause"].as_str().unwrap_or_default();
+        assert!(text.starts_with(cause), "{config}: {ended}");
+    }
+    // Megabytes of log lines are cut, and the run goes on to its end.
+    std::fs::write(
+        &path,
+        manifest("grants = [\"log\"]", "how = \"flood_logs\""),
+    )
+    .unwrap();
+    app.clock.advance(chrono::Duration::seconds(1));
+    assert_eq!(app.start_daily_run(&token).await.0, StatusCode::OK);
+    let ended = app.wait_for_daily_run(&token).await;
+    assert_eq!(ended["status"], "SUCCEEDED", "{ended}");
+}
+
 /// Whether the demo org's insights database holds `table`.
 async fn insights_table_exists(app: &TestApp, table: &str) -> bool {
     let database = app

@@ -128,3 +128,69 @@ async fn a_flood_of_commits_from_one_org_leaves_room_for_the_others() {
         assert_eq!(app.wait_for_load(&demo, id).await["LoadStatus"], "SUCCESS");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_org_flooding_queries_and_commits_at_once_leaves_room_for_anothers_query_and_commit() {
+    // The demo org's commits take a second and a half each (a pause step).
+    let pipelines = demo_load_pipelines(&format!(
+        "{}\n[[steps]]\nname = \"slow\"\ncomponent = \"builtin:pause\"\n\
+         [steps.config]\nms = 1500\n",
+        default_load_manifest()
+    ));
+    let dir = pipelines.path().to_path_buf();
+    let app = spawn_app_with(|c| c.pipeline.dir = dir).await;
+    let demo = app.token_for(&["ZoneAdmin"], "[0]");
+    let mut queries = Vec::new();
+    let mut commits = Vec::new();
+    for i in 0..100 {
+        queries.push(app.submit_sql(ORG_HOST, &demo, HEAVY).await);
+        if i % 10 == 0 {
+            commits.push(two_trips(&app, ORG_HOST, &demo).await);
+        }
+    }
+
+    // The other org's query and commit both end while the flood is there.
+    let other = app.org_token_for("other", &["ZoneAdmin"], "[0]");
+    let their_query = app.submit_sql(OTHER_ORG_HOST, &other, "SELECT 1").await;
+    let their_commit = two_trips(&app, OTHER_ORG_HOST, &other).await;
+    app.wait_for(OTHER_ORG_HOST, &other, &their_query, Some("SUCCEEDED"))
+        .await;
+    let done = loop {
+        let body = load_status(&app, OTHER_ORG_HOST, &other, &their_commit).await;
+        if body["LoadStatus"] != "PROCESSING" {
+            break body;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(done["LoadStatus"], "SUCCESS", "{done}");
+    let mut queued = 0;
+    for id in &queries {
+        if state_of(&app, ORG_HOST, &demo, id).await == "QUEUED" {
+            queued += 1;
+        }
+    }
+    let mut processing = 0;
+    for id in &commits {
+        if load_status(&app, ORG_HOST, &demo, id).await["LoadStatus"] == "PROCESSING" {
+            processing += 1;
+        }
+    }
+    assert!(
+        queued >= 90 && processing >= 5,
+        "still waiting of the flood: {queued} queries, {processing} commits"
+    );
+
+    // The flood ends: its queries cancelled, every commit of it done.
+    for id in &queries {
+        let response = app
+            .request(reqwest::Method::DELETE, ORG_HOST, &format!("{QUERY}/{id}"))
+            .bearer_auth(&demo)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    for id in &commits {
+        assert_eq!(app.wait_for_load(&demo, id).await["LoadStatus"], "SUCCESS");
+    }
+}

@@ -202,3 +202,23 @@ fn fuzz_config() {
 fn fuzz_sql() {
     fuzz("sql", |b| fuzzing::sql(&text(b)));
 }
+
+#[test]
+fn fuzz_upload_grant() {
+    fuzz("upload_grant", |b| fuzzing::upload_grant(&text(b)));
+}
+
+#[test]
+fn fuzz_page_token() {
+    fuzz("page_token", |b| fuzzing::page_token(&text(b)));
+}
+
+#[test]
+fn fuzz_parameters() {
+    fuzz("parameters", |b| fuzzing::parameters(&text(b)));
+}
+
+#[test]
+fn fuzz_flight_ticket() {
+    fuzz("flight_ticket", fuzzing::flight_ticket);
+}

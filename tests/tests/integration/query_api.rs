@@ -264,6 +264,25 @@ async fn a_large_result_pages_by_next_token_and_downloads_as_csv() {
         )),
         "{location}"
     );
+    // Links come from the configured storage endpoint alone: what a client
+    // says of the host it reached never gets into them.
+    let forwarded = app
+        .request(reqwest::Method::GET, ORG_HOST, &format!("{QUERY}/{id}/csv"))
+        .bearer_auth(&token)
+        .header("X-Forwarded-Host", "evil.example")
+        .header("X-Forwarded-Proto", "https")
+        .header("Forwarded", "host=evil.example;proto=https")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forwarded.status(), StatusCode::FOUND);
+    let forwarded_location = forwarded.headers()["location"].to_str().unwrap();
+    assert_eq!(
+        url::Url::parse(forwarded_location).unwrap().origin(),
+        link.origin(),
+        "{forwarded_location}"
+    );
+    assert!(!forwarded_location.contains("evil"), "{forwarded_location}");
     let params: std::collections::BTreeMap<String, String> =
         link.query_pairs().into_owned().collect();
     assert_eq!(

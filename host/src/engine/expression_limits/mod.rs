@@ -49,8 +49,8 @@ pub use tree::check;
 /// The deepest expression nesting accepted: a chain of this many operators,
 /// or this many levels of nested calls and subqueries. Chosen so that
 /// planning and running the deepest accepted expression fits comfortably in
-/// a 2 MiB thread stack (tested in `tests/.../query_limits.rs`), the smallest
-/// one lakehost's code runs on.
+/// a 2 MiB thread stack, the smallest one lakehost's code runs on (tested in
+/// `tests/tests/integration/expression_limits.rs`).
 pub const MAX_EXPRESSION_DEPTH: usize = 256;
 
 /// The most expression nodes one statement may hold (a 20,000-value IN list

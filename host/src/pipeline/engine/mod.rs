@@ -50,6 +50,7 @@ use super::{
 mod compiled_on_disk;
 mod components;
 mod imports;
+mod instantiation;
 mod interrupt;
 mod sandbox;
 #[cfg(test)]
@@ -58,6 +59,7 @@ mod verdict;
 
 use compiled_on_disk::{CompiledOnDisk, Readied};
 use components::ComponentCache;
+use instantiation::instantiate_in_fresh_store;
 use sandbox::{DailyState, LoadState, TICK};
 use verdict::{log_step_ran, verdict};
 
@@ -323,7 +325,7 @@ impl PipelineEngine {
         data: Arc<dyn LoadData>,
         control: &RunControl,
     ) -> Result<StepVerdict, StepError> {
-        let mut store = self.sandbox(step, data, &context.load_id, control);
+        let sandbox = || self.sandbox(step, data.clone(), &context.load_id, control);
         let context = types::LoadContext {
             load_id: context.load_id.clone(),
             org: context.org.clone(),
@@ -336,8 +338,9 @@ impl PipelineEngine {
             any_service_client: context.any_service_client,
         };
         let began = Instant::now();
-        let called = pre
-            .instantiate(&mut store)
+        let (mut store, instance) =
+            instantiate_in_fresh_store(sandbox, |store| pre.instantiate(store));
+        let called = instance
             .and_then(|instance| instance.call_run(&mut store, &context, &step.config_json));
         let verdict = verdict(step, &store, called, Some(LOAD_ERROR_TYPES));
         log_step_ran(&store, began, &verdict);
@@ -388,7 +391,7 @@ impl PipelineEngine {
         data: Arc<dyn DailyData>,
         control: &RunControl,
     ) -> Result<StepVerdict, StepError> {
-        let mut store = self.sandbox(step, data, &context.execution_name, control);
+        let sandbox = || self.sandbox(step, data.clone(), &context.execution_name, control);
         let context = types::RunContext {
             execution_name: context.execution_name.clone(),
             org: context.org.clone(),
@@ -397,8 +400,9 @@ impl PipelineEngine {
             scheduled: context.scheduled,
         };
         let began = Instant::now();
-        let called = pre
-            .instantiate(&mut store)
+        let (mut store, instance) =
+            instantiate_in_fresh_store(sandbox, |store| pre.instantiate(store));
+        let called = instance
             .and_then(|instance| instance.call_run(&mut store, &context, &step.config_json));
         let verdict = verdict(step, &store, called, None);
         log_step_ran(&store, began, &verdict);
