@@ -114,9 +114,10 @@ async fn past_the_connection_cap_a_new_connection_is_closed_at_once_and_served_a
     // The held connections are gone: real requests are served again.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let api = identity_status(&app, &token).await;
-        if api.is_ok() && upload_endpoint_answers(&app).await {
-            assert_eq!(api.unwrap(), StatusCode::OK);
+        if let Ok(api) = identity_status(&app, &token).await
+            && upload_endpoint_answers(&app).await
+        {
+            assert_eq!(api, StatusCode::OK);
             break;
         }
         assert!(tokio::time::Instant::now() < deadline, "never served again");
