@@ -1023,10 +1023,15 @@ impl TestApp {
 
     /// Polls GET /load/{id} until SUCCESS or FAIL (at most 60 s); the body.
     pub async fn wait_for_load(&self, token: &str, load_id: &str) -> Value {
+        self.wait_for_load_on(ORG_HOST, token, load_id).await
+    }
+
+    /// [`Self::wait_for_load`] on `host`'s API.
+    pub async fn wait_for_load_on(&self, host: &str, token: &str, load_id: &str) -> Value {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         loop {
             let (status, body) = self
-                .get(ORG_HOST, &format!("{LOAD}/{load_id}"), Some(token))
+                .get(host, &format!("{LOAD}/{load_id}"), Some(token))
                 .await;
             assert_eq!(status, StatusCode::OK, "{body}");
             if matches!(body["LoadStatus"].as_str(), Some("SUCCESS" | "FAIL")) {

@@ -396,6 +396,24 @@ async fn extra_partitions_and_a_schema_mismatch_on_a_second_load() {
     );
 }
 
+/// Starts a commit of two trips on the demo org, then runs a `SELECT 1` of
+/// the org `other` (token `other`) to its end while the commit goes on or
+/// ends; the commit's loadId.
+async fn commit_beside_another_orgs_query(app: &TestApp, admin: &str, other: &str) -> String {
+    let id = app
+        .start_commit_on(
+            ORG_HOST,
+            admin,
+            &trips_batch(&[1], 2),
+            json!({"count(*)": 2}),
+        )
+        .await;
+    let theirs = app.submit_sql(OTHER_ORG_HOST, other, "SELECT 1").await;
+    app.wait_for(OTHER_ORG_HOST, other, &theirs, Some("SUCCEEDED"))
+        .await;
+    id
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_orgs_own_manifest_runs_its_steps_within_their_limits() {
     let pipelines = tempfile::tempdir().unwrap();
@@ -443,18 +461,7 @@ async fn an_orgs_own_manifest_runs_its_steps_within_their_limits() {
     ] {
         // Changing the org's manifest needs no restart.
         std::fs::write(org_dir.join("load.toml"), manifest(step, limits)).unwrap();
-        let id = app
-            .start_commit_on(
-                ORG_HOST,
-                &admin,
-                &trips_batch(&[1], 2),
-                json!({"count(*)": 2}),
-            )
-            .await;
-        // Another org's query finishes while the commit goes on or ends.
-        let theirs = app.submit_sql(OTHER_ORG_HOST, &other, "SELECT 1").await;
-        app.wait_for(OTHER_ORG_HOST, &other, &theirs, Some("SUCCEEDED"))
-            .await;
+        let id = commit_beside_another_orgs_query(&app, &admin, &other).await;
         let failed = app.wait_for_load(&admin, &id).await;
         assert_eq!(failed["LoadStatus"], "FAIL", "{failed}");
         let text = failed["ErrorMessages"].to_string();
@@ -486,17 +493,7 @@ async fn an_orgs_own_manifest_runs_its_steps_within_their_limits() {
         manifest("loop_forever", "time_limit_ms = 10000"),
     )
     .unwrap();
-    let id = app
-        .start_commit_on(
-            ORG_HOST,
-            &admin,
-            &trips_batch(&[1], 2),
-            json!({"count(*)": 2}),
-        )
-        .await;
-    let theirs = app.submit_sql(OTHER_ORG_HOST, &other, "SELECT 1").await;
-    app.wait_for(OTHER_ORG_HOST, &other, &theirs, Some("SUCCEEDED"))
-        .await;
+    let id = commit_beside_another_orgs_query(&app, &admin, &other).await;
     let (_, spinning) = app
         .get(ORG_HOST, &format!("{LOAD}/{id}"), Some(&admin))
         .await;

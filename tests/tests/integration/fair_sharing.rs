@@ -104,13 +104,7 @@ async fn a_flood_of_commits_from_one_org_leaves_room_for_the_others() {
     }
     let other = app.org_token_for("other", &["ZoneAdmin"], "[0]");
     let theirs = two_trips(&app, OTHER_ORG_HOST, &other).await;
-    let done = loop {
-        let body = load_status(&app, OTHER_ORG_HOST, &other, &theirs).await;
-        if body["LoadStatus"] != "PROCESSING" {
-            break body;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    };
+    let done = app.wait_for_load_on(OTHER_ORG_HOST, &other, &theirs).await;
     assert_eq!(done["LoadStatus"], "SUCCESS", "{done}");
     // It did not wait for the flood: most of it is still to come.
     let mut waiting = 0;
@@ -155,13 +149,9 @@ async fn one_org_flooding_queries_and_commits_at_once_leaves_room_for_anothers_q
     let their_commit = two_trips(&app, OTHER_ORG_HOST, &other).await;
     app.wait_for(OTHER_ORG_HOST, &other, &their_query, Some("SUCCEEDED"))
         .await;
-    let done = loop {
-        let body = load_status(&app, OTHER_ORG_HOST, &other, &their_commit).await;
-        if body["LoadStatus"] != "PROCESSING" {
-            break body;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    };
+    let done = app
+        .wait_for_load_on(OTHER_ORG_HOST, &other, &their_commit)
+        .await;
     assert_eq!(done["LoadStatus"], "SUCCESS", "{done}");
     let mut queued = 0;
     for id in &queries {
