@@ -26,7 +26,7 @@ use object_store::ObjectStore;
 
 // Re-exported: the fuzz harness (`fuzzing.rs`) reaches the policy parser here.
 pub(crate) use super::post_policy::{check_conditions, parse_policy};
-use super::staging::{StreamError, stream_to_object};
+use super::staged_object::{StreamError, stream_to_object};
 use crate::load::{
     LoadService,
     grant::{GrantError, form_signature_matches},

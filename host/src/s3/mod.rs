@@ -19,6 +19,7 @@
 pub mod form;
 mod post_policy;
 pub mod results;
+pub mod staged_object;
 pub mod staging;
 
 use std::sync::Arc;

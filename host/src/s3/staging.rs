@@ -9,11 +9,10 @@
 //! held in memory whole. Multipart parts wait under `_staging/_parts/<load>/`
 //! and are concatenated into the object when the upload completes.
 
-use std::{ops::RangeInclusive, sync::Arc};
+use std::sync::Arc;
 
-use bytes::Bytes;
-use futures::{Stream, StreamExt as _};
-use object_store::{ObjectStore, ObjectStoreExt as _, WriteMultipart, path::Path as ObjectPath};
+use futures::StreamExt as _;
+use object_store::{ObjectStore, ObjectStoreExt as _, path::Path as ObjectPath};
 use s3s::{
     S3, S3Request, S3Response, S3Result,
     access::{S3Access, S3AccessContext},
@@ -27,7 +26,8 @@ use s3s::{
     s3_error,
 };
 
-use crate::load::{LoadError, LoadService, grant::UploadGrant, parts_prefix, staging_path};
+use super::staged_object::{StagedObject, StreamError, stream_to_object};
+use crate::load::{LoadService, grant::UploadGrant, parts_prefix, staging_path};
 
 /// The operations upload credentials allow.
 const ALLOWED_OPERATIONS: &[&str] = &[
@@ -178,123 +178,6 @@ fn part_folder(grant: &UploadGrant, upload_id: &str) -> ObjectPath {
 
 fn part_path(grant: &UploadGrant, upload_id: &str, part_number: i32) -> ObjectPath {
     part_folder(grant, upload_id).join(format!("{part_number:05}").as_str())
-}
-
-/// An object being written to the store: it appears only when `finish`
-/// succeeds (a failed or aborted one leaves nothing, or the old object).
-pub struct StagedObject {
-    writer: WriteMultipart,
-    size: u64,
-    max_bytes: u64,
-}
-
-impl StagedObject {
-    pub async fn create(
-        store: &Arc<dyn ObjectStore>,
-        path: &ObjectPath,
-        max_bytes: u64,
-    ) -> Result<Self, StreamError> {
-        let upload = store
-            .put_multipart(path)
-            .await
-            .map_err(|e| StreamError::Store(e.to_string()))?;
-        Ok(Self {
-            writer: WriteMultipart::new_with_chunk_size(upload, 8 * 1024 * 1024),
-            size: 0,
-            max_bytes,
-        })
-    }
-
-    /// Appends a chunk; at most four chunks are in flight to the store.
-    pub async fn write(&mut self, chunk: Bytes) -> Result<(), StreamError> {
-        self.size += chunk.len() as u64;
-        if self.size > self.max_bytes {
-            return Err(StreamError::TooLarge);
-        }
-        self.writer
-            .wait_for_capacity(4)
-            .await
-            .map_err(|e| StreamError::Store(e.to_string()))?;
-        self.writer.put(chunk);
-        Ok(())
-    }
-
-    pub async fn abort(self) {
-        let _ = self.writer.abort().await;
-    }
-
-    /// Completes the object when `load_takes_files` (asked now, after the
-    /// last byte) still says its load takes files; returns its size. An
-    /// upload that ends after its load left OPEN is dropped before it
-    /// replaces anything: a commit works on the files it validated.
-    pub async fn finish_while(
-        self,
-        load_takes_files: impl Future<Output = Result<bool, LoadError>>,
-    ) -> Result<u64, StreamError> {
-        match load_takes_files.await {
-            Ok(true) => {}
-            Ok(false) => {
-                self.abort().await;
-                return Err(StreamError::LoadNotOpen);
-            }
-            Err(e) => {
-                self.abort().await;
-                return Err(StreamError::Store(e.to_string()));
-            }
-        }
-        self.writer
-            .finish()
-            .await
-            .map_err(|e| StreamError::Store(e.to_string()))?;
-        Ok(self.size)
-    }
-}
-
-/// Streams `body` into a new object at `path` (see [`StagedObject`]) whose
-/// size must be within `sizes` and whose load must still take files when
-/// the body has ended (`load_takes_files`): otherwise the previous object
-/// (or none) stays.
-pub async fn stream_to_object<S, E>(
-    store: &Arc<dyn ObjectStore>,
-    path: &ObjectPath,
-    mut body: S,
-    sizes: RangeInclusive<u64>,
-    load_takes_files: impl Future<Output = Result<bool, LoadError>>,
-) -> Result<u64, StreamError>
-where
-    S: Stream<Item = Result<Bytes, E>> + Unpin,
-    E: std::fmt::Display,
-{
-    let mut object = StagedObject::create(store, path, *sizes.end()).await?;
-    while let Some(chunk) = body.next().await {
-        let written = match chunk {
-            Ok(chunk) => object.write(chunk).await,
-            Err(e) => Err(StreamError::Body(e.to_string())),
-        };
-        if let Err(e) = written {
-            object.abort().await;
-            return Err(e);
-        }
-    }
-    if object.size < *sizes.start() {
-        object.abort().await;
-        return Err(StreamError::TooSmall);
-    }
-    object.finish_while(load_takes_files).await
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum StreamError {
-    #[error("the body could not be read: {0}")]
-    Body(String),
-    #[error("the object is larger than allowed")]
-    TooLarge,
-    #[error("the object is smaller than allowed")]
-    TooSmall,
-    #[error("The load of these credentials no longer takes files.")]
-    LoadNotOpen,
-    #[error("storage: {0}")]
-    Store(String),
 }
 
 fn s3_stream_error(e: StreamError) -> s3s::S3Error {

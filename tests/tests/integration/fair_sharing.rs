@@ -86,9 +86,10 @@ async fn load_status(app: &TestApp, host: &str, token: &str, id: &str) -> Value 
     body
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_flood_of_commits_from_one_org_leaves_room_for_the_others() {
-    // The demo org's commits take a second and a half each (a pause step).
+/// A server whose demo org's commits take a second and a half each (a pause
+/// step after the default ones); the pipelines folder lives as long as the
+/// first value.
+async fn app_with_slow_commits() -> (tempfile::TempDir, TestApp) {
     let pipelines = demo_load_pipelines(&format!(
         "{}\n[[steps]]\nname = \"slow\"\ncomponent = \"builtin:pause\"\n\
          [steps.config]\nms = 1500\n",
@@ -96,6 +97,12 @@ async fn a_flood_of_commits_from_one_org_leaves_room_for_the_others() {
     ));
     let dir = pipelines.path().to_path_buf();
     let app = spawn_app_with(|c| c.pipeline.dir = dir).await;
+    (pipelines, app)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_commits_from_one_org_leaves_room_for_the_others() {
+    let (_pipelines, app) = app_with_slow_commits().await;
 
     let demo = app.token_for(&["ZoneAdmin"], "[0]");
     let mut flood = Vec::new();
@@ -125,14 +132,7 @@ async fn a_flood_of_commits_from_one_org_leaves_room_for_the_others() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_org_flooding_queries_and_commits_at_once_leaves_room_for_anothers_query_and_commit() {
-    // The demo org's commits take a second and a half each (a pause step).
-    let pipelines = demo_load_pipelines(&format!(
-        "{}\n[[steps]]\nname = \"slow\"\ncomponent = \"builtin:pause\"\n\
-         [steps.config]\nms = 1500\n",
-        default_load_manifest()
-    ));
-    let dir = pipelines.path().to_path_buf();
-    let app = spawn_app_with(|c| c.pipeline.dir = dir).await;
+    let (_pipelines, app) = app_with_slow_commits().await;
     let demo = app.token_for(&["ZoneAdmin"], "[0]");
     let mut queries = Vec::new();
     let mut commits = Vec::new();
