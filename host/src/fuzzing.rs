@@ -1,7 +1,12 @@
-//! The entry points the fuzz harness (`tests/tests/integration/fuzz.rs`)
-//! drives with mutated bytes: each parser that reads bytes from outside,
-//! called as the server calls it. None may panic, whatever the input; each
-//! returns whether the input was accepted, for the harness's statistics.
+//! The entry points the fuzzers drive with mutated bytes: each parser that
+//! reads bytes from outside, called as the server calls it. None may panic,
+//! whatever the input; each returns whether the input was accepted, for the
+//! fuzzers' statistics. [`TARGETS`] names them, for both fuzzers: the
+//! mutational one of the test suite (`tests/tests/integration/fuzz.rs`, on
+//! every CI run) and the coverage-guided libFuzzer targets of `fuzz/`.
+//!
+//! Only in builds with the `fuzzing` feature (the test crate and `fuzz/`
+//! turn it on); the shipped binary holds none of it.
 
 use std::collections::BTreeMap;
 
@@ -31,6 +36,38 @@ use crate::{
     },
     s3::form::{check_conditions, parse_policy},
 };
+
+/// Every fuzz target: its name (also its seed folder under
+/// `tests/corpus/fuzz/`) and its entry point over raw bytes. Text parsers
+/// get the bytes as UTF-8 with invalid sequences replaced, as the server's
+/// extractors hand them over.
+pub const TARGETS: &[(&str, fn(&[u8]) -> bool)] = &[
+    ("token", |b| token(&text(b))),
+    ("service_client_claim", |b| service_client_claim(&text(b))),
+    ("form_policy", |b| form_policy(&text(b))),
+    ("presigned_query", |b| presigned_query(&text(b))),
+    ("parquet", parquet),
+    ("manifest", |b| manifest(&text(b))),
+    ("config", |b| config(&text(b))),
+    ("sql", |b| sql(&text(b))),
+    ("upload_grant", |b| upload_grant(&text(b))),
+    ("page_token", |b| page_token(&text(b))),
+    ("parameters", |b| parameters(&text(b))),
+    #[cfg(feature = "flight-sql")]
+    ("flight_ticket", flight_ticket),
+];
+
+/// The entry point of the target named `name`.
+pub fn target(name: &str) -> Option<fn(&[u8]) -> bool> {
+    TARGETS
+        .iter()
+        .find(|(target, _)| *target == name)
+        .map(|(_, parse)| *parse)
+}
+
+fn text(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
+    String::from_utf8_lossy(bytes)
+}
 
 /// A bearer token up to the signature check: its compact form, header, the
 /// issuer read before verification, and every claim accessor on its payload.
@@ -181,6 +218,7 @@ pub fn parameters(input: &str) -> bool {
     })
 }
 
+#[cfg(feature = "flight-sql")]
 /// A Flight SQL `DoGet` ticket's bytes, as lakehost reads a statement's
 /// ticket; whether it named a query.
 pub fn flight_ticket(ticket: &[u8]) -> bool {

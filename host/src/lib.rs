@@ -12,6 +12,7 @@ pub mod drain;
 pub mod engine;
 #[cfg(feature = "flight-sql")]
 pub mod flight;
+#[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod idp;
 pub mod import;

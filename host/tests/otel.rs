@@ -1,7 +1,8 @@
 //! The `otel` build exports spans: `lakehost serve` with
 //! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` set sends OTLP/HTTP protobuf to that
 //! collector, with the request span and its request id, as service
-//! `lakehost`. Built and run only with `--features otel` (CI does once).
+//! `lakehost`. Built and run only with `--features otel`, which the test
+//! suite's build has (`tests/` turns it on).
 
 use std::{
     io::{BufRead as _, BufReader, Read as _, Write as _},

@@ -712,13 +712,24 @@ pub async fn fresh_postgres_url() -> Option<String> {
 /// pyarrow) and the Comotion SDK that `.ci/python` prepares, or `None` outside CI when
 /// `LAKEHOST_TEST_PYTHON` is not set. In CI a missing interpreter is an error.
 pub fn test_python() -> Option<PathBuf> {
-    match std::env::var("LAKEHOST_TEST_PYTHON") {
+    python_named_by("LAKEHOST_TEST_PYTHON", "upload client tests")
+}
+
+/// The Python interpreter with Superset's Flight SQL driver (flightsql-dbapi
+/// on SQLAlchemy 1.4) that `.ci/python` prepares in a venv of its own, or
+/// `None` outside CI when `LAKEHOST_TEST_SUPERSET_PYTHON` is not set.
+pub fn superset_python() -> Option<PathBuf> {
+    python_named_by("LAKEHOST_TEST_SUPERSET_PYTHON", "Superset client tests")
+}
+
+fn python_named_by(variable: &str, tests: &str) -> Option<PathBuf> {
+    match std::env::var(variable) {
         Ok(path) => Some(PathBuf::from(path)),
         Err(_) if std::env::var_os("CI").is_some() => {
-            panic!("LAKEHOST_TEST_PYTHON must name a Python with boto3 in CI (see .ci/run)")
+            panic!("{variable} must name a Python in CI (see .ci/run and .ci/python)")
         }
         Err(_) => {
-            eprintln!("NOTE: upload client tests not run: eval \"$(.ci/python)\" first");
+            eprintln!("NOTE: {tests} not run: eval \"$(.ci/python)\" first");
             None
         }
     }
@@ -753,6 +764,13 @@ pub async fn pg_client(python: &std::path::Path, command: &str, args: &Value) ->
 /// driver, or pyarrow.flight) and returns the JSON it prints.
 pub async fn flight_client(python: &std::path::Path, command: &str, args: &Value) -> Value {
     python_client(python, "flight_client.py", command, args).await
+}
+
+/// Runs one command of `tests/python/superset_client.py` (flightsql-dbapi's
+/// SQLAlchemy dialect, as Superset drives Flight SQL) with the interpreter of
+/// [`superset_python`] and returns the JSON it prints.
+pub async fn superset_client(python: &std::path::Path, command: &str, args: &Value) -> Value {
+    python_client(python, "superset_client.py", command, args).await
 }
 
 /// Runs one command of `tests/python/sdk_client.py` (the real Comotion SDK)

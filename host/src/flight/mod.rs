@@ -39,6 +39,7 @@ mod results;
 mod statements;
 mod status;
 
+#[cfg(feature = "fuzzing")]
 pub(crate) use statements::ticket_query_id;
 
 use std::{pin::Pin, sync::Arc};

@@ -96,6 +96,7 @@ fn handle_of_ticket(ticket: &[u8]) -> Option<Handle> {
 }
 
 /// The query id a statement ticket's bytes name (the fuzz harness's entry).
+#[cfg(feature = "fuzzing")]
 pub(crate) fn ticket_query_id(ticket: &[u8]) -> Option<String> {
     handle_of_ticket(ticket).map(|handle| handle.query_id().to_string())
 }

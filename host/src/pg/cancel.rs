@@ -33,17 +33,18 @@ type BackendKey = (i32, Bytes);
 #[derive(Default)]
 pub struct Running(Mutex<Option<(LakeCaller, String)>>);
 
-/// Marks `id` as the session's running job until dropped.
-pub struct RunningJob<'a>(&'a Running);
+/// Marks `id` as the session's running job until dropped (a streamed
+/// statement's guard goes with its rows).
+pub struct RunningJob(Arc<Running>);
 
 impl Running {
-    pub fn start(&self, caller: &LakeCaller, id: &str) -> RunningJob<'_> {
+    pub fn start(self: Arc<Self>, caller: &LakeCaller, id: &str) -> RunningJob {
         *self.0.lock().expect("running lock") = Some((caller.clone(), id.to_string()));
         RunningJob(self)
     }
 }
 
-impl Drop for RunningJob<'_> {
+impl Drop for RunningJob {
     fn drop(&mut self) {
         *self.0.0.lock().expect("running lock") = None;
     }

@@ -3,10 +3,13 @@
 //! Session commands (BEGIN, COMMIT, ROLLBACK, SET, SHOW, ...) are answered
 //! here and never become jobs: lakehost has no transactions, each statement
 //! is its own query, so a transaction block is accepted and does nothing.
-//! Every other statement is submitted to the query service as the session's
-//! caller (its token validated again first, renewed from the secret when it
-//! expired), waited for, and its rows sent from the job's typed result,
-//! encoded by arrow-pg in the text or binary format the client asked for.
+//! Every other statement is a query job of the session's caller (its token
+//! validated again first, renewed from the secret when it expired): a read
+//! streams its rows to the client as the query makes them and keeps none
+//! (the job says `"via": "pg-wire"`, as Flight SQL's reads do), anything
+//! else is submitted, waited for, and its rows sent from the job's typed
+//! result; both encoded by arrow-pg in the text or binary format the client
+//! asked for.
 //! `SHOW lakehost.last_query_id` names the last job for REST.
 //!
 //! Extended protocol: a statement's parameters are inlined as SQL literals
@@ -45,7 +48,11 @@ use super::{
 use crate::{
     auth::{LakeCaller, caller::scope_on},
     observability::metrics::{self, token_rejected},
-    query::{ipc_batches::IpcBatches, service::WireEnd},
+    query::{
+        ipc_batches::IpcBatches,
+        service::{StreamStop, WireEnd},
+    },
+    store::queries::Delivery,
 };
 
 /// The id of the session's last query job (`SHOW lakehost.last_query_id`).
@@ -164,7 +171,9 @@ impl LakeStatements {
         ("query", self.job(client, sql, format).await)
     }
 
-    /// A statement run as a query job, its rows read from its typed result.
+    /// A statement run as a query job: a read's rows streamed to the client
+    /// as the query makes them (none kept), any other statement's read from
+    /// its typed result once it ended.
     async fn job<C: ClientInfo>(
         &self,
         client: &C,
@@ -173,6 +182,30 @@ impl LakeStatements {
     ) -> PgWireResult<Response> {
         let caller = self.caller(client, "query:write").await?;
         let queries = &self.state.queries;
+        // Cancellable by the session's backend key while it runs.
+        let running = client
+            .session_extensions()
+            .get::<Arc<Running>>()
+            .map(|running| Arc::clone(&*running));
+        let streamed = queries
+            .stream_if_read(&caller, sql, Delivery::PgWire)
+            .await
+            .map_err(error_of)?;
+        if let Some(streamed) = streamed {
+            client
+                .session_extensions()
+                .insert(LastQuery(streamed.id.clone()));
+            // Running until its rows are sent: the guard goes with them.
+            let running = running.map(|running| running.start(&caller, &streamed.id));
+            let batches = streamed.batches.map(move |batch| {
+                let _running = &running;
+                batch.map_err(|stop| match stop {
+                    StreamStop::Cancelled => error(CANCELED, CANCELED_BY_USER),
+                    StreamStop::Failed(reason) => error("XX000", reason),
+                })
+            });
+            return rows_response(&streamed.schema, batches, format);
+        }
         let submitted = queries
             .submit(&caller, sql, None, None, None)
             .await
@@ -180,31 +213,33 @@ impl LakeStatements {
         client
             .session_extensions()
             .insert(LastQuery(submitted.id.clone()));
-        // Cancellable by the session's backend key while it runs.
-        let running = client.session_extensions().get::<Arc<Running>>();
-        let _running = running
-            .as_ref()
-            .map(|running| running.start(&caller, &submitted.id));
+        let _running = running.map(|running| running.start(&caller, &submitted.id));
         let bytes = match queries
             .typed_result_at_end(&caller, &submitted.id)
             .await
             .map_err(error_of)?
         {
             WireEnd::Rows(bytes) => bytes,
-            WireEnd::Cancelled => {
-                return Err(error("57014", "canceling statement due to user request"));
-            }
+            WireEnd::Cancelled => return Err(error(CANCELED, CANCELED_BY_USER)),
             WireEnd::Failed(reason) => return Err(error("XX000", reason)),
         };
         let mut batches = IpcBatches::new(bytes);
-        let schema = batches.schema().await.map_err(|e| {
+        let unreadable = |e: &dyn std::fmt::Display| {
             error_of(crate::query::QueryError::Internal(format!(
                 "reading the result: {e}"
             )))
-        })?;
-        rows_response(&schema, batches.into_stream(), format)
+        };
+        let schema = batches.schema().await.map_err(|e| unreadable(&e))?;
+        let batches = batches
+            .into_stream()
+            .map(move |batch| batch.map_err(|e| unreadable(&e)));
+        rows_response(&schema, batches, format)
     }
 }
+
+/// A statement's end when its client cancelled it (Postgres's words).
+const CANCELED: &str = "57014";
+const CANCELED_BY_USER: &str = "canceling statement due to user request";
 
 /// The Postgres columns of `schema`, in `format`.
 fn fields_of(schema: &Schema, format: &Format) -> PgWireResult<Vec<FieldInfo>> {
@@ -212,11 +247,10 @@ fn fields_of(schema: &Schema, format: &Format) -> PgWireResult<Vec<FieldInfo>> {
 }
 
 /// `batches` (of `schema`) as the rows of a query response, encoded by
-/// arrow-pg in `format`; a batch that cannot be read ends the rows with an
-/// error.
-pub fn rows_response<E: std::fmt::Display>(
+/// arrow-pg in `format`; an error ends the rows.
+pub fn rows_response(
     schema: &Schema,
-    batches: impl Stream<Item = Result<RecordBatch, E>> + Send + 'static,
+    batches: impl Stream<Item = PgWireResult<RecordBatch>> + Send + 'static,
     format: &Format,
 ) -> PgWireResult<Response> {
     let fields = Arc::new(fields_of(schema, format)?);
@@ -228,9 +262,7 @@ pub fn rows_response<E: std::fmt::Display>(
                     fields.clone(),
                     batch,
                 )),
-                Err(e) => Box::new(std::iter::once(Err(error_of(
-                    crate::query::QueryError::Internal(format!("reading the result: {e}")),
-                )))),
+                Err(e) => Box::new(std::iter::once(Err(e))),
             };
             stream::iter(rows)
         })

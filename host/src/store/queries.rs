@@ -58,6 +58,8 @@ pub enum Delivery {
     Stored,
     /// To its Flight SQL client while it runs; no result is kept.
     FlightSql,
+    /// To its Postgres client while it runs; no result is kept.
+    PgWire,
 }
 
 impl Delivery {
@@ -65,6 +67,7 @@ impl Delivery {
         match self {
             Delivery::Stored => "stored",
             Delivery::FlightSql => "flight-sql",
+            Delivery::PgWire => "pg-wire",
         }
     }
 
@@ -72,6 +75,7 @@ impl Delivery {
         Ok(match text {
             "stored" => Delivery::Stored,
             "flight-sql" => Delivery::FlightSql,
+            "pg-wire" => Delivery::PgWire,
             other => return Err(Error::Corrupt(format!("query delivery {other:?}"))),
         })
     }

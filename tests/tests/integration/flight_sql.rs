@@ -877,3 +877,101 @@ async fn a_drain_ends_a_streaming_query_failed_since_no_replica_can_go_on() {
     // status left before the listener closed), never a complete result.
     assert_ne!(answer["end"], "complete", "{answer}");
 }
+
+/// Superset's Flight SQL driver (flightsql-dbapi's SQLAlchemy dialect,
+/// `datafusion+flightsql://`), driven as Superset drives a database: connect
+/// (GetSqlInfo), list schemas, tables and columns, run a chart's SQL. Each
+/// caller sees and reads only what REST lets it, refusals keep the spec's
+/// texts, and client credentials go through the handshake.
+#[tokio::test]
+async fn superset_lists_and_queries_through_its_flight_sql_dialect() {
+    let Some(python) = superset_python() else {
+        return;
+    };
+    let app = flight_app().await;
+    let port = app.flight_addr.expect("flight listener").port();
+    let superset = |auth: Value, more: Value| {
+        let mut args = json!({ "host": "127.0.0.1", "port": port });
+        for (key, value) in auth
+            .as_object()
+            .unwrap()
+            .iter()
+            .chain(more.as_object().unwrap())
+        {
+            args[key] = value.clone();
+        }
+        let python = python.clone();
+        async move { superset_client(&python, "superset", &args).await }
+    };
+
+    // An admin adding the database with its client id and secret.
+    let admin = json!({ "username": "demo-admin", "password": "demo-admin-secret" });
+    let answer = superset(
+        admin.clone(),
+        json!({ "schema": "demo_lake_v2", "table": "trips", "sql": TRIPS }),
+    )
+    .await;
+    assert!(answer.get("error").is_none(), "{answer}");
+    for schema in ["demo_lake_v2", "demo_insights", "demo_sandbox"] {
+        assert!(
+            answer["schemas"]
+                .as_array()
+                .unwrap()
+                .contains(&json!(schema)),
+            "{schema} missing: {answer}"
+        );
+    }
+    assert_eq!(answer["tables"], json!(["trips"]), "{answer}");
+    let columns: Vec<&str> = answer["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    // The partition columns are columns, as every front end shows them.
+    assert_eq!(
+        columns,
+        [
+            "trip_id",
+            "fare",
+            "city",
+            "service_client_id",
+            "svc$load_id"
+        ]
+    );
+    assert_eq!(answer["rows"].as_array().unwrap().len(), 6, "{answer}");
+    assert_eq!(answer["rows"][0][0], json!(100), "{answer}");
+
+    // An own-client analyst with a token: all the trips are refused loudly,
+    // its own service client's rows are read.
+    let analyst = json!({ "token": app.token_for(&["OwnServiceClientAnalyst"], "[1]") });
+    let refused = superset(analyst.clone(), json!({ "sql": TRIPS })).await;
+    assert_eq!(refused["error"]["step"], "query", "{refused}");
+    let message = refused["error"]["error"].as_str().unwrap();
+    assert!(message.contains(DATA_DENIED), "{refused}");
+    let filtered =
+        "SELECT trip_id FROM demo_lake_v2.trips WHERE service_client_id = 1 ORDER BY trip_id";
+    let answer = superset(analyst, json!({ "sql": filtered })).await;
+    assert_eq!(answer["rows"], json!([[100], [101]]), "{answer}");
+
+    // A PublicConsumer's listing holds only what it may read.
+    let public = json!({ "token": app.token_for(&["PublicConsumer"], "[1]") });
+    let answer = superset(public.clone(), json!({ "schema": "demo_insights" })).await;
+    assert_eq!(answer["schemas"], json!(["demo_insights"]), "{answer}");
+    assert_eq!(answer["tables"], json!(["summary"]), "{answer}");
+    let refused = superset(public, json!({ "sql": TRIPS })).await;
+    assert!(
+        refused["error"]["error"]
+            .as_str()
+            .is_some_and(|m| m.contains(EXECUTE_DENIED)),
+        "{refused}"
+    );
+
+    // A wrong secret is refused at connect.
+    let wrong = superset(
+        json!({ "username": "demo-admin", "password": "not-the-secret" }),
+        json!({}),
+    )
+    .await;
+    assert_eq!(wrong["error"]["step"], "connect", "{wrong}");
+}

@@ -5,10 +5,11 @@
 //! target (3 by default; `.ci/run` gives each 60) and fails on any panic,
 //! saving the input under `target/fuzz-crashes/`.
 //!
-//! This runs on the stable toolchain inside the test suite. `cargo fuzz`
-//! (libFuzzer with coverage feedback) needs a nightly toolchain and a second,
-//! instrumented build of the whole server, which would double CI's build
-//! time; `tests/fuzz.sh` (see its header) runs this same harness for longer.
+//! This runs on the stable toolchain inside the test suite, without coverage
+//! feedback. The same targets (`lakehost::fuzzing::TARGETS`) are libFuzzer
+//! targets in `fuzz/`, coverage-guided, run outside CI by `fuzz/run` (it
+//! needs a second, instrumented build of the server); `tests/fuzz.sh` runs
+//! this harness for longer.
 
 use std::{
     panic::{AssertUnwindSafe, catch_unwind},
@@ -122,8 +123,9 @@ fn hex_of(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Runs `parse` on the seeds and on mutations of them for the budget.
-fn fuzz(target: &str, parse: impl Fn(&[u8]) -> bool) {
+/// Runs the target on the seeds and on mutations of them for the budget.
+fn fuzz(target: &str) {
+    let parse = fuzzing::target(target).unwrap_or_else(|| panic!("no fuzz target {target}"));
     let seeds = seeds(target);
     let mut rng = StdRng::seed_from_u64(rand::random());
     let deadline = Instant::now() + budget();
@@ -157,68 +159,77 @@ fn fuzz(target: &str, parse: impl Fn(&[u8]) -> bool) {
     eprintln!("fuzz {target}: {runs} inputs, {accepted} accepted");
 }
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
+/// Every target has its seeds, and every seed folder its target.
+#[test]
+fn every_fuzz_target_has_seeds_and_every_seed_folder_a_target() {
+    let folders: std::collections::BTreeSet<String> =
+        std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus/fuzz"))
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+    let targets: std::collections::BTreeSet<String> = fuzzing::TARGETS
+        .iter()
+        .map(|(name, _)| name.to_string())
+        .collect();
+    assert_eq!(folders, targets);
 }
 
 #[test]
 fn fuzz_token() {
-    fuzz("token", |b| fuzzing::token(&text(b)));
+    fuzz("token");
 }
 
 #[test]
 fn fuzz_service_client_claim() {
-    fuzz("service_client_claim", |b| {
-        fuzzing::service_client_claim(&text(b))
-    });
+    fuzz("service_client_claim");
 }
 
 #[test]
 fn fuzz_form_policy() {
-    fuzz("form_policy", |b| fuzzing::form_policy(&text(b)));
+    fuzz("form_policy");
 }
 
 #[test]
 fn fuzz_presigned_query() {
-    fuzz("presigned_query", |b| fuzzing::presigned_query(&text(b)));
+    fuzz("presigned_query");
 }
 
 #[test]
 fn fuzz_parquet() {
-    fuzz("parquet", fuzzing::parquet);
+    fuzz("parquet");
 }
 
 #[test]
 fn fuzz_manifest() {
-    fuzz("manifest", |b| fuzzing::manifest(&text(b)));
+    fuzz("manifest");
 }
 
 #[test]
 fn fuzz_config() {
-    fuzz("config", |b| fuzzing::config(&text(b)));
+    fuzz("config");
 }
 
 #[test]
 fn fuzz_sql() {
-    fuzz("sql", |b| fuzzing::sql(&text(b)));
+    fuzz("sql");
 }
 
 #[test]
 fn fuzz_upload_grant() {
-    fuzz("upload_grant", |b| fuzzing::upload_grant(&text(b)));
+    fuzz("upload_grant");
 }
 
 #[test]
 fn fuzz_page_token() {
-    fuzz("page_token", |b| fuzzing::page_token(&text(b)));
+    fuzz("page_token");
 }
 
 #[test]
 fn fuzz_parameters() {
-    fuzz("parameters", |b| fuzzing::parameters(&text(b)));
+    fuzz("parameters");
 }
 
 #[test]
 fn fuzz_flight_ticket() {
-    fuzz("flight_ticket", fuzzing::flight_ticket);
+    fuzz("flight_ticket");
 }

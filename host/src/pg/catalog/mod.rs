@@ -632,11 +632,7 @@ pub async fn answer(
         }
     };
     let (schema, batches) = on_engine(state, running).await?;
-    rows_response(
-        &schema,
-        stream::iter(batches.into_iter().map(Ok::<_, DataFusionError>)),
-        format,
-    )
+    rows_response(&schema, stream::iter(batches.into_iter().map(Ok)), format)
 }
 
 /// The rows `plan` answers with; `None` past [`MAX_ROWS`].

@@ -130,7 +130,7 @@ impl QueryService {
             return Err(QueryError::Denied(Denial::Data));
         }
         if job.delivery != Delivery::Stored {
-            return Err(super::streamed::not_kept(&job.query.id));
+            return Err(super::streamed::not_kept(&job.query.id, job.delivery));
         }
         Ok(())
     }

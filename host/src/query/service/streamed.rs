@@ -1,18 +1,22 @@
-//! Streamed statements (Flight SQL reads): the rows go to the client while
-//! the query runs, and no result is kept.
+//! Streamed statements (Flight SQL reads, Postgres reads): the rows go to
+//! the client while the query runs, and no result is kept.
 //!
 //! - `plan_streamed` (Flight's `GetFlightInfo`) checks and plans a statement
 //!   for its caller, as a submission does, and names the query id a read's
 //!   run will have. Nothing is stored yet. Statements that are not reads are
 //!   submitted as stored jobs instead (`submit`).
 //! - `run_streamed` (`DoGet`) plans the statement again for whoever asks, so
-//!   the ticket (id and SQL) grants nothing. It waits for a slot under the
-//!   fair-sharing caps, stores the job RUNNING on this replica's lease with
-//!   `Delivery::FlightSql`, and runs it through the worker's `run` (time
-//!   limit, cancellation, lease, drain) while the client reads. Batches wait
-//!   in a channel of `BATCHES_IN_FLIGHT`, so a slow client holds the scan
-//!   back and memory stays bounded. After the last batch, the job's recorded
-//!   end says whether the rows were all of them.
+//!   the ticket (id and SQL) grants nothing.
+//! - `stream_if_read` (a Postgres statement) plans it once and, when it is a
+//!   read, streams it under a new id at once; other statements are the
+//!   caller's to submit as stored jobs.
+//! - Both then wait for a slot under the fair-sharing caps, store the job
+//!   RUNNING on this replica's lease with its `Delivery`, and run it through
+//!   the worker's `run` (time limit, cancellation, lease, drain) while the
+//!   client reads. Batches wait in a channel of `BATCHES_IN_FLIGHT`, so a
+//!   slow client holds the scan back and memory stays bounded. After the
+//!   last batch, the job's recorded end says whether the rows were all of
+//!   them.
 //! - `cancel_streamed` cancels the run, or stores the job CANCELLED when it
 //!   has not started, so asking for its rows later finds it cancelled.
 //!
@@ -28,7 +32,10 @@ use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use super::{POLL_INTERVAL, Planned, QueryService, runs_here::CountedRun, waiting::END_WAIT};
 use crate::{
     auth::LakeCaller,
-    engine::layout::{StringColumns, without_view_types},
+    engine::{
+        layout::{StringColumns, without_view_types},
+        statement::StatementType,
+    },
     observability::jobs,
     query::{
         QueryError,
@@ -50,9 +57,13 @@ const STOPPING: &str = "The server is stopping and starts no new statements; run
      again (another server will run it).";
 
 /// The answer for a streamed query's result, which was not kept.
-pub fn not_kept(id: &str) -> QueryError {
+pub fn not_kept(id: &str, delivery: Delivery) -> QueryError {
+    let client = match delivery {
+        Delivery::PgWire => "Postgres",
+        Delivery::FlightSql | Delivery::Stored => "Flight SQL",
+    };
     QueryError::FormatUnavailable(format!(
-        "Query {id} was streamed to its Flight SQL client as it ran; its result was not kept. \
+        "Query {id} was streamed to its {client} client as it ran; its result was not kept. \
          Run the statement again to read its rows."
     ))
 }
@@ -113,7 +124,7 @@ impl QueryService {
     }
 
     /// Runs the read `sql` for `caller` as query `id` (from `plan_streamed`),
-    /// its rows streamed as they come.
+    /// its rows streamed to its Flight SQL client as they come.
     pub async fn run_streamed(
         self: &Arc<Self>,
         caller: &LakeCaller,
@@ -124,10 +135,62 @@ impl QueryService {
         if let Some(job) = self.store.query_job(&id).await? {
             return Self::asked_again(caller, &job);
         }
-        let database = Self::default_database(caller);
-        let (mut planned, statement_type) = self
-            .plan_for(caller, &database, sql, StringColumns::Plain)
+        let planned = self
+            .plan_for(
+                caller,
+                &Self::default_database(caller),
+                sql,
+                StringColumns::Plain,
+            )
             .await?;
+        self.stream(caller, id, sql, planned, Delivery::FlightSql)
+            .await
+    }
+
+    /// Plans `sql` for `caller` and, when it is a read, runs it under a new
+    /// id with its rows streamed to `delivery`'s client as they come; `None`
+    /// for any other statement, which the caller submits as a stored job.
+    pub async fn stream_if_read(
+        self: &Arc<Self>,
+        caller: &LakeCaller,
+        sql: &str,
+        delivery: Delivery,
+    ) -> Result<Option<StreamedRows>, QueryError> {
+        let planned = self
+            .plan_for(
+                caller,
+                &Self::default_database(caller),
+                sql,
+                StringColumns::Plain,
+            )
+            .await?;
+        if !matches!(planned.0.prepared, Prepared::Read { .. }) {
+            return Ok(None);
+        }
+        let id = uuid::Uuid::new_v4().to_string();
+        match self
+            .stream(caller, id.clone(), sql, planned, delivery)
+            .await?
+        {
+            StreamStart::Rows(rows) => Ok(Some(rows)),
+            // Nobody else knows a new id, so nobody can have cancelled it.
+            StreamStart::Cancelled => Err(QueryError::Internal(format!(
+                "the new streamed query {id} was found cancelled"
+            ))),
+        }
+    }
+
+    /// Runs the read `planned` (`sql`, planned for `caller`) as query `id`
+    /// once a slot and a place under the caps are free, its rows streamed.
+    async fn stream(
+        self: &Arc<Self>,
+        caller: &LakeCaller,
+        id: String,
+        sql: &str,
+        (mut planned, statement_type): (Planned, StatementType),
+        delivery: Delivery,
+    ) -> Result<StreamStart, QueryError> {
+        let database = Self::default_database(caller);
         let query = Self::new_query(caller, &id, sql, database.clone(), statement_type);
         let (slot, counted) = match self.try_admit(&query) {
             Some(admitted) => admitted,
@@ -158,7 +221,7 @@ impl QueryService {
             .store
             .insert_streamed_query(
                 &query,
-                Delivery::FlightSql,
+                delivery,
                 &self.holder,
                 self.now(),
                 self.lease.until(),
@@ -236,7 +299,7 @@ impl QueryService {
                 "The ticket names a query that was not a Flight SQL read.".into(),
             )),
             (_, QueryState::Cancelled) => Ok(StreamStart::Cancelled),
-            _ => Err(not_kept(&job.query.id)),
+            _ => Err(not_kept(&job.query.id, job.delivery)),
         }
     }
 

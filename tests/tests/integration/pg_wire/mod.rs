@@ -152,6 +152,71 @@ async fn psycopg_reads_what_rest_reads_and_each_statement_is_a_job() {
         job["query"],
         "SELECT  (41) ::BIGINT + 1 AS n,  'it''s'  AS s"
     );
+    // A read's rows went to the client as they came, and none were kept.
+    assert_eq!(job["via"], "pg-wire", "{job}");
+    let (status, body) = pg
+        .app
+        .get(ORG_HOST, &format!("/v2/query/{id}/result"), Some(&token))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    let not_kept = format!("Query {id} was streamed to its Postgres client as it ran");
+    assert!(body.to_string().contains(&not_kept), "{body}");
+}
+
+/// A read streams its rows as the query makes them (a result larger than a
+/// channel of batches, none of it kept), and a read failing after its first
+/// rows ends the statement with the job's reason; writes stay stored jobs.
+#[tokio::test]
+async fn reads_stream_their_rows_and_a_failure_midway_ends_the_statement() {
+    let Some(python) = test_python() else { return };
+    let pg = pg_app().await;
+    let results = pg
+        .run(
+            &python,
+            admin(&pg),
+            json!([
+                { "sql": "SELECT value FROM generate_series(1, 300000)", "count_rows": true },
+                { "sql": "SHOW lakehost.last_query_id" },
+                { "sql": "SELECT CASE WHEN value < 250000 THEN value ELSE value / (value - value) \
+                          END AS y FROM generate_series(1, 300000)" },
+                { "sql": "SHOW lakehost.last_query_id" },
+                { "sql": "CREATE TABLE demo_sandbox.streamed AS SELECT 1 AS x, 1 AS service_client_id" },
+                { "sql": "SHOW lakehost.last_query_id" },
+            ]),
+        )
+        .await;
+    assert_eq!(results[0]["row_count"], 300_000, "{}", results[0]);
+    assert_eq!(results[0]["status"], "SELECT 300000");
+    let token = pg.app.client_token("demo", "demo-admin").await;
+    let job_of = |result: &Value| {
+        let id = result["rows"][0][0]
+            .as_str()
+            .expect("a query id")
+            .to_string();
+        let (app, token) = (&pg.app, token.clone());
+        async move { app.wait_for(ORG_HOST, &token, &id, None).await }
+    };
+    let streamed = job_of(&results[1]).await;
+    assert_eq!(streamed["status"]["state"], "SUCCEEDED", "{streamed}");
+    assert_eq!(streamed["via"], "pg-wire", "{streamed}");
+
+    let failed = &results[2];
+    assert_eq!(failed["sqlstate"], "XX000", "{failed}");
+    let message = failed["error"].as_str().unwrap_or_default();
+    assert!(message.contains("Divide by zero"), "{failed}");
+    let job = job_of(&results[3]).await;
+    assert_eq!(job["status"]["state"], "FAILED", "{job}");
+    assert!(
+        job["status"]["stateChangeReason"]
+            .as_str()
+            .is_some_and(|reason| reason.contains("Divide by zero")),
+        "{job}"
+    );
+
+    // A write is a stored job, as before.
+    let write = job_of(&results[5]).await;
+    assert_eq!(write["status"]["state"], "SUCCEEDED", "{write}");
+    assert!(write.get("via").is_none(), "{write}");
 }
 
 #[tokio::test]

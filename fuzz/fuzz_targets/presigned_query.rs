@@ -1,0 +1,8 @@
+//! The `presigned_query` target of `lakehost::fuzzing::TARGETS`, under libFuzzer.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    let parse =
+        lakehost::fuzzing::target("presigned_query").expect("a target of lakehost::fuzzing");
+    parse(data);
+});

@@ -1,0 +1,8 @@
+//! The `service_client_claim` target of `lakehost::fuzzing::TARGETS`, under libFuzzer.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    let parse =
+        lakehost::fuzzing::target("service_client_claim").expect("a target of lakehost::fuzzing");
+    parse(data);
+});

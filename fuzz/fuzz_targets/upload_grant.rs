@@ -1,0 +1,7 @@
+//! The `upload_grant` target of `lakehost::fuzzing::TARGETS`, under libFuzzer.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    let parse = lakehost::fuzzing::target("upload_grant").expect("a target of lakehost::fuzzing");
+    parse(data);
+});
