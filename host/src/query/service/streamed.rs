@@ -111,10 +111,7 @@ impl QueryService {
         caller: &LakeCaller,
         sql: &str,
     ) -> Result<StreamPlan, QueryError> {
-        let database = Self::default_database(caller);
-        let (planned, _) = self
-            .plan_for(caller, &database, sql, StringColumns::Plain)
-            .await?;
+        let (planned, _) = self.plan_to_stream(caller, sql).await?;
         let streamed_id = matches!(planned.prepared, Prepared::Read { .. })
             .then(|| uuid::Uuid::new_v4().to_string());
         Ok(StreamPlan {
@@ -135,14 +132,7 @@ impl QueryService {
         if let Some(job) = self.store.query_job(&id).await? {
             return Self::asked_again(caller, &job);
         }
-        let planned = self
-            .plan_for(
-                caller,
-                &Self::default_database(caller),
-                sql,
-                StringColumns::Plain,
-            )
-            .await?;
+        let planned = self.plan_to_stream(caller, sql).await?;
         self.stream(caller, id, sql, planned, Delivery::FlightSql)
             .await
     }
@@ -156,14 +146,7 @@ impl QueryService {
         sql: &str,
         delivery: Delivery,
     ) -> Result<Option<StreamedRows>, QueryError> {
-        let planned = self
-            .plan_for(
-                caller,
-                &Self::default_database(caller),
-                sql,
-                StringColumns::Plain,
-            )
-            .await?;
+        let planned = self.plan_to_stream(caller, sql).await?;
         if !matches!(planned.0.prepared, Prepared::Read { .. }) {
             return Ok(None);
         }
@@ -190,8 +173,13 @@ impl QueryService {
         (mut planned, statement_type): (Planned, StatementType),
         delivery: Delivery,
     ) -> Result<StreamStart, QueryError> {
-        let database = Self::default_database(caller);
-        let query = Self::new_query(caller, &id, sql, database.clone(), statement_type);
+        let query = Self::new_query(
+            caller,
+            &id,
+            sql,
+            Self::default_database(caller),
+            statement_type,
+        );
         let (slot, counted) = match self.try_admit(&query) {
             Some(admitted) => admitted,
             None => {
@@ -199,10 +187,7 @@ impl QueryService {
                 // wait runs: files a commit retired meanwhile may be gone.
                 drop(planned);
                 let admitted = self.admit_streamed(&query).await?;
-                planned = self
-                    .plan_for(caller, &database, sql, StringColumns::Plain)
-                    .await?
-                    .0;
+                planned = self.plan_to_stream(caller, sql).await?.0;
                 admitted
             }
         };
@@ -252,6 +237,22 @@ impl QueryService {
             schema,
             batches,
         }))
+    }
+
+    /// `sql` checked and planned for `caller` in its default database, with
+    /// plain string columns, as streamed rows carry them.
+    async fn plan_to_stream(
+        &self,
+        caller: &LakeCaller,
+        sql: &str,
+    ) -> Result<(Planned, StatementType), QueryError> {
+        self.plan_for(
+            caller,
+            &Self::default_database(caller),
+            sql,
+            StringColumns::Plain,
+        )
+        .await
     }
 
     /// Cancels `caller`'s streamed statement `id` (`sql`): its job when it
