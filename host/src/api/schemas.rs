@@ -116,9 +116,9 @@ pub struct QueryResource {
     /// org's `query.reuse_max_age_s`): the query whose result it answers with.
     #[serde(rename = "reusedQueryId")]
     reused_query_id: Option<String>,
-    /// Only on a statement whose rows went to its Flight SQL client while it
-    /// ran (`flight-sql`): its result was not kept, so `/result` and `/csv`
-    /// answer 409.
+    /// Only on a read whose rows went to its client while it ran: `flight-sql`
+    /// (Arrow Flight SQL) or `pg-wire` (the Postgres protocol). Its result
+    /// was not kept, so `/result` and `/csv` answer 409.
     #[schema(example = "flight-sql")]
     via: Option<String>,
 }
