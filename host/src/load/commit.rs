@@ -433,6 +433,20 @@ impl LoadCommitter {
             );
             return (internal(message), pending);
         }
+        // A file that read as no parquet is the load's fault, whichever
+        // step met it and however it said so.
+        if !matches!(outcome, Ok(Ok(PipelineOutcome::Passed)))
+            && let Some(why) = data.invalid_parquet()
+        {
+            let item = ErrorItem {
+                error_type: "INVALID_PARQUET".into(),
+                error_message: format!(
+                    "A staged file is not a valid parquet file: its rows could not be read ({why})."
+                ),
+                check_result: None,
+            };
+            return (fail("ParquetValidation", &[item]), pending);
+        }
         let end = match outcome {
             Err(e) => internal(format!("the pipeline thread failed: {e}")),
             Ok(Err(step_error)) => fail("InternalError", &[step_error.item()]),

@@ -9,17 +9,25 @@
 //!
 //! `query` is the staged-sql capability: SQL of the shape `staged_sql.rs`
 //! accepts, over a session with a memory pool and bounded functions.
+//!
+//! Reading the rows is where a file whose footer passed validation can still
+//! prove not to be parquet (a page header that lies, a page that does not
+//! decode). Such a read is kept (`invalid_parquet`) as well as answered to
+//! the step, so the commit ends the load ParquetValidation (INVALID_PARQUET)
+//! whichever step met the file first, not InternalError.
 
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use datafusion::{
-    arrow::datatypes::Schema,
+    arrow::{datatypes::Schema, error::ArrowError},
     datasource::{
         file_format::{FileFormat as _, parquet::ParquetFormat},
         listing::{ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl},
     },
+    error::DataFusionError,
     execution::{memory_pool::FairSpillPool, runtime_env::RuntimeEnvBuilder},
+    parquet::errors::ParquetError,
     prelude::{SessionConfig, SessionContext, lit},
 };
 use futures::TryStreamExt as _;
@@ -72,6 +80,8 @@ pub struct StagedLoad {
     write_scope: ServiceClientScope,
     now_micros: i64,
     pending: Mutex<Option<PendingAppend>>,
+    /// The first read of the staged rows that failed on a file's contents.
+    invalid_parquet: Mutex<Option<String>>,
 }
 
 impl StagedLoad {
@@ -92,7 +102,26 @@ impl StagedLoad {
             write_scope,
             now_micros,
             pending: Mutex::new(None),
+            invalid_parquet: Mutex::new(None),
         }
+    }
+
+    /// Why reading the staged rows failed on a file's contents, if it did.
+    pub fn invalid_parquet(&self) -> Option<String> {
+        self.invalid_parquet.lock().expect("invalid lock").clone()
+    }
+
+    /// A failed read of the staged rows, as the step is told it; one that
+    /// failed on a file's contents is kept for the commit's verdict.
+    fn read_error(&self, error: &DataFusionError) -> String {
+        let message = error.to_string();
+        if decodes_no_parquet(error) {
+            self.invalid_parquet
+                .lock()
+                .expect("invalid lock")
+                .get_or_insert_with(|| message.clone());
+        }
+        message
     }
 
     fn file(&self, file_key: &str) -> Result<&LoadFile, String> {
@@ -192,7 +221,7 @@ impl StagedLoad {
             .map_err(|e| e.to_string())?
             .limit(0, Some(max_rows as usize))
             .map_err(|e| e.to_string())?;
-        let batches = frame.collect().await.map_err(|e| e.to_string())?;
+        let batches = frame.collect().await.map_err(|e| self.read_error(&e))?;
         crate::pipeline::rows_as_text(&batches)
     }
 }
@@ -331,8 +360,15 @@ impl StagedLoad {
                 self.write_scope.clone(),
             )
             .named(format!("{}-a{}", load.id, self.record.attempts));
-        let stream = frame.execute_stream().await.map_err(|e| e.to_string())?;
-        let written = write_batches(stream.map_err(EngineError::run), writer)
+        let stream = frame
+            .execute_stream()
+            .await
+            .map_err(|e| self.read_error(&e))?;
+        let rows = stream.map_err(|e| {
+            self.read_error(&e);
+            EngineError::run(e)
+        });
+        let written = write_batches(rows, writer)
             .await
             .map_err(|e| e.to_string())?;
         let (files, rows) = (written.files, written.rows);
@@ -344,4 +380,22 @@ impl StagedLoad {
         });
         Ok(rows)
     }
+}
+
+/// Whether `error` came from decoding a staged file's contents (a page, its
+/// encoding or compression) rather than from the SQL or the host.
+fn decodes_no_parquet(error: &DataFusionError) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(error) = cause {
+        if error.is::<ParquetError>()
+            || matches!(
+                error.downcast_ref::<ArrowError>(),
+                Some(ArrowError::ParquetError(_))
+            )
+        {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
 }

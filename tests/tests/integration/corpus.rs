@@ -180,6 +180,9 @@ struct ParquetCase {
     nest: Option<usize>,
     claim_rows: Option<u8>,
     chunk_size: Option<i64>,
+    /// Every column chunk's first page header declaring this many compressed
+    /// bytes (an integer, or `"max"`: the most its field's width holds).
+    page_size: Option<toml::Value>,
     /// The commit's check_sum; `{"count(*)": 2}` unless given.
     check_sum: Option<toml::Table>,
     /// The load's ErrorType; ParquetValidation (INVALID_PARQUET) unless given.
@@ -252,6 +255,79 @@ fn with_chunk_size(mut file: Vec<u8>, footer: usize, size: i64) -> Vec<u8> {
     file
 }
 
+/// A parquet file of `batch` with no column or offset index.
+fn without_page_indexes(batch: &datafusion::arrow::record_batch::RecordBatch) -> Vec<u8> {
+    use datafusion::parquet::{
+        arrow::ArrowWriter,
+        file::properties::{EnabledStatistics, WriterProperties},
+    };
+    let properties = WriterProperties::builder()
+        .set_statistics_enabled(EnabledStatistics::Chunk)
+        .set_offset_index_disabled(true)
+        .build();
+    let mut bytes = Vec::new();
+    let mut writer = ArrowWriter::try_new(&mut bytes, batch.schema(), Some(properties)).unwrap();
+    writer.write(batch).unwrap();
+    writer.close().unwrap();
+    bytes
+}
+
+/// `file` with the first page header of every column chunk declaring
+/// `size` compressed bytes, written in the width the writer gave the field
+/// (a varint padded with continuation bytes), so that nothing else moves.
+fn with_page_size(mut file: Vec<u8>, size: &toml::Value) -> Vec<u8> {
+    use datafusion::parquet::file::metadata::ParquetMetaDataReader;
+    let metadata = ParquetMetaDataReader::new()
+        .parse_and_finish(&bytes::Bytes::from(file.clone()))
+        .unwrap();
+    let first_pages: Vec<usize> = metadata
+        .row_groups()
+        .iter()
+        .flat_map(|group| group.columns())
+        .map(|chunk| {
+            let data = chunk.data_page_offset();
+            chunk.dictionary_page_offset().unwrap_or(data) as usize
+        })
+        .collect();
+    for start in first_pages {
+        // A PageHeader opens with three i32 fields in thrift's compact
+        // protocol (header byte 0x15: the next field, an i32): the page type,
+        // its uncompressed size, its compressed size.
+        let mut at = start;
+        for field in 1..=3 {
+            assert_eq!(
+                file[at], 0x15,
+                "field {field} of the page header at {start}"
+            );
+            at += 1;
+            let value_at = at;
+            while file[at] & 0x80 != 0 {
+                at += 1;
+            }
+            at += 1;
+            if field == 3 {
+                let width = at - value_at;
+                let most = ((1u64 << (7 * width)) - 1) / 2;
+                let size: i64 = match size {
+                    toml::Value::Integer(n) => *n,
+                    toml::Value::String(s) if s == "max" => most.min(i32::MAX as u64) as i64,
+                    other => panic!("page_size {other}"),
+                };
+                let zigzag = ((size << 1) ^ (size >> 63)) as u64;
+                assert!(
+                    zigzag >> (7 * width) == 0,
+                    "page_size {size} needs more than {width} bytes"
+                );
+                for (i, byte) in file[value_at..at].iter_mut().enumerate() {
+                    let more = if i + 1 < width { 0x80 } else { 0 };
+                    *byte = ((zigzag >> (7 * i)) & 0x7f) as u8 | more;
+                }
+            }
+        }
+    }
+    file
+}
+
 impl ParquetCase {
     /// The file the case describes (README: one edit of a good file).
     fn file(&self) -> Vec<u8> {
@@ -267,7 +343,13 @@ impl ParquetCase {
                 .join()
                 .unwrap();
         }
-        let mut file = parquet_bytes(&trips_batch(&[1], 2));
+        let mut file = if self.page_size.is_some() {
+            // Without page indexes: a reader that has an offset index takes
+            // each page's extent from it and never follows the header's size.
+            without_page_indexes(&trips_batch(&[1], 2))
+        } else {
+            parquet_bytes(&trips_batch(&[1], 2))
+        };
         let end = file.len();
         let footer_at = end - 8;
         let footer = u32::from_le_bytes(file[footer_at..footer_at + 4].try_into().unwrap());
@@ -309,6 +391,9 @@ impl ParquetCase {
         }
         if let Some(size) = self.chunk_size {
             file = with_chunk_size(file, footer as usize, size);
+        }
+        if let Some(size) = &self.page_size {
+            file = with_page_size(file, size);
         }
         if self.keep_bytes.as_deref() == Some("half") {
             file.truncate(end / 2);
