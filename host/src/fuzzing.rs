@@ -41,7 +41,7 @@ use crate::{
 /// `tests/corpus/fuzz/`) and its entry point over raw bytes. Text parsers
 /// get the bytes as UTF-8 with invalid sequences replaced, as the server's
 /// extractors hand them over.
-pub const TARGETS: &[(&str, fn(&[u8]) -> bool)] = &[
+pub const TARGETS: &[(&str, Parse)] = &[
     ("token", |b| token(&text(b))),
     ("service_client_claim", |b| service_client_claim(&text(b))),
     ("form_policy", |b| form_policy(&text(b))),
@@ -57,8 +57,11 @@ pub const TARGETS: &[(&str, fn(&[u8]) -> bool)] = &[
     ("flight_ticket", flight_ticket),
 ];
 
+/// A target's entry point: the bytes parsed, whether they were accepted.
+pub type Parse = fn(&[u8]) -> bool;
+
 /// The entry point of the target named `name`.
-pub fn target(name: &str) -> Option<fn(&[u8]) -> bool> {
+pub fn target(name: &str) -> Option<Parse> {
     TARGETS
         .iter()
         .find(|(target, _)| *target == name)
