@@ -4,7 +4,8 @@
 //! runtime's 2 MiB worker stacks, and the server keeps serving throughout.
 
 use lakehost::engine::expression_limits::{
-    MAX_EXPRESSION_DEPTH, MAX_GROUPING_SETS, MAX_OPERATORS, MAX_RELATIONS, MAX_TYPE_DEPTH,
+    MAX_BRACKET_DEPTH, MAX_EXPRESSION_DEPTH, MAX_GROUPING_SETS, MAX_OPERATORS, MAX_RELATIONS,
+    MAX_TYPE_DEPTH,
 };
 use lakehost_tests::*;
 use serde_json::json;
@@ -164,6 +165,46 @@ async fn types_past_the_cap_are_refused_and_at_the_cap_run() {
             &sql[..40]
         );
     }
+}
+
+#[tokio::test]
+async fn brackets_past_the_cap_are_refused_with_its_message_and_at_the_cap_run() {
+    // 22 levels of this held a thread for 11 s in the parser (libFuzzer).
+    let app = spawn_app().await;
+    let consumer = app.token_for(&["PublicConsumer"], "[1]");
+    let refused = format!(
+        "An error occurred (InvalidRequestException) when calling the StartQueryExecution \
+         operation: the statement nests square brackets (subscripts, array literals) more \
+         than {MAX_BRACKET_DEPTH} levels deep"
+    );
+    let failing = format!("SELECT {}x", "a.b[c@d.e[".repeat(11));
+    let (status, body) = app
+        .submit(ORG_HOST, &consumer, &json!({ "query": failing }))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body, json!({ "message": refused }));
+    // An array literal at the cap runs.
+    let literal = |levels: usize| {
+        format!(
+            "SELECT cardinality(flatten({}1{})) AS n",
+            "[".repeat(levels),
+            "]".repeat(levels)
+        )
+    };
+    let (status, body) = app
+        .submit(
+            ORG_HOST,
+            &consumer,
+            &json!({ "query": literal(MAX_BRACKET_DEPTH + 1) }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body, json!({ "message": refused }));
+    assert_eq!(
+        app.rows_of(ORG_HOST, &consumer, &literal(MAX_BRACKET_DEPTH))
+            .await,
+        vec![vec![Some("1".to_string())]]
+    );
 }
 
 /// `GROUP BY CUBE` of `columns` columns over one row: 2^columns grouping sets.

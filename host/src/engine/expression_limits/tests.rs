@@ -199,3 +199,28 @@ fn nested_subqueries_count_as_levels() {
     }
     assert_eq!(check(&parsed(&sql)), Ok(()));
 }
+
+#[test]
+fn square_brackets_past_the_cap_are_refused_before_parsing() {
+    // The shape whose failed parse the parser retries at every level (the
+    // libFuzzer `sql` target's find): exponential in the depth.
+    let failing = |levels: usize| format!("SELECT {}x,,", "a.b[c@d.e[".repeat(levels / 2));
+    assert_eq!(
+        check_text(&failing(MAX_BRACKET_DEPTH + 2)),
+        Err(ExpressionLimitError::BracketsTooDeep)
+    );
+    let literal = |levels: usize| format!("SELECT {}1{}", "[".repeat(levels), "]".repeat(levels));
+    assert_eq!(check_text(&literal(MAX_BRACKET_DEPTH)), Ok(()));
+    assert_eq!(
+        check_text(&literal(MAX_BRACKET_DEPTH + 1)),
+        Err(ExpressionLimitError::BracketsTooDeep)
+    );
+    // Brackets one after another do not nest: types and subscripts.
+    let types = format!("SELECT CAST(NULL AS INT{})", "[]".repeat(MAX_TYPE_DEPTH));
+    assert_eq!(check_text(&types), Ok(()));
+    let subscripts = format!("SELECT a{} FROM t", "[1]".repeat(100));
+    assert_eq!(check_text(&subscripts), Ok(()));
+    // At the cap, the failing shape fails fast (no wall-clock assertion:
+    // it parses, and is refused by the parser, not by the cap).
+    assert_eq!(check_text(&failing(MAX_BRACKET_DEPTH)), Ok(()));
+}

@@ -8,7 +8,9 @@ use datafusion::sql::sqlparser::{
     tokenizer::{Token, Tokenizer},
 };
 
-use super::{ExpressionLimitError, MAX_OPERATORS, MAX_RELATIONS, MAX_TYPE_DEPTH};
+use super::{
+    ExpressionLimitError, MAX_BRACKET_DEPTH, MAX_OPERATORS, MAX_RELATIONS, MAX_TYPE_DEPTH,
+};
 
 /// Refuses SQL text with more than [`MAX_OPERATORS`] operators, before any
 /// parser builds a tree of it. Text the tokenizer cannot read passes: the
@@ -31,7 +33,27 @@ pub fn check_text(sql: &str) -> Result<(), ExpressionLimitError> {
     if type_depth(&tokens) > MAX_TYPE_DEPTH {
         return Err(ExpressionLimitError::TypeTooDeep);
     }
+    if bracket_depth(&tokens) > MAX_BRACKET_DEPTH {
+        return Err(ExpressionLimitError::BracketsTooDeep);
+    }
     Ok(())
+}
+
+/// How deep square brackets nest in a token stream, balanced or not: `[`
+/// opens a level, `]` closes one.
+fn bracket_depth(tokens: &[Token]) -> usize {
+    let (mut open, mut deepest) = (0usize, 0usize);
+    for token in tokens {
+        match token {
+            Token::LBracket => {
+                open += 1;
+                deepest = deepest.max(open);
+            }
+            Token::RBracket => open = open.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 /// How deep the type syntax of a token stream nests: `<` after ARRAY, STRUCT
