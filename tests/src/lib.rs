@@ -90,6 +90,20 @@ impl Drop for TestApp {
     }
 }
 
+impl TestApp {
+    /// Stops the server as a killed process stops, nothing drained or handed
+    /// back, and returns once it has: its task is aborted and awaited, so its
+    /// workers (commits, queries, daily runs) were told to stop before a test
+    /// moves the clock. A plain drop only asks for the abort; until the
+    /// runtime gets to it, the server's tasks run on, and a daily run's hold
+    /// renewed then, at a clock the test has just moved, outlives the server.
+    pub async fn stop_abruptly(mut self) {
+        self.server.abort();
+        let _ = (&mut self.server).await;
+        tokio::task::yield_now().await;
+    }
+}
+
 /// The test configuration: two orgs, the demo principals, a demo client in `other`.
 /// A schedule whose slots (02:00 on 29 February) no test run meets.
 pub const RARE_DAILY_RUN_SCHEDULE: &str = "0 2 29 2 *";

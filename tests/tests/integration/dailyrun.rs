@@ -649,7 +649,7 @@ async fn a_run_left_running_by_a_stopped_server_is_aborted_at_the_next_start() {
     let token = first.daily_token();
     let (code, started) = first.start_daily_run(&token).await;
     assert_eq!(code, StatusCode::OK);
-    drop(first);
+    first.stop_abruptly().await;
 
     // The server is gone; its hold lapses; a new server starts.
     clock.advance(chrono::Duration::seconds(10));
