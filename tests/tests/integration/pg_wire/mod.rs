@@ -182,6 +182,8 @@ async fn reads_stream_their_rows_and_a_failure_midway_ends_the_statement() {
                 { "sql": "SHOW lakehost.last_query_id" },
                 { "sql": "CREATE TABLE demo_sandbox.streamed AS SELECT 1 AS x, 1 AS service_client_id" },
                 { "sql": "SHOW lakehost.last_query_id" },
+                // Refused by the text's caps before any parser sees it.
+                { "sql": format!("SELECT {}x", "a.b[c@d.e[".repeat(11)) },
             ]),
         )
         .await;
@@ -217,6 +219,15 @@ async fn reads_stream_their_rows_and_a_failure_midway_ends_the_statement() {
     let write = job_of(&results[5]).await;
     assert_eq!(write["status"]["state"], "SUCCEEDED", "{write}");
     assert!(write.get("via").is_none(), "{write}");
+
+    let refused = &results[6];
+    assert_eq!(refused["sqlstate"], "42601", "{refused}");
+    assert!(
+        refused["error"]
+            .as_str()
+            .is_some_and(|m| m.contains("nests square brackets")),
+        "{refused}"
+    );
 }
 
 #[tokio::test]
