@@ -32,6 +32,7 @@ mod catalog;
 mod functions;
 mod listener;
 mod params;
+mod session;
 mod settings;
 mod sqlstate;
 mod startup;
