@@ -4,15 +4,11 @@
 //! system or the network by itself (CREATE EXTERNAL TABLE, COPY, SET, RESET,
 //! views, functions, ...) is refused here, before any planning.
 
-use super::expression_limits::{self, ExpressionLimitError};
+use super::expression_limits::{self, ExpressionLimitError, ParseFailure};
 use datafusion::sql::{
-    parser::{DFParser, Statement as DfStatement},
-    sqlparser::{
-        ast::{
-            AlterTableOperation, ObjectName, ObjectType, RenameTableNameKind, Statement,
-            TableObject,
-        },
-        dialect::GenericDialect,
+    parser::Statement as DfStatement,
+    sqlparser::ast::{
+        AlterTableOperation, ObjectName, ObjectType, RenameTableNameKind, Statement, TableObject,
     },
 };
 
@@ -99,9 +95,11 @@ pub enum StatementError {
 }
 
 pub fn classify(sql: &str) -> Result<Classified, StatementError> {
-    expression_limits::check_text(sql)?;
-    let mut statements = DFParser::parse_sql_with_dialect(sql, &GenericDialect {})
-        .map_err(|e| StatementError::Parse(e.to_string()))?;
+    let mut statements =
+        expression_limits::parse_datafusion_statements(sql).map_err(|failure| match failure {
+            ParseFailure::TooComplex(limit) => StatementError::TooComplex(limit),
+            ParseFailure::Syntax(message) => StatementError::Parse(message),
+        })?;
     if statements.len() != 1 {
         return Err(StatementError::NotOneStatement);
     }
@@ -122,7 +120,7 @@ pub fn classify(sql: &str) -> Result<Classified, StatementError> {
 /// differ only in whitespace, comments or keyword case (result reuse keys on
 /// it). `None` when it does not parse as one statement.
 pub fn canonical_sql(sql: &str) -> Option<String> {
-    let mut statements = DFParser::parse_sql_with_dialect(sql, &GenericDialect {}).ok()?;
+    let mut statements = expression_limits::parse_datafusion_statements(sql).ok()?;
     (statements.len() == 1).then(|| statements.pop_front().expect("one statement").to_string())
 }
 

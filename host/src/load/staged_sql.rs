@@ -8,12 +8,10 @@
 use datafusion::{
     common::tree_node::{TreeNode, TreeNodeRecursion},
     logical_expr::LogicalPlan,
-    sql::sqlparser::{
-        ast::{self, GroupByExpr, SetExpr, Statement, TableFactor, Visit, Visitor},
-        dialect::GenericDialect,
-        parser::Parser,
-    },
+    sql::sqlparser::ast::{self, GroupByExpr, SetExpr, Statement, TableFactor, Visit, Visitor},
 };
+
+use crate::engine::expression_limits::{ParseFailure, parse_statements};
 
 /// The table name of the staged rows in staged-sql.
 pub const STAGED_TABLE: &str = "staged";
@@ -33,7 +31,7 @@ pub(super) fn has_aggregate(plan: &LogicalPlan) -> bool {
 
 /// Whether the statement has a GROUP BY.
 pub(super) fn has_group_by(sql: &str) -> bool {
-    match Parser::parse_sql(&GenericDialect {}, sql).ok().as_deref() {
+    match parse_statements(sql).ok().as_deref() {
         Some([Statement::Query(query)]) => match query.body.as_ref() {
             SetExpr::Select(select) => match &select.group_by {
                 GroupByExpr::Expressions(exprs, _) => !exprs.is_empty(),
@@ -68,8 +66,10 @@ impl Visitor for SubqueryFinder {
 /// The shape staged-sql accepts: one SELECT over `staged` alone.
 pub fn check_staged_sql(sql: &str) -> Result<(), String> {
     let refuse = |why: &str| Err(format!("refused: {why}"));
-    crate::engine::expression_limits::check_text(sql).map_err(|e| format!("refused: {e}"))?;
-    let statements = Parser::parse_sql(&GenericDialect {}, sql).map_err(|e| e.to_string())?;
+    let statements = parse_statements(sql).map_err(|failure| match failure {
+        ParseFailure::TooComplex(limit) => format!("refused: {limit}"),
+        ParseFailure::Syntax(message) => message,
+    })?;
     let [statement @ Statement::Query(query)] = statements.as_slice() else {
         return refuse("exactly one SELECT statement is accepted");
     };

@@ -298,15 +298,10 @@ fn catalog_statement<C: ClientInfo>(
 /// does not parse, or is past the caps any parse needs first, is sent whole,
 /// for the query service's own error.
 fn statements_of(sql: &str) -> Vec<String> {
-    // The engine's dialect: the Postgres dialect's parser takes time that
-    // doubles with each level of nested calls, on the connection's task; and
-    // the text's caps first, as every parse of caller SQL has them (nested
-    // square brackets take the parser exponential time).
-    use datafusion::sql::sqlparser::{dialect::GenericDialect, parser::Parser};
-    if crate::engine::expression_limits::check_text(sql).is_err() {
-        return vec![sql.to_string()];
-    }
-    match Parser::parse_sql(&GenericDialect {}, sql) {
+    // The engine's parse, caps and budget included: the Postgres dialect's
+    // parser takes time that doubles with each level of nested calls, on the
+    // connection's task, and any parser can backtrack exponentially.
+    match crate::engine::expression_limits::parse_statements(sql) {
         Ok(statements) if statements.len() > 1 => {
             statements.iter().map(ToString::to_string).collect()
         }

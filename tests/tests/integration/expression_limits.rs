@@ -5,7 +5,7 @@
 
 use lakehost::engine::expression_limits::{
     MAX_BRACKET_DEPTH, MAX_EXPRESSION_DEPTH, MAX_GROUPING_SETS, MAX_OPERATORS, MAX_RELATIONS,
-    MAX_TYPE_DEPTH,
+    MAX_TYPE_DEPTH, PARSER_STEPS,
 };
 use lakehost_tests::*;
 use serde_json::json;
@@ -203,6 +203,36 @@ async fn brackets_past_the_cap_are_refused_with_its_message_and_at_the_cap_run()
     assert_eq!(
         app.rows_of(ORG_HOST, &consumer, &literal(MAX_BRACKET_DEPTH))
             .await,
+        vec![vec![Some("1".to_string())]]
+    );
+}
+
+#[tokio::test]
+async fn a_statement_the_parser_would_backtrack_on_for_seconds_is_refused_with_its_message() {
+    // The libFuzzer find: within every cap on the text, 20 million parser
+    // steps (6 s of a runtime thread) before it was a syntax error.
+    let app = spawn_app().await;
+    let consumer = app.token_for(&["PublicConsumer"], "[1]");
+    let seed = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/corpus/fuzz/sql/timeout-nested-brackets"
+    ))
+    .unwrap();
+    let find = String::from_utf8_lossy(&seed).into_owned();
+    let (status, body) = app
+        .submit(ORG_HOST, &consumer, &json!({ "query": find }))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(
+        body,
+        json!({ "message": format!(
+            "An error occurred (InvalidRequestException) when calling the StartQueryExecution \
+             operation: the statement takes the SQL parser more than {PARSER_STEPS} steps to \
+             read; nested square brackets, CASE and parentheses cost the most, simplify them"
+        ) })
+    );
+    assert_eq!(
+        app.rows_of(ORG_HOST, &consumer, "SELECT 1 AS one").await,
         vec![vec![Some("1".to_string())]]
     );
 }

@@ -44,16 +44,20 @@
 //! bracket. 22 nested brackets in 110 bytes held a thread for 11 seconds
 //! (the shape of a libFuzzer `sql` find); the parser's recursion limit stops
 //! it only a few levels later. The text check caps how deep square brackets
-//! nest, before any parser sees them. Not closed: the fuzzer's own find,
-//! parentheses among 10 nested brackets (244 bytes), passes the cap and
-//! still takes about 6 s (`tests/corpus/fuzz/sql/timeout-nested-brackets`).
+//! nest, before any parser sees them. But no cap on the text names every
+//! shape that backtracks (the fuzzer's own find mixes parentheses into 10
+//! brackets: 244 bytes, 6 s), so the parser also runs on a budget of steps
+//! ([`PARSER_STEPS`], `parse.rs`), and every parse of caller SQL goes
+//! through [`parse_statements`] or [`parse_datafusion_statements`].
 //!
-//! `text.rs` holds the checks on the token stream, `tree.rs` those on the
-//! parsed statement.
+//! `text.rs` holds the checks on the token stream, `parse.rs` the metered
+//! parse, `tree.rs` the checks on the parsed statement.
 
+mod parse;
 mod text;
 mod tree;
 
+pub use parse::{MeteredDialect, ParseFailure, parse_datafusion_statements, parse_statements};
 pub use text::check_text;
 pub use tree::check;
 
@@ -81,6 +85,14 @@ pub const MAX_TYPE_DEPTH: usize = crate::load::parquet_schema_depth::MAX_SCHEMA_
 /// the measured shape (`a.b[c@d.e[...`) parses in tens of milliseconds, each
 /// further level multiplies it by about 2.4. Other shapes grow faster.
 pub const MAX_BRACKET_DEPTH: usize = 12;
+
+/// The steps the SQL parser may take on one statement (see `parse.rs`): each
+/// expression it starts, first try or retry, and each operator it looks for
+/// is a step. Ten per expression node of [`MAX_EXPRESSION_NODES`]: the most
+/// a statement that passes the caps needs is about two per node (a
+/// 100,000-value IN list). Measured on a debug build, spending the whole
+/// budget on a backtracking shape takes 0.2 to 0.5 s.
+pub const PARSER_STEPS: u64 = 10 * MAX_EXPRESSION_NODES as u64;
 
 /// The most grouping sets one GROUP BY may expand to: CUBE of n columns is
 /// 2^n, ROLLUP n+1, GROUPING SETS what it lists, and several multiply.
@@ -119,6 +131,11 @@ pub enum ExpressionLimitError {
          {MAX_BRACKET_DEPTH} levels deep"
     )]
     BracketsTooDeep,
+    #[error(
+        "the statement takes the SQL parser more than {PARSER_STEPS} steps to read; nested \
+         square brackets, CASE and parentheses cost the most, simplify them"
+    )]
+    ParseTooLong,
     #[error(
         "a GROUP BY expands to more than {MAX_GROUPING_SETS} grouping sets (CUBE of n columns \
          is 2^n); group by fewer columns"

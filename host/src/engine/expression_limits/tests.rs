@@ -2,6 +2,8 @@
 
 use datafusion::sql::sqlparser::{ast::Statement, dialect::GenericDialect, parser::Parser};
 
+use super::parse::{MeteredDialect, ParseFailure, parse_datafusion_statements, parse_statements};
+
 use super::*;
 
 fn parsed(sql: &str) -> Statement {
@@ -223,4 +225,99 @@ fn square_brackets_past_the_cap_are_refused_before_parsing() {
     // At the cap, the failing shape fails fast (no wall-clock assertion:
     // it parses, and is refused by the parser, not by the cap).
     assert_eq!(check_text(&failing(MAX_BRACKET_DEPTH)), Ok(()));
+}
+
+/// The libFuzzer `sql` find: parentheses among 10 nested square brackets,
+/// 244 bytes that took the parser 20 million steps (6 s).
+fn fuzzer_find() -> String {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/corpus/fuzz/sql/timeout-nested-brackets"
+    );
+    String::from_utf8_lossy(&std::fs::read(path).expect("the seed is checked in")).into_owned()
+}
+
+#[test]
+fn a_statement_the_parser_backtracks_on_past_its_budget_is_refused() {
+    let find = fuzzer_find();
+    assert_eq!(check_text(&find), Ok(()), "the text caps alone pass it");
+    assert_eq!(
+        parse_statements(&find),
+        Err(ParseFailure::TooComplex(ExpressionLimitError::ParseTooLong))
+    );
+    assert_eq!(
+        parse_datafusion_statements(&find),
+        Err(ParseFailure::TooComplex(ExpressionLimitError::ParseTooLong))
+    );
+    // CASE around subscripts backtracks too: 12 levels (the bracket cap)
+    // take 32,764 steps, 16 levels half a million; 24 would take 2^24.
+    let cases = |levels: usize| format!("SELECT {}a.b[ @", "CASE WHEN a.b[".repeat(levels));
+    assert!(matches!(
+        parse_statements(&cases(MAX_BRACKET_DEPTH - 1)),
+        Err(ParseFailure::Syntax(_))
+    ));
+}
+
+#[test]
+fn the_largest_statement_the_caps_pass_parses_within_the_budget() {
+    // An IN list of as many values as a statement may hold nodes: about two
+    // steps a value.
+    let values = (0..MAX_EXPRESSION_NODES - 10)
+        .map(|value| value.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let sql = format!("SELECT * FROM t WHERE a IN ({values})");
+    let dialect = MeteredDialect::with_budget(PARSER_STEPS);
+    Parser::parse_sql(&dialect, &sql).expect("parses");
+    let spent = PARSER_STEPS - dialect.steps_left();
+    assert!(spent < PARSER_STEPS / 4, "{spent} steps");
+    let parsed = parse_statements(&sql).expect("parses within the caps");
+    assert_eq!(check(&parsed[0]), Ok(()));
+    // The longest chain the operator cap passes.
+    let chain = format!("SELECT {}", chain(MAX_OPERATORS, "+"));
+    assert!(parse_statements(&chain).is_ok());
+}
+
+#[test]
+fn the_metered_dialect_parses_as_the_generic_dialect_does() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let mut texts = vec![
+        "SELECT a.b[1:2], x::int[], ARRAY[1, 2][1], {'a': 1}, MAP {'k': 1} FROM t".to_string(),
+        "SELECT date '2024-01-01', interval '1' day, `quoted`, \"q\" FROM t AS x".to_string(),
+        "SELECT * EXCEPT (a) FROM t WHERE a @> b AND c LIKE 'x%' GROUP BY ALL".to_string(),
+        "SELECT x FROM t1 JOIN (t2 CROSS JOIN t3) ON true LIMIT 1, 2".to_string(),
+        "SELECT sum(a) FILTER (WHERE a > 0) OVER w FROM t WINDOW w AS (ORDER BY b)".to_string(),
+        "SELECT 1 << 2, 'a' || 'b', trim(BOTH 'x' FROM y), extract(year FROM d)".to_string(),
+        "EXPLAIN SELECT 1".to_string(),
+        "CREATE TABLE db.t AS SELECT 1 AS a".to_string(),
+        "INSERT INTO db.t VALUES (1), (2)".to_string(),
+    ];
+    let read_dir = |dir: &str| {
+        std::fs::read_dir(format!("{root}/{dir}"))
+            .expect("corpus folder")
+            .map(|entry| std::fs::read(entry.expect("entry").path()).expect("readable"))
+            .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+            .collect::<Vec<_>>()
+    };
+    texts.extend(read_dir("tests/corpus/fuzz/sql"));
+    for case in read_dir("tests/corpus/sql") {
+        let case: toml::Value = toml::from_str(&case).expect("a corpus case");
+        texts.extend(
+            case.get("sql")
+                .and_then(|sql| sql.as_str())
+                .map(String::from),
+        );
+    }
+    let mut compared = 0;
+    for sql in texts.iter().filter(|sql| check_text(sql).is_ok()) {
+        let metered = MeteredDialect::with_budget(PARSER_STEPS);
+        let parsed = format!("{:?}", Parser::parse_sql(&metered, sql));
+        if metered.spent() {
+            continue; // the fuzzer's find: the generic dialect takes seconds
+        }
+        let generic = format!("{:?}", Parser::parse_sql(&GenericDialect {}, sql));
+        assert_eq!(parsed, generic, "{sql}");
+        compared += 1;
+    }
+    assert!(compared > 40, "{compared} statements compared");
 }
