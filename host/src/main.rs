@@ -68,8 +68,23 @@ enum Command {
     },
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
+    // The request runtime plans what callers send: the same big stacks as
+    // the engine's (`engine::runtime`).
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .thread_stack_size(lakehost::engine::runtime::THREAD_STACK_BYTES)
+        .enable_all()
+        .build();
+    match runtime {
+        Ok(runtime) => runtime.block_on(run()),
+        Err(e) => {
+            eprintln!("lakehost: cannot start the runtime: {e}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+async fn run() -> std::process::ExitCode {
     let Cli { command } = Cli::parse();
     match command {
         Command::Serve { config } => match serve(config).await {
