@@ -1,10 +1,11 @@
 //! The hostile-input corpus (`tests/corpus/`, see its README): every SQL
 //! case runs over HTTP for every role against a seeded server and must get
 //! the answer it names; every malformed parquet file is uploaded and
-//! committed and must fail its load as INVALID_PARQUET; every token is sent
-//! to the identity endpoint and must get its status; every upload-tampering
-//! request must get its refusal (`corpus/upload_cases.rs`). No case may
-//! change the catalog or the lake's files.
+//! committed by every role and must fail its load as INVALID_PARQUET; every
+//! token is sent to the identity endpoint and must get its status; every
+//! upload-tampering request, made by a caller of every role, must get its
+//! refusal (`corpus/upload_cases.rs`). No case may change the catalog or the
+//! lake's files.
 
 mod upload_cases;
 
@@ -25,6 +26,8 @@ const ROLES: [&str; 6] = [
     "ZoneAdmin",
 ];
 const ZONE_HOST: &str = "lab.demo.api.localhost";
+/// The public service client, whose rows every role may load.
+const PUBLIC_CLIENT: i64 = 901;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -187,6 +190,10 @@ struct ParquetCase {
     check_sum: Option<toml::Table>,
     /// The load's ErrorType; ParquetValidation (INVALID_PARQUET) unless given.
     answer: Option<String>,
+    /// Another ErrorType for a role (a file whose rows read comes to the
+    /// service-client check, which a user with no role never passes).
+    #[serde(default)]
+    roles: BTreeMap<String, String>,
 }
 
 /// A parquet file with a service_client_id and a column of `levels` structs
@@ -204,7 +211,7 @@ fn nested_file(levels: usize) -> Vec<u8> {
         let field = std::sync::Arc::new(Field::new("f", array.data_type().clone(), true));
         array = std::sync::Arc::new(StructArray::from(vec![(field, array)]));
     }
-    let clients: ArrayRef = std::sync::Arc::new(Int64Array::from(vec![1, 1]));
+    let clients: ArrayRef = std::sync::Arc::new(Int64Array::from(vec![PUBLIC_CLIENT; 2]));
     let batch =
         RecordBatch::try_from_iter(vec![("service_client_id", clients), ("deep", array)]).unwrap();
     let mut bytes = Vec::new();
@@ -346,9 +353,9 @@ impl ParquetCase {
         let mut file = if self.page_size.is_some() {
             // Without page indexes: a reader that has an offset index takes
             // each page's extent from it and never follows the header's size.
-            without_page_indexes(&trips_batch(&[1], 2))
+            without_page_indexes(&trips_batch(&[PUBLIC_CLIENT], 2))
         } else {
-            parquet_bytes(&trips_batch(&[1], 2))
+            parquet_bytes(&trips_batch(&[PUBLIC_CLIENT], 2))
         };
         let end = file.len();
         let footer_at = end - 8;
@@ -408,11 +415,18 @@ impl ParquetCase {
         }
     }
 
-    /// The ErrorType and the first item's detail the load must end with.
-    fn answer(&self) -> (&str, &str) {
-        match self.answer.as_deref() {
+    /// The ErrorType and the first item's detail a load by `role` must end
+    /// with.
+    fn answer(&self, role: &str) -> (&str, &str) {
+        match self
+            .roles
+            .get(role)
+            .or(self.answer.as_ref())
+            .map(String::as_str)
+        {
             None | Some("ParquetValidation") => ("ParquetValidation", "INVALID_PARQUET"),
             Some("CheckSumError") => ("CheckSumError", "CHECKSUM_MISMATCH"),
+            Some("ServiceClientError") => ("ServiceClientError", "SERVICE_CLIENT_MISMATCH"),
             Some(other) => panic!("answer {other}"),
         }
     }
@@ -433,42 +447,48 @@ async fn settles_to(app: &TestApp, state: &(Vec<String>, Vec<String>)) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_malformed_parquet_case_fails_its_load_as_invalid_parquet() {
+async fn every_malformed_parquet_case_fails_its_load_as_invalid_parquet_for_every_role() {
     let app = spawn_app().await;
     seed_demo_lake(&app).await;
-    let admin = app.token_for(&["ZoneAdmin"], "[0]");
     let before = lake_state(&app).await;
     let mut wrong = Vec::new();
     for (name, text) in cases("parquet") {
         let case: ParquetCase = toml::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let load = app
-            .create_load(
-                &admin,
-                &json!({"load_type": "APPEND_ONLY", "table_name": "trips"}),
-            )
-            .await;
-        app.stage_bytes_on(ORG_HOST, &admin, &load, "bad", case.file())
-            .await;
-        let body = json!({"check_sum": case.check_sum()}).to_string();
-        let (status, reply) = app.commit(&admin, &load, &body).await;
-        assert_eq!(status, StatusCode::ACCEPTED, "{name}: {reply}");
-        let ended = app.wait_for_load(&admin, &load).await;
-        let got = (
-            ended["ErrorType"].as_str().unwrap_or_default(),
-            ended["ErrorDetails"][0]["ErrorType"]
-                .as_str()
-                .unwrap_or_default(),
-        );
-        if got != case.answer() {
-            wrong.push(format!("{name}: {ended}"));
-        }
-        // The load's staged file is removed just after it ended.
-        if !settles_to(&app, &before).await {
-            wrong.push(format!("{name}: the catalog or the lake changed"));
+        let file = case.file();
+        // Every role may load public rows (the spec's load row of the
+        // capability table), and the file's rows are public.
+        for role in ROLES {
+            let loader = app.token_for(&[role], "[1]");
+            let load = app
+                .create_load(
+                    &loader,
+                    &json!({"load_type": "APPEND_ONLY", "table_name": "trips"}),
+                )
+                .await;
+            app.stage_bytes_on(ORG_HOST, &loader, &load, "bad", file.clone())
+                .await;
+            let body = json!({"check_sum": case.check_sum()}).to_string();
+            let (status, reply) = app.commit(&loader, &load, &body).await;
+            assert_eq!(status, StatusCode::ACCEPTED, "{name} as {role}: {reply}");
+            let ended = app.wait_for_load(&loader, &load).await;
+            let got = (
+                ended["ErrorType"].as_str().unwrap_or_default(),
+                ended["ErrorDetails"][0]["ErrorType"]
+                    .as_str()
+                    .unwrap_or_default(),
+            );
+            if got != case.answer(role) {
+                wrong.push(format!("{name} as {role}: {ended}"));
+            }
+            // The load's staged file is removed just after it ended.
+            if !settles_to(&app, &before).await {
+                wrong.push(format!("{name} as {role}: the catalog or the lake changed"));
+            }
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     // The server goes on serving.
+    let admin = app.token_for(&["ZoneAdmin"], "[0]");
     let (status, _) = app.get(ORG_HOST, SECURITY_METADATA, Some(&admin)).await;
     assert_eq!(status, StatusCode::OK);
 }
@@ -710,7 +730,7 @@ fn differences(before: &[String], after: &[String]) -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_upload_tampering_case_gets_its_answer_and_changes_nothing() {
+async fn every_upload_tampering_case_gets_its_answer_for_every_role_and_changes_nothing() {
     let app = spawn_app_with(|config| {
         config.uploads.max_file_bytes = MAX_FILE_BYTES;
         // Cases move the clock; no staged file may be swept meanwhile.
@@ -721,21 +741,23 @@ async fn every_upload_tampering_case_gets_its_answer_and_changes_nothing() {
     let mut wrong = Vec::new();
     for (name, text) in cases("uploads") {
         let case = UploadCase::parse(&name, &text);
-        let scene = Scene::build(&app, &case).await;
-        let before = upload_state(&app, &scene).await;
-        let response = scene.attack(&app, &case).await;
-        if let Err(why) = scene.judge(&case, &response) {
-            wrong.push(format!("{name}: {why}"));
-        }
-        let after = upload_state(&app, &scene).await;
-        if after != before {
-            let changed = [
-                differences(&before.0, &after.0),
-                differences(&before.1, &after.1),
-                differences(&before.2, &after.2),
-            ]
-            .concat();
-            wrong.push(format!("{name}: changed {changed:?}"));
+        for role in ROLES {
+            let scene = Scene::build(&app, &case, role).await;
+            let before = upload_state(&app, &scene).await;
+            let response = scene.attack(&app, &case).await;
+            if let Err(why) = scene.judge(&case, &response) {
+                wrong.push(format!("{name} as {role}: {why}"));
+            }
+            let after = upload_state(&app, &scene).await;
+            if after != before {
+                let changed = [
+                    differences(&before.0, &after.0),
+                    differences(&before.1, &after.1),
+                    differences(&before.2, &after.2),
+                ]
+                .concat();
+                wrong.push(format!("{name} as {role}: changed {changed:?}"));
+            }
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));

@@ -221,14 +221,17 @@ struct Party {
 /// The five loads a case runs among, each with `part_1` staged; `own` and
 /// `sibling` also have a multipart upload of `part_1` with part 1 waiting.
 pub(super) struct Scene {
+    /// The role of the attacking user, who owns the own and sibling loads.
+    role: &'static str,
     parties: BTreeMap<&'static str, Party>,
     templates: BTreeMap<String, String>,
 }
 
-/// A fresh token of the party's user, on its API.
-fn token_of_party(app: &TestApp, party: &str) -> String {
+/// A fresh token of the party's user, on its API: the attacker (own and
+/// sibling loads) has `role`, the other parties are zone admins.
+fn token_of_party(app: &TestApp, party: &str, role: &str) -> String {
     match party {
-        "own" | "sibling" => app.token_for(&["ZoneAdmin"], "[0]"),
+        "own" | "sibling" => app.token_for(&[role], "[0]"),
         "neighbour" => app.token_of("user-2", &["ZoneAdmin"], "[0]"),
         "foreign" => app.org_token_for("other", &["ZoneAdmin"], "[0]"),
         "zone" => app.zone_token_for("lab", &["ZoneAdmin"], "[0]"),
@@ -267,8 +270,9 @@ fn descriptor_fields(descriptor: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Two public trips (service client 901): rows every role may load.
 fn trips_file() -> Vec<u8> {
-    parquet_bytes(&trips_batch(&[1], 2))
+    parquet_bytes(&trips_batch(&[901], 2))
 }
 
 fn payload(kind: Payload) -> Vec<u8> {
@@ -312,28 +316,34 @@ impl Scene {
     /// Makes the loads, stages their files through the form route and
     /// starts the multipart uploads; then takes the own load where the case
     /// wants it.
-    pub(super) async fn build(app: &TestApp, case: &UploadCase) -> Self {
+    pub(super) async fn build(app: &TestApp, case: &UploadCase, role: &'static str) -> Self {
         let mut parties = BTreeMap::new();
         for name in PARTIES {
-            parties.insert(name, Self::party(app, name).await);
+            parties.insert(name, Self::party(app, name, role).await);
         }
         let mut upload_ids = BTreeMap::new();
         for name in ["own", "sibling"] {
             upload_ids.insert(name, Self::start_multipart(app, &parties[name]).await);
         }
         let templates = Self::templates(&parties, &upload_ids);
-        let scene = Self { parties, templates };
+        let scene = Self {
+            role,
+            parties,
+            templates,
+        };
+        // A user with no role may load no rows: its load ends, but FAIL.
+        let passes = if role == "Nobody" { "FAIL" } else { "SUCCESS" };
         match case.own_load {
             OwnLoad::Open => {}
-            OwnLoad::Succeeded => scene.commit_own(app, 2, "SUCCESS").await,
+            OwnLoad::Succeeded => scene.commit_own(app, 2, passes).await,
             OwnLoad::Failed => scene.commit_own(app, 3, "FAIL").await,
         }
         scene
     }
 
-    async fn party(app: &TestApp, name: &'static str) -> Party {
+    async fn party(app: &TestApp, name: &'static str, role: &str) -> Party {
         let host = host_of_party(name);
-        let token = token_of_party(app, name);
+        let token = token_of_party(app, name, role);
         let body = json!({"load_type": "APPEND_ONLY", "table_name": "trips"}).to_string();
         let (status, created) = app.post_raw(host, LOAD, &token, &body).await;
         assert_eq!(status, StatusCode::ACCEPTED, "{name}: {created}");
@@ -426,7 +436,7 @@ impl Scene {
     /// Commits the own load with a check_sum of `count` rows (2 passes, 3
     /// fails) and waits for its end and the removal of its staged files.
     async fn commit_own(&self, app: &TestApp, count: u32, ends: &str) {
-        let token = token_of_party(app, "own");
+        let token = token_of_party(app, "own", self.role);
         let own = &self.parties["own"];
         let body = json!({"check_sum": {"count(*)": count}}).to_string();
         let (status, reply) = app.commit(&token, &own.load_id, &body).await;
@@ -597,7 +607,7 @@ impl Scene {
             &self.fill(&api.path),
             &format!("{host}:{}", app.addr.port()),
         );
-        let token = token_of_party(app, &api.caller);
+        let token = token_of_party(app, &api.caller, self.role);
         request.set_header("Authorization", &format!("Bearer {token}"));
         request.set_header("Content-Type", "application/json");
         request.body = self.fill(&api.body).into_bytes();
