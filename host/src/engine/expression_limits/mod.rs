@@ -57,7 +57,7 @@ mod parse;
 mod text;
 mod tree;
 
-pub use parse::{MeteredDialect, ParseFailure, parse_datafusion_statements, parse_statements};
+pub use parse::{ParseFailure, parse_datafusion_statements, parse_statements};
 pub use text::check_text;
 pub use tree::check;
 
