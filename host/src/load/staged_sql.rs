@@ -138,13 +138,7 @@ mod tests {
 
     #[test]
     fn staged_sql_the_parser_would_backtrack_on_is_refused_within_its_budget() {
-        // The libFuzzer `sql` find: 20 million parser steps unmetered.
-        let seed = std::fs::read(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../tests/corpus/fuzz/sql/timeout-nested-brackets"
-        ))
-        .expect("the seed is checked in");
-        let find = String::from_utf8_lossy(&seed);
+        let find = crate::engine::expression_limits::tests::fuzzer_find();
         let refused = check_staged_sql(&find).expect_err("refused");
         assert!(
             refused.starts_with("refused: the statement takes the SQL parser more than"),

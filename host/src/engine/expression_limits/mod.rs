@@ -144,4 +144,4 @@ pub enum ExpressionLimitError {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -229,7 +229,7 @@ fn square_brackets_past_the_cap_are_refused_before_parsing() {
 
 /// The libFuzzer `sql` find: parentheses among 10 nested square brackets,
 /// 244 bytes that took the parser 20 million steps (6 s).
-fn fuzzer_find() -> String {
+pub(crate) fn fuzzer_find() -> String {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../tests/corpus/fuzz/sql/timeout-nested-brackets"

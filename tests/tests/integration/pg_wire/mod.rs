@@ -184,6 +184,11 @@ async fn reads_stream_their_rows_and_a_failure_midway_ends_the_statement() {
                 { "sql": "SHOW lakehost.last_query_id" },
                 // Refused by the text's caps before any parser sees it.
                 { "sql": format!("SELECT {}x", "a.b[c@d.e[".repeat(11)) },
+                // Past the parser's budget (the libFuzzer `sql` find).
+                { "sql": String::from_utf8_lossy(&std::fs::read(concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/corpus/fuzz/sql/timeout-nested-brackets"
+                )).unwrap()) },
             ]),
         )
         .await;
@@ -227,6 +232,14 @@ async fn reads_stream_their_rows_and_a_failure_midway_ends_the_statement() {
             .as_str()
             .is_some_and(|m| m.contains("nests square brackets")),
         "{refused}"
+    );
+    let over_budget = &results[7];
+    assert_eq!(over_budget["sqlstate"], "42601", "{over_budget}");
+    assert!(
+        over_budget["error"]
+            .as_str()
+            .is_some_and(|m| m.contains("takes the SQL parser more than 1000000 steps")),
+        "{over_budget}"
     );
 }
 
