@@ -9,6 +9,12 @@
 //! (`deploy/replica.toml`, `deploy/haproxy.cfg`, filled in here) on a fresh
 //! Postgres database and a lake in a local folder (a status poll never reads
 //! the lake). It measures; it asserts nothing. Run it with `bench/run-poll`.
+//!
+//! Then the same clients each submit small queries on one replica (issue 17):
+//! `SELECT <n>` submitted, polled to SUCCEEDED and its first page read, and
+//! the same in one round trip with `Prefer: wait`. Every answer's value is
+//! checked, and at the end every job submitted is counted in the store by
+//! state: a job that is not SUCCEEDED, or missing, is printed as lost.
 
 use std::{
     io::{BufRead as _, BufReader, Read as _, Write as _},
@@ -208,6 +214,199 @@ struct Figures {
     p50: Duration,
     p99: Duration,
     errors: usize,
+    /// The hello handler's figures this one is set beside.
+    peer: usize,
+}
+
+/// What each client of a submitting target does per cycle.
+#[derive(Clone, Copy, PartialEq)]
+enum Cycle {
+    /// POST /v2/query, GET /v2/query/{id} until SUCCEEDED, GET its result.
+    SubmitPollPage,
+    /// POST /v2/query with `Prefer: wait=10`: the first page in the answer.
+    Wait,
+}
+
+/// One submitted query's cycle; its id, and whether its value came back.
+async fn submit_cycle(
+    client: &reqwest::Client,
+    api: &str,
+    token: &str,
+    n: u64,
+    cycle: Cycle,
+) -> (Option<String>, bool) {
+    let mut request = client
+        .post(format!("{api}/v2/query"))
+        .bearer_auth(token)
+        .json(&serde_json::json!({"query": format!("SELECT {n} AS n")}));
+    if cycle == Cycle::Wait {
+        request = request.header("Prefer", "wait=10");
+    }
+    let Ok(response) = request.send().await else {
+        return (None, false);
+    };
+    let status = response.status();
+    let Ok(body) = response.json::<Value>().await else {
+        return (None, false);
+    };
+    let Some(id) = body["queryId"].as_str().map(str::to_string) else {
+        return (None, false);
+    };
+    let expected = format!("\"{n}\"");
+    if status == reqwest::StatusCode::OK {
+        return (Some(id), body.to_string().contains(&expected));
+    }
+    let mut pause = Duration::from_millis(1);
+    loop {
+        let Ok(answer) = client
+            .get(format!("{api}/v2/query/{id}"))
+            .bearer_auth(token)
+            .send()
+            .await
+        else {
+            return (Some(id), false);
+        };
+        let Ok(state) = answer.json::<Value>().await else {
+            return (Some(id), false);
+        };
+        match state["status"]["state"].as_str() {
+            Some("SUCCEEDED") => break,
+            Some("QUEUED" | "RUNNING") => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(20));
+            }
+            _ => return (Some(id), false),
+        }
+    }
+    let page = client
+        .get(format!("{api}/v2/query/{id}/result"))
+        .bearer_auth(token)
+        .send()
+        .await;
+    let ok = match page {
+        Ok(page) if page.status().is_success() => {
+            page.text().await.is_ok_and(|text| text.contains(&expected))
+        }
+        _ => false,
+    };
+    (Some(id), ok)
+}
+
+/// `clients` clients, each with its own connection, run `cycle` in a loop
+/// with a new number each time: one second of warm-up, then `seconds`
+/// measured. Returns the figures and the ids of every query submitted.
+async fn measure_cycles(
+    target: &str,
+    api: &str,
+    token: &str,
+    clients: usize,
+    seconds: u64,
+    cycle: Cycle,
+) -> (Figures, Vec<String>) {
+    let start = Instant::now() + Duration::from_secs(1);
+    let end = start + Duration::from_secs(seconds);
+    let tasks: Vec<_> = (0..clients as u64)
+        .map(|c| {
+            let (api, token) = (api.to_string(), token.to_string());
+            tokio::spawn(async move {
+                let client = reqwest::Client::builder()
+                    .pool_max_idle_per_host(1)
+                    .tcp_nodelay(true)
+                    .build()
+                    .expect("a client");
+                let (mut latencies, mut errors, mut ids) = (Vec::new(), 0, Vec::new());
+                for i in 0.. {
+                    let sent = Instant::now();
+                    if sent >= end {
+                        break;
+                    }
+                    let (id, ok) =
+                        submit_cycle(&client, &api, &token, c * 10_000_000 + i, cycle).await;
+                    ids.extend(id);
+                    if sent >= start || !ok {
+                        match ok {
+                            true => latencies.push(sent.elapsed()),
+                            false => errors += 1,
+                        }
+                    }
+                }
+                (latencies, errors, ids)
+            })
+        })
+        .collect();
+    let (mut latencies, mut errors, mut ids) = (Vec::new(), 0, Vec::new());
+    for task in tasks {
+        let (mine, my_errors, my_ids) = task.await.expect("a client");
+        latencies.extend(mine);
+        errors += my_errors;
+        ids.extend(my_ids);
+    }
+    let mut figures = figures_of(target, latencies, errors, seconds);
+    figures.peer = 0;
+    (figures, ids)
+}
+
+/// Latencies summed up as a target's figures.
+fn figures_of(target: &str, mut latencies: Vec<Duration>, errors: usize, seconds: u64) -> Figures {
+    latencies.sort();
+    let at = |q: f64| {
+        latencies
+            .get(((latencies.len() as f64 * q) as usize).min(latencies.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or_default()
+    };
+    Figures {
+        target: target.to_string(),
+        per_second: latencies.len() as f64 / seconds as f64,
+        p50: at(0.50),
+        p99: at(0.99),
+        errors,
+        peer: 0,
+    }
+}
+
+/// The jobs of `ids` in the store, by state (a missing one as `missing`).
+fn jobs_by_state(
+    psql: &Path,
+    database_url: &str,
+    ids: &[String],
+) -> anyhow::Result<Vec<(String, usize)>> {
+    let list = ids
+        .iter()
+        .map(|id| format!("'{id}'"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let sql = format!(
+        "SELECT state, count(*) FROM query_jobs WHERE id IN ({list}) GROUP BY state ORDER BY state"
+    );
+    let output = Command::new(psql)
+        .arg(database_url)
+        .args(["-At", "-F", " ", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            child
+                .stdin
+                .take()
+                .expect("piped")
+                .write_all(sql.as_bytes())?;
+            child.wait_with_output()
+        })?;
+    if !output.status.success() {
+        bail!("counting the jobs failed");
+    }
+    let mut states = Vec::new();
+    let mut found = 0;
+    for line in String::from_utf8(output.stdout)?.lines() {
+        if let Some((state, count)) = line.split_once(' ') {
+            let count: usize = count.trim().parse()?;
+            found += count;
+            states.push((state.to_string(), count));
+        }
+    }
+    states.push(("missing".into(), ids.len() - found));
+    Ok(states)
 }
 
 /// `pollers` clients, each with its own connection, GET `url` in a loop: one
@@ -268,20 +467,7 @@ async fn measure(
         latencies.extend(mine);
         errors += my_errors;
     }
-    latencies.sort();
-    let at = |q: f64| {
-        latencies
-            .get(((latencies.len() as f64 * q) as usize).min(latencies.len().saturating_sub(1)))
-            .copied()
-            .unwrap_or_default()
-    };
-    Figures {
-        target: target.to_string(),
-        per_second: latencies.len() as f64 / seconds as f64,
-        p50: at(0.50),
-        p99: at(0.99),
-        errors,
-    }
+    figures_of(target, latencies, errors, seconds)
 }
 
 fn lakehost_binary(args: &Args) -> anyhow::Result<(PathBuf, &'static str)> {
@@ -362,6 +548,7 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
             )
             .await,
         );
+        figures[1].peer = 1;
     }
 
     // lakehost: one replica, then three behind HAProxy, on a fresh database.
@@ -483,6 +670,25 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
         .await,
     );
 
+    // The same clients submitting small queries on the one replica.
+    let mut submitted = 0;
+    let mut not_succeeded = Vec::new();
+    for (target, cycle) in [
+        ("lakehost submit+poll+page", Cycle::SubmitPollPage),
+        ("lakehost submit, Prefer: wait", Cycle::Wait),
+    ] {
+        let (measured, ids) =
+            measure_cycles(target, &direct, &token, args.pollers, args.seconds, cycle).await;
+        figures.push(measured);
+        submitted += ids.len();
+        let states = jobs_by_state(&args.psql, &format!("{base}/{database}"), &ids)?;
+        not_succeeded.extend(
+            states
+                .into_iter()
+                .filter(|(state, count)| state != "SUCCEEDED" && *count > 0),
+        );
+    }
+
     // Two more replicas with the first one's signing key, then HAProxy over the three.
     let key = Path::new("idp/demo/signing-keys.json");
     for i in 1..3 {
@@ -503,14 +709,15 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
         )
         .await,
     );
+    figures.last_mut().expect("just pushed").peer = 1;
 
     println!(
         "\n{:<30} {:>10} {:>9} {:>9} {:>7} {:>12} {:>10}",
         "target", "req/s", "p50 ms", "p99 ms", "errors", "req/s ratio", "p99 ratio"
     );
-    for (i, f) in figures.iter().enumerate() {
+    for f in &figures {
         // lakehost beside the hello handler in the same shape (alone / behind HAProxy).
-        let peer = &figures[i % 2];
+        let peer = &figures[f.peer];
         println!(
             "{:<30} {:>10.0} {:>9.2} {:>9.2} {:>7} {:>12} {:>10}",
             f.target,
@@ -524,7 +731,13 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
     }
     println!(
         "\nratios: against the hello handler in the same shape (1 process, or 3 behind HAProxy); \
-         the pollers share the machine's cores with the servers."
+         the pollers share the machine's cores with the servers.\n\
+         The submit targets count whole cycles (submit, polls, page; or one waited POST) per second, \
+         each value checked; errors are cycles that failed or returned another value."
+    );
+    let lost: usize = not_succeeded.iter().map(|(_, count)| count).sum();
+    println!(
+        "jobs submitted: {submitted}; in the store and not SUCCEEDED (or missing): {lost} {not_succeeded:?}"
     );
     drop(replicas);
     drop(balancer);

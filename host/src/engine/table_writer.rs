@@ -8,27 +8,48 @@
 //! whole write (nothing is committed, staged files are deleted).
 //! `svc$load_id`, where the table has it, is the writing load's, import's or
 //! query's id.
+//!
+//! Each open file is encoded by its own task on the caller's runtime, fed
+//! through a short queue, so a write spread over partitions encodes them in
+//! parallel while the caller reads and partitions the next batch. The files
+//! of one write hold at most [`BUFFERED_BYTES`] of row groups not yet
+//! written out between them: a file's row group is written out once it holds
+//! its share, so memory stays flat however many rows a write has.
 
 use std::{
-    collections::{BTreeMap, HashMap},
-    sync::Arc,
+    collections::BTreeMap,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
 };
 
 use datafusion::{
     arrow::{
-        array::{Array, AsArray as _, RecordBatch, UInt32Array},
-        compute::{cast, take},
+        array::{Array, ArrayRef, AsArray as _, RecordBatch, UInt32Array},
+        compute::{cast, take_record_batch},
         datatypes::{DataType, Int64Type, SchemaRef},
+        row::{RowConverter, SortField},
     },
+    common::HashMap,
     parquet::arrow::AsyncArrowWriter,
 };
 use object_store::{ObjectStore, ObjectStoreExt as _, buffered::BufWriter, path::Path};
+use tokio::{sync::mpsc, task::JoinHandle};
 
 use super::layout::{LOAD_ID_COLUMN, SERVICE_CLIENT_COLUMN};
 use crate::{auth::ServiceClientScope, store::catalog::NewDataFile};
 
 /// Distinct partition value combinations one statement may write.
 pub const MAX_PARTITIONS: usize = 1000;
+
+/// Memory the row groups not yet written out (their pages, dictionaries and
+/// buffers) of one write's open files may hold between them; each file's
+/// share is this over the files open.
+pub const BUFFERED_BYTES: usize = 256 << 20;
+
+/// Batches waiting for one file's encoder.
+const QUEUED_BATCHES: usize = 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TableWriteError {
@@ -46,14 +67,18 @@ pub enum TableWriteError {
     Parquet(#[from] datafusion::parquet::errors::ParquetError),
     #[error("object store: {0}")]
     Store(#[from] object_store::Error),
+    #[error("a file's encoder stopped: {0}")]
+    Encoder(String),
 }
 
+/// A file being written: its place in the layout, and the task encoding it.
 struct OpenFile {
     path: String,
-    writer: AsyncArrowWriter<BufWriter>,
     rows: i64,
     partition_values: BTreeMap<String, String>,
     service_client: Option<i64>,
+    batches: mpsc::Sender<RecordBatch>,
+    encoder: JoinHandle<Result<(), TableWriteError>>,
 }
 
 pub struct TableWriter {
@@ -67,6 +92,10 @@ pub struct TableWriter {
     file_stem: String,
     write_scope: ServiceClientScope,
     open: HashMap<Vec<String>, OpenFile>,
+    /// How many files are open, for each encoder's share of `buffered_bytes`.
+    open_count: Arc<AtomicUsize>,
+    /// `BUFFERED_BYTES`, but in tests.
+    buffered_bytes: usize,
 }
 
 /// One path segment per partition value, escaped so a value never adds a level.
@@ -74,6 +103,10 @@ fn path_segment(column: &str, value: &str) -> String {
     let escaped: String = url::form_urlencoded::byte_serialize(value.as_bytes()).collect();
     format!("{column}={escaped}")
 }
+
+/// The rows of a batch that go to one file: their partition values as text
+/// and their indices (`None`: every row of the batch).
+type PartitionGroup = (Vec<String>, Option<Vec<u32>>);
 
 impl TableWriter {
     pub fn new(
@@ -94,6 +127,8 @@ impl TableWriter {
             file_stem: load_id.to_string(),
             write_scope,
             open: HashMap::new(),
+            open_count: Arc::new(AtomicUsize::new(0)),
+            buffered_bytes: BUFFERED_BYTES,
         }
     }
 
@@ -105,54 +140,108 @@ impl TableWriter {
         self
     }
 
-    /// The value of every partition column for each row, as text.
-    fn partition_values(&self, batch: &RecordBatch) -> Result<Vec<Vec<String>>, TableWriteError> {
-        let rows = batch.num_rows();
-        let mut columns: Vec<Vec<String>> = Vec::with_capacity(self.partition_columns.len());
+    /// The partition columns read from the rows (`svc$load_id` is the
+    /// writer's own), service_client_id as int64.
+    fn row_partition_columns(&self, batch: &RecordBatch) -> Result<Vec<ArrayRef>, TableWriteError> {
+        self.partition_columns
+            .iter()
+            .filter(|name| name.as_str() != LOAD_ID_COLUMN)
+            .map(|name| {
+                let column = batch
+                    .column_by_name(name)
+                    .ok_or_else(|| TableWriteError::MissingColumn(name.clone()))?;
+                if name == SERVICE_CLIENT_COLUMN {
+                    Ok(cast(column, &DataType::Int64)?)
+                } else {
+                    Ok(column.clone())
+                }
+            })
+            .collect()
+    }
+
+    /// The partition values of row `row` as text, the service client checked
+    /// against the write scope.
+    fn partition_key(
+        &self,
+        columns: &[ArrayRef],
+        row: usize,
+    ) -> Result<Vec<String>, TableWriteError> {
+        let mut columns = columns.iter();
+        let mut key = Vec::with_capacity(self.partition_columns.len());
         for name in &self.partition_columns {
             if name == LOAD_ID_COLUMN {
-                columns.push(vec![self.load_id.clone(); rows]);
+                key.push(self.load_id.clone());
                 continue;
             }
-            let column = batch
-                .column_by_name(name)
-                .ok_or_else(|| TableWriteError::MissingColumn(name.clone()))?;
+            let column = columns
+                .next()
+                .expect("one column per partition read from rows");
             if name == SERVICE_CLIENT_COLUMN {
-                let ids = cast(column, &DataType::Int64)?;
-                let ids = ids.as_primitive::<Int64Type>();
-                let mut values = Vec::with_capacity(rows);
-                for i in 0..rows {
-                    if ids.is_null(i) {
-                        return Err(TableWriteError::MissingServiceClient);
-                    }
-                    let id = ids.value(i);
-                    // Rows of 0 are readable only by callers who read every
-                    // service client (0 is never in an "own" list).
-                    let allowed = u32::try_from(id).is_ok_and(|id| self.write_scope.allows(id));
-                    if !allowed {
-                        return Err(TableWriteError::Denied(id));
-                    }
-                    values.push(id.to_string());
+                if column.is_null(row) {
+                    return Err(TableWriteError::MissingServiceClient);
                 }
-                columns.push(values);
+                let id = column.as_primitive::<Int64Type>().value(row);
+                // Rows of 0 are readable only by callers who read every
+                // service client (0 is never in an "own" list).
+                let allowed = u32::try_from(id).is_ok_and(|id| self.write_scope.allows(id));
+                if !allowed {
+                    return Err(TableWriteError::Denied(id));
+                }
+                key.push(id.to_string());
+            } else if column.is_null(row) {
+                key.push(String::new());
             } else {
-                let text = cast(column, &DataType::Utf8)?;
-                let text = text.as_string::<i32>();
-                columns.push(
-                    (0..rows)
-                        .map(|i| {
-                            if text.is_null(i) {
-                                String::new()
-                            } else {
-                                text.value(i).to_string()
-                            }
-                        })
-                        .collect(),
-                );
+                let text = cast(&column.slice(row, 1), &DataType::Utf8)?;
+                key.push(text.as_string::<i32>().value(0).to_string());
             }
         }
-        Ok((0..rows)
-            .map(|i| columns.iter().map(|c| c[i].clone()).collect())
+        Ok(key)
+    }
+
+    /// The rows of `batch` grouped by their partition values, groups in the
+    /// order their first row comes (so the first row a write may not write
+    /// is the one reported). Rows are compared in arrow's row format, and
+    /// each group's values made text once.
+    fn partition_groups(
+        &self,
+        batch: &RecordBatch,
+    ) -> Result<Vec<PartitionGroup>, TableWriteError> {
+        let columns = self.row_partition_columns(batch)?;
+        if columns.is_empty() {
+            return Ok(vec![(self.partition_key(&columns, 0)?, None)]);
+        }
+        let fields = columns
+            .iter()
+            .map(|c| SortField::new(c.data_type().clone()))
+            .collect();
+        let rows = RowConverter::new(fields)?.convert_columns(&columns)?;
+        let mut group_of: HashMap<&[u8], usize> = HashMap::new();
+        let mut firsts: Vec<usize> = Vec::new();
+        let mut members: Vec<Vec<u32>> = Vec::new();
+        for (index, row) in rows.iter().enumerate() {
+            let group = *group_of.entry(row.data()).or_insert_with(|| {
+                firsts.push(index);
+                members.push(Vec::new());
+                firsts.len() - 1
+            });
+            members[group].push(index as u32);
+        }
+        // Distinct rows can make the same text (a float's NaNs): one file each.
+        let mut groups: Vec<(Vec<String>, Vec<u32>)> = Vec::with_capacity(firsts.len());
+        for (first, rows) in firsts.into_iter().zip(members) {
+            let key = self.partition_key(&columns, first)?;
+            match groups.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, earlier)) => {
+                    earlier.extend(rows);
+                    earlier.sort_unstable();
+                }
+                None => groups.push((key, rows)),
+            }
+        }
+        let whole = groups.len() == 1;
+        Ok(groups
+            .into_iter()
+            .map(|(key, rows)| (key, (!whole).then_some(rows)))
             .collect())
     }
 
@@ -180,27 +269,21 @@ impl TableWriter {
         if batch.num_rows() == 0 {
             return Ok(());
         }
-        let keys = self.partition_values(batch)?;
+        let groups = self.partition_groups(batch)?;
         let file_batch = self.file_batch(batch)?;
-        let mut groups: HashMap<&Vec<String>, Vec<u32>> = HashMap::new();
-        for (row, key) in keys.iter().enumerate() {
-            groups.entry(key).or_default().push(row as u32);
-        }
         for (key, rows) in groups {
-            let part = if rows.len() == batch.num_rows() {
-                file_batch.clone()
-            } else {
-                let indices = UInt32Array::from(rows);
-                let columns = file_batch
-                    .columns()
-                    .iter()
-                    .map(|c| take(c.as_ref(), &indices, None))
-                    .collect::<Result<Vec<_>, _>>()?;
-                RecordBatch::try_new(self.file_schema.clone(), columns)?
+            let part = match rows {
+                None => file_batch.clone(),
+                Some(rows) => take_record_batch(&file_batch, &UInt32Array::from(rows))?,
             };
-            let file = self.file_for(key)?;
-            file.rows += part.num_rows() as i64;
-            file.writer.write(&part).await?;
+            let rows = part.num_rows() as i64;
+            let file = self.file_for(&key)?;
+            file.rows += rows;
+            let sent = file.batches.send(part).await.is_ok();
+            if !sent {
+                // The encoder ended early: it failed, and says why.
+                return Err(self.encoder_failure(&key).await);
+            }
         }
         Ok(())
     }
@@ -224,45 +307,84 @@ impl TableWriter {
             path.push_str(&format!("/{}-{}.parquet", self.file_stem, self.open.len()));
             let object = BufWriter::new(self.store.clone(), Path::from(path.as_str()));
             let writer = AsyncArrowWriter::try_new(object, self.file_schema.clone(), None)?;
+            let (batches, queue) = mpsc::channel(QUEUED_BATCHES);
+            self.open_count.fetch_add(1, Ordering::Relaxed);
+            let share = Share {
+                bytes: self.buffered_bytes,
+                files: self.open_count.clone(),
+            };
+            let encoder = tokio::spawn(encode(writer, queue, share));
             self.open.insert(
                 key.to_vec(),
                 OpenFile {
                     path,
-                    writer,
                     rows: 0,
                     partition_values,
                     service_client,
+                    batches,
+                    encoder,
                 },
             );
         }
         Ok(self.open.get_mut(key).expect("just inserted"))
     }
 
+    /// Why the encoder of the file at `key` ended before its rows did.
+    async fn encoder_failure(&mut self, key: &[String]) -> TableWriteError {
+        let Some(file) = self.open.remove(key) else {
+            return TableWriteError::Encoder("the file is gone".into());
+        };
+        match file.encoder.await {
+            Ok(Err(e)) => e,
+            Ok(Ok(())) => TableWriteError::Encoder("it ended before its rows did".into()),
+            Err(e) => TableWriteError::Encoder(e.to_string()),
+        }
+    }
+
     /// Closes every file; returns them for the catalog, in path order.
     pub async fn finish(self) -> Result<Vec<NewDataFile>, TableWriteError> {
-        let mut files = Vec::with_capacity(self.open.len());
+        // No more rows: every encoder writes its footer and ends, in parallel.
+        let closing: Vec<_> = self
+            .open
+            .into_values()
+            .map(|file| {
+                drop(file.batches);
+                let entry = NewDataFile {
+                    path: file.path,
+                    service_client_id: file.service_client,
+                    partition_values: file.partition_values,
+                    row_count: file.rows,
+                    size_bytes: 0,
+                    load_id: Some(self.load_id.clone()),
+                };
+                (entry, file.encoder)
+            })
+            .collect();
+        let mut files = Vec::with_capacity(closing.len());
         let mut written = Vec::new();
         let mut failure = None;
-        for (_, file) in self.open {
+        for (mut entry, encoder) in closing {
             if failure.is_some() {
+                // Stop the rest; one that ended all the same is deleted too.
+                encoder.abort();
+                if let Ok(Ok(())) = encoder.await {
+                    written.push(entry.path);
+                }
                 continue;
             }
-            match file.writer.close().await {
-                Ok(_) => {
-                    written.push(file.path.clone());
-                    match self.store.head(&Path::from(file.path.as_str())).await {
-                        Ok(meta) => files.push(NewDataFile {
-                            path: file.path,
-                            service_client_id: file.service_client,
-                            partition_values: file.partition_values,
-                            row_count: file.rows,
-                            size_bytes: meta.size as i64,
-                            load_id: Some(self.load_id.clone()),
-                        }),
+            match encoder.await {
+                Ok(Ok(())) => {
+                    written.push(entry.path.clone());
+                    match self.store.head(&Path::from(entry.path.as_str())).await {
+                        Ok(meta) => {
+                            entry.size_bytes = meta.size as i64;
+                            files.push(entry);
+                        }
                         Err(e) => failure = Some(TableWriteError::from(e)),
                     }
                 }
-                Err(e) => failure = Some(e.into()),
+                Ok(Err(e)) => failure = Some(e),
+                Err(e) => failure = Some(TableWriteError::Encoder(e.to_string())),
             }
         }
         if let Some(failure) = failure {
@@ -273,13 +395,43 @@ impl TableWriter {
         Ok(files)
     }
 
-    /// Drops the open files without making any of them a complete object.
+    /// Stops every encoder without making any of its files a complete object.
     pub async fn abort(self) {
         for (_, file) in self.open {
-            // An unfinished multipart upload is aborted when its writer drops.
-            drop(file.writer);
+            // An unfinished multipart upload is aborted when its writer
+            // drops, which the encoder's end does.
+            file.encoder.abort();
+            let _ = file.encoder.await;
         }
     }
+}
+
+/// One file's part of the memory a write's row groups may hold.
+struct Share {
+    /// What the whole write may hold.
+    bytes: usize,
+    /// The files open in it.
+    files: Arc<AtomicUsize>,
+}
+
+/// One file's encoder: the batches sent to it, in order, then its footer.
+/// A row group is written out once it holds the file's share of the
+/// write's memory. Dropped (aborted or failed), the writer leaves no
+/// complete object.
+async fn encode(
+    mut writer: AsyncArrowWriter<BufWriter>,
+    mut batches: mpsc::Receiver<RecordBatch>,
+    share: Share,
+) -> Result<(), TableWriteError> {
+    while let Some(batch) = batches.recv().await {
+        writer.write(&batch).await?;
+        let mine = share.bytes / share.files.load(Ordering::Relaxed).max(1);
+        if writer.memory_size() >= mine {
+            writer.flush().await?;
+        }
+    }
+    writer.close().await?;
+    Ok(())
 }
 
 /// Deletes staged or released files; a failure is logged (the catalog no
@@ -289,5 +441,211 @@ pub async fn delete_paths(store: &dyn ObjectStore, paths: &[String]) {
         if let Err(e) = store.delete(&Path::from(path.as_str())).await {
             tracing::warn!(%path, error = %e, "could not delete a data file");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use datafusion::{
+        arrow::{
+            array::{Int64Array, StringArray},
+            datatypes::{Field, Schema},
+        },
+        parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder,
+    };
+    use futures::TryStreamExt as _;
+    use object_store::memory::InMemory;
+
+    use super::*;
+
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new(SERVICE_CLIENT_COLUMN, DataType::Int64, true),
+            Field::new("region", DataType::Utf8, true),
+            Field::new("n", DataType::Int64, false),
+        ]))
+    }
+
+    fn batch(clients: &[Option<i64>], regions: &[Option<&str>], n: &[i64]) -> RecordBatch {
+        RecordBatch::try_new(
+            schema(),
+            vec![
+                Arc::new(Int64Array::from(clients.to_vec())),
+                Arc::new(StringArray::from(regions.to_vec())),
+                Arc::new(Int64Array::from(n.to_vec())),
+            ],
+        )
+        .unwrap()
+    }
+
+    /// A writer partitioned by service client, region and load id, storing
+    /// the column `n` alone.
+    fn writer(store: &Arc<InMemory>, scope: ServiceClientScope) -> TableWriter {
+        let file_schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, false)]));
+        let partitions = [SERVICE_CLIENT_COLUMN, LOAD_ID_COLUMN, "region"];
+        TableWriter::new(
+            store.clone(),
+            "db",
+            "t",
+            file_schema,
+            partitions.map(String::from).to_vec(),
+            "load1",
+            scope,
+        )
+    }
+
+    async fn stored(store: &InMemory) -> Vec<String> {
+        let mut paths: Vec<String> = store
+            .list(None)
+            .map_ok(|meta| meta.location.to_string())
+            .try_collect()
+            .await
+            .unwrap();
+        paths.sort();
+        paths
+    }
+
+    /// The `n` values of a stored file, in order, and its row groups.
+    async fn values(store: &InMemory, path: &str) -> (Vec<i64>, usize) {
+        let bytes = store
+            .get(&Path::from(path))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).unwrap();
+        let groups = builder.metadata().num_row_groups();
+        let mut n = Vec::new();
+        for batch in builder.build().unwrap() {
+            let batch = batch.unwrap();
+            n.extend(batch.column(0).as_primitive::<Int64Type>().values().iter());
+        }
+        (n, groups)
+    }
+
+    #[tokio::test]
+    async fn rows_go_to_one_file_per_partition_value_in_their_order() {
+        let store = Arc::new(InMemory::new());
+        let mut writer = writer(&store, ServiceClientScope::All);
+        let first = batch(
+            &[Some(1), Some(2), Some(1), Some(2), Some(1)],
+            &[Some("eu"), Some("eu"), Some("us"), Some("eu"), Some("eu")],
+            &[10, 20, 30, 40, 50],
+        );
+        let second = batch(&[Some(2), Some(1)], &[Some("eu"), None], &[60, 70]);
+        writer.write(&first).await.unwrap();
+        writer.write(&second).await.unwrap();
+        let files = writer.finish().await.unwrap();
+
+        let listed: Vec<(&str, i64, Option<i64>)> = files
+            .iter()
+            .map(|f| (f.path.as_str(), f.row_count, f.service_client_id))
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                (
+                    "db/t/service_client_id=1/svc$load_id=load1/region=/load1-3.parquet",
+                    1,
+                    Some(1)
+                ),
+                (
+                    "db/t/service_client_id=1/svc$load_id=load1/region=eu/load1-0.parquet",
+                    2,
+                    Some(1)
+                ),
+                (
+                    "db/t/service_client_id=1/svc$load_id=load1/region=us/load1-2.parquet",
+                    1,
+                    Some(1)
+                ),
+                (
+                    "db/t/service_client_id=2/svc$load_id=load1/region=eu/load1-1.parquet",
+                    3,
+                    Some(2)
+                ),
+            ]
+        );
+        assert_eq!(
+            stored(&store).await,
+            listed.iter().map(|l| l.0).collect::<Vec<_>>()
+        );
+        for (file, expected) in files
+            .iter()
+            .zip([&[70][..], &[10, 50], &[30], &[20, 40, 60]])
+        {
+            assert_eq!(
+                values(&store, &file.path).await.0,
+                expected,
+                "{}",
+                file.path
+            );
+            assert!(file.size_bytes > 0);
+        }
+        let region = &files[1].partition_values;
+        assert_eq!(region.get("region").map(String::as_str), Some("eu"));
+        assert_eq!(
+            region.get(LOAD_ID_COLUMN).map(String::as_str),
+            Some("load1")
+        );
+    }
+
+    #[tokio::test]
+    async fn the_first_row_out_of_scope_is_named_and_nothing_is_left_stored() {
+        let store = Arc::new(InMemory::new());
+        let scope = ServiceClientScope::Only(BTreeSet::from([1, 2]));
+        let mut writer = writer(&store, scope);
+        writer
+            .write(&batch(&[Some(1), Some(2)], &[Some("eu"); 2], &[1, 2]))
+            .await
+            .unwrap();
+        let denied = batch(
+            &[Some(1), Some(7), Some(5), Some(7)],
+            &[Some("eu"); 4],
+            &[3, 4, 5, 6],
+        );
+        let error = writer.write(&denied).await.unwrap_err();
+        assert!(matches!(error, TableWriteError::Denied(7)), "{error}");
+        writer.abort().await;
+        assert_eq!(stored(&store).await, Vec::<String>::new());
+
+        let mut writer = self::writer(&store, ServiceClientScope::All);
+        let missing = batch(&[Some(3), None], &[Some("eu"); 2], &[1, 2]);
+        let error = writer.write(&missing).await.unwrap_err();
+        assert!(
+            matches!(error, TableWriteError::MissingServiceClient),
+            "{error}"
+        );
+        writer.abort().await;
+        assert_eq!(stored(&store).await, Vec::<String>::new());
+    }
+
+    #[tokio::test]
+    async fn row_groups_are_written_out_once_the_files_hold_their_share_of_memory() {
+        let store = Arc::new(InMemory::new());
+        let mut writer = writer(&store, ServiceClientScope::All);
+        writer.buffered_bytes = 64 * 1024;
+        let rows = 8192;
+        for start in (0..200_000i64).step_by(rows) {
+            let n: Vec<i64> = (start..start + rows as i64).collect();
+            let clients: Vec<Option<i64>> = n.iter().map(|i| Some(1 + i % 2)).collect();
+            writer
+                .write(&batch(&clients, &vec![Some("eu"); rows], &n))
+                .await
+                .unwrap();
+        }
+        let files = writer.finish().await.unwrap();
+        assert_eq!(files.len(), 2);
+        for file in &files {
+            let (n, row_groups) = values(&store, &file.path).await;
+            assert_eq!(n.len() as i64, file.row_count);
+            assert!(n.windows(2).all(|w| w[0] < w[1]), "rows kept in order");
+            // Without the share a file of ~100,000 rows is one row group.
+            assert!(row_groups > 4, "{row_groups} row groups in {}", file.path);
+        }
+        assert_eq!(files.iter().map(|f| f.row_count).sum::<i64>(), 204_800);
     }
 }
