@@ -445,23 +445,24 @@ impl Store {
         caps: JobCaps,
     ) -> Result<Option<QueryJob>> {
         let lock = match self.backend() {
-            Backend::Postgres => "FOR UPDATE SKIP LOCKED",
+            Backend::Postgres => "FOR UPDATE OF q SKIP LOCKED",
             Backend::Sqlite => "",
         };
-        let running = |also: &str| {
-            format!(
-                "(SELECT count(*) FROM query_jobs r WHERE r.state = 'RUNNING' \
-                 AND r.lease_owner = $1 AND r.org = q.org{also})"
-            )
-        };
-        let of_org = running("");
-        let of_caller = running(" AND r.owner_sub = q.owner_sub");
+        // The holder's running jobs are counted once per claim, not once per
+        // queued job: every count reads the RUNNING entries of the state
+        // index, dead versions of finished jobs among them, and a hundred
+        // queued jobs made each claim read them hundreds of times.
         let sql = format!(
-            "UPDATE query_jobs SET state = 'RUNNING', lease_owner = $1, lease_expires_at = $2, \
+            "WITH by_caller AS (SELECT org, owner_sub, count(*) AS n FROM query_jobs \
+                 WHERE state = 'RUNNING' AND lease_owner = $1 GROUP BY org, owner_sub), \
+             by_org AS (SELECT org, CAST(sum(n) AS BIGINT) AS n FROM by_caller GROUP BY org) \
+             UPDATE query_jobs SET state = 'RUNNING', lease_owner = $1, lease_expires_at = $2, \
              started_at = COALESCE(started_at, $3), attempts = attempts + 1 \
              WHERE id = (SELECT q.id FROM query_jobs q \
-                 WHERE q.state = 'QUEUED' AND {of_org} < $4 AND {of_caller} < $5 \
-                 ORDER BY {of_org}, {of_caller}, q.submitted_at, q.id LIMIT 1 {lock}) \
+                 LEFT JOIN by_org o ON o.org = q.org \
+                 LEFT JOIN by_caller c ON c.org = q.org AND c.owner_sub = q.owner_sub \
+                 WHERE q.state = 'QUEUED' AND COALESCE(o.n, 0) < $4 AND COALESCE(c.n, 0) < $5 \
+                 ORDER BY COALESCE(o.n, 0), COALESCE(c.n, 0), q.submitted_at, q.id LIMIT 1 {lock}) \
              RETURNING {COLUMNS}"
         );
         let row = sqlx::query(&sql)

@@ -126,6 +126,7 @@ pub struct ResultPage {
     pub next_token: Option<String>,
 }
 
+mod ends;
 mod reading;
 mod reuse;
 mod runs_here;
@@ -151,7 +152,7 @@ pub struct QueryService {
     engine: EngineRuntime,
     wake: Notify,
     /// Woken whenever a query's end is recorded on this replica (waiting.rs).
-    ended: Notify,
+    ended: ends::Ends,
     /// One permit per query that may run at once on this replica.
     slots: Arc<Semaphore>,
     /// The queries running here, per org and caller, stored or not yet.
@@ -212,7 +213,7 @@ impl QueryService {
             limits,
             engine,
             wake: Notify::new(),
-            ended: Notify::new(),
+            ended: ends::Ends::new(),
             slots: Arc::new(Semaphore::new(workers)),
             runs_here: Arc::default(),
             running: Mutex::new(HashMap::new()),

@@ -86,7 +86,7 @@ impl QueryService {
         }
         let cancelled = self.store.cancel_query(id, self.now()).await?;
         if cancelled {
-            self.ended.notify_waiters();
+            self.ended.announce(id);
             jobs::query_ended(id, QueryState::Cancelled, &job.query.statement_type, None);
             let token = self
                 .running

@@ -334,12 +334,13 @@ impl QueryService {
                 () = self.drain.began() => continue,
             };
             let caps = self.limits.caps();
+            let mut ends = self.ended.watch();
             if let Some(counted) = self.runs_here.try_enter(&query.org, &query.owner_sub, caps) {
                 return Ok((slot, counted));
             }
             drop(slot);
             tokio::select! {
-                () = self.ended.notified() => {}
+                () = ends.any() => {}
                 () = tokio::time::sleep(POLL_INTERVAL) => {}
             }
         }

@@ -126,12 +126,10 @@ impl QueryService {
         within: Duration,
     ) -> Result<Option<QueryJob>, QueryError> {
         let deadline = Instant::now() + within;
+        // Made before the store is read, so an end recorded in between
+        // still wakes this waiter.
+        let mut ends = self.ended.watch();
         loop {
-            // Registered before the store is read, so an end recorded in
-            // between still wakes this waiter.
-            let ended = self.ended.notified();
-            tokio::pin!(ended);
-            ended.as_mut().enable();
             let job = self.get(caller, id).await?;
             if job.state.is_final() {
                 return Ok(Some(job));
@@ -142,7 +140,7 @@ impl QueryService {
             }
             let next_look = (now + OTHER_REPLICA_POLL).min(deadline);
             tokio::select! {
-                () = ended => {}
+                () = ends.of(id) => {}
                 () = tokio::time::sleep_until(next_look) => {}
             }
         }

@@ -111,6 +111,10 @@ impl QueryService {
         self.run_in_span(job, started, counted)
             .instrument(span)
             .await;
+        // Its caller's and org's caps have room again: a worker asleep
+        // because the queue's next job was held by them claims it now, not
+        // at its next poll.
+        self.wake.notify_one();
     }
 
     async fn run_in_span(
@@ -207,7 +211,7 @@ impl QueryService {
         for job in ended {
             tracing::warn!(query = %job.query.id, attempt = job.attempts, "query ended FAILED: its server stopped while running it");
             jobs::query_abandoned(&job.query.id, &job.query.statement_type);
-            self.ended.notify_waiters();
+            self.ended.announce(&job.query.id);
             let result_path = Self::result_path_of(&job.query, job.attempts);
             self.lake.delete_result(&result_path).await;
         }
@@ -354,7 +358,7 @@ impl QueryService {
             .await
         {
             Ok(Finished::Recorded) => {
-                self.ended.notify_waiters();
+                self.ended.announce(id);
                 Self::count_end(query, &job_outcome);
                 if !succeeded && let Some(path) = result_path {
                     self.lake.delete_result(path).await;
@@ -379,7 +383,7 @@ impl QueryService {
                     .finish_query(id, &self.holder, &failed, &none, self.now())
                     .await
                 {
-                    self.ended.notify_waiters();
+                    self.ended.announce(id);
                     jobs::query_ended(id, QueryState::Failed, statement_type, None);
                 }
             }
