@@ -151,7 +151,7 @@ pub struct QueryService {
     lease: Lease,
     engine: EngineRuntime,
     wake: Notify,
-    /// Woken whenever a query's end is recorded on this replica (waiting.rs).
+    /// Each end (or cancel) recorded on this replica, announced by its id.
     ended: ends::Ends,
     /// One permit per query that may run at once on this replica.
     slots: Arc<Semaphore>,
