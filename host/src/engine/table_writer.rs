@@ -51,6 +51,10 @@ pub const BUFFERED_BYTES: usize = 256 << 20;
 /// Batches waiting for one file's encoder.
 const QUEUED_BATCHES: usize = 2;
 
+/// The size of each part a file is uploaded in, and how many are in flight.
+const UPLOAD_PART_BYTES: usize = 8 << 20;
+const UPLOADING_PARTS: usize = 2;
+
 #[derive(Debug, thiserror::Error)]
 pub enum TableWriteError {
     #[error("row of service client {0}, which the caller may not write")]
@@ -305,7 +309,15 @@ impl TableWriter {
                 }
             }
             path.push_str(&format!("/{}-{}.parquet", self.file_stem, self.open.len()));
-            let object = BufWriter::new(self.store.clone(), Path::from(path.as_str()));
+            // Parts of at most `UPLOAD_PART_BYTES`, two in flight: the
+            // default (10 MB, eight in flight) let each file of a write hold
+            // 80 MB of written row groups while the store caught up.
+            let object = BufWriter::with_capacity(
+                self.store.clone(),
+                Path::from(path.as_str()),
+                UPLOAD_PART_BYTES,
+            )
+            .with_max_concurrency(UPLOADING_PARTS);
             let writer = AsyncArrowWriter::try_new(object, self.file_schema.clone(), None)?;
             let (batches, queue) = mpsc::channel(QUEUED_BATCHES);
             self.open_count.fetch_add(1, Ordering::Relaxed);
