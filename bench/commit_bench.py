@@ -109,12 +109,14 @@ class Loader:
     """lakehost's load API as an uploading client uses it."""
 
     def __init__(self, base_url: str, s3_url: str):
-        parsed = urllib.parse.urlsplit(base_url)
-        self.api = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=600)
         self.base_url, self.s3_url = base_url, s3_url
         self.renew()
 
     def renew(self) -> None:
+        """A fresh token, and a fresh connection: the peers' rounds outlast
+        the server's idle timeout at larger scales."""
+        parsed = urllib.parse.urlsplit(self.base_url)
+        self.api = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=600)
         token = requests.post(
             f"{self.base_url}/realms/{ORG}/protocol/openid-connect/token",
             data={"grant_type": "client_credentials", "client_id": CLIENT_ID, "client_secret": CLIENT_SECRET},
