@@ -310,8 +310,8 @@ impl TableWriter {
             }
             path.push_str(&format!("/{}-{}.parquet", self.file_stem, self.open.len()));
             // Parts of at most `UPLOAD_PART_BYTES`, two in flight: the
-            // default (10 MB, eight in flight) let each file of a write hold
-            // 80 MB of written row groups while the store caught up.
+            // default (10 MB, eight in flight) allows each file of a write
+            // up to 80 MB of written row groups while the store catches up.
             let object = BufWriter::with_capacity(
                 self.store.clone(),
                 Path::from(path.as_str()),
