@@ -7,19 +7,26 @@
 //!
 //! A submission checks and counts in one step (`try_enter`): checked first
 //! and counted later, back-to-back submissions all saw the count before any
-//! of them ran, and one org took every worker.
+//! of them ran, and one org took every worker. A submission over the caps
+//! waits for `freed`, which every run's end signals once it is uncounted.
 
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex},
 };
 
+use tokio::sync::{Notify, futures::Notified};
+
 use crate::store::JobCaps;
 
 type Counts = HashMap<(String, String), i64>;
 
 #[derive(Debug, Default)]
-pub(super) struct RunsHere(Mutex<Counts>);
+pub(super) struct RunsHere {
+    counts: Mutex<Counts>,
+    /// Signalled whenever a run stops being counted.
+    freed: Notify,
+}
 
 /// One run, counted until dropped.
 pub(super) struct CountedRun {
@@ -30,7 +37,7 @@ pub(super) struct CountedRun {
 impl RunsHere {
     /// Counts a run that was already admitted (a worker's claim).
     pub(super) fn enter(self: &Arc<Self>, org: &str, caller_sub: &str) -> CountedRun {
-        let mut runs = self.0.lock().expect("runs lock");
+        let mut runs = self.counts.lock().expect("runs lock");
         self.count_in(&mut runs, org, caller_sub)
     }
 
@@ -42,7 +49,7 @@ impl RunsHere {
         caller_sub: &str,
         caps: JobCaps,
     ) -> Option<CountedRun> {
-        let mut runs = self.0.lock().expect("runs lock");
+        let mut runs = self.counts.lock().expect("runs lock");
         let (of_org, of_caller) = Self::counts_of(&runs, org, caller_sub);
         (of_org < caps.per_org && of_caller < caps.per_caller)
             .then(|| self.count_in(&mut runs, org, caller_sub))
@@ -57,10 +64,16 @@ impl RunsHere {
         }
     }
 
+    /// Resolves once a run stops being counted after this was enabled (or
+    /// first polled).
+    pub(super) fn freed(&self) -> Notified<'_> {
+        self.freed.notified()
+    }
+
     /// How many run for `org`, and for its caller `caller_sub`.
     #[cfg(test)]
     fn of(&self, org: &str, caller_sub: &str) -> (i64, i64) {
-        Self::counts_of(&self.0.lock().expect("runs lock"), org, caller_sub)
+        Self::counts_of(&self.counts.lock().expect("runs lock"), org, caller_sub)
     }
 
     fn counts_of(runs: &Counts, org: &str, caller_sub: &str) -> (i64, i64) {
@@ -79,13 +92,16 @@ impl RunsHere {
 
 impl Drop for CountedRun {
     fn drop(&mut self) {
-        let mut runs = self.runs.0.lock().expect("runs lock");
-        if let Some(count) = runs.get_mut(&self.key) {
-            *count -= 1;
-            if *count <= 0 {
-                runs.remove(&self.key);
+        {
+            let mut runs = self.runs.counts.lock().expect("runs lock");
+            if let Some(count) = runs.get_mut(&self.key) {
+                *count -= 1;
+                if *count <= 0 {
+                    runs.remove(&self.key);
+                }
             }
         }
+        self.runs.freed.notify_waiters();
     }
 }
 
@@ -111,7 +127,10 @@ mod tests {
         drop((second, other_org));
         assert_eq!(runs.of("demo", "alice"), (0, 0));
         assert_eq!(runs.of("acme", "alice"), (0, 0));
-        assert!(runs.0.lock().unwrap().is_empty(), "no counts left behind");
+        assert!(
+            runs.counts.lock().unwrap().is_empty(),
+            "no counts left behind"
+        );
     }
 
     #[test]
@@ -138,5 +157,24 @@ mod tests {
         assert!(runs.try_enter("acme", "a", caps).is_some(), "another org");
         drop((a1, a2, b1));
         assert!(runs.try_enter("demo", "b", caps).is_some());
+    }
+
+    #[tokio::test]
+    async fn a_run_uncounted_wakes_those_waiting_for_room() {
+        let runs = Arc::new(RunsHere::default());
+        let caps = JobCaps {
+            per_org: 1,
+            per_caller: 1,
+        };
+        let held = runs.try_enter("demo", "alice", caps).expect("room");
+        let freed = runs.freed();
+        tokio::pin!(freed);
+        freed.as_mut().enable();
+        assert!(runs.try_enter("demo", "alice", caps).is_none());
+        drop(held);
+        tokio::time::timeout(std::time::Duration::from_secs(10), freed)
+            .await
+            .expect("woken by the run's end");
+        assert!(runs.try_enter("demo", "alice", caps).is_some());
     }
 }

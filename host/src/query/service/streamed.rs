@@ -334,13 +334,17 @@ impl QueryService {
                 () = self.drain.began() => continue,
             };
             let caps = self.limits.caps();
-            let mut ends = self.ended.watch();
+            // Enabled before the caps are checked: a run that ends in
+            // between still wakes this one.
+            let freed = self.runs_here.freed();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
             if let Some(counted) = self.runs_here.try_enter(&query.org, &query.owner_sub, caps) {
                 return Ok((slot, counted));
             }
             drop(slot);
             tokio::select! {
-                () = ends.any() => {}
+                () = freed => {}
                 () = tokio::time::sleep(POLL_INTERVAL) => {}
             }
         }
