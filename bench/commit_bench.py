@@ -56,6 +56,7 @@ from query_bench import (
     free_port,
     generate_tpch,
     lakehost_version,
+    write_config,
     write_import_file,
 )
 
@@ -163,21 +164,6 @@ class Loader:
             time.sleep(POLL_S)
 
 
-def write_config(work: Path, api: int, s3: int) -> Path:
-    data_dir = work / "lakehost-data"
-    shutil.rmtree(data_dir, ignore_errors=True)
-    config = work / "lakehost.toml"
-    config.write_text(
-        "[server]\n"
-        f"listen = {json.dumps(f'127.0.0.1:{api}')}\n"
-        "metrics_listen = \"127.0.0.1:0\"\n"
-        "[storage]\n"
-        f"data_dir = {json.dumps(str(data_dir))}\n"
-        f"s3_listen = {json.dumps(f'127.0.0.1:{s3}')}\n"
-    )
-    return config
-
-
 def duckdb_rewrite(source: Path, target: Path, with_checks: bool) -> float:
     shutil.rmtree(target, ignore_errors=True)
     con = duckdb.connect()
@@ -230,7 +216,7 @@ def main() -> None:
           f"median of {args.runs} rounds after a warm-up")
 
     api, s3 = free_port(), free_port()
-    config = write_config(work, api, s3)
+    config, _ = write_config(work, api, s3)
     times: dict[str, list[float]] = {}
     uploads, peaks = [], []
     out = work / "rewrite"

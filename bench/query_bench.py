@@ -249,8 +249,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def write_config(work: Path, port: int) -> tuple[Path, Path]:
-    """Write <work>/lakehost.toml for an empty data dir; return (config path, data dir)."""
+def write_config(work: Path, port: int, s3_port: int | None = None) -> tuple[Path, Path]:
+    """Write <work>/lakehost.toml for an empty data dir, the upload endpoint on
+    `s3_port` (a free one if None); return (config path, data dir)."""
     data_dir = work / "lakehost-data"
     shutil.rmtree(data_dir, ignore_errors=True)
     config = work / "lakehost.toml"
@@ -260,7 +261,7 @@ def write_config(work: Path, port: int) -> tuple[Path, Path]:
         "metrics_listen = \"127.0.0.1:0\"\n"
         "[storage]\n"
         f"data_dir = {json.dumps(str(data_dir))}\n"
-        f"s3_listen = {json.dumps(f'127.0.0.1:{free_port()}')}\n"
+        f"s3_listen = {json.dumps(f'127.0.0.1:{s3_port or free_port()}')}\n"
     )
     return config, data_dir
 

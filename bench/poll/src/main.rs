@@ -207,6 +207,15 @@ impl Balancer {
     }
 }
 
+/// A client that keeps one connection, as each poller and submitter has.
+fn one_connection_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(1)
+        .tcp_nodelay(true)
+        .build()
+        .expect("a client")
+}
+
 /// What one target measured.
 struct Figures {
     target: String,
@@ -309,11 +318,7 @@ async fn measure_cycles(
         .map(|c| {
             let (api, token) = (api.to_string(), token.to_string());
             tokio::spawn(async move {
-                let client = reqwest::Client::builder()
-                    .pool_max_idle_per_host(1)
-                    .tcp_nodelay(true)
-                    .build()
-                    .expect("a client");
+                let client = one_connection_client();
                 let (mut latencies, mut errors, mut ids) = (Vec::new(), 0, Vec::new());
                 for i in 0.. {
                     let sent = Instant::now();
@@ -426,11 +431,7 @@ async fn measure(
         .map(|_| {
             let (url, token) = (url.clone(), token.clone());
             tokio::spawn(async move {
-                let client = reqwest::Client::builder()
-                    .pool_max_idle_per_host(1)
-                    .tcp_nodelay(true)
-                    .build()
-                    .expect("a client");
+                let client = one_connection_client();
                 let mut latencies = Vec::new();
                 let mut errors = 0;
                 loop {

@@ -17,6 +17,8 @@ pub mod session;
 pub mod snapshot;
 pub mod statement;
 pub mod table_writer;
+#[cfg(test)]
+mod table_writer_tests;
 pub mod write;
 
 #[cfg(test)]
