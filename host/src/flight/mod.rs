@@ -32,6 +32,8 @@
 
 mod caller;
 mod calls;
+mod direct_get;
+mod frames;
 mod handshake;
 mod metadata;
 mod parameters;
@@ -108,8 +110,13 @@ pub struct FlightState {
 
 /// The gRPC service as a router that `listener::serve` serves (HTTP/2).
 pub fn router(state: FlightState) -> axum::Router {
-    tonic::service::Routes::new(FlightServiceServer::new(LakeFlightSql { state }))
+    let service = Arc::new(LakeFlightSql { state });
+    tonic::service::Routes::new(FlightServiceServer::from_arc(service.clone()))
         .into_axum_router()
+        .route(
+            direct_get::PATH,
+            axum::routing::post(direct_get::do_get).with_state(service),
+        )
         .layer(axum::middleware::from_fn(calls::call_context))
 }
 
@@ -244,7 +251,8 @@ impl FlightSqlService for LakeFlightSql {
         ticket: TicketStatementQuery,
         request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        self.rows_of(&ticket, &request).await
+        let rows = self.rows_of(&ticket, &request).await?;
+        Ok(Response::new(rows.into_flight_data()))
     }
 
     async fn get_flight_info_catalogs(

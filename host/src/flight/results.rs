@@ -1,11 +1,13 @@
-//! Rows sent to a Flight SQL client as Flight data: a streamed run's batches
-//! as the engine sends them, or a finished stored job's typed result (its
-//! record batches decoded by `query::ipc_batches` as the file's bytes
-//! arrive).
+//! Rows sent to a Flight SQL client: a streamed run's batches as the engine
+//! sends them, or a finished stored job's typed result (its record batches
+//! decoded by `query::ipc_batches` as the file's bytes arrive). `DoGet`
+//! frames them itself (`direct_get.rs`); `into_flight_data` is the same rows
+//! as arrow-flight's encoder makes them.
 
 use std::io;
 
 use bytes::Bytes;
+use datafusion::arrow::{array::RecordBatch, datatypes::SchemaRef};
 use futures::{StreamExt as _, TryStreamExt as _, stream::BoxStream};
 use tonic::Status;
 
@@ -17,45 +19,61 @@ use crate::query::{
     service::{StreamStop, StreamedRows},
 };
 
-/// A streamed run's rows: the schema first (also when no row comes), then
-/// each batch as it comes (the encoder splits large ones for gRPC). A run
-/// that ends short of SUCCEEDED ends the stream with its status.
-pub fn streamed(rows: StreamedRows) -> DoGetStream {
-    let id = rows.id;
-    let batches = rows.batches.map(move |batch| {
-        batch.map_err(|stop| {
-            FlightError::Tonic(Box::new(match stop {
-                StreamStop::Cancelled => super::statements::cancelled(&id),
-                StreamStop::Failed(reason) => Status::aborted(reason),
-            }))
-        })
-    });
-    let data = FlightDataEncoderBuilder::new()
-        .with_schema(rows.schema)
-        .build(batches)
-        .map_err(|error| match error {
-            FlightError::Tonic(status) => *status,
-            other => internal(other),
-        });
-    Box::pin(data)
+/// A statement's result for `DoGet`: its schema (sent also when no row
+/// comes), then its batches; an error ends the call with its status.
+pub struct TicketRows {
+    pub schema: SchemaRef,
+    pub batches: BoxStream<'static, Result<RecordBatch, Status>>,
 }
 
-/// The Flight data of the Arrow IPC stream `bytes`: its schema first (also
-/// for a result without rows), then each batch.
-pub async fn flight_data_of(
-    bytes: BoxStream<'static, io::Result<Bytes>>,
-) -> Result<DoGetStream, Status> {
-    let mut batches = IpcBatches::new(bytes);
-    let schema = batches
-        .schema()
-        .await
-        .map_err(|e| internal(FlightError::Arrow(e)))?;
-    let batches = batches.into_stream().map_err(FlightError::Arrow);
-    let data = FlightDataEncoderBuilder::new()
-        .with_schema(schema)
-        .build(batches)
-        .map_err(internal);
-    Ok(Box::pin(data))
+impl TicketRows {
+    /// A streamed run's rows. A run that ends short of SUCCEEDED ends the
+    /// stream with its status.
+    pub fn streamed(rows: StreamedRows) -> Self {
+        let id = rows.id;
+        let batches = rows.batches.map(move |batch| {
+            batch.map_err(|stop| match stop {
+                StreamStop::Cancelled => super::statements::cancelled(&id),
+                StreamStop::Failed(reason) => Status::aborted(reason),
+            })
+        });
+        Self {
+            schema: rows.schema,
+            batches: batches.boxed(),
+        }
+    }
+
+    /// The rows of the Arrow IPC stream `bytes`.
+    pub async fn stored(bytes: BoxStream<'static, io::Result<Bytes>>) -> Result<Self, Status> {
+        let mut batches = IpcBatches::new(bytes);
+        let schema = batches
+            .schema()
+            .await
+            .map_err(|e| internal(FlightError::Arrow(e)))?;
+        let batches = batches
+            .into_stream()
+            .map_err(|e| internal(FlightError::Arrow(e)));
+        Ok(Self {
+            schema,
+            batches: batches.boxed(),
+        })
+    }
+
+    /// The rows as arrow-flight's encoder makes Flight data of them (it
+    /// splits large batches for gRPC and sends dictionaries' values).
+    pub fn into_flight_data(self) -> DoGetStream {
+        let batches = self
+            .batches
+            .map_err(|status| FlightError::Tonic(Box::new(status)));
+        let data = FlightDataEncoderBuilder::new()
+            .with_schema(self.schema)
+            .build(batches)
+            .map_err(|error| match error {
+                FlightError::Tonic(status) => *status,
+                other => internal(other),
+            });
+        Box::pin(data)
+    }
 }
 
 /// A failure reading or framing a result: logged, and the client gets the

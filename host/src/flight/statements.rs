@@ -14,7 +14,7 @@ use prost::Message;
 use serde::{Deserialize, Serialize};
 use tonic::{Request, Response, Status};
 
-use super::{DoGetStream, LakeFlightSql, caller, results, status};
+use super::{LakeFlightSql, caller, results::TicketRows, status};
 use crate::{
     engine::layout::without_view_types,
     query::{
@@ -178,7 +178,7 @@ impl LakeFlightSql {
         &self,
         ticket: &TicketStatementQuery,
         request: &Request<Ticket>,
-    ) -> Result<Response<DoGetStream>, Status> {
+    ) -> Result<TicketRows, Status> {
         let handle = Handle::of(&ticket.statement_handle)?;
         let scope = match handle {
             Handle::Streamed(_) => "query:write",
@@ -194,7 +194,7 @@ impl LakeFlightSql {
                     .await
                     .map_err(status::status_of)?;
                 return match started {
-                    StreamStart::Rows(rows) => Ok(Response::new(results::streamed(rows))),
+                    StreamStart::Rows(rows) => Ok(TicketRows::streamed(rows)),
                     StreamStart::Cancelled => Err(cancelled(&id)),
                 };
             }
@@ -205,6 +205,6 @@ impl LakeFlightSql {
             WireEnd::Cancelled => return Err(cancelled(&id)),
             WireEnd::Failed(reason) => return Err(Status::aborted(reason)),
         };
-        Ok(Response::new(results::flight_data_of(bytes).await?))
+        TicketRows::stored(bytes).await
     }
 }
