@@ -7,6 +7,9 @@ in process, in one run: seconds and rows/s each.
 * Flight SQL: ADBC's Flight SQL driver, `cursor.execute` then
   `fetch_arrow_table()`, from before the execute to the last batch (the rows
   stream from the engine as the query runs). Over plain gRPC, and over TLS.
+  Then the same calls through `pyarrow.flight` (`GetFlightInfo` of the
+  statement, `DoGet` of its ticket, `read_all()`): the same server with
+  arrow's C++ client instead of ADBC's Go one.
 * Postgres: psycopg 3, a binary cursor, `execute` then `fetchmany` to the
   last row. Python builds a tuple per row, which dominates: shown for scale.
 * REST CSV link: POST, poll to SUCCEEDED, `GET /query/{id}/csv`, then the
@@ -62,6 +65,8 @@ from result_bench import Client, download_link, import_table, remove_results
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
+sys.path.insert(0, str(REPO_ROOT / "tests" / "python"))
+from flight_client import statement_command  # noqa: E402  (the tests' protobuf helper)
 TABLE = "lineitem"
 SQL = f"SELECT * FROM {TABLE}"
 PG_FETCH = 100_000
@@ -156,6 +161,21 @@ def flight_rows(uri: str, token: str, tls_root: Path | None) -> tuple[int, float
         cursor.execute(SQL)
         table = cursor.fetch_arrow_table()
         seconds = time.perf_counter() - start
+    return table.num_rows, seconds
+
+
+def flight_pyarrow_rows(uri: str, token: str) -> tuple[int, float]:
+    """pyarrow.flight: GetFlightInfo of the statement, DoGet of its ticket,
+    the whole stream read: (rows, seconds)."""
+    client = pa_flight.connect(uri)
+    options = pa_flight.FlightCallOptions(headers=[
+        (b"authorization", f"Bearer {token}".encode()), (b"x-lakehost-org", ORG.encode())])
+    start = time.perf_counter()
+    info = client.get_flight_info(
+        pa_flight.FlightDescriptor.for_command(statement_command(SQL)), options)
+    table = client.do_get(info.endpoints[0].ticket, options).read_all()
+    seconds = time.perf_counter() - start
+    client.close()
     return table.num_rows, seconds
 
 
@@ -284,6 +304,7 @@ def run(args: argparse.Namespace) -> None:
         token = client.headers["Authorization"].removeprefix("Bearer ")
         uri = f"grpc://127.0.0.1:{ports['flight']}"
         timed("Flight SQL (ADBC, gRPC)", lambda: flight_rows(uri, token, None))
+        timed("Flight SQL (pyarrow.flight, gRPC)", lambda: flight_pyarrow_rows(uri, token))
         timed("REST CSV link", lambda: rest_csv_rows(client), expect_rows=False)
     config = write_config(work, ports, (cert, key))
     with TlsLakehostServer(lakehost, config, ports["api"], work / "server-wire-tls.log",
@@ -311,7 +332,8 @@ def run(args: argparse.Namespace) -> None:
     floor_s = statistics.median(seconds["Flight floor (pyarrow, no scan)"])
     print(f"\nFlight SQL over gRPC / DataFusion in process: {flight / fusion:.2f}x "
           f"(target: at most 1.3x); moving the rows alone, with no scan: "
-          f"{floor_s / fusion:.2f}x")
+          f"{floor_s / fusion:.2f}x; Flight SQL (ADBC) over the floor: "
+          f"{flight / floor_s:.2f}x")
     print("Flight and Postgres: from the execute to the last row in the client. REST: "
           "submit, SUCCEEDED, the link and its download. In process: the same scan into an "
           "Arrow table, no server.")
