@@ -23,6 +23,10 @@ pub struct QueryConfig {
     pub max_running_per_caller: usize,
     /// Memory one query may hold; sorts, joins and aggregations spill beyond it.
     pub memory_limit_bytes: u64,
+    /// Memory this replica keeps lake pages in after queries read them, for
+    /// the next queries reading the same pages (`lake::ReadCache`); 0 keeps
+    /// none.
+    pub read_cache_bytes: u64,
     /// A query still running after this long fails.
     pub time_limit_s: u64,
     /// How long a worker's claim on a query lasts without renewal; a query
@@ -67,6 +71,7 @@ impl Default for QueryConfig {
             max_running_per_org: 3,
             max_running_per_caller: 2,
             memory_limit_bytes: 1 << 30,
+            read_cache_bytes: 256 << 20,
             time_limit_s: 1800,
             lease_s: 30,
             max_attempts: 5,

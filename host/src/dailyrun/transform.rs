@@ -70,6 +70,7 @@ impl LakeTransform {
             default_database: &self.lake_database,
             memory_limit: Some(self.memory_limit),
             metadata_cache: None,
+            read_cache: None,
             strings: StringColumns::Views,
         };
         let context = session_for(&self.store, &self.lake, &scope)

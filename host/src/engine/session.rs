@@ -23,11 +23,12 @@ use datafusion::{
     },
     prelude::{SessionConfig, SessionContext},
 };
+use object_store::ObjectStore;
 
 use super::{layout::StringColumns, provider::LakeTableProvider};
 use crate::{
     auth::{Access, ServiceClientScope},
-    lake::{self, Lake},
+    lake::{self, Lake, ReadCache},
     store::{self, Store, catalog::LakeTable},
 };
 
@@ -61,6 +62,9 @@ pub struct SessionScope<'a> {
     pub metadata_cache: Option<Arc<FileMetadataCache>>,
     /// How its statements read string and binary columns.
     pub strings: StringColumns,
+    /// The lake's store with recent reads kept in memory, shared across
+    /// sessions; `None` reads the lake's store directly.
+    pub read_cache: Option<Arc<ReadCache>>,
 }
 
 pub async fn session_for(
@@ -117,7 +121,11 @@ pub async fn session_for(
         runtime = runtime.with_memory_pool(Arc::new(FairSpillPool::new(limit)));
     }
     let runtime = runtime.build_arc()?;
-    runtime.register_object_store(lake.object_store_url().as_ref(), lake.object_store());
+    let lake_store: Arc<dyn ObjectStore> = match &scope.read_cache {
+        Some(cache) => cache.clone(),
+        None => lake.object_store(),
+    };
+    runtime.register_object_store(lake.object_store_url().as_ref(), lake_store);
     let state = SessionStateBuilder::new()
         .with_config(config)
         .with_runtime_env(runtime)

@@ -14,6 +14,7 @@
 mod local_disk;
 mod prefixed;
 pub mod presigned;
+mod read_cache;
 pub mod retired;
 pub mod signing;
 
@@ -29,6 +30,8 @@ use object_store::{
     local::LocalFileSystem, path::Path as ObjectPath, signer::Signer,
 };
 use serde::{Deserialize, Serialize};
+
+pub use read_cache::ReadCache;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

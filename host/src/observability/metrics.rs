@@ -11,6 +11,7 @@
 //! | `lakehost_queries_ended_total` | counter | `state`, `statement_type` | queries that ended `SUCCEEDED`, `FAILED` or `CANCELLED` |
 //! | `lakehost_query_result_bytes_total` | counter | `statement_type` | bytes of the result CSVs of SUCCEEDED queries |
 //! | `lakehost_query_scanned_bytes_total` | counter | | parquet bytes read by statements that ran to their end (DataFusion's `bytes_scanned`) |
+//! | `lakehost_read_cache_bytes_total` | counter | `outcome` | bytes of lake file ranges queries read: `hit` (kept in memory from an earlier read, `query.read_cache_bytes`) or `miss` (read from the lake) |
 //! | `lakehost_jobs_queued` | gauge | `kind` | `query`: QUEUED; `load_commit`: PROCESSING, held by no worker (store-wide) |
 //! | `lakehost_jobs_running` | gauge | `kind` | `query`, `load_commit`, `daily_run` held by a replica (store-wide) |
 //! | `lakehost_load_commits_total` | counter | `outcome`, `error_type` | commits ended `SUCCESS` (`error_type="none"`) or `FAIL` |
@@ -56,6 +57,7 @@ const QUERIES_SUBMITTED: &str = "lakehost_queries_submitted_total";
 const QUERIES_ENDED: &str = "lakehost_queries_ended_total";
 const QUERY_RESULT_BYTES: &str = "lakehost_query_result_bytes_total";
 const QUERY_SCANNED_BYTES: &str = "lakehost_query_scanned_bytes_total";
+const READ_CACHE_BYTES: &str = "lakehost_read_cache_bytes_total";
 const JOBS_QUEUED: &str = "lakehost_jobs_queued";
 const JOBS_RUNNING: &str = "lakehost_jobs_running";
 const LOAD_COMMITS: &str = "lakehost_load_commits_total";
@@ -132,6 +134,11 @@ fn describe() {
         QUERY_SCANNED_BYTES,
         Unit::Bytes,
         "Parquet bytes read by statements that ran to their end."
+    );
+    describe_counter!(
+        READ_CACHE_BYTES,
+        Unit::Bytes,
+        "Bytes of lake file ranges read by queries, from memory (hit) or the lake (miss)."
     );
     describe_gauge!(JOBS_QUEUED, "Jobs waiting for a worker, across replicas.");
     describe_gauge!(JOBS_RUNNING, "Jobs held by a replica, across replicas.");
@@ -239,6 +246,17 @@ pub fn query_ended(state: QueryState, statement_type: &str, result_bytes: Option
 /// Parquet bytes one statement scanned.
 pub fn query_scanned(bytes: u64) {
     counter!(QUERY_SCANNED_BYTES).increment(bytes);
+}
+
+/// Bytes of lake ranges one read took from memory (`hit`) and from the lake
+/// (`miss`).
+pub fn read_cache(hit: u64, miss: u64) {
+    if hit > 0 {
+        counter!(READ_CACHE_BYTES, "outcome" => "hit").increment(hit);
+    }
+    if miss > 0 {
+        counter!(READ_CACHE_BYTES, "outcome" => "miss").increment(miss);
+    }
 }
 
 /// Which kind of leased job.

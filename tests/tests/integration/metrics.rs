@@ -83,6 +83,9 @@ async fn a_scrape_shows_queries_and_loads_by_template_state_and_outcome_and_no_c
     let sql = "SELECT sum(fare) AS metrics_probe_sum FROM trips WHERE fare > -4242";
     let (query_id, query) = app.run_sql(ORG_HOST, &admin, sql).await;
     assert_eq!(query["status"]["state"], "SUCCEEDED", "{query}");
+    // The same read again: its pages come from memory this time.
+    let (_, again) = app.run_sql(ORG_HOST, &admin, sql).await;
+    assert_eq!(again["status"]["state"], "SUCCEEDED", "{again}");
     // A load that passes and one whose check_sum is wrong.
     let table = "metrics_probe_table";
     let mut load_ids = Vec::new();
@@ -201,6 +204,9 @@ async fn a_scrape_shows_queries_and_loads_by_template_state_and_outcome_and_no_c
         &[("statement_type", "DML")],
     );
     at_least_one("lakehost_query_scanned_bytes_total", &[]);
+    for outcome in ["hit", "miss"] {
+        at_least_one("lakehost_read_cache_bytes_total", &[("outcome", outcome)]);
+    }
     // Load commits by outcome and ErrorType, steps by name.
     at_least_one(
         "lakehost_load_commits_total",

@@ -110,6 +110,7 @@ async fn session(f: &Fixture, role: &str, clients: &[u32]) -> SessionContext {
         &f.store,
         &f.lake,
         &SessionScope {
+            read_cache: None,
             org: "demo",
             zone: None,
             access: &access,

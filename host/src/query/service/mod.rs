@@ -58,7 +58,7 @@ use crate::{
         statement::classify,
         table_writer::delete_paths,
     },
-    lake::{self, Lake, presigned::ResultLinks, signing::LinkSigner},
+    lake::{self, Lake, ReadCache, presigned::ResultLinks, signing::LinkSigner},
     lease::Lease,
     observability::jobs,
     store::{
@@ -171,6 +171,8 @@ pub struct QueryService {
     /// This replica's drain: no claims while it drains, hand-backs at its end.
     drain: Drain,
     metadata_cache: Arc<datafusion::execution::cache::cache_manager::FileMetadataCache>,
+    /// Lake pages read by recent queries, for the next ones (`query.read_cache_bytes`).
+    read_cache: Arc<ReadCache>,
 }
 
 impl std::fmt::Debug for QueryService {
@@ -205,6 +207,10 @@ impl QueryService {
         let metadata_cache = datafusion::execution::runtime_env::RuntimeEnv::default()
             .cache_manager
             .get_file_metadata_cache();
+        let read_cache = Arc::new(ReadCache::new(
+            lake.object_store(),
+            usize::try_from(limits.read_cache_bytes).unwrap_or(usize::MAX),
+        ));
         Ok(Arc::new(Self {
             store,
             lake,
@@ -224,6 +230,7 @@ impl QueryService {
             holder: uuid::Uuid::new_v4().simple().to_string(),
             drain,
             metadata_cache,
+            read_cache,
         }))
     }
 
@@ -277,6 +284,7 @@ impl QueryService {
             memory_limit: Some(self.limits.memory_limit_bytes as usize),
             metadata_cache: Some(self.metadata_cache.clone()),
             strings,
+            read_cache: Some(self.read_cache.clone()),
         };
         let context = session_for(&self.store, &self.lake, &scope)
             .await

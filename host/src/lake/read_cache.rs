@@ -1,0 +1,221 @@
+//! Byte ranges of lake files kept in memory after a query read them, so the
+//! next query reading the same pages takes them from memory: no read, no
+//! copy out of the page cache (from disk) and no request (from S3).
+//!
+//! Lake files never change in place (a load writes new paths, a rewrite
+//! retires old ones), so a kept range never goes stale: a path read again
+//! holds the same bytes. A kept range of a file deleted since is only
+//! memory until it is evicted, least recently used first, to keep the total
+//! under the budget (`query.read_cache_bytes`).
+//!
+//! Only ranged reads (`get_ranges`: the parquet reader's pages and column
+//! chunks) are kept, each range as asked; a range of more than an eighth of
+//! the budget is never kept, so one large read cannot empty the cache.
+//! Everything else goes to the lake's store unchanged.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    fmt,
+    ops::Range,
+    sync::{Arc, Mutex},
+};
+
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use object_store::{
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions, Result, path::Path,
+};
+
+use crate::observability::metrics;
+
+/// A kept range: the file and the bytes asked for.
+type Key = (Path, u64, u64);
+
+/// The lake's store with recent ranged reads kept in memory.
+pub struct ReadCache {
+    inner: Arc<dyn ObjectStore>,
+    budget: usize,
+    kept: Mutex<Kept>,
+}
+
+/// The kept ranges and their order of last use.
+#[derive(Default)]
+struct Kept {
+    ranges: HashMap<Key, (Bytes, u64)>,
+    by_use: BTreeMap<u64, Key>,
+    bytes: usize,
+    clock: u64,
+}
+
+impl Kept {
+    fn get(&mut self, key: &Key) -> Option<Bytes> {
+        self.clock += 1;
+        let clock = self.clock;
+        let (bytes, used) = self.ranges.get_mut(key)?;
+        self.by_use.remove(used);
+        *used = clock;
+        self.by_use.insert(clock, key.clone());
+        Some(bytes.clone())
+    }
+
+    fn insert(&mut self, key: Key, bytes: Bytes, budget: usize) {
+        if self.ranges.contains_key(&key) {
+            return;
+        }
+        while self.bytes + bytes.len() > budget {
+            let Some((_, oldest)) = self.by_use.pop_first() else {
+                break;
+            };
+            if let Some((evicted, _)) = self.ranges.remove(&oldest) {
+                self.bytes -= evicted.len();
+            }
+        }
+        self.clock += 1;
+        self.bytes += bytes.len();
+        self.by_use.insert(self.clock, key.clone());
+        self.ranges.insert(key, (bytes, self.clock));
+    }
+}
+
+impl ReadCache {
+    /// `inner` with up to `budget` bytes of ranges kept.
+    pub fn new(inner: Arc<dyn ObjectStore>, budget: usize) -> Self {
+        Self {
+            inner,
+            budget,
+            kept: Mutex::default(),
+        }
+    }
+
+    /// Bytes kept now.
+    pub fn kept_bytes(&self) -> usize {
+        self.lock().bytes
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {
+        self.kept
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn keeps(&self, bytes: &Bytes) -> bool {
+        bytes.len() <= self.budget / 8
+    }
+}
+
+impl fmt::Debug for ReadCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReadCache")
+            .field("inner", &self.inner)
+            .field("budget", &self.budget)
+            .finish()
+    }
+}
+
+impl fmt::Display for ReadCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ReadCache({})", self.inner)
+    }
+}
+
+#[async_trait::async_trait]
+#[deny(clippy::missing_trait_methods)]
+impl ObjectStore for ReadCache {
+    async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
+        let key = |range: &Range<u64>| (location.clone(), range.start, range.end);
+        let mut found: Vec<Option<Bytes>> = {
+            let mut kept = self.lock();
+            ranges.iter().map(|range| kept.get(&key(range))).collect()
+        };
+        let missing: Vec<Range<u64>> = ranges
+            .iter()
+            .zip(&found)
+            .filter(|(_, found)| found.is_none())
+            .map(|(range, _)| range.clone())
+            .collect();
+        let hit: usize = found.iter().flatten().map(Bytes::len).sum();
+        if missing.is_empty() {
+            metrics::read_cache(hit as u64, 0);
+            return Ok(found.into_iter().flatten().collect());
+        }
+        let read = self.inner.get_ranges(location, &missing).await?;
+        if read.len() != missing.len() {
+            return Err(object_store::Error::Generic {
+                store: "ReadCache",
+                source: format!("{} ranges read for {} asked", read.len(), missing.len()).into(),
+            });
+        }
+        let mut read = read.into_iter();
+        let mut kept = self.lock();
+        for (range, slot) in ranges.iter().zip(found.iter_mut()) {
+            if slot.is_none() {
+                let Some(bytes) = read.next() else { break };
+                if self.keeps(&bytes) {
+                    kept.insert(key(range), bytes.clone(), self.budget);
+                }
+                *slot = Some(bytes);
+            }
+        }
+        drop(kept);
+        let all: usize = found.iter().flatten().map(Bytes::len).sum();
+        metrics::read_cache(hit as u64, (all - hit) as u64);
+        Ok(found.into_iter().flatten().collect())
+    }
+
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> Result<PutResult> {
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> Result<Box<dyn MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
+        self.inner.get_opts(location, options).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, Result<Path>>,
+    ) -> BoxStream<'static, Result<Path>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    fn list_with_offset(
+        &self,
+        prefix: Option<&Path>,
+        offset: &Path,
+    ) -> BoxStream<'static, Result<ObjectMeta>> {
+        self.inner.list_with_offset(prefix, offset)
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+
+    async fn rename_opts(&self, from: &Path, to: &Path, options: RenameOptions) -> Result<()> {
+        self.inner.rename_opts(from, to, options).await
+    }
+}
+
+#[cfg(test)]
+#[path = "read_cache_tests.rs"]
+mod tests;

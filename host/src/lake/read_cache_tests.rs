@@ -1,0 +1,88 @@
+use object_store::{ObjectStoreExt as _, memory::InMemory};
+
+use super::*;
+
+/// A cache of `budget` bytes over an in-memory store holding `file` (bytes
+/// 0..=255 repeated), and the store itself.
+async fn cache(budget: usize) -> (ReadCache, Arc<InMemory>, Path) {
+    let inner = Arc::new(InMemory::new());
+    let path = Path::from("db/table/file.parquet");
+    let data: Vec<u8> = (0..4096u32).map(|i| i as u8).collect();
+    inner.put(&path, data.into()).await.unwrap();
+    (ReadCache::new(inner.clone(), budget), inner, path)
+}
+
+/// One range read through `cache`.
+async fn read_one(cache: &ReadCache, path: &Path, range: Range<u64>) -> Result<Bytes> {
+    let mut read = cache.get_ranges(path, std::slice::from_ref(&range)).await?;
+    Ok(read.remove(0))
+}
+
+fn bytes_of(range: &Range<u64>) -> Bytes {
+    (range.start..range.end).map(|i| i as u8).collect()
+}
+
+#[tokio::test]
+async fn a_range_read_again_comes_from_memory_in_the_order_asked() {
+    let (cache, inner, path) = cache(8000).await;
+    let first = [0..100, 500..600];
+    assert_eq!(
+        cache.get_ranges(&path, &first).await.unwrap(),
+        first.iter().map(bytes_of).collect::<Vec<_>>()
+    );
+    assert_eq!(cache.kept_bytes(), 200);
+
+    // The file is gone from the store: kept ranges still answer, in the
+    // order asked, and a range not kept goes to the store and fails there.
+    inner.delete(&path).await.unwrap();
+    let again = [500..600, 0..100];
+    assert_eq!(
+        cache.get_ranges(&path, &again).await.unwrap(),
+        again.iter().map(bytes_of).collect::<Vec<_>>()
+    );
+    let error = cache
+        .get_ranges(&path, &[0..100, 100..200])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, object_store::Error::NotFound { .. }),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn the_least_recently_used_range_goes_first_to_stay_under_the_budget() {
+    let (cache, inner, path) = cache(800).await;
+    let ranges: Vec<Range<u64>> = (0..8).map(|i| i * 100..i * 100 + 100).collect();
+    cache.get_ranges(&path, &ranges).await.unwrap();
+    assert_eq!(cache.kept_bytes(), 800);
+    // Range 0 is used again, so range 1 is now the oldest.
+    read_one(&cache, &path, 0..100).await.unwrap();
+    read_one(&cache, &path, 1000..1100).await.unwrap();
+    assert_eq!(cache.kept_bytes(), 800);
+
+    inner.delete(&path).await.unwrap();
+    assert!(read_one(&cache, &path, 0..100).await.is_ok());
+    assert!(read_one(&cache, &path, 1000..1100).await.is_ok());
+    assert!(read_one(&cache, &path, 200..300).await.is_ok());
+    assert!(read_one(&cache, &path, 100..200).await.is_err());
+}
+
+#[tokio::test]
+async fn a_range_over_an_eighth_of_the_budget_is_never_kept() {
+    let (cache, inner, path) = cache(800).await;
+    cache.get_ranges(&path, &[0..100, 100..201]).await.unwrap();
+    assert_eq!(cache.kept_bytes(), 100);
+    inner.delete(&path).await.unwrap();
+    assert!(read_one(&cache, &path, 0..100).await.is_ok());
+    assert!(read_one(&cache, &path, 100..201).await.is_err());
+}
+
+#[tokio::test]
+async fn a_budget_of_nothing_keeps_nothing() {
+    let (cache, inner, path) = cache(0).await;
+    read_one(&cache, &path, 0..1).await.unwrap();
+    assert_eq!(cache.kept_bytes(), 0);
+    inner.delete(&path).await.unwrap();
+    assert!(read_one(&cache, &path, 0..1).await.is_err());
+}
