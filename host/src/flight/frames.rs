@@ -17,7 +17,7 @@ use bytes::{BufMut as _, Bytes, BytesMut};
 use datafusion::arrow::{
     array::RecordBatch,
     buffer::Buffer,
-    datatypes::{DataType, Field, Schema},
+    datatypes::{DataType, Field, Fields, Schema},
     error::ArrowError,
     ipc::{
         MessageHeader, root_as_message,
@@ -70,6 +70,9 @@ fn has_dictionary(field: &Field) -> bool {
 /// Encodes one result's batches into the gRPC body of a `DoGet` answer.
 pub struct FlightFrames {
     encoder: StreamEncoder,
+    /// The result's columns: every batch must have them (the client decodes
+    /// each message with the schema sent first).
+    fields: Fields,
 }
 
 impl FlightFrames {
@@ -77,6 +80,7 @@ impl FlightFrames {
     pub fn new(schema: &Schema) -> Result<Self, ArrowError> {
         Ok(Self {
             encoder: StreamEncoder::try_new_with_options(schema, IpcWriteOptions::default())?,
+            fields: schema.fields().clone(),
         })
     }
 
@@ -85,7 +89,7 @@ impl FlightFrames {
         let encoder = StreamEncoder::try_new_with_options(schema, IpcWriteOptions::default())?;
         let mut chunks = Chunks::default();
         for message in messages(encoder.finish()?)? {
-            message.frame_into(&mut chunks);
+            message.frame_into(&mut chunks)?;
         }
         Ok(chunks.finish())
     }
@@ -93,11 +97,16 @@ impl FlightFrames {
     /// `batch` as the chunks of one gRPC message per record batch (more
     /// than one when it is large), the schema's message left out.
     pub fn batch(&mut self, batch: &RecordBatch) -> Result<Vec<Bytes>, ArrowError> {
+        if batch.schema_ref().fields() != &self.fields {
+            return Err(ArrowError::SchemaError(
+                "a batch's columns differ from the result's schema".into(),
+            ));
+        }
         let mut chunks = Chunks::default();
         for piece in pieces(batch) {
             for message in messages(self.encoder.encode(&piece)?)? {
                 if message.kind != MessageHeader::Schema {
-                    message.frame_into(&mut chunks);
+                    message.frame_into(&mut chunks)?;
                 }
             }
         }
@@ -135,7 +144,7 @@ struct IpcMessage {
 
 impl IpcMessage {
     /// Appends this message as one gRPC message holding a `FlightData`.
-    fn frame_into(self, chunks: &mut Chunks) {
+    fn frame_into(self, chunks: &mut Chunks) -> Result<(), ArrowError> {
         let mut fields = BytesMut::with_capacity(32);
         encode_key(DATA_HEADER_FIELD, WireType::LengthDelimited, &mut fields);
         encode_varint(self.header.len() as u64, &mut fields);
@@ -146,12 +155,10 @@ impl IpcMessage {
             encode_varint(self.body_len as u64, &mut body_key);
         }
         let message_len = header_field_len + body_key.len() + self.body_len;
+        let message_len = u32::try_from(message_len)
+            .map_err(|_| ArrowError::IpcError("a row too large for one gRPC message".into()))?;
         let mut prefix = [0u8; 5];
-        prefix[1..].copy_from_slice(
-            &u32::try_from(message_len)
-                .expect("a message is cut to a few MiB")
-                .to_be_bytes(),
-        );
+        prefix[1..].copy_from_slice(&message_len.to_be_bytes());
         chunks.copy(&prefix);
         chunks.copy(&fields);
         chunks.push(self.header);
@@ -159,6 +166,7 @@ impl IpcMessage {
         for part in self.body {
             chunks.push(part);
         }
+        Ok(())
     }
 }
 

@@ -183,6 +183,20 @@ fn short_pieces_are_copied_together_into_few_chunks() {
 }
 
 #[test]
+fn a_batch_with_other_columns_than_the_schemas_is_refused() {
+    let batch = mixed_batch();
+    let other = Schema::new(vec![Field::new("n", DataType::Int64, true)]);
+    let mut frames = FlightFrames::new(&other).unwrap();
+    let error = frames.batch(&batch).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("differ from the result's schema"),
+        "{error}"
+    );
+}
+
+#[test]
 fn dictionaries_anywhere_go_through_arrow_flights_encoder() {
     let dictionary = DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8));
     let plain = mixed_batch().schema();

@@ -175,6 +175,15 @@ impl Lake {
         self.store.clone()
     }
 
+    /// The lake's store with up to `budget` bytes of recent ranged reads
+    /// kept in memory (`ReadCache`); none for a budget of 0.
+    pub fn read_cache(&self, budget: u64) -> Option<Arc<ReadCache>> {
+        let budget = usize::try_from(budget).unwrap_or(usize::MAX);
+        // Only the lake on disk reads each range into a buffer of its own.
+        let copies = self.root.is_none();
+        (budget > 0).then(|| Arc::new(ReadCache::new(self.store.clone(), budget, copies)))
+    }
+
     pub fn object_store_url(&self) -> &ObjectStoreUrl {
         &self.url
     }

@@ -10,8 +10,13 @@
 //!
 //! Only ranged reads (`get_ranges`: the parquet reader's pages and column
 //! chunks) are kept, each range as asked; a range of more than an eighth of
-//! the budget is never kept, so one large read cannot empty the cache.
-//! Everything else goes to the lake's store unchanged.
+//! the budget is never kept, so one large read cannot empty the cache, nor
+//! is an empty one. Each kept range counts its bytes, its path and its
+//! bookkeeping (`ENTRY_BYTES`) against the budget. On S3, object_store reads
+//! nearby ranges together and answers slices of that one read: a kept slice
+//! would hold the whole read, so there a range is kept as a copy (on disk
+//! each range is read into a buffer of its own, kept as it is). Everything
+//! else goes to the lake's store unchanged.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -32,10 +37,21 @@ use crate::observability::metrics;
 /// A kept range: the file and the bytes asked for.
 type Key = (Path, u64, u64);
 
+/// What a kept range costs beyond its bytes and its path: the two maps'
+/// entries and the `Bytes` handle.
+const ENTRY_BYTES: usize = 128;
+
+/// What keeping `bytes` of the file at `path` costs against the budget.
+fn cost(path: &Path, bytes: &Bytes) -> usize {
+    bytes.len() + path.as_ref().len() + ENTRY_BYTES
+}
+
 /// The lake's store with recent ranged reads kept in memory.
 pub struct ReadCache {
     inner: Arc<dyn ObjectStore>,
     budget: usize,
+    /// Whether the inner store's ranges may be slices of larger reads.
+    copies: bool,
     kept: Mutex<Kept>,
 }
 
@@ -44,6 +60,7 @@ pub struct ReadCache {
 struct Kept {
     ranges: HashMap<Key, (Bytes, u64)>,
     by_use: BTreeMap<u64, Key>,
+    /// What the kept ranges cost (`cost`).
     bytes: usize,
     clock: u64,
 }
@@ -63,32 +80,35 @@ impl Kept {
         if self.ranges.contains_key(&key) {
             return;
         }
-        while self.bytes + bytes.len() > budget {
+        let added = cost(&key.0, &bytes);
+        while self.bytes + added > budget {
             let Some((_, oldest)) = self.by_use.pop_first() else {
                 break;
             };
             if let Some((evicted, _)) = self.ranges.remove(&oldest) {
-                self.bytes -= evicted.len();
+                self.bytes -= cost(&oldest.0, &evicted);
             }
         }
         self.clock += 1;
-        self.bytes += bytes.len();
+        self.bytes += added;
         self.by_use.insert(self.clock, key.clone());
         self.ranges.insert(key, (bytes, self.clock));
     }
 }
 
 impl ReadCache {
-    /// `inner` with up to `budget` bytes of ranges kept.
-    pub fn new(inner: Arc<dyn ObjectStore>, budget: usize) -> Self {
+    /// `inner` with up to `budget` bytes of ranges kept; `copies` when its
+    /// ranges may be slices of larger reads (S3), so each is kept as a copy.
+    pub fn new(inner: Arc<dyn ObjectStore>, budget: usize, copies: bool) -> Self {
         Self {
             inner,
             budget,
+            copies,
             kept: Mutex::default(),
         }
     }
 
-    /// Bytes kept now.
+    /// What the kept ranges cost now (their bytes, paths and bookkeeping).
     pub fn kept_bytes(&self) -> usize {
         self.lock().bytes
     }
@@ -100,7 +120,16 @@ impl ReadCache {
     }
 
     fn keeps(&self, bytes: &Bytes) -> bool {
-        bytes.len() <= self.budget / 8
+        !bytes.is_empty() && bytes.len() <= self.budget / 8
+    }
+
+    /// `bytes` as the cache holds them: a copy when they may be a slice.
+    fn to_keep(&self, bytes: &Bytes) -> Bytes {
+        if self.copies {
+            Bytes::copy_from_slice(bytes)
+        } else {
+            bytes.clone()
+        }
     }
 }
 
@@ -152,7 +181,7 @@ impl ObjectStore for ReadCache {
             if slot.is_none() {
                 let Some(bytes) = read.next() else { break };
                 if self.keeps(&bytes) {
-                    kept.insert(key(range), bytes.clone(), self.budget);
+                    kept.insert(key(range), self.to_keep(&bytes), self.budget);
                 }
                 *slot = Some(bytes);
             }

@@ -2,14 +2,25 @@ use object_store::{ObjectStoreExt as _, memory::InMemory};
 
 use super::*;
 
-/// A cache of `budget` bytes over an in-memory store holding `file` (bytes
+const PATH: &str = "db/table/file.parquet";
+
+/// What one kept range of `len` bytes of `PATH` costs.
+fn entry(len: usize) -> usize {
+    cost(&Path::from(PATH), &Bytes::from(vec![0; len]))
+}
+
+/// A cache of `budget` over an in-memory store holding `PATH` (bytes
 /// 0..=255 repeated), and the store itself.
-async fn cache(budget: usize) -> (ReadCache, Arc<InMemory>, Path) {
+async fn cache_of(budget: usize, copies: bool) -> (ReadCache, Arc<InMemory>, Path) {
     let inner = Arc::new(InMemory::new());
-    let path = Path::from("db/table/file.parquet");
+    let path = Path::from(PATH);
     let data: Vec<u8> = (0..4096u32).map(|i| i as u8).collect();
     inner.put(&path, data.into()).await.unwrap();
-    (ReadCache::new(inner.clone(), budget), inner, path)
+    (ReadCache::new(inner.clone(), budget, copies), inner, path)
+}
+
+async fn cache(budget: usize) -> (ReadCache, Arc<InMemory>, Path) {
+    cache_of(budget, false).await
 }
 
 /// One range read through `cache`.
@@ -30,7 +41,7 @@ async fn a_range_read_again_comes_from_memory_in_the_order_asked() {
         cache.get_ranges(&path, &first).await.unwrap(),
         first.iter().map(bytes_of).collect::<Vec<_>>()
     );
-    assert_eq!(cache.kept_bytes(), 200);
+    assert_eq!(cache.kept_bytes(), 2 * entry(100));
 
     // The file is gone from the store: kept ranges still answer, in the
     // order asked, and a range not kept goes to the store and fails there.
@@ -52,14 +63,15 @@ async fn a_range_read_again_comes_from_memory_in_the_order_asked() {
 
 #[tokio::test]
 async fn the_least_recently_used_range_goes_first_to_stay_under_the_budget() {
-    let (cache, inner, path) = cache(800).await;
+    let budget = 8 * entry(100);
+    let (cache, inner, path) = cache(budget).await;
     let ranges: Vec<Range<u64>> = (0..8).map(|i| i * 100..i * 100 + 100).collect();
     cache.get_ranges(&path, &ranges).await.unwrap();
-    assert_eq!(cache.kept_bytes(), 800);
+    assert_eq!(cache.kept_bytes(), budget);
     // Range 0 is used again, so range 1 is now the oldest.
     read_one(&cache, &path, 0..100).await.unwrap();
     read_one(&cache, &path, 1000..1100).await.unwrap();
-    assert_eq!(cache.kept_bytes(), 800);
+    assert_eq!(cache.kept_bytes(), budget);
 
     inner.delete(&path).await.unwrap();
     assert!(read_one(&cache, &path, 0..100).await.is_ok());
@@ -69,20 +81,31 @@ async fn the_least_recently_used_range_goes_first_to_stay_under_the_budget() {
 }
 
 #[tokio::test]
-async fn a_range_over_an_eighth_of_the_budget_is_never_kept() {
+async fn a_range_over_an_eighth_of_the_budget_or_empty_is_never_kept() {
     let (cache, inner, path) = cache(800).await;
     cache.get_ranges(&path, &[0..100, 100..201]).await.unwrap();
-    assert_eq!(cache.kept_bytes(), 100);
+    assert_eq!(cache.kept_bytes(), entry(100));
+    assert!(!cache.keeps(&Bytes::new()));
     inner.delete(&path).await.unwrap();
     assert!(read_one(&cache, &path, 0..100).await.is_ok());
     assert!(read_one(&cache, &path, 100..201).await.is_err());
 }
 
 #[tokio::test]
-async fn a_budget_of_nothing_keeps_nothing() {
-    let (cache, inner, path) = cache(0).await;
-    read_one(&cache, &path, 0..1).await.unwrap();
-    assert_eq!(cache.kept_bytes(), 0);
-    inner.delete(&path).await.unwrap();
-    assert!(read_one(&cache, &path, 0..1).await.is_err());
+async fn ranges_that_may_be_slices_of_a_larger_read_are_kept_as_copies() {
+    for copies in [false, true] {
+        let (cache, _, path) = cache_of(8000, copies).await;
+        let read = read_one(&cache, &path, 0..100).await.unwrap();
+        let kept = read_one(&cache, &path, 0..100).await.unwrap();
+        assert_eq!(kept, read);
+        assert_eq!(kept.as_ptr() == read.as_ptr(), !copies, "copies: {copies}");
+    }
+}
+
+#[test]
+fn a_budget_of_nothing_makes_no_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let lake = crate::lake::Lake::local(dir.path()).unwrap();
+    assert!(lake.read_cache(0).is_none());
+    assert!(lake.read_cache(1).is_some());
 }

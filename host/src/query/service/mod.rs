@@ -172,7 +172,7 @@ pub struct QueryService {
     drain: Drain,
     metadata_cache: Arc<datafusion::execution::cache::cache_manager::FileMetadataCache>,
     /// Lake pages read by recent queries, for the next ones (`query.read_cache_bytes`).
-    read_cache: Arc<ReadCache>,
+    read_cache: Option<Arc<ReadCache>>,
 }
 
 impl std::fmt::Debug for QueryService {
@@ -207,10 +207,7 @@ impl QueryService {
         let metadata_cache = datafusion::execution::runtime_env::RuntimeEnv::default()
             .cache_manager
             .get_file_metadata_cache();
-        let read_cache = Arc::new(ReadCache::new(
-            lake.object_store(),
-            usize::try_from(limits.read_cache_bytes).unwrap_or(usize::MAX),
-        ));
+        let read_cache = lake.read_cache(limits.read_cache_bytes);
         Ok(Arc::new(Self {
             store,
             lake,
@@ -284,7 +281,7 @@ impl QueryService {
             memory_limit: Some(self.limits.memory_limit_bytes as usize),
             metadata_cache: Some(self.metadata_cache.clone()),
             strings,
-            read_cache: Some(self.read_cache.clone()),
+            read_cache: self.read_cache.clone(),
         };
         let context = session_for(&self.store, &self.lake, &scope)
             .await
