@@ -193,6 +193,9 @@ async fn serve(config_file: Option<PathBuf>) -> anyhow::Result<()> {
             pg.port()
         );
     }
+    if let Some(worker) = app.cluster_worker_addr() {
+        say!("  Worker:       http://{worker}  (stages of distributed reads; cluster secret only)");
+    }
     let token_url = format!(
         "{}/realms/{default_org}/protocol/openid-connect/token",
         auth_url.as_str().trim_end_matches('/')

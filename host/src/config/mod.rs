@@ -13,10 +13,11 @@
 //! which the sections are checked. Each section lives in its own file with its
 //! defaults and its own checks (`server.rs`, `storage.rs`, `auth.rs`,
 //! `orgs.rs`, `idp.rs`, `query.rs`, `uploads.rs`, `pipeline.rs`,
-//! `dailyrun.rs`); `names.rs` has the name shapes they share.
+//! `dailyrun.rs`, `distributed.rs`); `names.rs` has the name shapes they share.
 
 mod auth;
 mod dailyrun;
+mod distributed;
 mod idp;
 mod names;
 mod orgs;
@@ -33,6 +34,7 @@ use serde::{Deserialize, Serialize};
 pub use self::{
     auth::{ASYMMETRIC_ALGORITHMS, AuthConfig, MAX_LEEWAY_S},
     dailyrun::DailyRunConfig,
+    distributed::{DistributedConfig, MIN_SECRET_BYTES},
     idp::{IdpConfig, IdpPrincipal, ROLE_NAMES},
     orgs::OrgConfig,
     pipeline::{ErrorMessagesShape, PipelineConfig},
@@ -85,6 +87,8 @@ pub struct Config {
     pub pipeline: PipelineConfig,
     #[serde(default)]
     pub dailyrun: DailyRunConfig,
+    #[serde(default)]
+    pub distributed: DistributedConfig,
 }
 
 impl Default for Config {
@@ -99,6 +103,7 @@ impl Default for Config {
             uploads: UploadsConfig::default(),
             pipeline: PipelineConfig::default(),
             dailyrun: DailyRunConfig::default(),
+            distributed: DistributedConfig::default(),
         }
     }
 }
@@ -111,7 +116,15 @@ const ENV_PREFIX: &str = "LAKEHOST_";
 /// from the same shell skips them.
 const TEST_ENV_PREFIX: &str = "LAKEHOST_TEST_";
 const SECTIONS: &[&str] = &[
-    "server", "storage", "auth", "idp", "query", "uploads", "pipeline", "dailyrun",
+    "server",
+    "storage",
+    "auth",
+    "idp",
+    "query",
+    "uploads",
+    "pipeline",
+    "dailyrun",
+    "distributed",
 ];
 
 impl Config {
@@ -201,6 +214,7 @@ impl Config {
         self.dailyrun.validate()?;
         self.server.validate_dailyrun_prefix()?;
         self.storage.validate()?;
+        self.distributed.validate(&self.storage)?;
         self.auth.validate(&self.idp)?;
         validate_orgs(&self.orgs, &self.server.default_org)?;
         self.idp

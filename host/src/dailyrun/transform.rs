@@ -72,6 +72,7 @@ impl LakeTransform {
             metadata_cache: None,
             read_cache: None,
             strings: StringColumns::Views,
+            cluster: None,
         };
         let context = session_for(&self.store, &self.lake, &scope)
             .await

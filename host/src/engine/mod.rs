@@ -9,6 +9,7 @@
 
 pub mod bounded_functions;
 pub mod columns;
+pub mod distributed;
 pub mod expression_limits;
 pub mod layout;
 pub mod provider;
@@ -20,6 +21,7 @@ pub mod table_writer;
 #[cfg(test)]
 mod table_writer_tests;
 pub mod write;
+pub mod yield_points;
 
 #[cfg(test)]
 mod scan_tests;

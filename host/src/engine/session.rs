@@ -25,7 +25,10 @@ use datafusion::{
 };
 use object_store::ObjectStore;
 
-use super::{layout::StringColumns, provider::LakeTableProvider};
+use super::{
+    distributed::Cluster, layout::StringColumns, provider::LakeTableProvider,
+    yield_points::YieldAfterRowMakers,
+};
 use crate::{
     auth::{Access, ServiceClientScope},
     lake::{self, Lake, ReadCache},
@@ -65,6 +68,9 @@ pub struct SessionScope<'a> {
     /// The lake's store with recent reads kept in memory, shared across
     /// sessions; `None` reads the lake's store directly.
     pub read_cache: Option<Arc<ReadCache>>,
+    /// The cluster its reads may be distributed on (`[distributed]`):
+    /// given for reads only, so writes always run here.
+    pub cluster: Option<&'a Cluster>,
 }
 
 pub async fn session_for(
@@ -126,11 +132,15 @@ pub async fn session_for(
         None => lake.object_store(),
     };
     runtime.register_object_store(lake.object_store_url().as_ref(), lake_store);
-    let state = SessionStateBuilder::new()
+    let mut state = SessionStateBuilder::new()
         .with_config(config)
         .with_runtime_env(runtime)
         .with_default_features()
-        .build();
+        .with_physical_optimizer_rules(YieldAfterRowMakers::with_default_rules());
+    if let Some(cluster) = scope.cluster {
+        state = cluster.coordinate(state)?;
+    }
+    let state = state.build();
     let context = SessionContext::new_with_state(state);
     context.register_catalog(CATALOG, Arc::new(catalog));
     super::bounded_functions::bound_functions(&context);

@@ -24,6 +24,9 @@
 //! | `lakehost_flight_calls_total` | counter | `call`, `outcome` | Arrow Flight SQL calls: the RPC (`GetFlightInfo`, `DoGet`, `DoAction`, `Handshake`, ..., `unknown`) and its gRPC status when it ended at once (`ok` when it answered, or began streaming; `permission_denied`, `unauthenticated`, ...) |
 //! | `lakehost_pg_connections_total` | counter | `outcome` | Postgres connections: `ready` (authenticated), `over_cap`, `tls_failed`, `refused` (FATAL at startup: plain, unknown database, bad secret), `cancel_request`, `abandoned` (closed or timed out before authenticating) |
 //! | `lakehost_pg_statements_total` | counter | `kind`, `sqlstate` | Postgres statements: `query` (a job), `catalog` (psql's catalog queries), `session` (BEGIN, SET, SHOW, ...); `00000` or the error's SQLSTATE |
+//! | `lakehost_distributed_reads_total` | counter | `plan` | reads past `distributed.min_scan_bytes` or `min_scan_files` on a coordinating replica: `distributed` (cut into stages for workers) or `local` (datafusion-distributed kept it whole) |
+//! | `lakehost_cluster_tasks_total` | counter | | stages of other replicas' distributed reads this worker started |
+//! | `lakehost_cluster_refusals_total` | counter | `reason` | calls to this worker refused: `secret` (missing or wrong cluster secret, before any plan is read) or `plan` (a stage holding more than reads) |
 //! | `lakehost_store_pool_connections` | gauge | `state` | this replica's metadata-store connections, `open` and `idle` |
 //!
 //! Labels come from closed or capped sets (`labels.rs`): the route is the
@@ -71,6 +74,9 @@ const IDEMPOTENT_REQUESTS: &str = "lakehost_idempotent_requests_total";
 const FLIGHT_CALLS: &str = "lakehost_flight_calls_total";
 const PG_CONNECTIONS: &str = "lakehost_pg_connections_total";
 const PG_STATEMENTS: &str = "lakehost_pg_statements_total";
+const DISTRIBUTED_READS: &str = "lakehost_distributed_reads_total";
+const CLUSTER_TASKS: &str = "lakehost_cluster_tasks_total";
+const CLUSTER_REFUSALS: &str = "lakehost_cluster_refusals_total";
 
 /// Histogram buckets (seconds): from a cached status poll to a long step.
 const SECONDS_BUCKETS: &[f64] = &[
@@ -171,6 +177,18 @@ fn describe() {
         "Postgres connections, by how their startup ended."
     );
     describe_counter!(PG_STATEMENTS, "Postgres statements, by kind and SQLSTATE.");
+    describe_counter!(
+        DISTRIBUTED_READS,
+        "Reads past the distribution threshold, by whether they were cut into stages."
+    );
+    describe_counter!(
+        CLUSTER_TASKS,
+        "Stages of other replicas' distributed reads started here."
+    );
+    describe_counter!(
+        CLUSTER_REFUSALS,
+        "Calls to this worker refused, by reason."
+    );
     describe_gauge!(
         POOL_CONNECTIONS,
         "Metadata-store connections of this replica."
@@ -257,6 +275,28 @@ pub fn read_cache(hit: u64, miss: u64) {
     if miss > 0 {
         counter!(READ_CACHE_BYTES, "outcome" => "miss").increment(miss);
     }
+}
+
+/// A read past the distribution threshold was planned: cut into stages
+/// (`distributed`) or kept whole.
+pub fn read_planned(distributed: bool) {
+    let plan = if distributed { "distributed" } else { "local" };
+    counter!(DISTRIBUTED_READS, "plan" => plan).increment(1);
+}
+
+/// This worker started a stage of another replica's read.
+pub fn cluster_task_started() {
+    counter!(CLUSTER_TASKS).increment(1);
+}
+
+/// This worker refused a call without the cluster secret.
+pub fn cluster_call_refused() {
+    counter!(CLUSTER_REFUSALS, "reason" => "secret").increment(1);
+}
+
+/// This worker refused a stage holding more than reads.
+pub fn cluster_plan_refused() {
+    counter!(CLUSTER_REFUSALS, "reason" => "plan").increment(1);
 }
 
 /// Which kind of leased job.

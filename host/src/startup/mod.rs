@@ -24,7 +24,10 @@ use url::Url;
 
 mod wire;
 
-use wire::{FlightListener, PgListener, flight_listener_of, pg_listener_of, serve_pg};
+use wire::{
+    ClusterWorkerListener, FlightListener, PgListener, flight_listener_of, pg_listener_of,
+    serve_pg,
+};
 
 use crate::{
     api::{self, AppState},
@@ -33,7 +36,7 @@ use crate::{
     config::Config,
     dailyrun::DailyRunService,
     drain::Drain,
-    engine::runtime::EngineRuntime,
+    engine::{distributed::Cluster, runtime::EngineRuntime},
     idp::Idp,
     lake::{Lake, retired::RetiredFileSweeper},
     listener::{self, ConnectionLimits},
@@ -59,6 +62,9 @@ pub struct Application {
     flight: Option<FlightListener>,
     /// The Postgres wire protocol, when `server.pg_listen` is set.
     pg: Option<PgListener>,
+    /// The stages of other replicas' distributed reads, when
+    /// `distributed.enabled`.
+    cluster_worker: Option<ClusterWorkerListener>,
     /// The connection guards of the API and upload listeners.
     limits: ConnectionLimits,
     /// `server.wire_idle_timeout_s`.
@@ -138,6 +144,15 @@ impl Application {
             None => own_url(upload_addr, tls.is_some()),
         };
         let drain = Drain::new();
+        let cluster = Cluster::from_config(&config)?;
+        let cluster_worker_listener = match &cluster {
+            Some(_) => wire::bind(
+                Some(config.distributed.worker_listen),
+                "distributed.worker_listen",
+            )
+            .await?,
+            None => None,
+        };
         let queries = QueryService::new(
             store.clone(),
             lake.clone(),
@@ -145,9 +160,20 @@ impl Application {
             config.query.clone(),
             (upload_endpoint.clone(), config.uploads.bucket.clone()),
             drain.clone(),
+            cluster.clone(),
         )
         .await
         .context("starting the query service")?;
+        let cluster_worker = match (cluster_worker_listener, &cluster) {
+            (Some(listener), Some(cluster)) => Some(ClusterWorkerListener {
+                addr: listener.local_addr()?,
+                listener,
+                router: cluster.worker_router(&lake, queries.metadata_cache()),
+                // A stage may compute silently as long as a query may run.
+                idle_timeout: Duration::from_secs(config.query.time_limit_s + 60),
+            }),
+            _ => None,
+        };
         let loads = LoadService::new(
             store.clone(),
             lake.clone(),
@@ -250,7 +276,10 @@ impl Application {
             own_certificate.as_deref(),
         )?);
         let config_wire_idle_s = config.server.wire_idle_timeout_s;
-        let listeners = 2 + u64::from(flight_listener.is_some()) + u64::from(pg_listener.is_some());
+        let listeners = 2
+            + u64::from(flight_listener.is_some())
+            + u64::from(pg_listener.is_some())
+            + u64::from(cluster_worker.is_some());
         let limits = ConnectionLimits::for_listeners(&config.server, listeners);
         let drain_for = Duration::from_secs(config.server.drain_s);
         let drain_notice = Duration::from_millis(config.server.drain_notice_ms);
@@ -298,6 +327,7 @@ impl Application {
             metrics_router,
             flight,
             pg,
+            cluster_worker,
             limits,
             wire_idle_timeout: Duration::from_secs(config_wire_idle_s),
             loads,
@@ -338,6 +368,11 @@ impl Application {
     /// Where Arrow Flight SQL is served, when `server.flight_listen` is set.
     pub fn flight_addr(&self) -> Option<SocketAddr> {
         self.flight.as_ref().map(|flight| flight.addr)
+    }
+
+    /// Where this replica's worker listener is (`distributed.enabled`).
+    pub fn cluster_worker_addr(&self) -> Option<SocketAddr> {
+        self.cluster_worker.as_ref().map(|worker| worker.addr)
     }
 
     /// The load service (tests run its staging sweep directly).
@@ -415,6 +450,21 @@ impl Application {
                 stop_accepting.clone(),
             )
         });
+        // Stages come from other replicas' queries: served like the APIs,
+        // without TLS (the secret is checked on every call; keep the
+        // listener on a private network).
+        let cluster_worker = self.cluster_worker.map(|worker| {
+            listener::serve(
+                worker.listener,
+                None,
+                worker.router,
+                ConnectionLimits {
+                    idle_timeout: worker.idle_timeout,
+                    ..self.limits
+                },
+                stop_accepting.clone(),
+            )
+        });
         let pg = self.pg.map(|pg| {
             let limits = ConnectionLimits {
                 idle_timeout: self.wire_idle_timeout,
@@ -446,6 +496,11 @@ impl Application {
                 async {
                     if let Some(pg) = pg {
                         pg.await;
+                    }
+                },
+                async {
+                    if let Some(worker) = cluster_worker {
+                        worker.await;
                     }
                 },
             )

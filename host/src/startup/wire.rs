@@ -1,5 +1,5 @@
 //! The wire-protocol listeners the application serves beside its HTTP ones
-//! (Arrow Flight SQL, the Postgres protocol): binding each configured one,
+//! (Arrow Flight SQL, the Postgres protocol, a distributed cluster's worker): binding each configured one,
 //! and what each serves. Without a protocol's cargo feature its key is
 //! refused by `Config::validate` first, and the functions here say so.
 
@@ -28,6 +28,15 @@ pub(super) struct FlightListener {
     pub listener: TcpListener,
     pub addr: SocketAddr,
     pub router: axum::Router,
+}
+
+/// The worker listener of a distributed cluster, its address and its
+/// service.
+pub(super) struct ClusterWorkerListener {
+    pub listener: TcpListener,
+    pub addr: SocketAddr,
+    pub router: axum::Router,
+    pub idle_timeout: std::time::Duration,
 }
 
 /// A listener on `address` when the key `key` sets one.

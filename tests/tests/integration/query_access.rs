@@ -118,6 +118,7 @@ async fn session(f: &Fixture, role: &str, clients: &[u32]) -> SessionContext {
             memory_limit: None,
             metadata_cache: None,
             strings: StringColumns::Views,
+            cluster: None,
         },
     )
     .await

@@ -91,7 +91,20 @@ pub fn bound_functions_and(context: &SessionContext, others: &[&str]) {
     bound_functions_at(context, MAX_RESULT_BYTES, others);
 }
 
-fn bound_functions_at(context: &SessionContext, max_bytes: usize, others: &[&str]) {
+/// `bound_functions`, for a session that decodes plans made elsewhere (a
+/// distributed read's worker): there `||` is also a function, under its
+/// name, since the coordinator's plan calls it by that name.
+pub fn bound_functions_by_name(context: &SessionContext) {
+    let string_concat = bound_functions_at(context, MAX_RESULT_BYTES, &[]);
+    context.register_udf(string_concat.as_ref().clone());
+}
+
+/// Bounds the context's functions; the bounded `||` it sends the operator to.
+fn bound_functions_at(
+    context: &SessionContext,
+    max_bytes: usize,
+    others: &[&str],
+) -> Arc<ScalarUDF> {
     let live = Arc::new(LiveResults::new(&context.runtime_env().memory_pool));
     let bounded = |inner: Arc<dyn ScalarUDFImpl>, growth: Growth| {
         Arc::new(ScalarUDF::new_from_impl(Bounded::new(
@@ -121,7 +134,11 @@ fn bound_functions_at(context: &SessionContext, max_bytes: usize, others: &[&str
         context.register_udf(function.as_ref().clone());
     }
     let string_concat = bounded(Arc::new(StringConcatOperator::new()), Growth::Sum);
-    context.add_analyzer_rule(Arc::new(BoundedOperators::new(functions, string_concat)));
+    context.add_analyzer_rule(Arc::new(BoundedOperators::new(
+        functions,
+        string_concat.clone(),
+    )));
+    string_concat
 }
 
 /// How a scalar function's value may vary between runs with the same

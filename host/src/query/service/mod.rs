@@ -51,11 +51,11 @@ use crate::{
     engine::{
         EngineError,
         columns::ResultColumn,
+        distributed::Cluster,
         layout::StringColumns,
         runtime::EngineRuntime,
         session::{SessionScope, session_for},
-        statement::StatementType,
-        statement::classify,
+        statement::{Action, StatementType, classify},
         table_writer::delete_paths,
     },
     lake::{self, Lake, ReadCache, presigned::ResultLinks, signing::LinkSigner},
@@ -173,6 +173,9 @@ pub struct QueryService {
     metadata_cache: Arc<datafusion::execution::cache::cache_manager::FileMetadataCache>,
     /// Lake pages read by recent queries, for the next ones (`query.read_cache_bytes`).
     read_cache: Option<Arc<ReadCache>>,
+    /// The workers big reads run on (`[distributed]`), when this replica
+    /// coordinates.
+    cluster: Option<Arc<Cluster>>,
 }
 
 impl std::fmt::Debug for QueryService {
@@ -195,6 +198,7 @@ impl QueryService {
         limits: QueryConfig,
         storage_endpoint: (Url, String),
         drain: Drain,
+        cluster: Option<Arc<Cluster>>,
     ) -> anyhow::Result<Arc<Self>> {
         let key = store
             .shared_secret(LINK_KEY, LinkSigner::generate_key, micros(&clock))
@@ -228,7 +232,16 @@ impl QueryService {
             drain,
             metadata_cache,
             read_cache,
+            cluster,
         }))
+    }
+
+    /// Parquet footers read by this replica's queries, shared with the
+    /// stages it runs for other replicas.
+    pub fn metadata_cache(
+        &self,
+    ) -> Arc<datafusion::execution::cache::cache_manager::FileMetadataCache> {
+        self.metadata_cache.clone()
     }
 
     /// Starts the worker pool, and the round that ends the queries of
@@ -282,6 +295,11 @@ impl QueryService {
             metadata_cache: Some(self.metadata_cache.clone()),
             strings,
             read_cache: self.read_cache.clone(),
+            // Reads only: a write's rows are written on this replica.
+            cluster: match classified.action {
+                Action::Read => self.cluster.as_deref(),
+                _ => None,
+            },
         };
         let context = session_for(&self.store, &self.lake, &scope)
             .await

@@ -1,0 +1,169 @@
+//! Reads bigger than one process, run on several lakehost processes by
+//! datafusion-distributed (docs/design/distributed-queries.md; the choice
+//! in docs/decisions.md). Built with the cargo feature `distributed`.
+//!
+//! - `planner.rs`: the size gate; a read is planned and access-checked
+//!   here first, and only a plan past `distributed.min_scan_bytes` or
+//!   `min_scan_files` is cut into stages.
+//! - `worker.rs`: the stages other replicas send, run in a session like a
+//!   query's (memory limit, bounded functions, the lake and nothing else).
+//! - `secret.rs`: the cluster secret, checked before any plan is decoded,
+//!   and carried on every call between processes.
+//!
+//! Without the feature `Cluster` has no value, so callers hold an
+//! `Option<Arc<Cluster>>` that is always `None`.
+
+#[cfg(feature = "distributed")]
+mod planner;
+#[cfg(feature = "distributed")]
+mod secret;
+#[cfg(feature = "distributed")]
+mod worker;
+
+#[cfg(feature = "distributed")]
+pub use cluster::Cluster;
+#[cfg(feature = "distributed")]
+pub use planner::ScanSize;
+#[cfg(feature = "distributed")]
+pub use secret::ClusterSecret;
+
+/// A build without distributed queries: no cluster can exist.
+#[cfg(not(feature = "distributed"))]
+#[derive(Debug)]
+pub enum Cluster {}
+
+#[cfg(not(feature = "distributed"))]
+impl Cluster {
+    pub fn from_config(
+        _config: &crate::config::Config,
+    ) -> anyhow::Result<Option<std::sync::Arc<Self>>> {
+        Ok(None)
+    }
+
+    pub fn coordinate(
+        &self,
+        _builder: datafusion::execution::SessionStateBuilder,
+    ) -> datafusion::common::Result<datafusion::execution::SessionStateBuilder> {
+        match *self {}
+    }
+
+    pub fn worker_router(
+        &self,
+        _lake: &crate::lake::Lake,
+        _metadata_cache: std::sync::Arc<
+            datafusion::execution::cache::cache_manager::FileMetadataCache,
+        >,
+    ) -> axum::Router {
+        match *self {}
+    }
+}
+
+#[cfg(feature = "distributed")]
+mod cluster {
+    use std::sync::Arc;
+
+    use anyhow::Context as _;
+    use datafusion::{
+        common::{DataFusionError, Result},
+        execution::{SessionStateBuilder, cache::cache_manager::FileMetadataCache},
+    };
+    use datafusion_distributed::{DistributedExt as _, SessionStateBuilderExt as _, WorkerResolver};
+    use url::Url;
+
+    use super::{
+        planner::{HandedPlan, ScanGate, SizeGatedPlanner},
+        secret::{ClusterSecret, SecretChannels},
+        worker::LakeWorker,
+    };
+    use crate::{config::Config, lake::Lake};
+
+    /// This replica's part in a cluster: the secret, the workers it sends
+    /// stages to, and when it does.
+    #[derive(Debug)]
+    pub struct Cluster {
+        secret: ClusterSecret,
+        workers: Vec<Url>,
+        gate: ScanGate,
+        bytes_per_task: usize,
+        max_tasks_per_stage: usize,
+        channels: SecretChannels,
+        memory_limit: usize,
+    }
+
+    impl std::fmt::Debug for SecretChannels {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("SecretChannels")
+        }
+    }
+
+    impl Cluster {
+        /// The cluster `[distributed]` describes; `None` when it is off.
+        pub fn from_config(config: &Config) -> anyhow::Result<Option<Arc<Self>>> {
+            let distributed = &config.distributed;
+            if !distributed.enabled {
+                return Ok(None);
+            }
+            let secret = ClusterSecret::from_config(distributed).context("distributed.secret")?;
+            Ok(Some(Arc::new(Self {
+                channels: SecretChannels::new(&secret),
+                secret,
+                workers: distributed.worker_urls(),
+                gate: ScanGate {
+                    min_bytes: distributed.min_scan_bytes,
+                    min_files: distributed.min_scan_files,
+                },
+                bytes_per_task: usize::try_from(distributed.bytes_per_task).unwrap_or(usize::MAX),
+                max_tasks_per_stage: distributed.max_tasks_per_stage,
+                memory_limit: usize::try_from(config.query.memory_limit_bytes)
+                    .unwrap_or(usize::MAX),
+            })))
+        }
+
+        /// Whether this replica sends stages to workers (it names some).
+        pub fn coordinates(&self) -> bool {
+            !self.workers.is_empty()
+        }
+
+        /// A read session's state, made to distribute past the size gate.
+        pub fn coordinate(&self, builder: SessionStateBuilder) -> Result<SessionStateBuilder> {
+            if !self.coordinates() {
+                return Ok(builder);
+            }
+            let mut builder = builder
+                .with_query_planner(Arc::new(HandedPlan))
+                .with_distributed_worker_resolver(StaticWorkers(self.workers.clone()))
+                .with_distributed_channel_resolver(self.channels.clone())
+                .with_distributed_file_scan_config_bytes_per_partition(self.bytes_per_task)?;
+            if self.max_tasks_per_stage > 0 {
+                builder =
+                    builder.with_distributed_max_tasks_per_stage(self.max_tasks_per_stage)?;
+            }
+            let mut builder = builder.with_distributed_planner();
+            let distributed = builder.query_planner().take().ok_or_else(|| {
+                DataFusionError::Internal("the distributed planner was not installed".into())
+            })?;
+            Ok(builder.with_query_planner(Arc::new(SizeGatedPlanner::new(self.gate, distributed))))
+        }
+
+        /// The worker service for this replica's worker listener.
+        pub fn worker_router(&self, lake: &Lake, metadata_cache: Arc<FileMetadataCache>) -> axum::Router {
+            LakeWorker::new(
+                lake.object_store_url().clone(),
+                lake.object_store(),
+                metadata_cache,
+                self.memory_limit,
+                &self.secret,
+            )
+            .router(self.secret.clone())
+        }
+    }
+
+    /// The configured worker list.
+    struct StaticWorkers(Vec<Url>);
+
+    impl WorkerResolver for StaticWorkers {
+        fn get_urls(&self) -> Result<Vec<Url>, DataFusionError> {
+            Ok(self.0.clone())
+        }
+    }
+}
