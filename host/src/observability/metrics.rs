@@ -24,7 +24,7 @@
 //! | `lakehost_flight_calls_total` | counter | `call`, `outcome` | Arrow Flight SQL calls: the RPC (`GetFlightInfo`, `DoGet`, `DoAction`, `Handshake`, ..., `unknown`) and its gRPC status when it ended at once (`ok` when it answered, or began streaming; `permission_denied`, `unauthenticated`, ...) |
 //! | `lakehost_pg_connections_total` | counter | `outcome` | Postgres connections: `ready` (authenticated), `over_cap`, `tls_failed`, `refused` (FATAL at startup: plain, unknown database, bad secret), `cancel_request`, `abandoned` (closed or timed out before authenticating) |
 //! | `lakehost_pg_statements_total` | counter | `kind`, `sqlstate` | Postgres statements: `query` (a job), `catalog` (psql's catalog queries), `session` (BEGIN, SET, SHOW, ...); `00000` or the error's SQLSTATE |
-//! | `lakehost_distributed_reads_total` | counter | `plan` | reads past `distributed.min_scan_bytes` or `min_scan_files` on a coordinating replica: `distributed` (cut into stages for workers) or `local` (datafusion-distributed kept it whole) |
+//! | `lakehost_distributed_reads_total` | counter | `plan` | reads past `distributed.min_scan_bytes` or `min_scan_files` on a coordinating replica: `distributed` (cut into stages for workers), `local` (datafusion-distributed kept it whole) or `no_workers` (no configured worker answered: it ran here) |
 //! | `lakehost_cluster_tasks_total` | counter | | stages of other replicas' distributed reads this worker started |
 //! | `lakehost_cluster_refusals_total` | counter | `reason` | calls to this worker refused: `secret` (missing or wrong cluster secret, before any plan is read) or `plan` (a stage holding more than reads) |
 //! | `lakehost_store_pool_connections` | gauge | `state` | this replica's metadata-store connections, `open` and `idle` |
@@ -277,10 +277,24 @@ pub fn read_cache(hit: u64, miss: u64) {
     }
 }
 
-/// A read past the distribution threshold was planned: cut into stages
-/// (`distributed`) or kept whole.
-pub fn read_planned(distributed: bool) {
-    let plan = if distributed { "distributed" } else { "local" };
+/// How a read past the distribution threshold was planned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadPlan {
+    /// Cut into stages for workers.
+    Distributed,
+    /// datafusion-distributed found nothing worth sending.
+    Local,
+    /// No worker answered: it ran here.
+    NoWorkers,
+}
+
+/// A read past the distribution threshold was planned.
+pub fn read_planned(plan: ReadPlan) {
+    let plan = match plan {
+        ReadPlan::Distributed => "distributed",
+        ReadPlan::Local => "local",
+        ReadPlan::NoWorkers => "no_workers",
+    };
     counter!(DISTRIBUTED_READS, "plan" => plan).increment(1);
 }
 

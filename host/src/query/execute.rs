@@ -224,6 +224,9 @@ pub async fn stream_rows(
 /// A failure while running: permission refusals keep their friendly message,
 /// anything else is the engine's message.
 fn run_error(error: DataFusionError) -> QueryError {
+    if let Some(reason) = crate::engine::distributed::worker_failure(&error) {
+        return QueryError::Failed(reason);
+    }
     EngineError::run(error).into()
 }
 

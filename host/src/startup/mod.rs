@@ -184,6 +184,9 @@ impl Application {
         .await
         .context("starting the load service")?;
         let workers = CancellationToken::new();
+        if let Some(cluster) = &cluster {
+            cluster.start(workers.clone());
+        }
         // One recorder per process; each server renders it with its own store.
         let metrics_handle = crate::observability::metrics::install();
         crate::observability::metrics::start_upkeep(metrics_handle.clone(), workers.clone());

@@ -9,10 +9,13 @@
 //!   query's (memory limit, bounded functions, the lake and nothing else).
 //! - `secret.rs`: the cluster secret, checked before any plan is decoded,
 //!   and carried on every call between processes.
+//! - `members.rs`: which configured workers answer; stages go to those.
 //!
 //! Without the feature `Cluster` has no value, so callers hold an
 //! `Option<Arc<Cluster>>` that is always `None`.
 
+#[cfg(feature = "distributed")]
+mod members;
 #[cfg(feature = "distributed")]
 mod planner;
 #[cfg(feature = "distributed")]
@@ -26,6 +29,31 @@ pub use cluster::Cluster;
 pub use planner::ScanSize;
 #[cfg(feature = "distributed")]
 pub use secret::ClusterSecret;
+
+/// Why a statement failed, when it failed because a worker of its
+/// distributed plan stopped answering: the transport's error (a gRPC
+/// status) somewhere in its chain.
+#[cfg(feature = "distributed")]
+pub fn worker_failure(error: &datafusion::common::DataFusionError) -> Option<String> {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(error) = cause {
+        if let Some(status) = error.downcast_ref::<tonic::Status>() {
+            return Some(format!(
+                "A server running part of this query stopped answering ({}: {}); \
+                 the query was not run again. Run it again.",
+                status.code().description(),
+                status.message()
+            ));
+        }
+        cause = error.source();
+    }
+    None
+}
+
+#[cfg(not(feature = "distributed"))]
+pub fn worker_failure(_error: &datafusion::common::DataFusionError) -> Option<String> {
+    None
+}
 
 /// A build without distributed queries: no cluster can exist.
 #[cfg(not(feature = "distributed"))]
@@ -44,6 +72,10 @@ impl Cluster {
         &self,
         _builder: datafusion::execution::SessionStateBuilder,
     ) -> datafusion::common::Result<datafusion::execution::SessionStateBuilder> {
+        match *self {}
+    }
+
+    pub fn start(&self, _stop: tokio_util::sync::CancellationToken) {
         match *self {}
     }
 
@@ -67,10 +99,11 @@ mod cluster {
         common::{DataFusionError, Result},
         execution::{SessionStateBuilder, cache::cache_manager::FileMetadataCache},
     };
-    use datafusion_distributed::{DistributedExt as _, SessionStateBuilderExt as _, WorkerResolver};
-    use url::Url;
+    use datafusion_distributed::{DistributedExt as _, SessionStateBuilderExt as _};
+    use tokio_util::sync::CancellationToken;
 
     use super::{
+        members::{LiveWorkers, Members},
         planner::{HandedPlan, ScanGate, SizeGatedPlanner},
         secret::{ClusterSecret, SecretChannels},
         worker::LakeWorker,
@@ -82,7 +115,7 @@ mod cluster {
     #[derive(Debug)]
     pub struct Cluster {
         secret: ClusterSecret,
-        workers: Vec<Url>,
+        members: Arc<Members>,
         gate: ScanGate,
         bytes_per_task: usize,
         max_tasks_per_stage: usize,
@@ -107,7 +140,7 @@ mod cluster {
             Ok(Some(Arc::new(Self {
                 channels: SecretChannels::new(&secret),
                 secret,
-                workers: distributed.worker_urls(),
+                members: Members::new(distributed.worker_urls()),
                 gate: ScanGate {
                     min_bytes: distributed.min_scan_bytes,
                     min_files: distributed.min_scan_files,
@@ -121,7 +154,14 @@ mod cluster {
 
         /// Whether this replica sends stages to workers (it names some).
         pub fn coordinates(&self) -> bool {
-            !self.workers.is_empty()
+            !self.members.configured().is_empty()
+        }
+
+        /// Probes the workers until `stop` (`members.rs`).
+        pub fn start(&self, stop: CancellationToken) {
+            if self.coordinates() {
+                self.members.start(stop);
+            }
         }
 
         /// A read session's state, made to distribute past the size gate.
@@ -131,7 +171,7 @@ mod cluster {
             }
             let mut builder = builder
                 .with_query_planner(Arc::new(HandedPlan))
-                .with_distributed_worker_resolver(StaticWorkers(self.workers.clone()))
+                .with_distributed_worker_resolver(LiveWorkers(self.members.clone()))
                 .with_distributed_channel_resolver(self.channels.clone())
                 .with_distributed_file_scan_config_bytes_per_partition(self.bytes_per_task)?;
             if self.max_tasks_per_stage > 0 {
@@ -142,7 +182,8 @@ mod cluster {
             let distributed = builder.query_planner().take().ok_or_else(|| {
                 DataFusionError::Internal("the distributed planner was not installed".into())
             })?;
-            Ok(builder.with_query_planner(Arc::new(SizeGatedPlanner::new(self.gate, distributed))))
+            let gated = SizeGatedPlanner::new(self.gate, self.members.clone(), distributed);
+            Ok(builder.with_query_planner(Arc::new(gated)))
         }
 
         /// The worker service for this replica's worker listener.
@@ -155,15 +196,6 @@ mod cluster {
                 &self.secret,
             )
             .router(self.secret.clone())
-        }
-    }
-
-    /// The configured worker list.
-    struct StaticWorkers(Vec<Url>);
-
-    impl WorkerResolver for StaticWorkers {
-        fn get_urls(&self) -> Result<Vec<Url>, DataFusionError> {
-            Ok(self.0.clone())
         }
     }
 }

@@ -8,7 +8,8 @@
 //! file sizes: known before anything runs). Under both thresholds the local
 //! plan is the answer. Over either, that same plan (not a second planning)
 //! is handed to the crate's planner, which cuts it into stages; it may still
-//! leave it local when it finds nothing worth sending.
+//! leave it local when it finds nothing worth sending. With no worker
+//! answering (`members.rs`), the read runs here.
 
 use std::{cell::RefCell, sync::Arc};
 
@@ -26,6 +27,9 @@ use datafusion::{
     physical_planner::{DefaultPhysicalPlanner, PhysicalPlanner as _},
 };
 use datafusion_distributed::DistributedExec;
+
+use super::members::Members;
+use crate::observability::metrics::{self, ReadPlan};
 
 tokio::task_local! {
     /// The local plan the size gate hands to the crate's planner.
@@ -77,13 +81,23 @@ impl ScanGate {
 #[derive(Debug)]
 pub struct SizeGatedPlanner {
     gate: ScanGate,
+    /// No worker answering: the read runs here.
+    members: Arc<Members>,
     /// datafusion-distributed's planner, over [`HandedPlan`].
     distributed: Arc<dyn QueryPlanner + Send + Sync>,
 }
 
 impl SizeGatedPlanner {
-    pub fn new(gate: ScanGate, distributed: Arc<dyn QueryPlanner + Send + Sync>) -> Self {
-        Self { gate, distributed }
+    pub fn new(
+        gate: ScanGate,
+        members: Arc<Members>,
+        distributed: Arc<dyn QueryPlanner + Send + Sync>,
+    ) -> Self {
+        Self {
+            gate,
+            members,
+            distributed,
+        }
     }
 }
 
@@ -101,6 +115,11 @@ impl QueryPlanner for SizeGatedPlanner {
         if !self.gate.distributes(size) {
             return Ok(local);
         }
+        if self.members.live().is_empty() {
+            metrics::read_planned(ReadPlan::NoWorkers);
+            tracing::warn!("no distributed worker answers: the read runs here");
+            return Ok(local);
+        }
         let plan = LOCAL_PLAN
             .scope(
                 RefCell::new(Some(local)),
@@ -108,7 +127,10 @@ impl QueryPlanner for SizeGatedPlanner {
             )
             .await?;
         let distributed = plan.is::<DistributedExec>();
-        crate::observability::metrics::read_planned(distributed);
+        metrics::read_planned(match distributed {
+            true => ReadPlan::Distributed,
+            false => ReadPlan::Local,
+        });
         tracing::debug!(
             files = size.files,
             bytes = size.bytes,
