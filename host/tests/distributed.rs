@@ -10,7 +10,8 @@
 //! 1. TPC-H Q1, Q3, Q12, a three-table join and a `||` grouping (the
 //!    bounded operator decoded on workers), on synthetic rows of the TPC-H
 //!    columns: each equals the local run, is counted as distributed on the
-//!    coordinator, and starts tasks on both workers;
+//!    coordinator, starts tasks on both workers, and its Query resource
+//!    says `"workers": 2` (a local run's has no `workers`);
 //! 2. an own-client analyst's unfiltered read is refused with the spec's
 //!    403 before any task starts; filtered to its clients it runs
 //!    distributed and equals the local run;
@@ -158,7 +159,12 @@ impl Process {
     /// CPU seconds this process has used (user and system, from /proc).
     fn cpu_seconds(&self) -> f64 {
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap();
-        let fields: Vec<&str> = stat.rsplit(')').next().unwrap().split_whitespace().collect();
+        let fields: Vec<&str> = stat
+            .rsplit(')')
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .collect();
         let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
         // SAFETY: sysconf has no memory effects.
         let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
@@ -210,11 +216,7 @@ async fn submit(http: &reqwest::Client, api: &str, token: &str, sql: &str) -> (u
 }
 
 async fn state_of(http: &reqwest::Client, api: &str, token: &str, id: &str) -> Value {
-    json_of(
-        http.get(format!("{api}/v2/query/{id}"))
-            .bearer_auth(token),
-    )
-    .await
+    json_of(http.get(format!("{api}/v2/query/{id}")).bearer_auth(token)).await
 }
 
 /// Polls until the query ends; its Query resource.
@@ -235,6 +237,17 @@ async fn ended(http: &reqwest::Client, api: &str, token: &str, id: &str) -> Valu
 
 /// Runs `sql` at `api` to SUCCEEDED; its rows, every page.
 async fn rows_of(http: &reqwest::Client, api: &str, token: &str, sql: &str) -> Vec<Vec<String>> {
+    run(http, api, token, sql).await.0
+}
+
+/// Runs `sql` at `api` to SUCCEEDED; its rows, every page, and its Query
+/// resource.
+async fn run(
+    http: &reqwest::Client,
+    api: &str,
+    token: &str,
+    sql: &str,
+) -> (Vec<Vec<String>>, Value) {
     let (status, body) = submit(http, api, token, sql).await;
     assert_eq!(status, 202, "{sql}: {body}");
     let id = body["queryId"].as_str().unwrap().to_string();
@@ -251,7 +264,12 @@ async fn rows_of(http: &reqwest::Client, api: &str, token: &str, sql: &str) -> V
         }
         let page = json_of(request).await;
         let skip = usize::from(next.is_none());
-        for row in page["resultSet"]["Rows"].as_array().unwrap().iter().skip(skip) {
+        for row in page["resultSet"]["Rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .skip(skip)
+        {
             rows.push(
                 row["Data"]
                     .as_array()
@@ -263,7 +281,7 @@ async fn rows_of(http: &reqwest::Client, api: &str, token: &str, sql: &str) -> V
         }
         match page["nextToken"].as_str() {
             Some(token) => next = Some(token.to_string()),
-            None => return rows,
+            None => return (rows, query),
         }
     }
 }
@@ -357,14 +375,6 @@ fn s3_endpoint() -> Option<String> {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 // ---------------------------------------------------------------------------
 // The test.
 
@@ -375,7 +385,11 @@ async fn a_coordinator_and_two_workers_answer_as_one_process_and_fail_cleanly() 
     };
     let http = reqwest::Client::new();
     let bucket = format!("lakehost-dist-{}", std::process::id());
-    let created = http.put(format!("{endpoint}/{bucket}")).send().await.unwrap();
+    let created = http
+        .put(format!("{endpoint}/{bucket}"))
+        .send()
+        .await
+        .unwrap();
     assert!(created.status().is_success(), "{}", created.status());
 
     let dir = tempfile::tempdir().unwrap();
@@ -383,7 +397,10 @@ async fn a_coordinator_and_two_workers_answer_as_one_process_and_fail_cleanly() 
     let aws = |name: &str| (name.to_string(), std::env::var(name).unwrap_or_default());
     let shared: Vec<(String, String)> = vec![
         ("LAKEHOST_STORAGE_DATABASE_URL".into(), store),
-        ("LAKEHOST_STORAGE_LAKE_URL".into(), format!("s3://{bucket}/lake")),
+        (
+            "LAKEHOST_STORAGE_LAKE_URL".into(),
+            format!("s3://{bucket}/lake"),
+        ),
         ("LAKEHOST_DISTRIBUTED_ENABLED".into(), "true".into()),
         ("LAKEHOST_DISTRIBUTED_SECRET".into(), SECRET.into()),
         ("AWS_ENDPOINT_URL".into(), endpoint.clone()),
@@ -395,41 +412,28 @@ async fn a_coordinator_and_two_workers_answer_as_one_process_and_fail_cleanly() 
     let env_of = |extra: Vec<(String, String)>| -> Vec<(String, String)> {
         shared.iter().cloned().chain(extra).collect()
     };
-    let listen = |port: u16| {
+    // Workers first, each on a port of its own choosing (its banner says
+    // which); then the coordinator, naming them.
+    let any_port = || {
         (
             "LAKEHOST_DISTRIBUTED_WORKER_LISTEN".to_string(),
-            format!("127.0.0.1:{port}"),
+            "127.0.0.1:0".to_string(),
         )
     };
-    // The coordinator first: it makes the store's tables.
-    let worker_ports = [free_port(), free_port()];
+    let mut workers: Vec<Process> = (0..2)
+        .map(|i| Process::start(dir.path(), &format!("worker{i}"), &env_of(vec![any_port()])))
+        .collect();
+    let worker_urls: Vec<&str> = workers.iter().map(|w| w.worker.as_str()).collect();
     let coordinator = Process::start(
         dir.path(),
         "coordinator",
         &env_of(vec![
-            listen(free_port()),
-            (
-                "LAKEHOST_DISTRIBUTED_WORKERS".into(),
-                format!(
-                    "http://127.0.0.1:{},http://127.0.0.1:{}",
-                    worker_ports[0], worker_ports[1]
-                ),
-            ),
+            any_port(),
+            ("LAKEHOST_DISTRIBUTED_WORKERS".into(), worker_urls.join(",")),
             ("LAKEHOST_DISTRIBUTED_MIN_SCAN_BYTES".into(), "1".into()),
             ("LAKEHOST_DISTRIBUTED_BYTES_PER_TASK".into(), "4096".into()),
         ]),
     );
-    let mut workers: Vec<Process> = worker_ports
-        .iter()
-        .enumerate()
-        .map(|(i, port)| {
-            Process::start(
-                dir.path(),
-                &format!("worker{i}"),
-                &env_of(vec![listen(*port)]),
-            )
-        })
-        .collect();
     let admin = token(&http, &coordinator.api, "demo-admin").await;
     let local_admin = token(&http, &workers[0].api, "demo-admin").await;
     for statement in seed_statements() {
@@ -439,16 +443,24 @@ async fn a_coordinator_and_two_workers_answer_as_one_process_and_fail_cleanly() 
     // 1. The TPC-H queries, distributed, equal the local run.
     let distributed = "lakehost_distributed_reads_total{plan=\"distributed\"}";
     let tasks = "lakehost_cluster_tasks_total";
-    for (name, sql) in [("Q1", Q1), ("Q3", Q3), ("Q12", Q12), ("join", JOIN), ("||", CONCAT)] {
+    for (name, sql) in [
+        ("Q1", Q1),
+        ("Q3", Q3),
+        ("Q12", Q12),
+        ("join", JOIN),
+        ("||", CONCAT),
+    ] {
         let before = coordinator.counter(&http, distributed).await;
         let tasks_before = [
             workers[0].counter(&http, tasks).await,
             workers[1].counter(&http, tasks).await,
         ];
-        let here = rows_of(&http, &coordinator.api, &admin, sql).await;
-        let there = rows_of(&http, &workers[0].api, &local_admin, sql).await;
+        let (here, query) = run(&http, &coordinator.api, &admin, sql).await;
+        let (there, local) = run(&http, &workers[0].api, &local_admin, sql).await;
         assert!(!here.is_empty(), "{name} returned rows");
         assert_eq!(here, there, "{name}: distributed equals local");
+        assert_eq!(query["workers"], 2, "{name}: {query}");
+        assert!(local.get("workers").is_none(), "{local}");
         assert_eq!(
             coordinator.counter(&http, distributed).await,
             before + 1.0,
@@ -470,7 +482,8 @@ async fn a_coordinator_and_two_workers_answer_as_one_process_and_fail_cleanly() 
     // 2. An own-client analyst: refused before any stage, or filtered.
     let analyst = token(&http, &coordinator.api, "demo-own-analyst").await;
     let local_analyst = token(&http, &workers[0].api, "demo-own-analyst").await;
-    let tasks_before = workers[0].counter(&http, tasks).await + workers[1].counter(&http, tasks).await;
+    let tasks_before =
+        workers[0].counter(&http, tasks).await + workers[1].counter(&http, tasks).await;
     let (status, body) = submit(&http, &coordinator.api, &analyst, JOIN).await;
     assert_eq!(status, 403, "{body}");
     assert_eq!(
@@ -486,7 +499,10 @@ async fn a_coordinator_and_two_workers_answer_as_one_process_and_fail_cleanly() 
                     WHERE service_client_id IN (1, 2) GROUP BY l_returnflag ORDER BY l_returnflag";
     let before = coordinator.counter(&http, distributed).await;
     let here = rows_of(&http, &coordinator.api, &analyst, filtered).await;
-    assert_eq!(here, rows_of(&http, &workers[0].api, &local_analyst, filtered).await);
+    assert_eq!(
+        here,
+        rows_of(&http, &workers[0].api, &local_analyst, filtered).await
+    );
     assert_eq!(coordinator.counter(&http, distributed).await, before + 1.0);
 
     // 3. The bounded functions hold on workers.
@@ -498,11 +514,20 @@ async fn a_coordinator_and_two_workers_answer_as_one_process_and_fail_cleanly() 
     )
     .await;
     assert_eq!(status, 202, "{body}");
-    let query = ended(&http, &coordinator.api, &admin, body["queryId"].as_str().unwrap()).await;
+    let query = ended(
+        &http,
+        &coordinator.api,
+        &admin,
+        body["queryId"].as_str().unwrap(),
+    )
+    .await;
     assert_eq!(query["status"]["state"], "FAILED", "{query}");
-    let reason = query["status"]["stateChangeReason"].as_str().unwrap_or_default();
+    let reason = query["status"]["stateChangeReason"]
+        .as_str()
+        .unwrap_or_default();
     assert!(
-        reason.contains("repeat would return") && reason.contains("more than one function call may"),
+        reason.contains("repeat would return")
+            && reason.contains("more than one function call may"),
         "{query}"
     );
 
@@ -516,7 +541,10 @@ async fn a_coordinator_and_two_workers_answer_as_one_process_and_fail_cleanly() 
     let tasks_before = workers[0].counter(&http, tasks).await;
     for authorization in [None, Some("Bearer not-the-cluster-secret-0123456789abcdef")] {
         let mut request = raw
-            .post(format!("{}/worker.WorkerService/CoordinatorChannel", workers[0].worker))
+            .post(format!(
+                "{}/worker.WorkerService/CoordinatorChannel",
+                workers[0].worker
+            ))
             .header("content-type", "application/grpc")
             .header("te", "trailers")
             // One gRPC message of garbage where the plan would be.
@@ -534,16 +562,27 @@ async fn a_coordinator_and_two_workers_answer_as_one_process_and_fail_cleanly() 
             "Unauthenticated for {authorization:?}"
         );
     }
-    assert_eq!(workers[0].counter(&http, refusals).await, refused_before + 2.0);
-    assert_eq!(workers[0].counter(&http, tasks).await, tasks_before, "nothing decoded");
+    assert_eq!(
+        workers[0].counter(&http, refusals).await,
+        refused_before + 2.0
+    );
+    assert_eq!(
+        workers[0].counter(&http, tasks).await,
+        tasks_before,
+        "nothing decoded"
+    );
 
     // 5. DELETE of a running distributed query: CANCELLED, and the workers stop.
     let worker_refs: Vec<&Process> = workers.iter().collect();
     let id = running_on_workers(&http, &coordinator, &worker_refs, &admin, SLOW).await;
     let busy_before = [workers[0].cpu_seconds(), workers[1].cpu_seconds()];
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let busy = workers[0].cpu_seconds() + workers[1].cpu_seconds() - busy_before.iter().sum::<f64>();
-    assert!(busy > 0.5, "the workers compute the slow query ({busy:.2} CPU s in 1 s)");
+    let busy =
+        workers[0].cpu_seconds() + workers[1].cpu_seconds() - busy_before.iter().sum::<f64>();
+    assert!(
+        busy > 0.5,
+        "the workers compute the slow query ({busy:.2} CPU s in 1 s)"
+    );
     let cancelled = http
         .delete(format!("{}/v2/query/{id}", coordinator.api))
         .bearer_auth(&admin)
@@ -561,7 +600,8 @@ async fn a_coordinator_and_two_workers_answer_as_one_process_and_fail_cleanly() 
     let (status, body) = submit(&http, &workers[0].api, &local_admin, SLOW).await;
     assert_eq!(status, 202, "{body}");
     let id = body["queryId"].as_str().unwrap().to_string();
-    while state_of(&http, &workers[0].api, &local_admin, &id).await["status"]["state"] != "RUNNING" {
+    while state_of(&http, &workers[0].api, &local_admin, &id).await["status"]["state"] != "RUNNING"
+    {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -581,7 +621,9 @@ async fn a_coordinator_and_two_workers_answer_as_one_process_and_fail_cleanly() 
     drop(killed);
     let query = ended(&http, &coordinator.api, &admin, &id).await;
     assert_eq!(query["status"]["state"], "FAILED", "{query}");
-    let reason = query["status"]["stateChangeReason"].as_str().unwrap_or_default();
+    let reason = query["status"]["stateChangeReason"]
+        .as_str()
+        .unwrap_or_default();
     assert!(
         reason.starts_with("A server running part of this query stopped answering"),
         "{query}"
@@ -595,7 +637,10 @@ async fn a_coordinator_and_two_workers_answer_as_one_process_and_fail_cleanly() 
     let planned = "lakehost_distributed_reads_total";
     let before = coordinator.counter(&http, planned).await;
     let here = rows_of(&http, &coordinator.api, &admin, JOIN).await;
-    assert_eq!(here, rows_of(&http, &workers[0].api, &local_admin, JOIN).await);
+    assert_eq!(
+        here,
+        rows_of(&http, &workers[0].api, &local_admin, JOIN).await
+    );
     assert_eq!(coordinator.counter(&http, planned).await, before + 1.0);
 
     // With no worker left, reads run on the coordinator alone.

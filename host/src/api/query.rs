@@ -75,6 +75,10 @@ fn query_resource(job: &QueryJob) -> Value {
     if let Some(reused) = &job.reused_query_id {
         resource["reusedQueryId"] = json!(reused);
     }
+    // Only on reads that ran on workers (`[distributed]`, off by default).
+    if let Some(workers) = job.workers {
+        resource["workers"] = json!(workers);
+    }
     // Only on queries whose rows went to a wire client as they ran.
     if job.delivery != Delivery::Stored {
         resource["via"] = json!(job.delivery.as_str());

@@ -121,6 +121,11 @@ pub struct QueryResource {
     /// was not kept, so `/result` and `/csv` answer 409.
     #[schema(example = "flight-sql")]
     via: Option<String>,
+    /// Only on a read that ran on several lakehost processes (the
+    /// `[distributed]` section, off by default): how many workers its stages
+    /// were sent to.
+    #[schema(example = 2)]
+    workers: Option<i64>,
 }
 
 /// One cell: `VarCharValue` holds the value as text; NULL is `{}`.

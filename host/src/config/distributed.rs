@@ -128,9 +128,9 @@ impl DistributedConfig {
             ));
         }
         for url in &self.workers {
-            let parsed = Url::parse(url).ok().filter(|u| {
-                u.scheme() == "http" && u.host().is_some() && u.port().is_some()
-            });
+            let parsed = Url::parse(url)
+                .ok()
+                .filter(|u| u.scheme() == "http" && u.host().is_some() && u.port().is_some());
             if parsed.is_none() {
                 return Err(ConfigError::new(
                     "distributed.workers",
@@ -219,7 +219,9 @@ mod tests {
                 "distributed.enabled",
             ),
             (
-                &format!("[storage]\nlake_url = \"file:///tmp/lake\"\n[distributed]\nenabled = true\n{SECRET}"),
+                &format!(
+                    "[storage]\nlake_url = \"file:///tmp/lake\"\n[distributed]\nenabled = true\n{SECRET}"
+                ),
                 "distributed.enabled",
             ),
             (&on(""), "distributed.secret"),
@@ -236,8 +238,14 @@ mod tests {
                 &on(&format!("{SECRET}workers = [\"https://w:50071\"]\n")),
                 "distributed.workers",
             ),
-            (&on(&format!("{SECRET}min_scan_bytes = 0\n")), "distributed.min_scan_bytes"),
-            (&on(&format!("{SECRET}bytes_per_task = 0\n")), "distributed.bytes_per_task"),
+            (
+                &on(&format!("{SECRET}min_scan_bytes = 0\n")),
+                "distributed.min_scan_bytes",
+            ),
+            (
+                &on(&format!("{SECRET}bytes_per_task = 0\n")),
+                "distributed.bytes_per_task",
+            ),
             (&on(&format!("{SECRET}nodes = 3\n")), "distributed.nodes"),
         ]);
     }

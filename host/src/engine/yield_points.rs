@@ -38,7 +38,8 @@ pub struct YieldAfterRowMakers;
 impl YieldAfterRowMakers {
     /// DataFusion's rules, then this one.
     pub fn with_default_rules() -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
-        let mut rules = datafusion::physical_optimizer::optimizer::PhysicalOptimizer::default().rules;
+        let mut rules =
+            datafusion::physical_optimizer::optimizer::PhysicalOptimizer::default().rules;
         rules.push(Arc::new(Self));
         rules
     }
@@ -130,7 +131,10 @@ mod tests {
         assert!(cross.contains("CooperativeExec"), "{cross}");
         let unnest = plan_of("SELECT unnest(make_array(1, 2, 3))").await;
         let lines: Vec<&str> = unnest.lines().map(str::trim).collect();
-        let at = lines.iter().position(|l| l.starts_with("UnnestExec")).unwrap();
+        let at = lines
+            .iter()
+            .position(|l| l.starts_with("UnnestExec"))
+            .unwrap();
         assert!(lines[at - 1].starts_with("CooperativeExec"), "{unnest}");
         let scan = plan_of("SELECT value FROM range(0, 10) WHERE value > 3").await;
         assert!(!scan.contains("HashJoinExec"), "{scan}");

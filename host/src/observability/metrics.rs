@@ -185,10 +185,7 @@ fn describe() {
         CLUSTER_TASKS,
         "Stages of other replicas' distributed reads started here."
     );
-    describe_counter!(
-        CLUSTER_REFUSALS,
-        "Calls to this worker refused, by reason."
-    );
+    describe_counter!(CLUSTER_REFUSALS, "Calls to this worker refused, by reason.");
     describe_gauge!(
         POOL_CONNECTIONS,
         "Metadata-store connections of this replica."

@@ -25,6 +25,7 @@ use crate::{
     engine::{
         EngineError,
         columns::{ResultColumn, columns_of},
+        distributed,
         layout::{plain_batch, without_view_types},
         table_writer::delete_paths,
         write::write_plan,
@@ -45,6 +46,8 @@ pub struct Execution {
     pub staged: Vec<String>,
     /// A read's lake snapshot, when its result may be reused (`engine::snapshot`).
     pub snapshot: Option<String>,
+    /// How many workers a distributed read ran on (`engine::distributed`).
+    pub workers: Option<u32>,
 }
 
 /// Where a statement's result goes: the CSV at `csv_path` and, when `typed`
@@ -98,6 +101,7 @@ pub async fn execute(
                 write: CatalogWrite::None,
                 staged: Vec::new(),
                 snapshot,
+                workers: distributed::workers_reached(context),
             })
         }
         Prepared::Nothing => empty_result(lake, target, CatalogWrite::None).await,
@@ -218,13 +222,14 @@ pub async fn stream_rows(
         write: CatalogWrite::None,
         staged: Vec::new(),
         snapshot: None,
+        workers: distributed::workers_reached(context),
     })
 }
 
 /// A failure while running: permission refusals keep their friendly message,
 /// anything else is the engine's message.
 fn run_error(error: DataFusionError) -> QueryError {
-    if let Some(reason) = crate::engine::distributed::worker_failure(&error) {
+    if let Some(reason) = distributed::worker_failure(&error) {
         return QueryError::Failed(reason);
     }
     EngineError::run(error).into()
@@ -253,6 +258,7 @@ async fn empty_result(
         write,
         staged: Vec::new(),
         snapshot: None,
+        workers: None,
     })
 }
 
@@ -309,6 +315,7 @@ async fn count_result(
             write,
             staged,
             snapshot: None,
+            workers: None,
         }),
         Err(e) => {
             delete_paths(lake.object_store().as_ref(), &staged).await;

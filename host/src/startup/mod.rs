@@ -25,8 +25,7 @@ use url::Url;
 mod wire;
 
 use wire::{
-    ClusterWorkerListener, FlightListener, PgListener, flight_listener_of, pg_listener_of,
-    serve_pg,
+    ClusterWorkerListener, FlightListener, PgListener, flight_listener_of, pg_listener_of, serve_pg,
 };
 
 use crate::{
@@ -146,11 +145,13 @@ impl Application {
         let drain = Drain::new();
         let cluster = Cluster::from_config(&config)?;
         let cluster_worker_listener = match &cluster {
-            Some(_) => wire::bind(
-                Some(config.distributed.worker_listen),
-                "distributed.worker_listen",
-            )
-            .await?,
+            Some(_) => {
+                wire::bind(
+                    Some(config.distributed.worker_listen),
+                    "distributed.worker_listen",
+                )
+                .await?
+            }
             None => None,
         };
         let queries = QueryService::new(

@@ -115,6 +115,9 @@ pub struct QueryJob {
     /// Set when this query answered with another's result (result reuse).
     pub reused_query_id: Option<String>,
     pub delivery: Delivery,
+    /// How many workers a distributed read ran on; `None` when it ran on
+    /// one replica alone.
+    pub workers: Option<i64>,
 }
 
 /// How a run ended.
@@ -128,6 +131,8 @@ pub enum QueryOutcome {
         columns_json: String,
         /// Set on reads whose result later queries may reuse.
         reuse_key: Option<String>,
+        /// The workers of a distributed read (`QueryJob::workers`).
+        workers: Option<i64>,
     },
     Failed {
         reason: String,
@@ -166,7 +171,7 @@ pub enum CatalogWrite {
 const COLUMNS: &str = "id, org, zone, owner_sub, access_fingerprint, sql_text, database_name, \
     statement_type, state, state_change_reason, submitted_at, started_at, completed_at, \
     result_path, result_rows, result_bytes, result_columns_json, access_json, \
-    CAST(attempts AS BIGINT) AS attempts, reused_query_id, delivery";
+    CAST(attempts AS BIGINT) AS attempts, reused_query_id, delivery, workers";
 
 fn job_from_row(row: &sqlx::any::AnyRow) -> Result<QueryJob> {
     let zone: String = row.try_get("zone")?;
@@ -194,11 +199,12 @@ fn job_from_row(row: &sqlx::any::AnyRow) -> Result<QueryJob> {
         attempts: row.try_get("attempts")?,
         reused_query_id: row.try_get("reused_query_id")?,
         delivery: Delivery::parse(&row.try_get::<String, _>("delivery")?)?,
+        workers: row.try_get("workers")?,
     })
 }
 
 /// The columns an end writes: (state, reason, result path, rows, bytes,
-/// columns JSON, reuse key).
+/// columns JSON, reuse key, workers).
 type EndColumns<'a> = (
     &'static str,
     Option<&'a str>,
@@ -207,6 +213,7 @@ type EndColumns<'a> = (
     Option<i64>,
     Option<&'a str>,
     Option<&'a str>,
+    Option<i64>,
 );
 
 fn end_columns(outcome: &QueryOutcome) -> EndColumns<'_> {
@@ -217,6 +224,7 @@ fn end_columns(outcome: &QueryOutcome) -> EndColumns<'_> {
             bytes,
             columns_json,
             reuse_key,
+            workers,
         } => (
             "SUCCEEDED",
             None,
@@ -225,10 +233,12 @@ fn end_columns(outcome: &QueryOutcome) -> EndColumns<'_> {
             Some(*bytes),
             Some(columns_json.as_str()),
             reuse_key.as_deref(),
+            *workers,
         ),
         QueryOutcome::Failed { reason } => (
             "FAILED",
             Some(reason.as_str()),
+            None,
             None,
             None,
             None,
@@ -336,7 +346,7 @@ impl Store {
         inserted: Inserted<'_>,
         delivery: Delivery,
     ) -> Result<QueryJob> {
-        let cancelled = ("CANCELLED", None, None, None, None, None, None);
+        let cancelled = ("CANCELLED", None, None, None, None, None, None, None);
         let (state, started_at, attempts, lease, ended) = match inserted {
             Inserted::Queued => (QueryState::Queued, None, 0, None, None),
             Inserted::Cancelled => (QueryState::Cancelled, None, 0, None, Some(cancelled)),
@@ -361,8 +371,8 @@ impl Store {
                 (state, Some(started_at), 1, None, Some(end_columns(outcome)))
             }
         };
-        let (_, reason, path, rows, bytes, columns, reuse_key) =
-            ended.unwrap_or((state.as_str(), None, None, None, None, None, None));
+        let (_, reason, path, rows, bytes, columns, reuse_key, workers) =
+            ended.unwrap_or((state.as_str(), None, None, None, None, None, None, None));
         // A job stored at its end was submitted when it started (or now,
         // when it never started).
         let (submitted_at, completed_at) = match ended {
@@ -373,9 +383,10 @@ impl Store {
             "INSERT INTO query_jobs (id, org, zone, owner_sub, access_fingerprint, sql_text, \
              database_name, statement_type, access_json, state, submitted_at, started_at, \
              lease_owner, lease_expires_at, attempts, state_change_reason, completed_at, \
-             result_path, result_rows, result_bytes, result_columns_json, reuse_key, delivery) \
+             result_path, result_rows, result_bytes, result_columns_json, reuse_key, delivery, \
+             workers) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
-             $17, $18, $19, $20, $21, $22, $23)",
+             $17, $18, $19, $20, $21, $22, $23, $24)",
         )
         .bind(&query.id)
         .bind(&query.org)
@@ -400,6 +411,7 @@ impl Store {
         .bind(columns)
         .bind(reuse_key)
         .bind(delivery.as_str())
+        .bind(workers)
         .execute(self.pool())
         .await?;
         Ok(QueryJob {
@@ -416,6 +428,7 @@ impl Store {
             attempts,
             reused_query_id: None,
             delivery,
+            workers,
         })
     }
 
@@ -504,11 +517,11 @@ impl Store {
         write: &CatalogWrite,
         now: i64,
     ) -> Result<Finished> {
-        let (state, reason, path, rows, bytes, columns, reuse_key) = end_columns(outcome);
+        let (state, reason, path, rows, bytes, columns, reuse_key, workers) = end_columns(outcome);
         let end = sqlx::query(
             "UPDATE query_jobs SET state = $1, state_change_reason = $2, result_path = $3, \
              result_rows = $4, result_bytes = $5, result_columns_json = $6, completed_at = $7, \
-             reuse_key = $10, lease_owner = NULL, lease_expires_at = NULL \
+             reuse_key = $10, workers = $11, lease_owner = NULL, lease_expires_at = NULL \
              WHERE id = $8 AND lease_owner = $9 AND state = 'RUNNING'",
         )
         .bind(state)
@@ -520,7 +533,8 @@ impl Store {
         .bind(now)
         .bind(id)
         .bind(holder)
-        .bind(reuse_key);
+        .bind(reuse_key)
+        .bind(workers);
         if matches!(write, CatalogWrite::None) {
             // Nothing else to write: one statement is its own transaction.
             let done = end.execute(self.pool()).await?;
@@ -638,6 +652,7 @@ impl Store {
             attempts: 0,
             reused_query_id: Some(source.query.id.clone()),
             delivery: Delivery::Stored,
+            workers: None,
         })
     }
 

@@ -229,6 +229,7 @@ async fn query_jobs_move_through_their_states() {
             bytes: 10,
             columns_json: "[]".into(),
             reuse_key: None,
+            workers: Some(3),
         };
         assert!(
             store
@@ -251,9 +252,16 @@ async fn query_jobs_move_through_their_states() {
                 done.state,
                 done.completed_at,
                 done.result_rows,
-                done.result_path.as_deref()
+                done.result_path.as_deref(),
+                done.workers,
             ),
-            (QueryState::Succeeded, Some(120), Some(3), Some("results/x"))
+            (
+                QueryState::Succeeded,
+                Some(120),
+                Some(3),
+                Some("results/x"),
+                Some(3)
+            )
         );
         assert!(
             !store.cancel_query(&job.query.id, 130).await.unwrap(),
@@ -322,6 +330,7 @@ async fn a_reused_query_copies_the_newest_matching_result_within_its_age() {
                 bytes: 10,
                 columns_json: "[]".into(),
                 reuse_key: Some("key-a".into()),
+                workers: None,
             };
             let finished = store
                 .finish_query(&job.id, "w1", &outcome, &CatalogWrite::None, ended_at)
@@ -391,6 +400,7 @@ async fn streamed_queries_keep_their_delivery_and_no_result_path() {
             bytes: 96,
             columns_json: "[]".into(),
             reuse_key: None,
+            workers: None,
         };
         let finished = store
             .finish_query(&job.id, "w1", &streamed, &CatalogWrite::None, 110)
@@ -445,6 +455,7 @@ async fn a_query_stored_at_its_end_reads_back_final_and_is_reusable() {
             bytes: 4,
             columns_json: "[]".into(),
             reuse_key: Some("key-at-once".into()),
+            workers: None,
         };
         let failed = QueryOutcome::Failed {
             reason: "Divide by zero error".into(),
@@ -723,6 +734,7 @@ async fn catalog_changes_commit_with_the_final_state_or_not_at_all() {
             bytes: 1,
             columns_json: "[]".into(),
             reuse_key: None,
+            workers: None,
         };
 
         // A worker that lost its job (cancelled meanwhile) writes nothing.

@@ -45,9 +45,10 @@ impl Members {
 
     /// Probes every worker now, and keeps the ones that answered.
     pub async fn probe(&self) {
-        let checks = self.configured.iter().map(|url| async move {
-            answers(url).await.then(|| url.clone())
-        });
+        let checks = self
+            .configured
+            .iter()
+            .map(|url| async move { answers(url).await.then(|| url.clone()) });
         let live: Vec<Url> = futures::future::join_all(checks)
             .await
             .into_iter()
@@ -65,7 +66,12 @@ impl Members {
                 .filter(|url| !current.contains(url))
                 .map(Url::as_str)
                 .collect();
-            tracing::warn!(?gone, ?back, live = live.len(), "distributed workers changed");
+            tracing::warn!(
+                ?gone,
+                ?back,
+                live = live.len(),
+                "distributed workers changed"
+            );
             *current = live;
         }
     }
@@ -125,7 +131,10 @@ mod tests {
         assert_eq!(members.live().len(), 2, "live until probed");
         members.probe().await;
         assert_eq!(members.live(), vec![up.clone()]);
-        assert_eq!(LiveWorkers(members.clone()).get_urls().unwrap(), vec![up.clone()]);
+        assert_eq!(
+            LiveWorkers(members.clone()).get_urls().unwrap(),
+            vec![up.clone()]
+        );
         let _back = tokio::net::TcpListener::bind(down_address).await.unwrap();
         members.probe().await;
         assert_eq!(members.live(), vec![up, down]);

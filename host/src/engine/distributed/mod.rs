@@ -32,21 +32,63 @@ pub use secret::ClusterSecret;
 
 /// Why a statement failed, when it failed because a worker of its
 /// distributed plan stopped answering: the transport's error (a gRPC
-/// status) somewhere in its chain.
+/// status) somewhere in its chain, seen here or relayed by another worker.
 #[cfg(feature = "distributed")]
 pub fn worker_failure(error: &datafusion::common::DataFusionError) -> Option<String> {
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(error) = cause {
-        if let Some(status) = error.downcast_ref::<tonic::Status>() {
-            return Some(format!(
-                "A server running part of this query stopped answering ({}: {}); \
-                 the query was not run again. Run it again.",
-                status.code().description(),
-                status.message()
-            ));
-        }
-        cause = error.source();
+    let status = transport_status(error)?;
+    Some(format!(
+        "A server running part of this query stopped answering ({status}); \
+         the query was not run again. Run it again."
+    ))
+}
+
+/// The gRPC status under `error`, through DataFusion's and Arrow's
+/// wrappers and any error's `source`, as text.
+#[cfg(feature = "distributed")]
+fn transport_status(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    use datafusion::{arrow::error::ArrowError, common::DataFusionError};
+    if let Some(status) = error.downcast_ref::<tonic::Status>() {
+        return Some(format!(
+            "{}: {}",
+            status.code().description(),
+            status.message()
+        ));
     }
+    let inner: Option<&(dyn std::error::Error + 'static)> =
+        match error.downcast_ref::<DataFusionError>() {
+            Some(DataFusionError::External(inner)) => {
+                // Another worker's: the crate relays its peer's status as
+                // text (tonic's `Display`: "code: '...', message: ...").
+                let text = inner.to_string();
+                if inner.downcast_ref::<tonic::Status>().is_none() && text.starts_with("code: '") {
+                    return Some(text);
+                }
+                Some(inner.as_ref())
+            }
+            Some(DataFusionError::Shared(inner)) => Some(inner.as_ref()),
+            Some(DataFusionError::Context(_, inner)) => Some(inner.as_ref()),
+            Some(DataFusionError::ArrowError(inner, _)) => Some(inner.as_ref()),
+            Some(DataFusionError::Diagnostic(_, inner)) => Some(inner.as_ref()),
+            _ => match error.downcast_ref::<ArrowError>() {
+                Some(ArrowError::ExternalError(inner)) => Some(inner.as_ref()),
+                _ => None,
+            },
+        };
+    inner.or_else(|| error.source()).and_then(transport_status)
+}
+
+/// How many workers the reads of `context` sent stages to; `None` when
+/// none (a read that ran here alone).
+#[cfg(feature = "distributed")]
+pub fn workers_reached(context: &datafusion::prelude::SessionContext) -> Option<u32> {
+    let state = context.state_ref();
+    let state = state.read();
+    let reached = state.config().get_extension::<secret::WorkersReached>()?;
+    u32::try_from(reached.count()).ok().filter(|n| *n > 0)
+}
+
+#[cfg(not(feature = "distributed"))]
+pub fn workers_reached(_context: &datafusion::prelude::SessionContext) -> Option<u32> {
     None
 }
 
@@ -105,7 +147,7 @@ mod cluster {
     use super::{
         members::{LiveWorkers, Members},
         planner::{HandedPlan, ScanGate, SizeGatedPlanner},
-        secret::{ClusterSecret, SecretChannels},
+        secret::{ClusterSecret, RecordingChannels, SecretChannels, WorkersReached},
         worker::LakeWorker,
     };
     use crate::{config::Config, lake::Lake};
@@ -169,14 +211,18 @@ mod cluster {
             if !self.coordinates() {
                 return Ok(builder);
             }
+            let reached = Arc::new(WorkersReached::default());
+            let channels = RecordingChannels::new(self.channels.clone(), reached.clone());
             let mut builder = builder
                 .with_query_planner(Arc::new(HandedPlan))
                 .with_distributed_worker_resolver(LiveWorkers(self.members.clone()))
-                .with_distributed_channel_resolver(self.channels.clone())
+                .with_distributed_channel_resolver(channels)
                 .with_distributed_file_scan_config_bytes_per_partition(self.bytes_per_task)?;
             if self.max_tasks_per_stage > 0 {
-                builder =
-                    builder.with_distributed_max_tasks_per_stage(self.max_tasks_per_stage)?;
+                builder = builder.with_distributed_max_tasks_per_stage(self.max_tasks_per_stage)?;
+            }
+            if let Some(config) = builder.config().as_mut() {
+                config.set_extension(reached);
             }
             let mut builder = builder.with_distributed_planner();
             let distributed = builder.query_planner().take().ok_or_else(|| {
@@ -187,7 +233,11 @@ mod cluster {
         }
 
         /// The worker service for this replica's worker listener.
-        pub fn worker_router(&self, lake: &Lake, metadata_cache: Arc<FileMetadataCache>) -> axum::Router {
+        pub fn worker_router(
+            &self,
+            lake: &Lake,
+            metadata_cache: Arc<FileMetadataCache>,
+        ) -> axum::Router {
             LakeWorker::new(
                 lake.object_store_url().clone(),
                 lake.object_store(),
@@ -197,5 +247,57 @@ mod cluster {
             )
             .router(self.secret.clone())
         }
+    }
+}
+
+#[cfg(all(test, feature = "distributed"))]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::{arrow::error::ArrowError, common::DataFusionError};
+
+    use super::worker_failure;
+
+    #[test]
+    fn a_transport_status_is_found_under_any_wrapper() {
+        let status = || Box::new(tonic::Status::unknown("h2 protocol error: broken pipe"));
+        let wrapped = [
+            DataFusionError::External(status()),
+            DataFusionError::Shared(Arc::new(DataFusionError::External(status()))),
+            DataFusionError::Context(
+                "stage 2".into(),
+                Box::new(DataFusionError::ArrowError(
+                    Box::new(ArrowError::ExternalError(status())),
+                    None,
+                )),
+            ),
+        ];
+        for error in &wrapped {
+            let reason = worker_failure(error).unwrap_or_else(|| panic!("{error:?}"));
+            assert!(
+                reason.starts_with("A server running part of this query stopped answering")
+                    && reason.contains("h2 protocol error: broken pipe"),
+                "{reason}"
+            );
+        }
+        #[derive(Debug)]
+        struct Relayed(String);
+        impl std::fmt::Display for Relayed {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+        impl std::error::Error for Relayed {}
+        let relayed = DataFusionError::External(Box::new(Relayed(status().to_string())));
+        let reason = worker_failure(&relayed).unwrap();
+        assert!(reason.contains("code: 'Unknown error'"), "{reason}");
+        let plain = DataFusionError::ResourcesExhausted("repeat would return 1 bytes".into());
+        assert_eq!(worker_failure(&plain), None);
+        assert_eq!(
+            worker_failure(&DataFusionError::External(Box::new(std::io::Error::other(
+                "disk"
+            )))),
+            None
+        );
     }
 }

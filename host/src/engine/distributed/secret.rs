@@ -76,7 +76,10 @@ impl ClusterSecret {
 
 fn read_secret_file(path: &Path) -> anyhow::Result<String> {
     let text = std::fs::read_to_string(path).map_err(|e| {
-        anyhow::anyhow!("cannot read {} (distributed.secret_file): {e}", path.display())
+        anyhow::anyhow!(
+            "cannot read {} (distributed.secret_file): {e}",
+            path.display()
+        )
     })?;
     Ok(text.trim_end().to_string())
 }
@@ -143,6 +146,45 @@ impl ChannelResolver for SecretChannels {
             request
         });
         Ok(create_worker_client(BoxCloneSyncChannel::new(channel)))
+    }
+}
+
+/// The workers one session's reads reached: `SecretChannels`, noting each
+/// worker a stage was sent to (what the Query resource's `workers` counts).
+#[derive(Clone)]
+pub struct RecordingChannels {
+    channels: SecretChannels,
+    reached: Arc<WorkersReached>,
+}
+
+/// A session's set of workers reached, kept in its config.
+#[derive(Debug, Default)]
+pub struct WorkersReached(std::sync::Mutex<std::collections::BTreeSet<Url>>);
+
+impl WorkersReached {
+    pub fn count(&self) -> usize {
+        self.0.lock().expect("workers reached lock").len()
+    }
+}
+
+impl RecordingChannels {
+    pub fn new(channels: SecretChannels, reached: Arc<WorkersReached>) -> Self {
+        Self { channels, reached }
+    }
+}
+
+#[async_trait]
+impl ChannelResolver for RecordingChannels {
+    async fn get_worker_client_for_url(
+        &self,
+        url: &Url,
+    ) -> Result<Box<dyn WorkerChannel>, DataFusionError> {
+        self.reached
+            .0
+            .lock()
+            .expect("workers reached lock")
+            .insert(url.clone());
+        self.channels.get_worker_client_for_url(url).await
     }
 }
 

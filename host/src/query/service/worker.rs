@@ -282,6 +282,7 @@ impl QueryService {
                         .snapshot
                         .as_deref()
                         .and_then(|snapshot| reuse_key(query, snapshot)),
+                    workers: execution.workers.map(i64::from),
                 },
                 write: execution.write,
                 staged: execution.staged,
