@@ -1,0 +1,255 @@
+#!/usr/bin/env python3
+"""Distributed reads benchmark: one query run by one lakehost process, then
+spread over 1, 2 and 3 worker processes, beside DataFusion-python reading
+the same files.
+
+The lake is on S3 (moto, started by ``.ci/s3`` as the test suite starts it),
+because a lake on local disk cannot be distributed. The benchmark:
+
+1. generates TPC-H parquet with ``tpchgen-cli`` (``query_bench.py``'s
+   helpers, the same ``service_client_id`` column) and imports every table
+   into ``s3://<bucket>/lake`` with ``lakehost import``;
+2. starts three worker replicas (``[distributed] enabled``, no workers of
+   their own) and, for each worker count 0-3, a coordinator naming that many
+   of them, all on one SQLite store file;
+3. times each query through the HTTP API (submit, poll, first page; median
+   of ``--runs``) and DataFusion-python on the same S3 files in process;
+4. for each distributed query, runs ``EXPLAIN ANALYZE`` once and sums the
+   bytes each network boundary moved (datafusion-distributed's
+   ``bytes_transferred`` per stage), and reads the CPU seconds every process
+   spent from /proc.
+
+On a machine with fewer cores than processes, distribution can only add
+work: the figures measure its overhead, and the bytes per stage are what a
+model of larger clusters needs (bench/README.md).
+
+Run it through ``bench/run-distributed``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import datafusion
+import requests
+from datafusion.object_store import AmazonS3
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import query_bench as qb  # noqa: E402  (beside this file)
+
+QUERIES = {name: qb.QUERIES[name] for name in ("Q1", "Q3", "Q6", "Q12")}
+QUERIES["join"] = """
+    SELECT c_mktsegment, count(*) AS lines, sum(l_quantity) AS quantity
+    FROM lineitem JOIN orders ON l_orderkey = o_orderkey
+                  JOIN customer ON o_custkey = c_custkey
+    GROUP BY c_mktsegment ORDER BY c_mktsegment"""
+SECRET = "distributed-benchmark-secret-0123456789abcdef"
+WORKERS = 3
+
+
+def s3_environment() -> dict[str, str]:
+    """Starts moto through .ci/s3 (or finds it running) and returns its AWS_* variables."""
+    out = subprocess.run(["bash", str(qb.REPO_ROOT / ".ci" / "s3")], capture_output=True, text=True)
+    env = {}
+    for line in out.stdout.splitlines():
+        match = re.match(r"export (\w+)=(.*)", line)
+        if match:
+            env[match.group(1)] = match.group(2)
+    if "AWS_ENDPOINT_URL" not in env:
+        endpoint = os.environ.get("AWS_ENDPOINT_URL")
+        if not endpoint:
+            raise RuntimeError(f".ci/s3 failed:\n{out.stdout}{out.stderr}")
+        env = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+    return env
+
+
+class Process:
+    """One `lakehost serve` with its own data dir and ports, on the shared store and lake."""
+
+    def __init__(self, lakehost: Path, work: Path, name: str, env: dict[str, str]):
+        self.name = name
+        self.log = work / f"{name}.log"
+        data = work / name
+        data.mkdir(parents=True, exist_ok=True)
+        full = {**os.environ, **env,
+                "LAKEHOST_STORAGE_DATA_DIR": str(data),
+                "LAKEHOST_SERVER_LISTEN": "127.0.0.1:0",
+                "LAKEHOST_STORAGE_S3_LISTEN": "127.0.0.1:0",
+                "LAKEHOST_SERVER_METRICS_LISTEN": "127.0.0.1:0",
+                "LAKEHOST_DISTRIBUTED_WORKER_LISTEN": "127.0.0.1:0",
+                "RUST_LOG": "warn"}
+        self.proc = subprocess.Popen([str(lakehost), "serve"], env=full, stdout=subprocess.PIPE,
+                                     stderr=open(self.log, "wb"), stdin=subprocess.DEVNULL,
+                                     text=True)
+        self.api = self.worker = None
+        for line in self.proc.stdout:
+            line = line.strip()
+            if line.startswith("lakehost listening on "):
+                self.api = line.removeprefix("lakehost listening on ")
+            if line.startswith("Worker:"):
+                self.worker = line.split()[1]
+            if line.startswith("Get a token") or line.startswith("Tokens come from"):
+                break
+        if self.api is None:
+            raise RuntimeError(f"{name} did not start; see {self.log}")
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def explain_bytes(engine: qb.LakehostEngine, sql: str) -> list[int]:
+    """Bytes each network boundary moved in one run of `sql` (EXPLAIN ANALYZE)."""
+    engine._ensure_token()
+    api = "/v2/query"
+    query_id = engine._call("POST", api, 202, {"query": f"EXPLAIN ANALYZE {sql}"})["queryId"]
+    while engine._call("GET", f"{api}/{query_id}", 200)["status"]["state"] not in qb.FINAL_STATES:
+        time.sleep(0.05)
+    page = engine._call("GET", f"{api}/{query_id}/result", 200)
+    text = "\n".join(cell.get("VarCharValue", "") for row in page["resultSet"]["Rows"]
+                     for cell in row["Data"])
+    stages = []
+    for line in text.splitlines():
+        if "Network" in line and "bytes_transferred=" in line:
+            value = re.search(r"bytes_transferred=([0-9.]+) ?([KMG]?B)?", line)
+            if value:
+                number = float(value.group(1))
+                unit = {"KB": 1e3, "MB": 1e6, "GB": 1e9}.get(value.group(2) or "B", 1)
+                stages.append(int(number * unit))
+    return stages
+
+
+def datafusion_on_s3(env: dict[str, str], bucket: str, lake_prefix: str) -> datafusion.SessionContext:
+    """DataFusion-python reading the very same lake files from the same S3 server."""
+    ctx = datafusion.SessionContext()
+    store = AmazonS3(bucket_name=bucket, region=env.get("AWS_REGION", "us-east-1"),
+                     access_key_id=env["AWS_ACCESS_KEY_ID"],
+                     secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+                     endpoint=env["AWS_ENDPOINT_URL"], allow_http=True)
+    ctx.register_object_store(f"s3://{bucket}", store, None)
+    for table in qb.TABLES:
+        ctx.register_parquet(table, f"s3://{bucket}/{lake_prefix}/{table}/",
+                             table_partition_cols=qb.PARTITION_COLS)
+    return ctx
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--scale", type=float, default=1)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--lakehost", type=Path,
+                        default=qb.REPO_ROOT / "target" / "release" / "lakehost")
+    parser.add_argument("--work", type=Path, default=qb.BENCH_DIR / ".work-distributed")
+    args = parser.parse_args()
+    work = args.work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    lakehost = args.lakehost.resolve()
+
+    env = s3_environment()
+    bucket = f"lakehost-bench-{int(time.time())}"
+    requests.put(f"{env['AWS_ENDPOINT_URL']}/{bucket}", timeout=30).raise_for_status()
+    store_file = work / "store.db"
+    for leftover in work.glob("store.db*"):
+        leftover.unlink()
+    shared = {**env,
+              "LAKEHOST_STORAGE_DATABASE_URL": f"sqlite:{store_file}",
+              "LAKEHOST_STORAGE_LAKE_URL": f"s3://{bucket}/lake",
+              "LAKEHOST_DISTRIBUTED_SECRET": SECRET,
+              "LAKEHOST_QUERY_READ_CACHE_BYTES": "0"}
+
+    tpch = qb.generate_tpch(work, args.scale)
+    import_dir = work / f"import-sf{args.scale:g}"
+    import_dir.mkdir(exist_ok=True)
+    qb.prepare_import_files(tpch, import_dir)
+    config = work / "import.toml"
+    config.write_text(f"[storage]\ndata_dir = {json.dumps(str(work / 'import-data'))}\n"
+                      f"database_url = {json.dumps('sqlite:' + str(store_file))}\n"
+                      f"lake_url = {json.dumps(f's3://{bucket}/lake')}\n")
+    os.environ.update(env)
+    start = time.perf_counter()
+    qb.import_tables(lakehost, config, import_dir)
+    print(f"imported into s3://{bucket}/lake in {time.perf_counter() - start:.1f} s")
+
+    on = {**shared, "LAKEHOST_DISTRIBUTED_ENABLED": "true"}
+    workers = [Process(lakehost, work, f"worker{i}", on) for i in range(WORKERS)]
+    peer = datafusion_on_s3(env, bucket, f"lake/{qb.DATABASE}")
+    times: dict[str, dict[str, float]] = {name: {} for name in QUERIES}
+    shuffles: dict[str, dict[int, list[int]]] = {name: {} for name in QUERIES}
+    cpu: dict[int, float] = {}
+    try:
+        for n in range(WORKERS + 1):
+            coordinator_env = dict(shared)
+            if n:
+                coordinator_env.update({
+                    "LAKEHOST_DISTRIBUTED_ENABLED": "true",
+                    "LAKEHOST_DISTRIBUTED_WORKERS": ",".join(w.worker for w in workers[:n]),
+                    "LAKEHOST_DISTRIBUTED_MIN_SCAN_BYTES": "1",
+                    "LAKEHOST_DISTRIBUTED_BYTES_PER_TASK": str(16 << 20),
+                })
+            coordinator = Process(lakehost, work, f"coordinator-{n}", coordinator_env)
+            engine = qb.LakehostEngine(coordinator.api)
+            everyone = [coordinator, *workers]
+            cpu_before = sum(p.cpu_seconds() for p in everyone)
+            try:
+                for name, sql in QUERIES.items():
+                    engine.run(sql)  # warm-up
+                    runs = [engine.run(sql).seconds for _ in range(args.runs)]
+                    times[name][f"{n} workers" if n else "local"] = statistics.median(runs)
+                    if n:
+                        shuffles[name][n] = explain_bytes(engine, sql)
+                cpu[n] = sum(p.cpu_seconds() for p in everyone) - cpu_before
+            finally:
+                coordinator.stop()
+        for name, sql in QUERIES.items():
+            peer.sql(sql).collect()
+            runs = []
+            for _ in range(args.runs):
+                start = time.perf_counter()
+                peer.sql(sql).collect()
+                runs.append(time.perf_counter() - start)
+            times[name]["DataFusion-python"] = statistics.median(runs)
+    finally:
+        for worker in workers:
+            worker.stop()
+
+    columns = ["local", *[f"{n} workers" for n in range(1, WORKERS + 1)], "DataFusion-python"]
+    print(f"\nTPC-H scale {args.scale:g} on S3 (moto), {os.cpu_count()} cores, "
+          f"median of {args.runs}; seconds (x local)")
+    print("| query | " + " | ".join(columns) + " |")
+    print("|---" * (len(columns) + 1) + "|")
+    for name in QUERIES:
+        local = times[name]["local"]
+        cells = [f"{times[name][c]:.3f} ({times[name][c] / local:.2f}x)" for c in columns]
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    print("\nBytes moved between processes per stage (EXPLAIN ANALYZE, one run)")
+    print("| query | " + " | ".join(f"{n} workers" for n in range(1, WORKERS + 1)) + " |")
+    print("|---" * (WORKERS + 1) + "|")
+    for name in QUERIES:
+        cells = []
+        for n in range(1, WORKERS + 1):
+            stages = shuffles[name].get(n, [])
+            cells.append(f"{sum(stages) / 1e6:.2f} MB in {len(stages)} stages" if stages else "kept whole")
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    print("\nCPU seconds of all lakehost processes per configuration (all queries, warm-ups and "
+          "EXPLAIN ANALYZE included)")
+    for n, seconds in cpu.items():
+        print(f"  {'local' if n == 0 else f'{n} workers'}: {seconds:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
