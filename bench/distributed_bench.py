@@ -14,13 +14,12 @@ because a lake on local disk cannot be distributed. The benchmark:
    of them, all on one SQLite store file;
 3. times each query through the HTTP API (submit, poll, first page; median
    of ``--runs``) and DataFusion-python on the same S3 files in process;
-4. for each distributed query, runs ``EXPLAIN ANALYZE`` once and sums the
-   bytes each network boundary moved (datafusion-distributed's
-   ``bytes_transferred`` per stage), and reads the CPU seconds every process
-   spent from /proc.
+4. for each distributed query, counts the bytes the workers sent in one
+   more run (/proc wchar: stage output to the coordinator and to each other;
+   lakehost refuses EXPLAIN ANALYZE), and the CPU seconds every process spent.
 
 On a machine with fewer cores than processes, distribution can only add
-work: the figures measure its overhead, and the bytes per stage are what a
+work: the figures measure its overhead, and the bytes moved are what a
 model of larger clusters needs (bench/README.md).
 
 Run it through ``bench/run-distributed``.
@@ -32,6 +31,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -55,8 +55,8 @@ SECRET = "distributed-benchmark-secret-0123456789abcdef"
 WORKERS = 3
 
 
-def s3_environment() -> dict[str, str]:
-    """Starts moto through .ci/s3 (or finds it running) and returns its AWS_* variables."""
+def s3_environment() -> tuple[dict[str, str], int]:
+    """Starts moto through .ci/s3; its AWS_* variables and its pid."""
     out = subprocess.run(["bash", str(qb.REPO_ROOT / ".ci" / "s3")], capture_output=True, text=True)
     env = {}
     for line in out.stdout.splitlines():
@@ -64,11 +64,11 @@ def s3_environment() -> dict[str, str]:
         if match:
             env[match.group(1)] = match.group(2)
     if "AWS_ENDPOINT_URL" not in env:
-        endpoint = os.environ.get("AWS_ENDPOINT_URL")
-        if not endpoint:
-            raise RuntimeError(f".ci/s3 failed:\n{out.stdout}{out.stderr}")
-        env = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
-    return env
+        raise RuntimeError(f".ci/s3 failed (is an S3 server left on its port?):\n"
+                           f"{out.stdout}{out.stderr}")
+    pid = int(env.pop("LAKEHOST_TEST_S3_PID"))
+    env.pop("LAKEHOST_TEST_S3_ENDPOINT", None)
+    return env, pid
 
 
 class Process:
@@ -113,25 +113,24 @@ class Process:
             self.proc.kill()
 
 
-def explain_bytes(engine: qb.LakehostEngine, sql: str) -> list[int]:
-    """Bytes each network boundary moved in one run of `sql` (EXPLAIN ANALYZE)."""
-    engine._ensure_token()
-    api = "/v2/query"
-    query_id = engine._call("POST", api, 202, {"query": f"EXPLAIN ANALYZE {sql}"})["queryId"]
-    while engine._call("GET", f"{api}/{query_id}", 200)["status"]["state"] not in qb.FINAL_STATES:
-        time.sleep(0.05)
-    page = engine._call("GET", f"{api}/{query_id}/result", 200)
-    text = "\n".join(cell.get("VarCharValue", "") for row in page["resultSet"]["Rows"]
-                     for cell in row["Data"])
-    stages = []
-    for line in text.splitlines():
-        if "Network" in line and "bytes_transferred=" in line:
-            value = re.search(r"bytes_transferred=([0-9.]+) ?([KMG]?B)?", line)
-            if value:
-                number = float(value.group(1))
-                unit = {"KB": 1e3, "MB": 1e6, "GB": 1e9}.get(value.group(2) or "B", 1)
-                stages.append(int(number * unit))
-    return stages
+def sent_bytes(processes: list[Process]) -> int:
+    """Bytes the processes wrote through system calls (/proc/<pid>/io wchar)."""
+    total = 0
+    for process in processes:
+        for line in Path(f"/proc/{process.proc.pid}/io").read_text().splitlines():
+            if line.startswith("wchar:"):
+                total += int(line.split()[1])
+    return total
+
+
+def worker_output(engine: qb.LakehostEngine, sql: str, workers: list[Process]) -> int:
+    """Bytes the workers sent in one run of `sql`: their stages' output to the
+    coordinator and to each other (shuffles), plus their few requests to S3 and
+    log lines. lakehost refuses EXPLAIN ANALYZE, which would show each stage's
+    bytes, so the kernel counts them."""
+    before = sent_bytes(workers)
+    engine.run(sql)
+    return sent_bytes(workers) - before
 
 
 def datafusion_on_s3(env: dict[str, str], bucket: str, lake_prefix: str) -> datafusion.SessionContext:
@@ -141,7 +140,7 @@ def datafusion_on_s3(env: dict[str, str], bucket: str, lake_prefix: str) -> data
                      access_key_id=env["AWS_ACCESS_KEY_ID"],
                      secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
                      endpoint=env["AWS_ENDPOINT_URL"], allow_http=True)
-    ctx.register_object_store(f"s3://{bucket}", store, None)
+    ctx.register_object_store("s3://", store, bucket)
     for table in qb.TABLES:
         ctx.register_parquet(table, f"s3://{bucket}/{lake_prefix}/{table}/",
                              table_partition_cols=qb.PARTITION_COLS)
@@ -156,11 +155,18 @@ def main() -> None:
                         default=qb.REPO_ROOT / "target" / "release" / "lakehost")
     parser.add_argument("--work", type=Path, default=qb.BENCH_DIR / ".work-distributed")
     args = parser.parse_args()
-    work = args.work.resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    lakehost = args.lakehost.resolve()
+    args.work.mkdir(parents=True, exist_ok=True)
 
-    env = s3_environment()
+    env, moto = s3_environment()
+    try:
+        run(args, env)
+    finally:
+        os.kill(moto, signal.SIGTERM)
+
+
+def run(args: argparse.Namespace, env: dict[str, str]) -> None:
+    work = args.work.resolve()
+    lakehost = args.lakehost.resolve()
     bucket = f"lakehost-bench-{int(time.time())}"
     requests.put(f"{env['AWS_ENDPOINT_URL']}/{bucket}", timeout=30).raise_for_status()
     store_file = work / "store.db"
@@ -189,7 +195,7 @@ def main() -> None:
     workers = [Process(lakehost, work, f"worker{i}", on) for i in range(WORKERS)]
     peer = datafusion_on_s3(env, bucket, f"lake/{qb.DATABASE}")
     times: dict[str, dict[str, float]] = {name: {} for name in QUERIES}
-    shuffles: dict[str, dict[int, list[int]]] = {name: {} for name in QUERIES}
+    shuffles: dict[str, dict[int, int]] = {name: {} for name in QUERIES}
     cpu: dict[int, float] = {}
     try:
         for n in range(WORKERS + 1):
@@ -211,7 +217,7 @@ def main() -> None:
                     runs = [engine.run(sql).seconds for _ in range(args.runs)]
                     times[name][f"{n} workers" if n else "local"] = statistics.median(runs)
                     if n:
-                        shuffles[name][n] = explain_bytes(engine, sql)
+                        shuffles[name][n] = worker_output(engine, sql, workers[:n])
                 cpu[n] = sum(p.cpu_seconds() for p in everyone) - cpu_before
             finally:
                 coordinator.stop()
@@ -236,17 +242,15 @@ def main() -> None:
         local = times[name]["local"]
         cells = [f"{times[name][c]:.3f} ({times[name][c] / local:.2f}x)" for c in columns]
         print(f"| {name} | " + " | ".join(cells) + " |")
-    print("\nBytes moved between processes per stage (EXPLAIN ANALYZE, one run)")
+    print("\nMB the workers sent in one run (stage output to the coordinator and to each "
+          "other; /proc wchar)")
     print("| query | " + " | ".join(f"{n} workers" for n in range(1, WORKERS + 1)) + " |")
     print("|---" * (WORKERS + 1) + "|")
     for name in QUERIES:
-        cells = []
-        for n in range(1, WORKERS + 1):
-            stages = shuffles[name].get(n, [])
-            cells.append(f"{sum(stages) / 1e6:.2f} MB in {len(stages)} stages" if stages else "kept whole")
+        cells = [f"{shuffles[name][n] / 1e6:.2f}" for n in range(1, WORKERS + 1)]
         print(f"| {name} | " + " | ".join(cells) + " |")
     print("\nCPU seconds of all lakehost processes per configuration (all queries, warm-ups and "
-          "EXPLAIN ANALYZE included)")
+          "the byte-counting runs included)")
     for n, seconds in cpu.items():
         print(f"  {'local' if n == 0 else f'{n} workers'}: {seconds:.1f} s")
 
