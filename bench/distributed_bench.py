@@ -192,12 +192,13 @@ def run(args: argparse.Namespace, env: dict[str, str]) -> None:
     print(f"imported into s3://{bucket}/lake in {time.perf_counter() - start:.1f} s")
 
     on = {**shared, "LAKEHOST_DISTRIBUTED_ENABLED": "true"}
-    workers = [Process(lakehost, work, f"worker{i}", on) for i in range(WORKERS)]
-    peer = datafusion_on_s3(env, bucket, f"lake/{qb.DATABASE}")
+    workers: list[Process] = []
     times: dict[str, dict[str, float]] = {name: {} for name in QUERIES}
     shuffles: dict[str, dict[int, int]] = {name: {} for name in QUERIES}
     cpu: dict[int, float] = {}
     try:
+        workers.extend(Process(lakehost, work, f"worker{i}", on) for i in range(WORKERS))
+        peer = datafusion_on_s3(env, bucket, f"lake/{qb.DATABASE}")
         for n in range(WORKERS + 1):
             coordinator_env = dict(shared)
             if n:

@@ -131,6 +131,12 @@ impl SecretChannels {
     }
 }
 
+impl std::fmt::Debug for SecretChannels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SecretChannels")
+    }
+}
+
 #[async_trait]
 impl ChannelResolver for SecretChannels {
     async fn get_worker_client_for_url(
