@@ -195,7 +195,7 @@ def run(args: argparse.Namespace, env: dict[str, str]) -> None:
     workers: list[Process] = []
     times: dict[str, dict[str, float]] = {name: {} for name in QUERIES}
     shuffles: dict[str, dict[int, int]] = {name: {} for name in QUERIES}
-    cpu: dict[int, float] = {}
+    cpu: dict[int, float] = {}  # CPU seconds per query run
     try:
         workers.extend(Process(lakehost, work, f"worker{i}", on) for i in range(WORKERS))
         peer = datafusion_on_s3(env, bucket, f"lake/{qb.DATABASE}")
@@ -219,7 +219,10 @@ def run(args: argparse.Namespace, env: dict[str, str]) -> None:
                     times[name][f"{n} workers" if n else "local"] = statistics.median(runs)
                     if n:
                         shuffles[name][n] = worker_output(engine, sql, workers[:n])
-                cpu[n] = sum(p.cpu_seconds() for p in everyone) - cpu_before
+                # Each query ran a warm-up, the timed runs and, distributed,
+                # the byte-counting run.
+                run_count = len(QUERIES) * (1 + args.runs + (1 if n else 0))
+                cpu[n] = (sum(p.cpu_seconds() for p in everyone) - cpu_before) / run_count
             finally:
                 coordinator.stop()
         for name, sql in QUERIES.items():
@@ -250,10 +253,10 @@ def run(args: argparse.Namespace, env: dict[str, str]) -> None:
     for name in QUERIES:
         cells = [f"{shuffles[name][n] / 1e6:.2f}" for n in range(1, WORKERS + 1)]
         print(f"| {name} | " + " | ".join(cells) + " |")
-    print("\nCPU seconds of all lakehost processes per configuration (all queries, warm-ups and "
-          "the byte-counting runs included)")
+    print("\nCPU seconds of all lakehost processes per query run, averaged over the set")
     for n, seconds in cpu.items():
-        print(f"  {'local' if n == 0 else f'{n} workers'}: {seconds:.1f} s")
+        label = "local" if n == 0 else f"{n} workers"
+        print(f"  {label}: {seconds:.3f} s ({seconds / cpu[0]:.2f}x local)")
 
 
 if __name__ == "__main__":
