@@ -38,7 +38,7 @@ use serde_json::{Value, json};
 
 mod common;
 
-use common::{KillOnDrop, json_of};
+use common::{KillOnDrop, demo_client_token as token, json_of};
 
 const SECRET: &str = "distributed-test-secret-0123456789abcdef";
 /// How long any one query may take to end before the test gives up.
@@ -188,20 +188,6 @@ async fn stops_computing(process: &Process, what: &str) {
             "{what} still computing 10 s after the cancel ({used:.2} CPU s in 1 s)"
         );
     }
-}
-
-/// A token of the embedded provider's `client_id` at `api`.
-async fn token(http: &reqwest::Client, api: &str, client_id: &str) -> String {
-    let reply = json_of(
-        http.post(format!("{api}/realms/demo/protocol/openid-connect/token"))
-            .form(&[
-                ("grant_type", "client_credentials"),
-                ("client_id", client_id),
-                ("client_secret", &format!("{client_id}-secret")),
-            ]),
-    )
-    .await;
-    reply["access_token"].as_str().unwrap().to_string()
 }
 
 async fn submit(http: &reqwest::Client, api: &str, token: &str, sql: &str) -> (u16, Value) {

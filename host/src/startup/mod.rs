@@ -25,7 +25,8 @@ use url::Url;
 mod wire;
 
 use wire::{
-    ClusterWorkerListener, FlightListener, PgListener, flight_listener_of, pg_listener_of, serve_pg,
+    ClusterWorkerListener, FlightListener, PgListener, cluster_worker_listener_of,
+    flight_listener_of, pg_listener_of, serve_pg,
 };
 
 use crate::{
@@ -166,13 +167,13 @@ impl Application {
         .await
         .context("starting the query service")?;
         let cluster_worker = match (cluster_worker_listener, &cluster) {
-            (Some(listener), Some(cluster)) => Some(ClusterWorkerListener {
-                addr: listener.local_addr()?,
+            (Some(listener), Some(cluster)) => Some(cluster_worker_listener_of(
                 listener,
-                router: cluster.worker_router(&lake, queries.metadata_cache()),
-                // A stage may compute silently as long as a query may run.
-                idle_timeout: Duration::from_secs(config.query.time_limit_s + 60),
-            }),
+                cluster,
+                &lake,
+                &queries,
+                &config.query,
+            )?),
             _ => None,
         };
         let loads = LoadService::new(

@@ -39,6 +39,24 @@ pub(super) struct ClusterWorkerListener {
     pub idle_timeout: std::time::Duration,
 }
 
+/// The worker listener of `cluster`: its stages run in sessions over
+/// `lake`, sharing the query service's parquet footer cache.
+pub(super) fn cluster_worker_listener_of(
+    listener: TcpListener,
+    cluster: &crate::engine::distributed::Cluster,
+    lake: &crate::lake::Lake,
+    queries: &crate::query::QueryService,
+    limits: &crate::config::QueryConfig,
+) -> anyhow::Result<ClusterWorkerListener> {
+    Ok(ClusterWorkerListener {
+        addr: listener.local_addr()?,
+        listener,
+        router: cluster.worker_router(lake, queries.metadata_cache()),
+        // A stage may compute silently as long as a query may run.
+        idle_timeout: std::time::Duration::from_secs(limits.time_limit_s + 60),
+    })
+}
+
 /// A listener on `address` when the key `key` sets one.
 pub(super) async fn bind(
     address: Option<SocketAddr>,

@@ -47,12 +47,18 @@ pub fn parquet(first_column: &str, rows: i64, service_clients: i64) -> Vec<u8> {
 /// A token of the embedded provider's `demo-admin` client from the server at
 /// `base` (client credentials).
 pub async fn demo_admin_token(http: &reqwest::Client, base: &str) -> String {
+    demo_client_token(http, base, "demo-admin").await
+}
+
+/// A token of the embedded provider's demo client `client_id` (its secret
+/// is `<client_id>-secret`) from the server at `base`.
+pub async fn demo_client_token(http: &reqwest::Client, base: &str, client_id: &str) -> String {
     let reply: serde_json::Value = http
         .post(format!("{base}/realms/demo/protocol/openid-connect/token"))
         .form(&[
             ("grant_type", "client_credentials"),
-            ("client_id", "demo-admin"),
-            ("client_secret", "demo-admin-secret"),
+            ("client_id", client_id),
+            ("client_secret", &format!("{client_id}-secret")),
         ])
         .send()
         .await

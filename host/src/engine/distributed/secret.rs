@@ -220,6 +220,32 @@ mod tests {
     }
 
     #[test]
+    fn a_secret_file_is_read_trimmed_and_checked_naming_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = |path: &std::path::Path| DistributedConfig {
+            secret_file: Some(path.to_path_buf()),
+            ..DistributedConfig::default()
+        };
+        let good = dir.path().join("good");
+        std::fs::write(&good, [SECRET, b"\n"].concat()).unwrap();
+        let secret = ClusterSecret::from_config(&config(&good)).unwrap();
+        assert!(secret.admits(Some(&[b"Bearer ", SECRET].concat())));
+        let missing = dir.path().join("missing");
+        let refused = ClusterSecret::from_config(&config(&missing)).unwrap_err();
+        assert!(
+            refused.to_string().contains("(distributed.secret_file)"),
+            "{refused}"
+        );
+        let short = dir.path().join("short");
+        std::fs::write(&short, b"too short\n").unwrap();
+        let refused = ClusterSecret::from_config(&config(&short)).unwrap_err();
+        assert!(
+            refused.to_string().contains("at least 32 bytes"),
+            "{refused}"
+        );
+    }
+
+    #[test]
     fn the_header_is_sensitive_and_admitted() {
         let secret = ClusterSecret::new(SECRET).unwrap();
         let header = secret.header();
