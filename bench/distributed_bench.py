@@ -3,20 +3,24 @@
 spread over 1, 2 and 3 worker processes, beside DataFusion-python reading
 the same files.
 
-The lake is on S3 (moto, started by ``.ci/s3`` as the test suite starts it),
-because a lake on local disk cannot be distributed. The benchmark:
+The lake is on S3, because a lake on local disk cannot be distributed:
+``--s3 moto`` (``.ci/s3``, the tests' server) or, by default, ``--s3 fs``
+(``bench/s3-fs``: s3s-fs, objects as plain files; moto, in Python, sets the
+pace of big scans). The benchmark:
 
 1. generates TPC-H parquet with ``tpchgen-cli`` (``query_bench.py``'s
    helpers, the same ``service_client_id`` column) and imports every table
-   into ``s3://<bucket>/lake`` with ``lakehost import``;
+   into ``s3://lhb`` with ``lakehost import``;
 2. starts three worker replicas (``[distributed] enabled``, no workers of
    their own) and, for each worker count 0-3, a coordinator naming that many
    of them, all on one SQLite store file;
 3. times each query through the HTTP API (submit, poll, first page; median
    of ``--runs``) and DataFusion-python on the same S3 files in process;
-4. for each distributed query, counts the bytes the workers sent in one
-   more run (/proc wchar: stage output to the coordinator and to each other;
-   lakehost refuses EXPLAIN ANALYZE), and the CPU seconds every process spent.
+4. for each distributed query, one more run: the bytes each boundary
+   between stages moved (the coordinator's log, ``engine::distributed::
+   report``: Arrow in memory), the bytes the workers wrote to sockets
+   (/proc wchar: compressed stage output, plus their requests to S3), and
+   the CPU seconds every process spent.
 
 On a machine with fewer cores than processes, distribution can only add
 work: the figures measure its overhead, and the bytes moved are what a
@@ -31,6 +35,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -38,8 +43,8 @@ import sys
 import time
 from pathlib import Path
 
+import boto3
 import datafusion
-import requests
 from datafusion.object_store import AmazonS3
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -55,9 +60,16 @@ SECRET = "distributed-benchmark-secret-0123456789abcdef"
 WORKERS = 3
 
 
-def s3_environment() -> tuple[dict[str, str], int]:
-    """Starts moto through .ci/s3; its AWS_* variables and its pid."""
-    out = subprocess.run(["bash", str(qb.REPO_ROOT / ".ci" / "s3")], capture_output=True, text=True)
+def s3_environment(server: str, work: Path) -> tuple[dict[str, str], int]:
+    """Starts the S3 server (`moto` through .ci/s3, `fs` through bench/s3-fs);
+    its AWS_* variables and its pid."""
+    if server == "moto":
+        command = ["bash", str(qb.REPO_ROOT / ".ci" / "s3")]
+    else:
+        root = work / "s3-root"
+        shutil.rmtree(root, ignore_errors=True)  # the last run's lake
+        command = ["bash", str(qb.BENCH_DIR / "s3-fs"), str(root)]
+    out = subprocess.run(command, capture_output=True, text=True)
     env = {}
     for line in out.stdout.splitlines():
         match = re.match(r"export (\w+)=(.*)", line)
@@ -85,7 +97,7 @@ class Process:
                 "LAKEHOST_STORAGE_S3_LISTEN": "127.0.0.1:0",
                 "LAKEHOST_SERVER_METRICS_LISTEN": "127.0.0.1:0",
                 "LAKEHOST_DISTRIBUTED_WORKER_LISTEN": "127.0.0.1:0",
-                "RUST_LOG": "warn"}
+                "RUST_LOG": "warn,lakehost::engine::distributed::report=info"}
         self.proc = subprocess.Popen([str(lakehost), "serve"], env=full, stdout=subprocess.PIPE,
                                      stderr=open(self.log, "wb"), stdin=subprocess.DEVNULL,
                                      text=True)
@@ -123,14 +135,37 @@ def sent_bytes(processes: list[Process]) -> int:
     return total
 
 
-def worker_output(engine: qb.LakehostEngine, sql: str, workers: list[Process]) -> int:
-    """Bytes the workers sent in one run of `sql`: their stages' output to the
-    coordinator and to each other (shuffles), plus their few requests to S3 and
-    log lines. lakehost refuses EXPLAIN ANALYZE, which would show each stage's
-    bytes, so the kernel counts them."""
+MOVED = re.compile(r"(shuffle|coalesce|broadcast) (\d+) B (\d+) rows")
+
+
+def stage_reports(coordinator: Process) -> list[str]:
+    """The coordinator's log lines saying what a distributed read's stage
+    boundaries moved (``engine::distributed::report``), oldest first."""
+    return [line for line in coordinator.log.read_text(errors="replace").splitlines()
+            if "distributed read: what each boundary" in line]
+
+
+def measured_run(engine: qb.LakehostEngine, sql: str, coordinator: Process,
+                 workers: list[Process]) -> tuple[int, list[tuple[str, int, int]]]:
+    """One run of `sql`: the bytes the workers wrote to sockets (/proc wchar:
+    compressed stage output to the coordinator and to each other, plus their
+    few requests to S3) and what each stage boundary moved, top down, as
+    (boundary, bytes, rows); none when the plan was kept whole."""
+    reports = len(stage_reports(coordinator))
     before = sent_bytes(workers)
     engine.run(sql)
-    return sent_bytes(workers) - before
+    written = sent_bytes(workers) - before
+    time.sleep(0.2)  # the report is logged right after the last row
+    new = stage_reports(coordinator)[reports:]
+    if not new:
+        return written, []
+    return written, [(kind, int(b), int(r)) for kind, b, r in MOVED.findall(new[-1])]
+
+
+def stages_cell(stages: list[tuple[str, int, int]]) -> str:
+    if not stages:
+        return "kept whole (no stages)"
+    return ", ".join(f"{kind} {b / 1e6:.1f} MB/{r / 1e3:.0f}k rows" for kind, b, r in stages)
 
 
 def datafusion_on_s3(env: dict[str, str], bucket: str, lake_prefix: str) -> datafusion.SessionContext:
@@ -154,27 +189,35 @@ def main() -> None:
     parser.add_argument("--lakehost", type=Path,
                         default=qb.REPO_ROOT / "target" / "release" / "lakehost")
     parser.add_argument("--work", type=Path, default=qb.BENCH_DIR / ".work-distributed")
+    parser.add_argument("--s3", choices=["fs", "moto"], default="fs",
+                        help="the S3 server: s3s-fs (bench/s3-fs) or moto (.ci/s3)")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
 
-    env, moto = s3_environment()
+    env, server = s3_environment(args.s3, args.work.resolve())
     try:
         run(args, env)
     finally:
-        os.kill(moto, signal.SIGTERM)
+        os.kill(server, signal.SIGTERM)
 
 
 def run(args: argparse.Namespace, env: dict[str, str]) -> None:
     work = args.work.resolve()
     lakehost = args.lakehost.resolve()
-    bucket = f"lakehost-bench-{int(time.time())}"
-    requests.put(f"{env['AWS_ENDPOINT_URL']}/{bucket}", timeout=30).raise_for_status()
+    # The S3 server is new each run. A short bucket, the lake at its root:
+    # s3s-fs keeps a multipart upload's state in one file whose name holds
+    # the bucket and the key in base64, and lakehost's longest keys
+    # (partition, load id, file) leave room only for that.
+    bucket = "lhb"
+    boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name=env["AWS_REGION"],
+                 aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                 aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"]).create_bucket(Bucket=bucket)
     store_file = work / "store.db"
     for leftover in work.glob("store.db*"):
         leftover.unlink()
     shared = {**env,
               "LAKEHOST_STORAGE_DATABASE_URL": f"sqlite:{store_file}",
-              "LAKEHOST_STORAGE_LAKE_URL": f"s3://{bucket}/lake",
+              "LAKEHOST_STORAGE_LAKE_URL": f"s3://{bucket}",
               "LAKEHOST_DISTRIBUTED_SECRET": SECRET,
               "LAKEHOST_QUERY_READ_CACHE_BYTES": "0"}
 
@@ -185,20 +228,21 @@ def run(args: argparse.Namespace, env: dict[str, str]) -> None:
     config = work / "import.toml"
     config.write_text(f"[storage]\ndata_dir = {json.dumps(str(work / 'import-data'))}\n"
                       f"database_url = {json.dumps('sqlite:' + str(store_file))}\n"
-                      f"lake_url = {json.dumps(f's3://{bucket}/lake')}\n")
+                      f"lake_url = {json.dumps(f's3://{bucket}')}\n")
     os.environ.update(env)
     start = time.perf_counter()
     qb.import_tables(lakehost, config, import_dir)
-    print(f"imported into s3://{bucket}/lake in {time.perf_counter() - start:.1f} s")
+    print(f"imported into s3://{bucket} in {time.perf_counter() - start:.1f} s")
 
     on = {**shared, "LAKEHOST_DISTRIBUTED_ENABLED": "true"}
     workers: list[Process] = []
     times: dict[str, dict[str, float]] = {name: {} for name in QUERIES}
     shuffles: dict[str, dict[int, int]] = {name: {} for name in QUERIES}
+    stages: dict[str, dict[int, list[tuple[str, int, int]]]] = {name: {} for name in QUERIES}
     cpu: dict[int, float] = {}  # CPU seconds per query run
     try:
         workers.extend(Process(lakehost, work, f"worker{i}", on) for i in range(WORKERS))
-        peer = datafusion_on_s3(env, bucket, f"lake/{qb.DATABASE}")
+        peer = datafusion_on_s3(env, bucket, qb.DATABASE)
         for n in range(WORKERS + 1):
             coordinator_env = dict(shared)
             if n:
@@ -218,7 +262,8 @@ def run(args: argparse.Namespace, env: dict[str, str]) -> None:
                     runs = [engine.run(sql).seconds for _ in range(args.runs)]
                     times[name][f"{n} workers" if n else "local"] = statistics.median(runs)
                     if n:
-                        shuffles[name][n] = worker_output(engine, sql, workers[:n])
+                        shuffles[name][n], stages[name][n] = measured_run(
+                            engine, sql, coordinator, workers[:n])
                 # Each query ran a warm-up, the timed runs and, distributed,
                 # the byte-counting run.
                 run_count = len(QUERIES) * (1 + args.runs + (1 if n else 0))
@@ -233,12 +278,14 @@ def run(args: argparse.Namespace, env: dict[str, str]) -> None:
                 peer.sql(sql).collect()
                 runs.append(time.perf_counter() - start)
             times[name]["DataFusion-python"] = statistics.median(runs)
+        lineitem = peer.sql("SELECT count(*) FROM lineitem").collect()[0].column(0)[0].as_py()
     finally:
         for worker in workers:
             worker.stop()
 
     columns = ["local", *[f"{n} workers" for n in range(1, WORKERS + 1)], "DataFusion-python"]
-    print(f"\nTPC-H scale {args.scale:g} on S3 (moto), {os.cpu_count()} cores, "
+    server = "moto" if args.s3 == "moto" else "s3s-fs"
+    print(f"\nTPC-H scale {args.scale:g} on S3 ({server}), {os.cpu_count()} cores, "
           f"median of {args.runs}; seconds (x local)")
     print("| query | " + " | ".join(columns) + " |")
     print("|---" * (len(columns) + 1) + "|")
@@ -246,8 +293,19 @@ def run(args: argparse.Namespace, env: dict[str, str]) -> None:
         local = times[name]["local"]
         cells = [f"{times[name][c]:.3f} ({times[name][c] / local:.2f}x)" for c in columns]
         print(f"| {name} | " + " | ".join(cells) + " |")
-    print("\nMB the workers sent in one run (stage output to the coordinator and to each "
-          "other; /proc wchar)")
+    print(f"\nThe same as lineitem rows read per second, millions ({lineitem:,} rows)")
+    print("| query | " + " | ".join(columns) + " |")
+    print("|---" * (len(columns) + 1) + "|")
+    for name in QUERIES:
+        cells = [f"{lineitem / times[name][c] / 1e6:.1f}" for c in columns]
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    print("\nWhat each boundary between stages moved in one run, top down (Arrow in "
+          "memory, from the coordinator's report)")
+    for name in QUERIES:
+        for n in range(1, WORKERS + 1):
+            print(f"  {name}, {n} workers: {stages_cell(stages[name][n])}")
+    print("\nMB the workers wrote to sockets in one run (compressed stage output to the "
+          "coordinator and to each other, and S3 requests; /proc wchar)")
     print("| query | " + " | ".join(f"{n} workers" for n in range(1, WORKERS + 1)) + " |")
     print("|---" * (WORKERS + 1) + "|")
     for name in QUERIES:

@@ -429,6 +429,8 @@ async fn a_coordinator_and_two_workers_answer_as_one_process_and_fail_cleanly() 
     // 1. The TPC-H queries, distributed, equal the local run.
     let distributed = "lakehost_distributed_reads_total{plan=\"distributed\"}";
     let tasks = "lakehost_cluster_tasks_total";
+    let scanned = "lakehost_query_scanned_bytes_total";
+    let moved = "lakehost_cluster_moved_bytes_total";
     for (name, sql) in [
         ("Q1", Q1),
         ("Q3", Q3),
@@ -437,6 +439,8 @@ async fn a_coordinator_and_two_workers_answer_as_one_process_and_fail_cleanly() 
         ("||", CONCAT),
     ] {
         let before = coordinator.counter(&http, distributed).await;
+        let scanned_before = coordinator.counter(&http, scanned).await;
+        let moved_before = coordinator.counter(&http, moved).await;
         let tasks_before = [
             workers[0].counter(&http, tasks).await,
             workers[1].counter(&http, tasks).await,
@@ -458,6 +462,16 @@ async fn a_coordinator_and_two_workers_answer_as_one_process_and_fail_cleanly() 
                 "{name} ran tasks on worker {i}"
             );
         }
+        // The workers' scans and what the stages moved come back with the
+        // tasks' metrics and count on the coordinator.
+        assert!(
+            coordinator.counter(&http, scanned).await > scanned_before,
+            "{name}: the workers' scanned bytes are counted"
+        );
+        assert!(
+            coordinator.counter(&http, moved).await > moved_before,
+            "{name}: what its stages moved is counted"
+        );
     }
     assert_eq!(
         workers[0].counter(&http, distributed).await,

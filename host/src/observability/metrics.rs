@@ -26,6 +26,7 @@
 //! | `lakehost_pg_statements_total` | counter | `kind`, `sqlstate` | Postgres statements: `query` (a job), `catalog` (psql's catalog queries), `session` (BEGIN, SET, SHOW, ...); `00000` or the error's SQLSTATE |
 //! | `lakehost_distributed_reads_total` | counter | `plan` | reads past `distributed.min_scan_bytes` or `min_scan_files` on a coordinating replica: `distributed` (cut into stages for workers), `local` (datafusion-distributed kept it whole) or `no_workers` (no configured worker answered: it ran here) |
 //! | `lakehost_cluster_tasks_total` | counter | | stages of other replicas' distributed reads this worker started |
+//! | `lakehost_cluster_moved_bytes_total` | counter | `boundary` | bytes this coordinator's distributed reads moved between processes, as Arrow in memory before compression: `shuffle` (rows re-partitioned between stages), `coalesce` (a stage's tasks gathered into one), `broadcast` (a small side sent to every task) |
 //! | `lakehost_cluster_refusals_total` | counter | `reason` | calls to this worker refused: `secret` (missing or wrong cluster secret, before any plan is read) or `plan` (a stage holding more than reads) |
 //! | `lakehost_store_pool_connections` | gauge | `state` | this replica's metadata-store connections, `open` and `idle` |
 //!
@@ -77,6 +78,7 @@ const PG_STATEMENTS: &str = "lakehost_pg_statements_total";
 const DISTRIBUTED_READS: &str = "lakehost_distributed_reads_total";
 const CLUSTER_TASKS: &str = "lakehost_cluster_tasks_total";
 const CLUSTER_REFUSALS: &str = "lakehost_cluster_refusals_total";
+const CLUSTER_MOVED_BYTES: &str = "lakehost_cluster_moved_bytes_total";
 
 /// Histogram buckets (seconds): from a cached status poll to a long step.
 const SECONDS_BUCKETS: &[f64] = &[
@@ -186,6 +188,10 @@ fn describe() {
         "Stages of other replicas' distributed reads started here."
     );
     describe_counter!(CLUSTER_REFUSALS, "Calls to this worker refused, by reason.");
+    describe_counter!(
+        CLUSTER_MOVED_BYTES,
+        "Bytes distributed reads moved between processes (Arrow in memory), by boundary."
+    );
     describe_gauge!(
         POOL_CONNECTIONS,
         "Metadata-store connections of this replica."
@@ -293,6 +299,12 @@ pub fn read_planned(plan: ReadPlan) {
         ReadPlan::NoWorkers => "no_workers",
     };
     counter!(DISTRIBUTED_READS, "plan" => plan).increment(1);
+}
+
+/// A distributed read's stages moved `bytes` across one kind of boundary
+/// (`shuffle`, `coalesce` or `broadcast`).
+pub fn cluster_bytes_moved(boundary: &'static str, bytes: u64) {
+    counter!(CLUSTER_MOVED_BYTES, "boundary" => boundary).increment(bytes);
 }
 
 /// This worker started a stage of another replica's read.

@@ -92,7 +92,8 @@ pub async fn execute(
                 .finish()
                 .await
                 .map_err(|e| QueryError::Internal(format!("result file: {e}")))?;
-            crate::observability::metrics::query_scanned(bytes_scanned(plan.as_ref()));
+            let ran = distributed::finished_read(plan).await;
+            crate::observability::metrics::query_scanned(bytes_scanned(ran.as_ref()));
             Ok(Execution {
                 columns: columns_of(&schema),
                 rows: written.rows,
@@ -213,7 +214,8 @@ pub async fn stream_rows(
             }
         }
     }
-    crate::observability::metrics::query_scanned(bytes_scanned(plan.as_ref()));
+    let ran = distributed::finished_read(plan).await;
+    crate::observability::metrics::query_scanned(bytes_scanned(ran.as_ref()));
     Ok(Execution {
         columns: columns_of(&schema),
         rows: sent_rows,
@@ -325,7 +327,8 @@ async fn count_result(
 }
 
 /// The parquet bytes a finished plan read (reads, CREATE TABLE AS, INSERT):
-/// DataFusion's `bytes_scanned` metric summed over the plan's nodes, which
+/// DataFusion's `bytes_scanned` metric summed over the plan's nodes (a
+/// distributed read's after `distributed::finished_read`), which
 /// its parquet scans keep anyway, so this costs one walk of the plan.
 fn bytes_scanned(plan: &dyn ExecutionPlan) -> u64 {
     let own = plan

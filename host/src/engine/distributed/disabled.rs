@@ -6,6 +6,12 @@ pub fn workers_reached(_context: &datafusion::prelude::SessionContext) -> Option
     None
 }
 
+pub async fn finished_read(
+    plan: std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>,
+) -> std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan> {
+    plan
+}
+
 pub fn worker_failure(_error: &datafusion::common::DataFusionError) -> Option<String> {
     None
 }

@@ -11,7 +11,8 @@
 //!   and carried on every call between processes.
 //! - `members.rs`: which configured workers answer; stages go to those.
 //! - `cluster.rs`: `Cluster`, which ties them to a replica's sessions and
-//!   listener; `failure.rs`: a worker's death as a query's reason.
+//!   listener; `failure.rs`: a worker's death as a query's reason;
+//!   `report.rs`: what a finished read's workers scanned and moved.
 //!
 //! Without the feature `Cluster` has no value, so callers hold an
 //! `Option<Arc<Cluster>>` that is always `None`.
@@ -27,6 +28,8 @@ mod members;
 #[cfg(feature = "distributed")]
 mod planner;
 #[cfg(feature = "distributed")]
+mod report;
+#[cfg(feature = "distributed")]
 mod secret;
 #[cfg(feature = "distributed")]
 mod worker;
@@ -34,6 +37,8 @@ mod worker;
 #[cfg(feature = "distributed")]
 pub use cluster::{Cluster, workers_reached};
 #[cfg(not(feature = "distributed"))]
-pub use disabled::{Cluster, worker_failure, workers_reached};
+pub use disabled::{Cluster, finished_read, worker_failure, workers_reached};
 #[cfg(feature = "distributed")]
 pub use failure::worker_failure;
+#[cfg(feature = "distributed")]
+pub use report::finished_read;
