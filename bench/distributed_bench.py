@@ -165,7 +165,9 @@ def measured_run(engine: qb.LakehostEngine, sql: str, coordinator: Process,
 def stages_cell(stages: list[tuple[str, int, int]]) -> str:
     if not stages:
         return "kept whole (no stages)"
-    return ", ".join(f"{kind} {b / 1e6:.1f} MB/{r / 1e3:.0f}k rows" for kind, b, r in stages)
+    def size(b: int) -> str:
+        return f"{b / 1e6:.1f} MB" if b >= 100_000 else f"{b / 1e3:.1f} kB"
+    return ", ".join(f"{kind} {size(b)}/{r:,} rows" for kind, b, r in stages)
 
 
 def datafusion_on_s3(env: dict[str, str], bucket: str, lake_prefix: str) -> datafusion.SessionContext:
