@@ -57,7 +57,6 @@ QUERIES["join"] = """
                   JOIN customer ON o_custkey = c_custkey
     GROUP BY c_mktsegment ORDER BY c_mktsegment"""
 SECRET = "distributed-benchmark-secret-0123456789abcdef"
-WORKERS = 3
 
 
 def s3_environment(server: str, work: Path) -> tuple[dict[str, str], int]:
@@ -191,6 +190,8 @@ def main() -> None:
     parser.add_argument("--lakehost", type=Path,
                         default=qb.REPO_ROOT / "target" / "release" / "lakehost")
     parser.add_argument("--work", type=Path, default=qb.BENCH_DIR / ".work-distributed")
+    parser.add_argument("--workers", type=int, default=3,
+                        help="the most worker processes a coordinator names (0: local only)")
     parser.add_argument("--s3", choices=["fs", "moto"], default="fs",
                         help="the S3 server: s3s-fs (bench/s3-fs) or moto (.ci/s3)")
     args = parser.parse_args()
@@ -201,6 +202,8 @@ def main() -> None:
         run(args, env)
     finally:
         os.kill(server, signal.SIGTERM)
+        # The lake is imported again on every run: s3s-fs's copy goes.
+        shutil.rmtree(args.work.resolve() / "s3-root", ignore_errors=True)
 
 
 def run(args: argparse.Namespace, env: dict[str, str]) -> None:
@@ -243,9 +246,9 @@ def run(args: argparse.Namespace, env: dict[str, str]) -> None:
     stages: dict[str, dict[int, list[tuple[str, int, int]]]] = {name: {} for name in QUERIES}
     cpu: dict[int, float] = {}  # CPU seconds per query run
     try:
-        workers.extend(Process(lakehost, work, f"worker{i}", on) for i in range(WORKERS))
+        workers.extend(Process(lakehost, work, f"worker{i}", on) for i in range(args.workers))
         peer = datafusion_on_s3(env, bucket, qb.DATABASE)
-        for n in range(WORKERS + 1):
+        for n in range(args.workers + 1):
             coordinator_env = dict(shared)
             if n:
                 coordinator_env.update({
@@ -285,7 +288,7 @@ def run(args: argparse.Namespace, env: dict[str, str]) -> None:
         for worker in workers:
             worker.stop()
 
-    columns = ["local", *[f"{n} workers" for n in range(1, WORKERS + 1)], "DataFusion-python"]
+    columns = ["local", *[f"{n} workers" for n in range(1, args.workers + 1)], "DataFusion-python"]
     server = "moto" if args.s3 == "moto" else "s3s-fs"
     print(f"\nTPC-H scale {args.scale:g} on S3 ({server}), {os.cpu_count()} cores, "
           f"median of {args.runs}; seconds (x local)")
@@ -301,18 +304,19 @@ def run(args: argparse.Namespace, env: dict[str, str]) -> None:
     for name in QUERIES:
         cells = [f"{lineitem / times[name][c] / 1e6:.1f}" for c in columns]
         print(f"| {name} | " + " | ".join(cells) + " |")
-    print("\nWhat each boundary between stages moved in one run, top down (Arrow in "
-          "memory, from the coordinator's report)")
-    for name in QUERIES:
-        for n in range(1, WORKERS + 1):
-            print(f"  {name}, {n} workers: {stages_cell(stages[name][n])}")
-    print("\nMB the workers wrote to sockets in one run (compressed stage output to the "
-          "coordinator and to each other, and S3 requests; /proc wchar)")
-    print("| query | " + " | ".join(f"{n} workers" for n in range(1, WORKERS + 1)) + " |")
-    print("|---" * (WORKERS + 1) + "|")
-    for name in QUERIES:
-        cells = [f"{shuffles[name][n] / 1e6:.2f}" for n in range(1, WORKERS + 1)]
-        print(f"| {name} | " + " | ".join(cells) + " |")
+    if args.workers:
+        print("\nWhat each boundary between stages moved in one run, top down (Arrow in "
+              "memory, from the coordinator's report)")
+        for name in QUERIES:
+            for n in range(1, args.workers + 1):
+                print(f"  {name}, {n} workers: {stages_cell(stages[name][n])}")
+        print("\nMB the workers wrote to sockets in one run (compressed stage output to the "
+              "coordinator and to each other, and S3 requests; /proc wchar)")
+        print("| query | " + " | ".join(f"{n} workers" for n in range(1, args.workers + 1)) + " |")
+        print("|---" * (args.workers + 1) + "|")
+        for name in QUERIES:
+            cells = [f"{shuffles[name][n] / 1e6:.2f}" for n in range(1, args.workers + 1)]
+            print(f"| {name} | " + " | ".join(cells) + " |")
     print("\nCPU seconds of all lakehost processes per query run, averaged over the set")
     for n, seconds in cpu.items():
         label = "local" if n == 0 else f"{n} workers"

@@ -27,6 +27,11 @@ pub struct QueryConfig {
     /// the next queries reading the same pages (`lake::ReadCache`); 0 keeps
     /// none.
     pub read_cache_bytes: u64,
+    /// Partitions a query's plan is cut into, each run as its own stream;
+    /// 0 chooses: the cores on a lake on disk; on S3, where each
+    /// partition's scan waits on every range it asks for, twice the cores
+    /// and at least 8 (`engine::session::partitions_for`).
+    pub target_partitions: usize,
     /// A query still running after this long fails.
     pub time_limit_s: u64,
     /// How long a worker's claim on a query lasts without renewal; a query
@@ -72,6 +77,7 @@ impl Default for QueryConfig {
             max_running_per_caller: 2,
             memory_limit_bytes: 1 << 30,
             read_cache_bytes: 256 << 20,
+            target_partitions: 0,
             time_limit_s: 1800,
             lease_s: 30,
             max_attempts: 5,

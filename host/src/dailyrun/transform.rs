@@ -73,6 +73,7 @@ impl LakeTransform {
             read_cache: None,
             strings: StringColumns::Views,
             cluster: None,
+            target_partitions: 0,
         };
         let context = session_for(&self.store, &self.lake, &scope)
             .await

@@ -119,6 +119,7 @@ async fn session(f: &Fixture, role: &str, clients: &[u32]) -> SessionContext {
             metadata_cache: None,
             strings: StringColumns::Views,
             cluster: None,
+            target_partitions: 0,
         },
     )
     .await

@@ -300,6 +300,7 @@ impl QueryService {
                 Action::Read => self.cluster.as_deref(),
                 _ => None,
             },
+            target_partitions: self.limits.target_partitions,
         };
         let context = session_for(&self.store, &self.lake, &scope)
             .await
