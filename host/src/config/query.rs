@@ -95,6 +95,10 @@ pub const MAX_REUSE_AGE_S: u64 = 24 * 60 * 60;
 /// Longest lifetime of a signed CSV link (spec "Limits": at most 15 minutes).
 pub const MAX_CSV_LINK_LIFETIME_S: u64 = 900;
 
+/// Most partitions a query's plan may be cut into: each is a stream with its
+/// own buffers, and a repartition makes partitions x partitions channels.
+pub const MAX_TARGET_PARTITIONS: usize = 256;
+
 impl QueryConfig {
     /// The fair-sharing caps of the query workers.
     pub fn caps(&self) -> crate::store::JobCaps {
@@ -140,6 +144,12 @@ impl QueryConfig {
                 format!("must be at most {MAX_REUSE_AGE_S} (a day)"),
             ));
         }
+        if self.target_partitions > MAX_TARGET_PARTITIONS {
+            return Err(ConfigError::new(
+                "query.target_partitions",
+                format!("must be at most {MAX_TARGET_PARTITIONS} (0 chooses)"),
+            ));
+        }
         if self.csv_link_lifetime_s > MAX_CSV_LINK_LIFETIME_S {
             return Err(ConfigError::new(
                 "query.csv_link_lifetime_s",
@@ -163,6 +173,10 @@ mod tests {
             (
                 "[query]\nmax_running_per_org = 0",
                 "query.max_running_per_org",
+            ),
+            (
+                "[query]\ntarget_partitions = 257",
+                "query.target_partitions",
             ),
         ]);
     }

@@ -69,7 +69,7 @@ pub async fn finished_read(plan: Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPla
 }
 
 /// What each boundary between stages in `plan` moved, top down.
-pub fn moved_between_stages(plan: &dyn ExecutionPlan) -> Vec<Moved> {
+fn moved_between_stages(plan: &dyn ExecutionPlan) -> Vec<Moved> {
     let mut moved = Vec::new();
     collect_moved(plan, &mut moved);
     moved
