@@ -10,15 +10,22 @@
 /// are committed as a thread touches them.
 pub const THREAD_STACK_BYTES: usize = 8 * 1024 * 1024;
 
+/// The cores this process may use, read once: `available_parallelism` reads
+/// the cgroup's quota files on Linux, too slow to ask again per query.
+pub fn cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(2, usize::from))
+}
+
 /// A multi-thread tokio runtime sized for `workers` concurrent statements.
 pub struct EngineRuntime(Option<tokio::runtime::Runtime>);
 
 impl EngineRuntime {
-    /// One thread per core for each worker: a query uses up to one thread per
-    /// core (its partitions), and one query that never yields must not hold
-    /// the threads another worker's query needs; the OS shares the cores.
+    /// One thread per core for each worker: a query keeps up to one thread
+    /// per core busy, and one query that never yields must not hold the
+    /// threads another worker's query needs; the OS shares the cores.
     pub fn new(workers: usize) -> std::io::Result<Self> {
-        let cores = std::thread::available_parallelism().map_or(2, usize::from);
+        let cores = cores();
         let threads = (cores * workers).clamp(cores, 64);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads)

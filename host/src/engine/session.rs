@@ -86,7 +86,7 @@ pub fn partitions_for(configured: usize, lake: &Lake) -> usize {
     if configured > 0 {
         return configured;
     }
-    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let cores = super::runtime::cores();
     match lake.local_root() {
         Some(_) => cores,
         None => (cores * 2).max(8),
@@ -234,7 +234,7 @@ mod tests {
 
     #[test]
     fn a_configured_count_wins_else_the_cores_on_disk_and_more_on_s3() {
-        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let cores = crate::engine::runtime::cores();
         let dir = tempfile::tempdir().unwrap();
         let on_disk = Lake::local(dir.path()).unwrap();
         let on_s3 = Lake::from_url("s3://a-bucket/lake").unwrap();
