@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
+use crate::query::result_writer::SMALL_RESULT_BYTES;
 
 /// The query engine's limits: how many queries run at once on this replica,
 /// and what one query may use.
@@ -55,6 +56,12 @@ pub struct QueryConfig {
     /// How that Arrow copy's buffers are compressed (Arrow IPC's own body
     /// compression): `none`, `lz4` or `zstd`.
     pub typed_results_compression: ArrowCompression,
+    /// A result whose CSV is at most this many bytes is kept in its job's
+    /// row in the store instead of the lake (and its Arrow copy too, when
+    /// that is as small): a small query then writes no file. A link to it
+    /// writes the file on first request. At most 262144 (256 KiB); 0 keeps
+    /// every result in the lake.
+    pub result_in_store_bytes: usize,
 }
 
 /// Arrow IPC body compression of the typed result copies. Readers decompress
@@ -85,6 +92,7 @@ impl Default for QueryConfig {
             reuse_max_age_s: BTreeMap::new(),
             typed_results: true,
             typed_results_compression: ArrowCompression::default(),
+            result_in_store_bytes: 64 * 1024,
         }
     }
 }
@@ -150,6 +158,12 @@ impl QueryConfig {
                 format!("must be at most {MAX_TARGET_PARTITIONS} (0 chooses)"),
             ));
         }
+        if self.result_in_store_bytes > SMALL_RESULT_BYTES {
+            return Err(ConfigError::new(
+                "query.result_in_store_bytes",
+                format!("must be at most {SMALL_RESULT_BYTES} (256 KiB; 0 keeps none)"),
+            ));
+        }
         if self.csv_link_lifetime_s > MAX_CSV_LINK_LIFETIME_S {
             return Err(ConfigError::new(
                 "query.csv_link_lifetime_s",
@@ -177,6 +191,10 @@ mod tests {
             (
                 "[query]\ntarget_partitions = 257",
                 "query.target_partitions",
+            ),
+            (
+                "[query]\nresult_in_store_bytes = 262145",
+                "query.result_in_store_bytes",
             ),
         ]);
     }

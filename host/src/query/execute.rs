@@ -31,7 +31,7 @@ use crate::{
         write::write_plan,
     },
     lake::Lake,
-    store::queries::CatalogWrite,
+    store::queries::{CatalogWrite, ResultInRow},
 };
 
 /// What running a statement produced.
@@ -41,6 +41,8 @@ pub struct Execution {
     pub bytes: u64,
     /// The whole result CSV when it is small (the writer kept a copy).
     pub small_result: Option<bytes::Bytes>,
+    /// The result's forms small enough for the job's row, never uploaded.
+    pub in_row: ResultInRow,
     pub write: CatalogWrite,
     /// Lake files written for `write`: deleted again unless it is committed.
     pub staged: Vec<String>,
@@ -51,11 +53,27 @@ pub struct Execution {
 }
 
 /// Where a statement's result goes: the CSV at `csv_path` and, when `typed`
-/// names its compression, its Arrow copy beside it (`lake::result_file_path`).
+/// names its compression, its Arrow copy beside it (`lake::result_file_path`);
+/// each form of at most `in_row_limit` bytes to the job's row instead
+/// (`query.result_in_store_bytes`).
 #[derive(Debug, Clone)]
 pub struct ResultTarget {
     pub csv_path: String,
     pub typed: Option<ArrowCompression>,
+    pub in_row_limit: usize,
+}
+
+impl ResultTarget {
+    async fn writer(&self, lake: &Lake, schema: &Schema) -> std::io::Result<ResultWriter> {
+        ResultWriter::create(
+            lake.object_store(),
+            &self.csv_path,
+            schema,
+            self.typed,
+            self.in_row_limit,
+        )
+        .await
+    }
 }
 
 /// Runs a prepared statement; its result goes to `target`.
@@ -67,11 +85,11 @@ pub async fn execute(
     query_id: &str,
     target: &ResultTarget,
 ) -> Result<Execution, QueryError> {
-    let store = lake.object_store();
     match prepared {
         Prepared::Read { plan, snapshot } => {
             let schema = plan.schema();
-            let mut writer = ResultWriter::create(store, &target.csv_path, &schema, target.typed)
+            let mut writer = target
+                .writer(lake, &schema)
                 .await
                 .map_err(|e| QueryError::Internal(format!("result file: {e}")))?;
             let mut stream = execute_stream(plan.clone(), context.task_ctx()).map_err(run_error)?;
@@ -99,6 +117,7 @@ pub async fn execute(
                 rows: written.rows,
                 bytes: written.bytes,
                 small_result: written.small,
+                in_row: written.in_row,
                 write: CatalogWrite::None,
                 staged: Vec::new(),
                 snapshot,
@@ -131,7 +150,7 @@ pub async fn execute(
             plan,
         } => {
             let writer = layout.writer(
-                store,
+                lake.object_store(),
                 (&database.name, &table.name),
                 query_id,
                 access.read_scope(database.kind),
@@ -150,7 +169,7 @@ pub async fn execute(
             plan,
         } => {
             let writer = layout.writer(
-                store,
+                lake.object_store(),
                 (&database.name, &table.name),
                 query_id,
                 access.read_scope(database.kind),
@@ -221,6 +240,7 @@ pub async fn stream_rows(
         rows: sent_rows,
         bytes: sent_bytes,
         small_result: None,
+        in_row: ResultInRow::default(),
         write: CatalogWrite::None,
         staged: Vec::new(),
         snapshot: None,
@@ -245,7 +265,8 @@ async fn empty_result(
     write: CatalogWrite,
 ) -> Result<Execution, QueryError> {
     let schema = Schema::empty();
-    let writer = ResultWriter::create(lake.object_store(), &target.csv_path, &schema, target.typed)
+    let writer = target
+        .writer(lake, &schema)
         .await
         .map_err(|e| QueryError::Internal(format!("result file: {e}")))?;
     let written = writer
@@ -257,6 +278,7 @@ async fn empty_result(
         rows: written.rows,
         bytes: written.bytes,
         small_result: written.small,
+        in_row: written.in_row,
         write,
         staged: Vec::new(),
         snapshot: None,
@@ -301,9 +323,7 @@ async fn count_result(
     )
     .map_err(|e| QueryError::Internal(e.to_string()))?;
     let outcome = async {
-        let store = lake.object_store();
-        let mut writer =
-            ResultWriter::create(store, &target.csv_path, &schema, target.typed).await?;
+        let mut writer = target.writer(lake, &schema).await?;
         writer.write(&batch).await?;
         writer.finish().await
     }
@@ -314,6 +334,7 @@ async fn count_result(
             rows: written.rows,
             bytes: written.bytes,
             small_result: written.small,
+            in_row: written.in_row,
             write,
             staged,
             snapshot: None,

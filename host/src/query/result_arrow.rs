@@ -12,13 +12,16 @@
 //! result's batches through a bounded channel: encoding and compressing it
 //! runs beside the CSV's encoding rather than after it. A copy whose batches
 //! come to less than `COMPRESS_FROM_BYTES` is written uncompressed: for a few
-//! rows a codec costs more than it saves.
+//! rows a codec costs more than it saves. A copy no bigger than the task's
+//! `in_row_limit` is never uploaded: the task hands its bytes back
+//! (`TypedCopy::InRow`) for the job's row in the store.
 //!
 //! It never decides whether a copy is kept (`query.typed_results`), nor
 //! serves one: `result_writer.rs` and `service/reading.rs` do.
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use datafusion::arrow::{
     array::RecordBatch,
     datatypes::{Schema, SchemaRef},
@@ -101,11 +104,27 @@ impl ArrowResultWriter {
 
     /// Writes the end-of-stream marker and completes the upload; returns
     /// the file's size.
-    pub async fn finish(mut self) -> std::io::Result<u64> {
+    pub async fn finish(self) -> std::io::Result<u64> {
+        match self.finish_within(0).await? {
+            TypedCopy::Stored(size) => Ok(size),
+            TypedCopy::InRow(bytes) => Ok(bytes.len() as u64),
+        }
+    }
+
+    /// Writes the end-of-stream marker. A stream of at most `in_row_limit`
+    /// bytes (less than `FLUSH_BYTES`, so none of it went out yet) is
+    /// handed back, never uploaded; a bigger one's upload completes.
+    pub async fn finish_within(mut self, in_row_limit: usize) -> std::io::Result<TypedCopy> {
         self.ipc.finish().map_err(io_error)?;
+        let stream = self.ipc.get_ref();
+        if self.bytes == 0 && stream.len() <= in_row_limit.min(FLUSH_BYTES) && in_row_limit > 0 {
+            let bytes = Bytes::copy_from_slice(stream);
+            // Nothing was written: dropping the upload leaves no object.
+            return Ok(TypedCopy::InRow(bytes));
+        }
         self.flush().await?;
         self.upload.shutdown().await?;
-        Ok(self.bytes)
+        Ok(TypedCopy::Stored(self.bytes))
     }
 
     /// Abandons the upload (cancellation, failure).
@@ -113,6 +132,14 @@ impl ArrowResultWriter {
         let _ = self.upload.abort().await;
         tracing::debug!(path = %self.path, "typed result upload abandoned");
     }
+}
+
+/// How a typed copy ended: uploaded (its size), or small enough to be kept
+/// in the job's row (its bytes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TypedCopy {
+    Stored(u64),
+    InRow(Bytes),
 }
 
 /// Batches in memory below which a typed copy is written uncompressed.
@@ -132,21 +159,29 @@ enum Feed {
 /// The typed copy of one result, written on its own task.
 pub struct TypedCopyTask {
     feed: mpsc::Sender<Feed>,
-    task: JoinHandle<std::io::Result<u64>>,
+    task: JoinHandle<std::io::Result<TypedCopy>>,
 }
 
 impl TypedCopyTask {
     /// Starts the task that writes the copy to `path`, compressing as
-    /// `compression` says once the copy is big enough to gain from it.
+    /// `compression` says once the copy is big enough to gain from it; a
+    /// copy of at most `in_row_limit` bytes is handed back instead.
     pub fn start(
         store: Arc<dyn ObjectStore>,
         path: String,
         schema: &Schema,
         compression: ArrowCompression,
+        in_row_limit: usize,
     ) -> Self {
         let (feed, batches) = mpsc::channel(FED_BATCHES);
         let schema = Arc::new(schema.clone());
-        let task = tokio::spawn(write_fed(store, path, schema, compression, batches));
+        let target = CopyTarget {
+            store,
+            path,
+            compression,
+            in_row_limit,
+        };
+        let task = tokio::spawn(write_fed(target, schema, batches));
         Self { feed, task }
     }
 
@@ -156,8 +191,8 @@ impl TypedCopyTask {
         self.feed.send(Feed::Batch(batch.clone())).await.is_ok()
     }
 
-    /// Completes the copy; returns its size, or why it failed.
-    pub async fn finish(self) -> std::io::Result<u64> {
+    /// Completes the copy; returns how it was kept, or why it failed.
+    pub async fn finish(self) -> std::io::Result<TypedCopy> {
         // A send that fails finds the task ended; its outcome says why.
         let _ = self.feed.send(Feed::Finish).await;
         self.outcome().await
@@ -171,7 +206,7 @@ impl TypedCopyTask {
     }
 
     /// How the task ended (it runs until its feed finishes or closes).
-    pub async fn outcome(self) -> std::io::Result<u64> {
+    pub async fn outcome(self) -> std::io::Result<TypedCopy> {
         match self.task.await {
             Ok(outcome) => outcome,
             Err(e) => Err(std::io::Error::other(format!("typed copy task: {e}"))),
@@ -181,13 +216,25 @@ impl TypedCopyTask {
 
 /// The task of a `TypedCopyTask`: holds the first batches until they are
 /// worth compressing or the feed finishes, then streams the rest.
-async fn write_fed(
+/// Where a `TypedCopyTask` writes its copy, and how.
+struct CopyTarget {
     store: Arc<dyn ObjectStore>,
     path: String,
-    schema: SchemaRef,
     compression: ArrowCompression,
+    in_row_limit: usize,
+}
+
+async fn write_fed(
+    target: CopyTarget,
+    schema: SchemaRef,
     mut feed: mpsc::Receiver<Feed>,
-) -> std::io::Result<u64> {
+) -> std::io::Result<TypedCopy> {
+    let CopyTarget {
+        store,
+        path,
+        compression,
+        in_row_limit,
+    } = target;
     let mut held = Vec::new();
     let mut held_bytes = 0;
     let finished = loop {
@@ -226,7 +273,7 @@ async fn write_fed(
     }
     .await;
     match written {
-        Ok(()) => writer.finish().await,
+        Ok(()) => writer.finish_within(in_row_limit).await,
         Err(e) => {
             writer.abort().await;
             Err(e)
@@ -317,9 +364,12 @@ mod tests {
                 "r.arrows".into(),
                 &batch.schema(),
                 ArrowCompression::Zstd,
+                0,
             );
             assert!(copy.write(&batch).await);
-            let size = copy.finish().await.unwrap();
+            let TypedCopy::Stored(size) = copy.finish().await.unwrap() else {
+                panic!("no limit: the copy is stored");
+            };
             let bytes = stored(&store).await;
             assert_eq!(bytes.len() as u64, size);
             let reader = StreamReader::try_new(std::io::Cursor::new(bytes.clone()), None).unwrap();
@@ -333,12 +383,45 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn a_copy_within_the_row_limit_is_handed_back_and_never_uploaded() {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        for (rows, in_row) in [(10, true), (100_000, false)] {
+            let batch = numbers(rows);
+            let copy = TypedCopyTask::start(
+                store.clone(),
+                "r.arrows".into(),
+                &batch.schema(),
+                ArrowCompression::Zstd,
+                64 * 1024,
+            );
+            assert!(copy.write(&batch).await);
+            let bytes = match copy.finish().await.unwrap() {
+                TypedCopy::InRow(bytes) => {
+                    assert!(in_row, "{rows} rows came back");
+                    assert!(store.head(&Path::from("r.arrows")).await.is_err());
+                    bytes
+                }
+                TypedCopy::Stored(size) => {
+                    assert!(!in_row, "{rows} rows were uploaded");
+                    let bytes = stored(&store).await;
+                    assert_eq!(bytes.len() as u64, size);
+                    bytes
+                }
+            };
+            let reader = StreamReader::try_new(std::io::Cursor::new(bytes), None).unwrap();
+            let read: usize = reader.map(|b| b.unwrap().num_rows()).sum();
+            assert_eq!(read as i64, rows);
+        }
+    }
+
     fn start_lz4_copy(store: &Arc<dyn ObjectStore>, batch: &RecordBatch) -> TypedCopyTask {
         TypedCopyTask::start(
             store.clone(),
             "r.arrows".into(),
             &batch.schema(),
             ArrowCompression::Lz4,
+            0,
         )
     }
 

@@ -9,6 +9,10 @@
 //! (`result_arrow.rs`, on a task of its own) when `query.typed_results` is
 //! on; the CSV never depends on it: a typed copy that fails is dropped, the
 //! query goes on.
+//! A result whose CSV is at most the writer's `in_row_limit` is never
+//! uploaded: its bytes (and its Arrow copy's, when that is as small) come
+//! back in `WrittenResult::in_row`, for the job's row in the store
+//! (docs/design/small-results.md).
 
 use std::{collections::VecDeque, sync::Arc};
 
@@ -21,10 +25,11 @@ use datafusion::arrow::{
 use object_store::{ObjectStore, buffered::BufWriter, path::Path};
 use tokio::{io::AsyncWriteExt as _, task::JoinHandle};
 
-use super::result_arrow::TypedCopyTask;
+use super::result_arrow::{TypedCopy, TypedCopyTask};
 use crate::{
     config::ArrowCompression,
     lake::{ResultFormat, result_file_path},
+    store::queries::ResultInRow,
 };
 
 /// How cells become strings: SQL-style timestamps, everything else Arrow's text.
@@ -79,6 +84,9 @@ fn encode_rows(batch: &RecordBatch, out: &mut Vec<u8>) -> std::io::Result<()> {
 
 /// Results up to this size are also kept in memory by the writer, so the
 /// replica that ran a query can serve its pages without reading the file.
+/// It is also the most a result kept in the store's row may be: the
+/// object store's buffered upload holds far more before it sends anything,
+/// so a result this small has sent nothing when it is kept in the row.
 pub const SMALL_RESULT_BYTES: usize = 256 * 1024;
 
 /// Batches being made text at once, ahead of the one written next.
@@ -108,6 +116,8 @@ pub struct WrittenResult {
     pub bytes: u64,
     /// The whole CSV, when it is at most `SMALL_RESULT_BYTES`.
     pub small: Option<Bytes>,
+    /// The forms kept for the store's row instead of the lake.
+    pub in_row: ResultInRow,
 }
 
 impl CsvResultWriter {
@@ -189,16 +199,35 @@ impl CsvResultWriter {
     }
 
     /// Completes the upload.
-    pub async fn finish(mut self) -> std::io::Result<WrittenResult> {
+    pub async fn finish(self) -> std::io::Result<WrittenResult> {
+        self.finish_within(0).await
+    }
+
+    /// Completes the CSV: one of at most `in_row_limit` bytes is handed
+    /// back in `in_row` and never uploaded; a bigger one's upload completes.
+    pub async fn finish_within(mut self, in_row_limit: usize) -> std::io::Result<WrittenResult> {
         while !self.encoding.is_empty() {
             self.take_encoded().await?;
         }
         self.flush_buffer().await?;
-        self.writer.shutdown().await?;
+        let small = self.copy.map(Bytes::from);
+        let in_row = small
+            .as_ref()
+            .filter(|csv| csv.len() <= in_row_limit)
+            .cloned();
+        if in_row.is_none() {
+            self.writer.shutdown().await?;
+        }
+        // Else nothing was sent (`SMALL_RESULT_BYTES`): dropping the
+        // buffered upload leaves no object.
         Ok(WrittenResult {
             rows: self.rows,
             bytes: self.bytes,
-            small: self.copy.map(Bytes::from),
+            small,
+            in_row: ResultInRow {
+                csv: in_row,
+                arrow: None,
+            },
         })
     }
 
@@ -218,23 +247,31 @@ impl CsvResultWriter {
 pub struct ResultWriter {
     csv: CsvResultWriter,
     typed: Option<TypedCopyTask>,
+    in_row_limit: usize,
 }
 
 impl ResultWriter {
     /// Starts the CSV at `csv_path` and, when `typed` says how to compress
-    /// it, its Arrow copy.
+    /// it, its Arrow copy; each form of at most `in_row_limit` bytes (at most
+    /// `SMALL_RESULT_BYTES`) is handed back for the store's row instead.
     pub async fn create(
         store: Arc<dyn ObjectStore>,
         csv_path: &str,
         schema: &Schema,
         typed: Option<ArrowCompression>,
+        in_row_limit: usize,
     ) -> std::io::Result<Self> {
+        let in_row_limit = in_row_limit.min(SMALL_RESULT_BYTES);
         let csv = CsvResultWriter::create(store.clone(), csv_path, schema).await?;
         let typed = typed.map(|compression| {
             let path = result_file_path(csv_path, ResultFormat::Arrow);
-            TypedCopyTask::start(store, path, schema, compression)
+            TypedCopyTask::start(store, path, schema, compression, in_row_limit)
         });
-        Ok(Self { csv, typed })
+        Ok(Self {
+            csv,
+            typed,
+            in_row_limit,
+        })
     }
 
     pub async fn write(&mut self, batch: &RecordBatch) -> std::io::Result<()> {
@@ -265,11 +302,14 @@ impl ResultWriter {
                 None => Ok(None),
             }
         };
-        let (typed, csv) = tokio::join!(typed, self.csv.finish());
-        if let Err(e) = typed {
-            tracing::warn!(error = %e, "result kept without its typed copy");
+        let (typed, csv) = tokio::join!(typed, self.csv.finish_within(self.in_row_limit));
+        let mut written = csv?;
+        match typed {
+            Ok(Some(TypedCopy::InRow(arrow))) => written.in_row.arrow = Some(arrow),
+            Ok(Some(TypedCopy::Stored(_)) | None) => {}
+            Err(e) => tracing::warn!(error = %e, "result kept without its typed copy"),
         }
-        csv
+        Ok(written)
     }
 
     /// Abandons both uploads (cancellation, failure).
@@ -308,6 +348,7 @@ mod tests {
             "r.csv",
             &schema,
             Some(ArrowCompression::Zstd),
+            0,
         )
         .await
         .unwrap();
@@ -325,6 +366,45 @@ mod tests {
         assert_eq!(&csv[..], b"\"a\",\"b\"\n\"1\"\n\"2\"\n\"1\"\n\"2\"\n");
         let arrow = result_file_path("r.csv", ResultFormat::Arrow);
         assert!(store.head(&Path::from(arrow.as_str())).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_result_within_the_row_limit_comes_back_and_leaves_no_object() {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, false)]));
+        for (rows, in_row) in [(3i64, true), (20_000, false)] {
+            let path = format!("r{rows}.csv");
+            let mut writer = ResultWriter::create(
+                store.clone(),
+                &path,
+                &schema,
+                Some(ArrowCompression::Zstd),
+                64 * 1024,
+            )
+            .await
+            .unwrap();
+            let batch = RecordBatch::try_new(
+                schema.clone(),
+                vec![Arc::new(Int64Array::from((0..rows).collect::<Vec<_>>()))],
+            )
+            .unwrap();
+            writer.write(&batch).await.unwrap();
+            let written = writer.finish().await.unwrap();
+            let arrow_path = result_file_path(&path, ResultFormat::Arrow);
+            let csv_object = store.head(&Path::from(path.as_str())).await;
+            let arrow_object = store.head(&Path::from(arrow_path.as_str())).await;
+            if in_row {
+                let csv = written.in_row.csv.expect("the CSV in the row");
+                assert_eq!(&csv[..], b"\"n\"\n\"0\"\n\"1\"\n\"2\"\n");
+                assert_eq!(written.bytes, csv.len() as u64);
+                assert!(written.in_row.arrow.is_some(), "the Arrow copy in the row");
+                assert!(csv_object.is_err() && arrow_object.is_err(), "no object");
+            } else {
+                assert_eq!(written.in_row, ResultInRow::default());
+                assert_eq!(csv_object.unwrap().size, written.bytes);
+                assert!(arrow_object.is_ok(), "the Arrow copy uploaded");
+            }
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

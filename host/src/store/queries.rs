@@ -5,6 +5,7 @@
 //! caller can give up after a few. A streamed job (`Delivery::FlightSql`) is
 //! inserted RUNNING by the replica its client reads from and never QUEUED.
 
+use bytes::Bytes;
 use sqlx::Row as _;
 
 use super::{
@@ -118,6 +119,42 @@ pub struct QueryJob {
     /// How many workers a distributed read ran on; `None` when it ran on
     /// one replica alone.
     pub workers: Option<i64>,
+    /// The forms of a small result kept in this row instead of the lake.
+    pub in_row: KeptInRow,
+}
+
+/// A small result's forms kept in its job's row instead of the lake
+/// (`query.result_in_store_bytes`, docs/design/small-results.md): its CSV
+/// and its typed Arrow copy, each when it was at most that size.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResultInRow {
+    pub csv: Option<Bytes>,
+    pub arrow: Option<Bytes>,
+}
+
+impl ResultInRow {
+    pub fn sizes(&self) -> KeptInRow {
+        let size = |bytes: &Option<Bytes>| bytes.as_ref().map(|b| b.len() as i64);
+        KeptInRow {
+            csv_bytes: size(&self.csv),
+            arrow_bytes: size(&self.arrow),
+        }
+    }
+}
+
+/// Which forms of a result its row keeps (`ResultInRow`), by their sizes,
+/// as a job is read without the bytes themselves.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KeptInRow {
+    pub csv_bytes: Option<i64>,
+    pub arrow_bytes: Option<i64>,
+}
+
+/// One form of a result kept in a job's row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowForm {
+    Csv,
+    Arrow,
 }
 
 /// How a run ended.
@@ -133,6 +170,8 @@ pub enum QueryOutcome {
         reuse_key: Option<String>,
         /// The workers of a distributed read (`QueryJob::workers`).
         workers: Option<i64>,
+        /// The result's forms kept in the row instead of the lake.
+        in_row: ResultInRow,
     },
     Failed {
         reason: String,
@@ -171,7 +210,9 @@ pub enum CatalogWrite {
 const COLUMNS: &str = "id, org, zone, owner_sub, access_fingerprint, sql_text, database_name, \
     statement_type, state, state_change_reason, submitted_at, started_at, completed_at, \
     result_path, result_rows, result_bytes, result_columns_json, access_json, \
-    CAST(attempts AS BIGINT) AS attempts, reused_query_id, delivery, workers";
+    CAST(attempts AS BIGINT) AS attempts, reused_query_id, delivery, workers, \
+    CAST(length(result_csv) AS BIGINT) AS csv_in_row_bytes, \
+    CAST(length(result_arrow) AS BIGINT) AS arrow_in_row_bytes";
 
 fn job_from_row(row: &sqlx::any::AnyRow) -> Result<QueryJob> {
     let zone: String = row.try_get("zone")?;
@@ -200,51 +241,74 @@ fn job_from_row(row: &sqlx::any::AnyRow) -> Result<QueryJob> {
         reused_query_id: row.try_get("reused_query_id")?,
         delivery: Delivery::parse(&row.try_get::<String, _>("delivery")?)?,
         workers: row.try_get("workers")?,
+        in_row: KeptInRow {
+            csv_bytes: row.try_get("csv_in_row_bytes")?,
+            arrow_bytes: row.try_get("arrow_in_row_bytes")?,
+        },
     })
 }
 
-/// The columns an end writes: (state, reason, result path, rows, bytes,
-/// columns JSON, reuse key, workers).
-type EndColumns<'a> = (
-    &'static str,
-    Option<&'a str>,
-    Option<&'a str>,
-    Option<i64>,
-    Option<i64>,
-    Option<&'a str>,
-    Option<&'a str>,
-    Option<i64>,
-);
+/// The columns an end writes.
+#[derive(Clone, Copy)]
+struct EndColumns<'a> {
+    state: &'static str,
+    reason: Option<&'a str>,
+    path: Option<&'a str>,
+    rows: Option<i64>,
+    bytes: Option<i64>,
+    columns: Option<&'a str>,
+    reuse_key: Option<&'a str>,
+    workers: Option<i64>,
+    in_row: Option<&'a ResultInRow>,
+}
 
-fn end_columns(outcome: &QueryOutcome) -> EndColumns<'_> {
-    match outcome {
-        QueryOutcome::Succeeded {
-            result_path,
-            rows,
-            bytes,
-            columns_json,
-            reuse_key,
-            workers,
-        } => (
-            "SUCCEEDED",
-            None,
-            result_path.as_deref(),
-            Some(*rows),
-            Some(*bytes),
-            Some(columns_json.as_str()),
-            reuse_key.as_deref(),
-            *workers,
-        ),
-        QueryOutcome::Failed { reason } => (
-            "FAILED",
-            Some(reason.as_str()),
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-        ),
+impl<'a> EndColumns<'a> {
+    /// A final state without a result.
+    fn without_result(state: &'static str, reason: Option<&'a str>) -> Self {
+        Self {
+            state,
+            reason,
+            path: None,
+            rows: None,
+            bytes: None,
+            columns: None,
+            reuse_key: None,
+            workers: None,
+            in_row: None,
+        }
+    }
+
+    fn of(outcome: &'a QueryOutcome) -> Self {
+        match outcome {
+            QueryOutcome::Succeeded {
+                result_path,
+                rows,
+                bytes,
+                columns_json,
+                reuse_key,
+                workers,
+                in_row,
+            } => Self {
+                state: "SUCCEEDED",
+                reason: None,
+                path: result_path.as_deref(),
+                rows: Some(*rows),
+                bytes: Some(*bytes),
+                columns: Some(columns_json.as_str()),
+                reuse_key: reuse_key.as_deref(),
+                workers: *workers,
+                in_row: Some(in_row),
+            },
+            QueryOutcome::Failed { reason } => Self::without_result("FAILED", Some(reason)),
+        }
+    }
+
+    fn csv_in_row(&self) -> Option<&'a [u8]> {
+        self.in_row.and_then(|kept| kept.csv.as_deref())
+    }
+
+    fn arrow_in_row(&self) -> Option<&'a [u8]> {
+        self.in_row.and_then(|kept| kept.arrow.as_deref())
     }
 }
 
@@ -346,7 +410,7 @@ impl Store {
         inserted: Inserted<'_>,
         delivery: Delivery,
     ) -> Result<QueryJob> {
-        let cancelled = ("CANCELLED", None, None, None, None, None, None, None);
+        let cancelled = EndColumns::without_result("CANCELLED", None);
         let (state, started_at, attempts, lease, ended) = match inserted {
             Inserted::Queued => (QueryState::Queued, None, 0, None, None),
             Inserted::Cancelled => (QueryState::Cancelled, None, 0, None, Some(cancelled)),
@@ -368,11 +432,10 @@ impl Store {
                     QueryOutcome::Succeeded { .. } => QueryState::Succeeded,
                     QueryOutcome::Failed { .. } => QueryState::Failed,
                 };
-                (state, Some(started_at), 1, None, Some(end_columns(outcome)))
+                (state, Some(started_at), 1, None, Some(EndColumns::of(outcome)))
             }
         };
-        let (_, reason, path, rows, bytes, columns, reuse_key, workers) =
-            ended.unwrap_or((state.as_str(), None, None, None, None, None, None, None));
+        let end = ended.unwrap_or(EndColumns::without_result(state.as_str(), None));
         // A job stored at its end was submitted when it started (or now,
         // when it never started).
         let (submitted_at, completed_at) = match ended {
@@ -384,9 +447,9 @@ impl Store {
              database_name, statement_type, access_json, state, submitted_at, started_at, \
              lease_owner, lease_expires_at, attempts, state_change_reason, completed_at, \
              result_path, result_rows, result_bytes, result_columns_json, reuse_key, delivery, \
-             workers) \
+             workers, result_csv, result_arrow) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
-             $17, $18, $19, $20, $21, $22, $23, $24)",
+             $17, $18, $19, $20, $21, $22, $23, $24, $25, $26)",
         )
         .bind(&query.id)
         .bind(&query.org)
@@ -403,32 +466,35 @@ impl Store {
         .bind(lease.map(|(holder, _)| holder))
         .bind(lease.map(|(_, until)| until))
         .bind(attempts)
-        .bind(reason)
+        .bind(end.reason)
         .bind(completed_at)
-        .bind(path)
-        .bind(rows)
-        .bind(bytes)
-        .bind(columns)
-        .bind(reuse_key)
+        .bind(end.path)
+        .bind(end.rows)
+        .bind(end.bytes)
+        .bind(end.columns)
+        .bind(end.reuse_key)
         .bind(delivery.as_str())
-        .bind(workers)
+        .bind(end.workers)
+        .bind(end.csv_in_row())
+        .bind(end.arrow_in_row())
         .execute(self.pool())
         .await?;
         Ok(QueryJob {
             query: query.clone(),
             state,
-            state_change_reason: reason.map(str::to_string),
+            state_change_reason: end.reason.map(str::to_string),
             submitted_at,
             started_at,
             completed_at,
-            result_path: path.map(str::to_string),
-            result_rows: rows,
-            result_bytes: bytes,
-            result_columns_json: columns.map(str::to_string),
+            result_path: end.path.map(str::to_string),
+            result_rows: end.rows,
+            result_bytes: end.bytes,
+            result_columns_json: end.columns.map(str::to_string),
             attempts,
             reused_query_id: None,
             delivery,
-            workers,
+            workers: end.workers,
+            in_row: end.in_row.map(ResultInRow::sizes).unwrap_or_default(),
         })
     }
 
@@ -517,24 +583,27 @@ impl Store {
         write: &CatalogWrite,
         now: i64,
     ) -> Result<Finished> {
-        let (state, reason, path, rows, bytes, columns, reuse_key, workers) = end_columns(outcome);
+        let ended = EndColumns::of(outcome);
         let end = sqlx::query(
             "UPDATE query_jobs SET state = $1, state_change_reason = $2, result_path = $3, \
              result_rows = $4, result_bytes = $5, result_columns_json = $6, completed_at = $7, \
-             reuse_key = $10, workers = $11, lease_owner = NULL, lease_expires_at = NULL \
+             reuse_key = $10, workers = $11, result_csv = $12, result_arrow = $13, \
+             lease_owner = NULL, lease_expires_at = NULL \
              WHERE id = $8 AND lease_owner = $9 AND state = 'RUNNING'",
         )
-        .bind(state)
-        .bind(reason)
-        .bind(path)
-        .bind(rows)
-        .bind(bytes)
-        .bind(columns)
+        .bind(ended.state)
+        .bind(ended.reason)
+        .bind(ended.path)
+        .bind(ended.rows)
+        .bind(ended.bytes)
+        .bind(ended.columns)
         .bind(now)
         .bind(id)
         .bind(holder)
-        .bind(reuse_key)
-        .bind(workers);
+        .bind(ended.reuse_key)
+        .bind(ended.workers)
+        .bind(ended.csv_in_row())
+        .bind(ended.arrow_in_row());
         if matches!(write, CatalogWrite::None) {
             // Nothing else to write: one statement is its own transaction.
             let done = end.execute(self.pool()).await?;
@@ -606,7 +675,8 @@ impl Store {
     }
 
     /// Inserts `query` SUCCEEDED at once with the result of `source`, which
-    /// it names as the query it reused. It never runs and holds no lease.
+    /// it names as the query it reused (a small result's bytes are copied
+    /// from its row). It never runs and holds no lease.
     pub async fn insert_reused_query(
         &self,
         query: &NewQuery,
@@ -617,9 +687,10 @@ impl Store {
             "INSERT INTO query_jobs (id, org, zone, owner_sub, access_fingerprint, sql_text, \
              database_name, statement_type, access_json, state, submitted_at, started_at, \
              completed_at, result_path, result_rows, result_bytes, result_columns_json, \
-             attempts, reused_query_id) \
+             attempts, reused_query_id, result_csv, result_arrow) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'SUCCEEDED', $10, $10, $10, $11, $12, \
-             $13, $14, 0, $15)",
+             $13, $14, 0, $15, (SELECT result_csv FROM query_jobs WHERE id = $15), \
+             (SELECT result_arrow FROM query_jobs WHERE id = $15))",
         )
         .bind(&query.id)
         .bind(&query.org)
@@ -653,7 +724,24 @@ impl Store {
             reused_query_id: Some(source.query.id.clone()),
             delivery: Delivery::Stored,
             workers: None,
+            in_row: source.in_row,
         })
+    }
+
+    /// One form of the result job `id` keeps in its row (`None` when the
+    /// lake keeps it, or there is no such job).
+    pub async fn result_in_row(&self, id: &str, form: RowForm) -> Result<Option<Bytes>> {
+        let column = match form {
+            RowForm::Csv => "result_csv",
+            RowForm::Arrow => "result_arrow",
+        };
+        let bytes: Option<Option<Vec<u8>>> = sqlx::query_scalar(&format!(
+            "SELECT {column} FROM query_jobs WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(bytes.flatten().map(Bytes::from))
     }
 
     /// Gives a job `holder` runs back to the queue (a draining replica): any

@@ -377,37 +377,59 @@ fn result_files(app: &TestApp) -> Vec<std::path::PathBuf> {
 
 #[tokio::test]
 async fn a_waited_query_that_ends_at_once_is_stored_once_final_and_reads_back_the_same() {
-    let app = spawn_app().await;
-    let token = admin(&app);
-    let (status, _, body) = submit_preferring(
-        &app,
-        &token,
-        "wait=10",
-        &json!({ "query": "SELECT 1 AS one" }),
-    )
-    .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
-    let id = body["queryId"].as_str().unwrap();
-    let (state, attempts, lease_owner, submitted, started, completed) = stored_job(&app, id).await;
-    assert_eq!(
-        (state.as_str(), attempts, lease_owner),
-        ("SUCCEEDED", 1, None)
-    );
-    assert!(
-        submitted <= started && started <= completed,
-        "{submitted} {started} {completed}"
-    );
-    let (_, resource) = app.query_status(ORG_HOST, &token, id).await;
-    assert_eq!(resource["status"], body["status"]);
-    assert_eq!(resource["statistics"], body["statistics"]);
-    // Its whole result is in the lake for the link: the CSV and its Arrow copy.
-    let files = result_files(&app);
-    let csv = files
-        .iter()
-        .find(|path| path.extension().is_some_and(|e| e == "csv"))
-        .expect("a result CSV");
-    assert_eq!(std::fs::read_to_string(csv).unwrap(), "\"one\"\n\"1\"\n");
-    assert_eq!(files.len(), 2, "{files:?}");
+    // By default a small result lives in its job's row and writes no file
+    // until a link asks for one; with `result_in_store_bytes = 0` it is
+    // written to the lake at once, the CSV and its Arrow copy.
+    for in_store in [64 * 1024, 0] {
+        let app = spawn_app_with(|config| config.query.result_in_store_bytes = in_store).await;
+        let token = admin(&app);
+        let (status, _, body) = submit_preferring(
+            &app,
+            &token,
+            "wait=10",
+            &json!({ "query": "SELECT 1 AS one" }),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let id = body["queryId"].as_str().unwrap();
+        let (state, attempts, lease_owner, submitted, started, completed) =
+            stored_job(&app, id).await;
+        assert_eq!(
+            (state.as_str(), attempts, lease_owner),
+            ("SUCCEEDED", 1, None)
+        );
+        assert!(
+            submitted <= started && started <= completed,
+            "{submitted} {started} {completed}"
+        );
+        let (_, resource) = app.query_status(ORG_HOST, &token, id).await;
+        assert_eq!(resource["status"], body["status"]);
+        assert_eq!(resource["statistics"], body["statistics"]);
+        let files = result_files(&app);
+        assert_eq!(files.len(), if in_store > 0 { 0 } else { 2 }, "{files:?}");
+
+        // The link serves the CSV either way; kept in the row, the link
+        // writes it to the lake first (once).
+        for _ in 0..2 {
+            let response = app
+                .request(reqwest::Method::GET, ORG_HOST, &format!("{QUERY}/{id}/csv"))
+                .bearer_auth(&token)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), StatusCode::FOUND);
+            let location = response.headers()["location"].to_str().unwrap().to_string();
+            let csv = reqwest::get(location).await.unwrap().text().await.unwrap();
+            assert_eq!(csv, "\"one\"\n\"1\"\n");
+        }
+        let files = result_files(&app);
+        let csv = files
+            .iter()
+            .find(|path| path.extension().is_some_and(|e| e == "csv"))
+            .expect("a result CSV");
+        assert_eq!(std::fs::read_to_string(csv).unwrap(), "\"one\"\n\"1\"\n");
+        assert_eq!(files.len(), if in_store > 0 { 1 } else { 2 }, "{files:?}");
+    }
 }
 
 #[tokio::test]

@@ -821,7 +821,9 @@ async fn a_result_kept_without_its_typed_copy_answers_409_and_still_serves_csv()
 
 #[tokio::test]
 async fn typed_copies_sit_beside_the_csv_and_parquet_is_made_when_asked() {
-    let (app, token) = typed_app(|_| {}).await;
+    // Every result in the lake, however small (else this one's rows stay
+    // in the store's row: the next test).
+    let (app, token) = typed_app(|c| c.query.result_in_store_bytes = 0).await;
     let id = succeeded(&app, &token, "SELECT id FROM typed").await;
     let location = link(&app, &token, &id, None).await;
     let key = location
@@ -872,20 +874,112 @@ async fn typed_copies_sit_beside_the_csv_and_parquet_is_made_when_asked() {
         )
         .await;
     assert_eq!(done["status"]["state"], "FAILED", "{done}");
-    let results = app.data_dir.join("lake").join("_results");
-    let mut left = Vec::new();
-    let mut directories = vec![results];
+    let left = result_files_of(&app, &id);
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// The names of the files of query `id`'s result in a lake on disk.
+fn result_files_of(app: &TestApp, id: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut directories = vec![app.data_dir.join("lake").join("_results")];
     while let Some(directory) = directories.pop() {
-        for entry in std::fs::read_dir(&directory).unwrap() {
+        for entry in std::fs::read_dir(&directory).into_iter().flatten() {
             let entry = entry.unwrap();
+            let name = entry.file_name().to_string_lossy().to_string();
             if entry.file_type().unwrap().is_dir() {
                 directories.push(entry.path());
-            } else if entry.file_name().to_string_lossy().starts_with(&id) {
-                left.push(entry.path());
+            } else if name.starts_with(id) {
+                found.push(name);
             }
         }
     }
-    assert!(left.is_empty(), "{left:?}");
+    found.sort();
+    found
+}
+
+/// `GET /query/{id}/result` with `accept`: the status and body.
+async fn whole_result(app: &TestApp, token: &str, id: &str, accept: &str) -> bytes::Bytes {
+    let response = get_with(
+        app,
+        token,
+        &format!("{QUERY}/{id}/result"),
+        &[("Accept", accept)],
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::OK, "{accept}");
+    response.bytes().await.unwrap()
+}
+
+/// A small result lives in its job's row (`query.result_in_store_bytes`):
+/// no file until a link asks for one, and every format reads the same on
+/// the replica that ran it and on another one, which reads the store.
+#[tokio::test]
+async fn a_small_result_kept_in_the_store_reads_the_same_in_every_format_on_every_replica() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = lakehost::clock::ManualClock::new();
+    let first = spawn_in(dir.path().to_path_buf(), clock.clone(), |_| {}).await;
+    first
+        .import(None, "demo_lake_v2", "typed", &[typed_batch()])
+        .await;
+    let token = first.token_for(&["ZoneAdmin"], "[0]");
+    let id = succeeded(&first, &token, &format!("{TYPED_SQL} LIMIT 20")).await;
+    assert_eq!(result_files_of(&first, &id), Vec::<String>::new());
+    let second = spawn_in(dir.path().to_path_buf(), clock, |_| {}).await;
+    let other_token = second.token_for(&["ZoneAdmin"], "[0]");
+
+    let (status, page) = first.result_page(ORG_HOST, &token, &id, None).await;
+    let (other_status, other_page) = second.result_page(ORG_HOST, &other_token, &id, None).await;
+    assert_eq!((status, other_status), (StatusCode::OK, StatusCode::OK));
+    assert_eq!(page, other_page);
+    assert_eq!(page_rows(&page).len(), 21, "the header row and 20 rows");
+    let csv = whole_result(&first, &token, &id, "text/csv").await;
+    assert_eq!(
+        csv,
+        whole_result(&second, &other_token, &id, "text/csv").await
+    );
+    let csv_rows = parse_csv(std::str::from_utf8(&csv).unwrap());
+    assert_eq!(&csv_rows[1..], &page_rows(&page)[1..]);
+    let arrow = whole_result(&second, &other_token, &id, ARROW).await;
+    let batches: Vec<RecordBatch> = datafusion::arrow::ipc::reader::StreamReader::try_new(
+        std::io::Cursor::new(arrow.to_vec()),
+        None,
+    )
+    .unwrap()
+    .map(Result::unwrap)
+    .collect();
+    assert_eq!(batches.iter().map(RecordBatch::num_rows).sum::<usize>(), 20);
+    assert_eq!(batches[0].schema().field(0).data_type(), &DataType::Int64);
+    assert_eq!(result_files_of(&first, &id), Vec::<String>::new());
+
+    // Links, from the replica that did not run it: each writes its file
+    // to the lake first, then serves it as any other.
+    let csv_link = link(&second, &other_token, &id, None).await;
+    let linked = reqwest::get(&csv_link).await.unwrap().bytes().await.unwrap();
+    assert_eq!(linked, csv);
+    let arrow_link = link(&second, &other_token, &id, Some("arrow")).await;
+    let linked = reqwest::get(&arrow_link).await.unwrap().bytes().await.unwrap();
+    assert_eq!(linked, arrow);
+    let parquet_link = link(&second, &other_token, &id, Some("parquet")).await;
+    let parquet = whole_result(&first, &token, &id, PARQUET).await;
+    assert!(parquet.starts_with(b"PAR1"));
+    let files = result_files_of(&first, &id);
+    assert_eq!(files.len(), 3, "{files:?}");
+    for extension in [".csv", ".arrows", ".parquet"] {
+        assert!(files.iter().any(|f| f.ends_with(extension)), "{files:?}");
+    }
+
+    let Some(python) = test_python() else {
+        return;
+    };
+    let types = sql_types(&first, &token, &id).await;
+    let read = result_client(&python, "read_arrow", &json!({ "url": arrow_link })).await;
+    for reader in ["pyarrow", "pandas", "duckdb"] {
+        assert_equals_csv(reader, &read["readers"][reader], &csv_rows, &types);
+    }
+    let read = result_client(&python, "read_parquet", &json!({ "url": parquet_link })).await;
+    for reader in ["pyarrow", "pandas", "duckdb"] {
+        assert_equals_csv(reader, &read["readers"][reader], &csv_rows, &types);
+    }
 }
 
 /// With the lake on S3 (moto's, started by `.ci/run`), the typed copies are
@@ -911,8 +1005,19 @@ async fn on_an_s3_lake_the_typed_links_are_s3_presigned_gets() {
     assert!(created.status().is_success(), "{}", created.status());
     let lake_url = format!("s3://{bucket}/lake");
     let (app, token) = typed_app(|c| c.storage.lake_url = Some(lake_url)).await;
-    let id = succeeded(&app, &token, TYPED_SQL).await;
-    let location = link(&app, &token, &id, Some("parquet")).await;
+    // A result in the lake, then one kept in the store's row, whose links
+    // write it to the bucket first.
+    for sql in [TYPED_SQL.to_string(), format!("{TYPED_SQL} LIMIT 20")] {
+        s3_links_read_back(&app, &token, &endpoint, &bucket, &sql).await;
+    }
+}
+
+/// Runs `sql` on `app`'s S3 lake and reads its typed result through S3's
+/// presigned GETs.
+async fn s3_links_read_back(app: &TestApp, token: &str, endpoint: &str, bucket: &str, sql: &str) {
+    let http = reqwest::Client::new();
+    let id = succeeded(app, token, sql).await;
+    let location = link(app, token, &id, Some("parquet")).await;
     assert!(
         location.starts_with(&format!("{endpoint}/{bucket}/lake/_results/"))
             && location.contains(".parquet?"),
@@ -929,13 +1034,13 @@ async fn on_an_s3_lake_the_typed_links_are_s3_presigned_gets() {
     let Some(python) = test_python() else {
         return;
     };
-    let csv = csv_rows(&app, &token, &id).await;
-    let types = sql_types(&app, &token, &id).await;
+    let csv = csv_rows(app, token, &id).await;
+    let types = sql_types(app, token, &id).await;
     let read = result_client(&python, "read_parquet", &json!({ "url": location })).await;
     for reader in ["pyarrow", "pandas", "duckdb"] {
         assert_equals_csv(reader, &read["readers"][reader], &csv, &types);
     }
-    let arrow = link(&app, &token, &id, Some("arrow")).await;
+    let arrow = link(app, token, &id, Some("arrow")).await;
     let read = result_client(&python, "read_arrow", &json!({ "url": arrow })).await;
     assert_equals_csv("pyarrow (S3)", &read["readers"]["pyarrow"], &csv, &types);
 }

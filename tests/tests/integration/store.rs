@@ -12,7 +12,10 @@ use lakehost::{
         Error, Finished, JobCaps, Store,
         catalog::{LakeTable, NewDataFile},
         dailyrun::{NewDailyRun, RunEnd, RunStatus, StartOutcome},
-        queries::{CatalogWrite, Delivery, NewQuery, QueryOutcome, QueryState},
+        queries::{
+            CatalogWrite, Delivery, KeptInRow, NewQuery, QueryOutcome, QueryState, ResultInRow,
+            RowForm,
+        },
     },
 };
 
@@ -230,6 +233,11 @@ async fn query_jobs_move_through_their_states() {
             columns_json: "[]".into(),
             reuse_key: None,
             workers: Some(3),
+            // A small result kept in the row: binary-safe bytes, both forms.
+            in_row: ResultInRow {
+                csv: Some(bytes::Bytes::from_static(b"\"n\"\n\"1\"\n")),
+                arrow: Some(bytes::Bytes::from_static(b"\xff\xff\xff\xff\0\x01")),
+            },
         };
         assert!(
             store
@@ -263,6 +271,21 @@ async fn query_jobs_move_through_their_states() {
                 Some(3)
             )
         );
+        assert_eq!(
+            done.in_row,
+            KeptInRow {
+                csv_bytes: Some(8),
+                arrow_bytes: Some(6)
+            },
+            "{backend}"
+        );
+        for (form, kept) in [
+            (RowForm::Csv, &b"\"n\"\n\"1\"\n"[..]),
+            (RowForm::Arrow, &b"\xff\xff\xff\xff\0\x01"[..]),
+        ] {
+            let read = store.result_in_row(&job.query.id, form).await.unwrap();
+            assert_eq!(read.as_deref(), Some(kept), "{backend} {form:?}");
+        }
         assert!(
             !store.cancel_query(&job.query.id, 130).await.unwrap(),
             "final stays final"
@@ -331,6 +354,10 @@ async fn a_reused_query_copies_the_newest_matching_result_within_its_age() {
                 columns_json: "[]".into(),
                 reuse_key: Some("key-a".into()),
                 workers: None,
+                in_row: ResultInRow {
+                    csv: Some(bytes::Bytes::from(format!("\"n\"\n\"{n}\"\n"))),
+                    arrow: None,
+                },
             };
             let finished = store
                 .finish_query(&job.id, "w1", &outcome, &CatalogWrite::None, ended_at)
@@ -360,6 +387,13 @@ async fn a_reused_query_copies_the_newest_matching_result_within_its_age() {
         assert_eq!(stored.result_path.as_deref(), Some("results/2"));
         assert_eq!(stored.result_rows, Some(2));
         assert_eq!(stored.reused_query_id.as_deref(), Some(ran[1].as_str()));
+        // A small result's bytes come with it, from the source's row.
+        let csv = store.result_in_row(&reuser.id, RowForm::Csv).await.unwrap();
+        assert_eq!(csv.as_deref(), Some(&b"\"n\"\n\"2\"\n"[..]), "{backend}");
+        assert_eq!(
+            store.result_in_row(&reuser.id, RowForm::Arrow).await.unwrap(),
+            None
+        );
         assert_eq!((stored.submitted_at, stored.completed_at), (300, Some(300)));
         // A reuse is not itself reused (it carries no key): the source stays the newest.
         let again = store.reusable_query("key-a", 0).await.unwrap().unwrap();
@@ -401,6 +435,7 @@ async fn streamed_queries_keep_their_delivery_and_no_result_path() {
             columns_json: "[]".into(),
             reuse_key: None,
             workers: None,
+            in_row: ResultInRow::default(),
         };
         let finished = store
             .finish_query(&job.id, "w1", &streamed, &CatalogWrite::None, 110)
@@ -456,6 +491,10 @@ async fn a_query_stored_at_its_end_reads_back_final_and_is_reusable() {
             columns_json: "[]".into(),
             reuse_key: Some("key-at-once".into()),
             workers: None,
+            in_row: ResultInRow {
+                csv: Some(bytes::Bytes::from_static(b"\"x\"\n")),
+                arrow: Some(bytes::Bytes::from_static(b"arrow")),
+            },
         };
         let failed = QueryOutcome::Failed {
             reason: "Divide by zero error".into(),
@@ -735,6 +774,7 @@ async fn catalog_changes_commit_with_the_final_state_or_not_at_all() {
             columns_json: "[]".into(),
             reuse_key: None,
             workers: None,
+            in_row: ResultInRow::default(),
         };
 
         // A worker that lost its job (cancelled meanwhile) writes nothing.

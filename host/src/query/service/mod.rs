@@ -511,6 +511,7 @@ impl QueryService {
                 .limits
                 .typed_results
                 .then_some(self.limits.typed_results_compression),
+            in_row_limit: self.limits.result_in_store_bytes,
         };
         self.start_run(
             async move { execute(&context, prepared, &lake, &access, &id, &target).await },

@@ -283,6 +283,7 @@ impl QueryService {
                         .as_deref()
                         .and_then(|snapshot| reuse_key(query, snapshot)),
                     workers: execution.workers.map(i64::from),
+                    in_row: execution.in_row,
                 },
                 write: execution.write,
                 staged: execution.staged,
