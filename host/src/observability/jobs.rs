@@ -69,7 +69,12 @@ pub fn query_abandoned(id: &str, statement_type: &str) {
 }
 
 /// A query's end was recorded (or, for CANCELLED, requested).
-pub fn query_ended(id: &str, state: QueryState, statement_type: &str, result_bytes: Option<u64>) {
+pub fn query_ended(
+    id: &str,
+    state: QueryState,
+    statement_type: &str,
+    result: Option<metrics::ResultKept>,
+) {
     tracing::info!(
         job = "query",
         job_id = id,
@@ -77,7 +82,7 @@ pub fn query_ended(id: &str, state: QueryState, statement_type: &str, result_byt
         statement_type,
         "job state"
     );
-    metrics::query_ended(state, statement_type, result_bytes);
+    metrics::query_ended(state, statement_type, result);
 }
 
 /// POST /load/{id}/commit moved a load to PROCESSING.

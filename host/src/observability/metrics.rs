@@ -255,13 +255,23 @@ pub enum Admission {
 }
 
 /// A query that reached a final state; `result_bytes` when it SUCCEEDED.
-pub fn query_ended(state: QueryState, statement_type: &str, result_bytes: Option<u64>) {
+pub fn query_ended(state: QueryState, statement_type: &str, result: Option<ResultKept>) {
     let statement_type = labels::statement_type(statement_type);
     counter!(QUERIES_ENDED, "state" => state.as_str(), "statement_type" => statement_type)
         .increment(1);
-    if let Some(bytes) = result_bytes {
-        counter!(QUERY_RESULT_BYTES, "statement_type" => statement_type).increment(bytes);
+    if let Some(result) = result {
+        let kept = if result.in_store { "store" } else { "lake" };
+        counter!(QUERY_RESULT_BYTES, "statement_type" => statement_type, "kept" => kept)
+            .increment(result.csv_bytes);
     }
+}
+
+/// A stored result's CSV size, and whether the store's row keeps it (a
+/// small result) rather than the lake.
+#[derive(Debug, Clone, Copy)]
+pub struct ResultKept {
+    pub csv_bytes: u64,
+    pub in_store: bool,
 }
 
 /// Parquet bytes one statement scanned.

@@ -18,7 +18,7 @@ use super::{
 use crate::{
     auth::AccessGrant,
     engine::{layout::StringColumns, table_writer::delete_paths},
-    observability::jobs,
+    observability::{jobs, metrics::ResultKept},
     query::{QueryError, execute::Execution},
     store::{
         Finished,
@@ -320,16 +320,20 @@ impl QueryService {
     pub(super) fn count_end(query: &NewQuery, outcome: &QueryOutcome) {
         let (id, statement_type) = (query.id.as_str(), query.statement_type.as_str());
         match outcome {
-            // The metric counts result files' bytes: a streamed result has none.
+            // The metric counts stored results' bytes: a streamed result has none.
             QueryOutcome::Succeeded {
-                bytes, result_path, ..
+                bytes,
+                result_path,
+                in_row,
+                ..
             } => jobs::query_ended(
                 id,
                 QueryState::Succeeded,
                 statement_type,
-                result_path
-                    .as_ref()
-                    .map(|_| u64::try_from(*bytes).unwrap_or(0)),
+                result_path.as_ref().map(|_| ResultKept {
+                    csv_bytes: u64::try_from(*bytes).unwrap_or(0),
+                    in_store: in_row.csv.is_some(),
+                }),
             ),
             QueryOutcome::Failed { .. } => {
                 jobs::query_ended(id, QueryState::Failed, statement_type, None)
