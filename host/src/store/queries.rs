@@ -432,7 +432,13 @@ impl Store {
                     QueryOutcome::Succeeded { .. } => QueryState::Succeeded,
                     QueryOutcome::Failed { .. } => QueryState::Failed,
                 };
-                (state, Some(started_at), 1, None, Some(EndColumns::of(outcome)))
+                (
+                    state,
+                    Some(started_at),
+                    1,
+                    None,
+                    Some(EndColumns::of(outcome)),
+                )
             }
         };
         let end = ended.unwrap_or(EndColumns::without_result(state.as_str(), None));
@@ -735,12 +741,11 @@ impl Store {
             RowForm::Csv => "result_csv",
             RowForm::Arrow => "result_arrow",
         };
-        let bytes: Option<Option<Vec<u8>>> = sqlx::query_scalar(&format!(
-            "SELECT {column} FROM query_jobs WHERE id = $1"
-        ))
-        .bind(id)
-        .fetch_optional(self.pool())
-        .await?;
+        let bytes: Option<Option<Vec<u8>>> =
+            sqlx::query_scalar(&format!("SELECT {column} FROM query_jobs WHERE id = $1"))
+                .bind(id)
+                .fetch_optional(self.pool())
+                .await?;
         Ok(bytes.flatten().map(Bytes::from))
     }
 

@@ -391,7 +391,10 @@ async fn a_reused_query_copies_the_newest_matching_result_within_its_age() {
         let csv = store.result_in_row(&reuser.id, RowForm::Csv).await.unwrap();
         assert_eq!(csv.as_deref(), Some(&b"\"n\"\n\"2\"\n"[..]), "{backend}");
         assert_eq!(
-            store.result_in_row(&reuser.id, RowForm::Arrow).await.unwrap(),
+            store
+                .result_in_row(&reuser.id, RowForm::Arrow)
+                .await
+                .unwrap(),
             None
         );
         assert_eq!((stored.submitted_at, stored.completed_at), (300, Some(300)));
