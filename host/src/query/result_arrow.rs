@@ -117,7 +117,8 @@ impl ArrowResultWriter {
     pub async fn finish_within(mut self, in_row_limit: usize) -> std::io::Result<TypedCopy> {
         self.ipc.finish().map_err(io_error)?;
         let stream = self.ipc.get_ref();
-        if self.bytes == 0 && stream.len() <= in_row_limit.min(FLUSH_BYTES) && in_row_limit > 0 {
+        let nothing_sent = self.bytes == 0;
+        if in_row_limit > 0 && nothing_sent && stream.len() <= in_row_limit.min(FLUSH_BYTES) {
             let bytes = Bytes::copy_from_slice(stream);
             // Nothing was written: dropping the upload leaves no object.
             return Ok(TypedCopy::InRow(bytes));
@@ -214,8 +215,6 @@ impl TypedCopyTask {
     }
 }
 
-/// The task of a `TypedCopyTask`: holds the first batches until they are
-/// worth compressing or the feed finishes, then streams the rest.
 /// Where a `TypedCopyTask` writes its copy, and how.
 struct CopyTarget {
     store: Arc<dyn ObjectStore>,
@@ -224,6 +223,8 @@ struct CopyTarget {
     in_row_limit: usize,
 }
 
+/// The task of a `TypedCopyTask`: holds the first batches until they are
+/// worth compressing or the feed finishes, then streams the rest.
 async fn write_fed(
     target: CopyTarget,
     schema: SchemaRef,
