@@ -34,7 +34,6 @@ import os
 import shutil
 import statistics
 import sys
-import threading
 import time
 import urllib.parse
 from pathlib import Path
@@ -48,6 +47,8 @@ import requests
 from botocore.config import Config
 
 from query_bench import (
+    RssSampler,
+    append_summary,
     API_HOST,
     CLIENT_ID,
     CLIENT_SECRET,
@@ -76,34 +77,6 @@ def check_sum(source: Path) -> dict[str, object]:
         "sum(l_quantity)": str(pc.sum(table["l_quantity"]).as_py()),
         "sum(l_extendedprice)": str(pc.sum(table["l_extendedprice"]).as_py()),
     }
-
-
-class RssSampler:
-    """The peak resident memory of a process, sampled from /proc while running."""
-
-    def __init__(self, pid: int):
-        self.pid, self.peak, self.stop = pid, 0, threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def rss_mib(self) -> float:
-        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-        return float("nan")
-
-    def _run(self) -> None:
-        while not self.stop.is_set():
-            self.peak = max(self.peak, self.rss_mib())
-            time.sleep(POLL_S)
-
-    def __enter__(self) -> RssSampler:
-        self.before = self.rss_mib()
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        self.thread.join()
 
 
 class Loader:
@@ -198,6 +171,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--lakehost", default=str(REPO_ROOT / "target/release/lakehost"))
     parser.add_argument("--work", default=str(BENCH_DIR / ".work"))
+    parser.add_argument("--summary", type=Path, metavar="FILE",
+                        help="append the figures as JSON lines to FILE (bench/run-all)")
     args = parser.parse_args()
     work = Path(args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -251,6 +226,10 @@ def main() -> None:
     before, peak = max(p[0] for p in peaks), max(p[1] for p in peaks)
     print(f"lakehost resident memory during the commits: {before:.0f} MiB before, {peak:.0f} MiB peak "
           f"(+{peak - before:.0f} MiB)")
+    append_summary(args.summary, bench="commit", scale=args.scale, work=f"commit {TABLE}",
+                   rows=rows, rss_before_mib=before, rss_peak_mib=peak,
+                   lakehost_s=statistics.median(times["lakehost commit (default pipeline)"]),
+                   duckdb_s=duck, **{"datafusion-python_s": fusion})
     print("Targets (issue 17): the commit within 1.3x of DuckDB's partitioned rewrite and at or under "
           "DataFusion's checks + rewrite.")
 

@@ -33,6 +33,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 from dataclasses import dataclass
@@ -280,6 +281,45 @@ def import_tables(lakehost: Path, config: Path, import_dir: Path) -> None:
         # Log lines may share stdout with the one-line JSON summary.
         summaries = [line for line in result.stdout.splitlines() if line.startswith("{")]
         print(f"  imported {name}: {summaries[-1] if summaries else '(no summary printed)'}")
+
+
+class RssSampler:
+    """The peak resident memory of a process, sampled from /proc while running."""
+
+    def __init__(self, pid: int):
+        self.pid, self.peak, self.stop = pid, 0, threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def rss_mib(self) -> float:
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            self.peak = max(self.peak, self.rss_mib())
+            time.sleep(RSS_POLL_S)
+
+    def __enter__(self) -> RssSampler:
+        self.before = self.rss_mib()
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+RSS_POLL_S = 0.02
+
+
+def append_summary(path: Path | None, **record) -> None:
+    """One JSON line of a bench's figures for `bench/run-all` (nothing without
+    `--summary`)."""
+    if path is not None:
+        with open(path, "a") as out:
+            out.write(json.dumps(record) + "\n")
 
 
 class LakehostServer:
@@ -583,10 +623,12 @@ def percentile_ms(samples: list[float], q: int) -> float:
     return statistics.quantiles(samples, n=100, method="inclusive")[q - 1] * 1000
 
 
-def measure_small_queries(lakehost: LakehostEngine, peers: list, count: int) -> None:
+def measure_small_queries(lakehost: LakehostEngine, peers: list,
+                          count: int) -> dict[str, dict[str, float]]:
     """Small queries side by side: lakehost in one round trip (`Prefer: wait`),
     lakehost submit-poll-page, and the in-process peers; p50/p99 of `count`
-    runs after warm-ups, and lakehost's wait mode minus in-process DataFusion."""
+    runs after warm-ups, and lakehost's wait mode minus in-process DataFusion.
+    Returns the p50s in ms per query and contender."""
     contenders = [("lakehost Prefer: wait", lakehost.run_waiting),
                   ("lakehost submit+poll+page", lakehost.run),
                   ("lakehost HTTP floor (GET /livez)", lakehost.run_floor)]
@@ -594,9 +636,10 @@ def measure_small_queries(lakehost: LakehostEngine, peers: list, count: int) -> 
     print(f"\nSmall queries ({count} runs each after {SELECT1_WARMUPS} warm-ups; "
           "lakehost over HTTP on the loopback, one keep-alive connection):")
     width = max(len(name) for name, _ in contenders)
+    all_p50s = {}
     for label, sql in SMALL_QUERIES.items():
         print(f"  {label}: {sql}")
-        p50s = {}
+        p50s = all_p50s[label] = {}
         for name, run in contenders:
             for _ in range(SELECT1_WARMUPS):
                 run(sql)
@@ -611,6 +654,7 @@ def measure_small_queries(lakehost: LakehostEngine, peers: list, count: int) -> 
         floor = p50s[contenders[2][0]]
         print(f"    lakehost wait mode p50 - its HTTP floor p50: "
               f"{p50s[contenders[0][0]] - floor:+.3f} ms (the server's work for the query)")
+    return all_p50s
 
 
 def print_environment(versions: dict[str, str], scale: float | None,
@@ -666,10 +710,21 @@ def run_full(args: argparse.Namespace) -> None:
         versions = {"lakehost": lakehost_version(lakehost),
                     **{e.name: e.version() for e in engines[1:]}}
         print_environment(versions, args.scale, source_counts)
-        times = measure(engines, args.runs)
+        with RssSampler(server.proc.pid) as rss:
+            times = measure(engines, args.runs)
         print_results(times, [e.name for e in engines])
+        print(f"lakehost resident memory during the queries: {rss.before:.0f} MiB before, "
+              f"{rss.peak:.0f} MiB peak")
+        for label, per_engine in times.items():
+            append_summary(args.summary, bench="query", scale=args.scale, work=label,
+                           rss_before_mib=rss.before, rss_peak_mib=rss.peak,
+                           **{f"{name}_s": statistics.median(ms) / 1000
+                              for name, ms in per_engine.items()})
         if args.select1 > 0:
-            measure_small_queries(engines[0], engines[1:], args.select1)
+            small = measure_small_queries(engines[0], engines[1:], args.select1)
+            for label, p50s in small.items():
+                append_summary(args.summary, bench="small", scale=args.scale, work=label,
+                               p50_ms=p50s)
     print("\nNote: the peers collect the whole result, lakehost returns its first page "
           "(at most 1,000 rows); every query here returns at most 1,000 rows.")
 
@@ -691,6 +746,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--select1", type=int, default=200,
                         help="timed runs of each small query (SELECT 1, a point lookup) per "
                              "engine; 0 skips them (default: 200)")
+    parser.add_argument("--summary", type=Path, metavar="FILE",
+                        help="append the figures as JSON lines to FILE (bench/run-all)")
     parser.add_argument("--peers-only", type=Path, metavar="DIR",
                         help="skip lakehost; run the peers on an existing lake database "
                              "directory DIR holding <table>/service_client_id=<id>/...")

@@ -55,6 +55,8 @@ from query_bench import (
     ORG,
     PARTITION_COLS,
     LakehostServer,
+    RssSampler,
+    append_summary,
     free_port,
     generate_tpch,
     lakehost_version,
@@ -312,10 +314,13 @@ def run(args: argparse.Namespace) -> None:
     link_s: dict[tuple[str, str], list[float]] = {}
     api_s: dict[tuple[str, str], list[float]] = {}
     sizes: dict[tuple[str, str], int] = {}
+    rss: dict[str | None, RssSampler] = {}
     for compression in [None, *args.compressions]:
         config, _ = write_config(work, port, compression)
         log = work / f"server-{compression or 'untyped'}.log"
-        with LakehostServer(lakehost, config, port, log) as server:
+        with LakehostServer(lakehost, config, port, log) as server, \
+                RssSampler(server.proc.pid) as sampler:
+            rss[compression] = sampler
             client = Client(server.base_url)
             client.run(SQL)  # warm-up: the file cache, the catalog
             remove_results(data_dir)
@@ -389,6 +394,19 @@ def run(args: argparse.Namespace) -> None:
     for r in [header] + table:
         print("  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
                                for i, (c, w) in enumerate(zip(r, widths))))
+    print("\nlakehost resident memory (sampled from /proc): "
+          + "; ".join(f"{'typed results off, queries' if c is None else f'{c} copy, queries and downloads'}"
+                      f" {s.before:.0f} MiB before, {s.peak:.0f} MiB peak (+{s.peak - s.before:.0f})"
+                      for c, s in rss.items()))
+    for fmt, c in lines:
+        e2e = median(query_s[c]) + median(link_s[(c, fmt)]) + (
+            median(convert_s[c]) if fmt == "parquet" else 0.0)
+        append_summary(args.summary, bench="results", scale=args.scale,
+                       work=f"whole result as {fmt} ({c})", rows=rows, bytes=sizes[(c, fmt)],
+                       lakehost_s=e2e, rss_before_mib=rss[c].before, rss_peak_mib=rss[c].peak,
+                       duckdb_s=median([p[fmt][0] for p in peers["duckdb"]]),
+                       **{"datafusion-python_s":
+                          median([p[fmt][0] for p in peers["datafusion-python"]])})
     csv_link = median(link_s[(first, "csv")])
     for c in args.compressions:
         print(f"  Arrow ({c}) over CSV, link download rows/s: "
@@ -412,6 +430,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         type=lambda text: [c.strip() for c in text.split(",") if c.strip()],
                         help="Arrow copy compressions to measure, comma separated, of none, "
                              "lz4, zstd (default: zstd, the server's default)")
+    parser.add_argument("--summary", type=Path, metavar="FILE",
+                        help="append the figures as JSON lines to FILE (bench/run-all)")
     parser.add_argument("--lakehost", type=Path, default=REPO_ROOT / "target/release/lakehost",
                         help="the lakehost binary (default: target/release/lakehost)")
     parser.add_argument("--work", type=Path, default=BENCH_DIR / ".work-results",

@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""Every benchmark of issue 17 in one command, at each scale asked for, with
+DuckDB and DataFusion-python beside lakehost on the same files:
+
+* the TPC-H queries and the small queries (`query_bench.py`),
+* the commit of lineitem through the load API (`commit_bench.py`),
+* lineitem's whole result as CSV, Arrow and Parquet (`result_bench.py`),
+* 100 concurrent clients submitting and polling (`bench/run-poll`, once).
+
+Each bench prints its own report as it runs (also kept in
+`<work>/sf<scale>/<bench>.log`) and appends its figures to
+`<work>/summary.jsonl`; at the end this prints them side by side: per scale,
+each work's seconds on each engine, lakehost's ratios to both peers and the
+server's peak resident memory (sampled from /proc); then how each work's
+time grew from the smallest scale to the largest, against the issue's
+linear-growth target.
+
+Run it through ``bench/run-all`` (the virtualenv); see README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+ENGINES = ("lakehost", "datafusion-python", "duckdb")
+# Issue 17's targets.
+RSS_LIMIT_MIB = 1024
+GROWTH_SLACK = 1.05  # time may grow at most 10.5x for 10x the data
+
+
+def run_bench(script: str, args: list[str], log: Path) -> None:
+    """Runs one bench in this interpreter, its output to the terminal and `log`."""
+    command = [sys.executable, str(BENCH_DIR / script), *args]
+    print(f"\n==> {' '.join(command)}", flush=True)
+    with open(log, "w") as out, subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as bench:
+        for line in bench.stdout:
+            sys.stdout.write(line)
+            out.write(line)
+    if bench.returncode != 0:
+        sys.exit(f"{script} failed ({bench.returncode}); see {log}")
+
+
+def read_summary(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def table(header: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
+    for r in [header] + rows:
+        print("  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                               for i, (c, w) in enumerate(zip(r, widths))))
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def print_scale(scale: float, records: list[dict]) -> None:
+    """One scale's works: seconds per engine, lakehost's ratios, memory."""
+    print(f"\nScale {scale:g}: seconds (medians), lakehost's ratio to each peer, and the "
+          f"server's resident memory while lakehost did the work")
+    rows, ratios = [], {"datafusion-python": [], "duckdb": []}
+    for record in records:
+        if "lakehost_s" not in record:
+            continue
+        seconds = {e: record[f"{e}_s"] for e in ENGINES}
+        row = [record["work"]] + [f"{seconds[e]:.3f}" for e in ENGINES]
+        for peer in ratios:
+            ratio = seconds["lakehost"] / seconds[peer]
+            row.append(f"{ratio:.2f}")
+            if record["bench"] == "query":
+                ratios[peer].append(ratio)
+        peak = record["rss_peak_mib"]
+        flag = "" if peak < RSS_LIMIT_MIB else "  over 1 GiB"
+        row.append(f"{peak:,.0f} (+{peak - record['rss_before_mib']:,.0f}){flag}")
+        rows.append(row)
+    table(["work", "lakehost s", "datafusion-python s", "duckdb s", "x datafusion",
+           "x duckdb", "RSS peak MiB (growth)"], rows)
+    for peer, values in ratios.items():
+        if values:
+            print(f"  queries, geometric mean lakehost/{peer}: {geomean(values):.2f}")
+    small = [r for r in records if r["bench"] == "small"]
+    for record in small:
+        p50 = record["p50_ms"]
+        shown = ", ".join(f"{name} {ms:.2f}" for name, ms in p50.items())
+        print(f"  {record['work']} p50 ms: {shown}")
+
+
+def print_growth(by_scale: dict[float, list[dict]]) -> None:
+    """How each work's time grew from the smallest scale to the largest."""
+    low, high = min(by_scale), max(by_scale)
+    limit = high / low * GROWTH_SLACK
+    print(f"\nGrowth from scale {low:g} to scale {high:g}: time at {high:g} over time at "
+          f"{low:g} (target: at most {limit:.1f} for lakehost)")
+    at_low = {r["work"]: r for r in by_scale[low] if "lakehost_s" in r}
+    rows = []
+    for record in by_scale[high]:
+        base = at_low.get(record["work"])
+        if base is None or "lakehost_s" not in record:
+            continue
+        growth = {e: record[f"{e}_s"] / base[f"{e}_s"] for e in ENGINES}
+        within = "yes" if growth["lakehost"] <= limit else "NO"
+        rows.append([record["work"]] + [f"{growth[e]:.1f}" for e in ENGINES] + [within])
+    table(["work", "lakehost", "datafusion-python", "duckdb", "lakehost within target"], rows)
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scales", default="1,10",
+                        help="TPC-H scale factors, comma-separated (default: 1,10)")
+    parser.add_argument("--runs", type=int, default=3,
+                        help="timed rounds of each bench at scales up to 1 (default: 3)")
+    parser.add_argument("--large-runs", type=int, default=1,
+                        help="timed rounds at scales above 1 (default: 1)")
+    parser.add_argument("--select1", type=int, default=200,
+                        help="timed runs of each small query, at the first scale (default: 200)")
+    parser.add_argument("--lakehost", type=Path, default=REPO_ROOT / "target/release/lakehost",
+                        help="the lakehost binary (default: target/release/lakehost)")
+    parser.add_argument("--work", type=Path, default=BENCH_DIR / ".work-all",
+                        help="working directory, one sf<scale> directory per scale "
+                             "(default: bench/.work-all)")
+    parser.add_argument("--no-poll", action="store_true",
+                        help="skip the concurrent-clients bench")
+    args = parser.parse_args()
+    try:
+        args.scales = sorted({float(s) for s in args.scales.split(",")})
+    except ValueError:
+        parser.error("--scales takes numbers, for example 1,10")
+    if not args.scales or min(args.scales) <= 0 or args.runs < 1 or args.large_runs < 1:
+        parser.error("scales must be > 0, --runs and --large-runs >= 1")
+    return args
+
+
+def main() -> None:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    args = parse_args()
+    work = args.work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    summary = work / "summary.jsonl"
+    summary.unlink(missing_ok=True)
+    lakehost = str(args.lakehost.resolve())
+    for i, scale in enumerate(args.scales):
+        at = work / f"sf{scale:g}"
+        at.mkdir(exist_ok=True)
+        runs = str(args.runs if scale <= 1 else args.large_runs)
+        common = ["--scale", f"{scale:g}", "--runs", runs, "--lakehost", lakehost,
+                  "--work", str(at), "--summary", str(summary)]
+        select1 = str(args.select1 if i == 0 else 0)
+        run_bench("query_bench.py", [*common, "--select1", select1], at / "query.log")
+        run_bench("commit_bench.py", common, at / "commit.log")
+        run_bench("result_bench.py", common, at / "results.log")
+    if not args.no_poll:
+        poll = [str(BENCH_DIR / "run-poll"), "--lakehost", lakehost]
+        print(f"\n==> {' '.join(poll)}", flush=True)
+        subprocess.run(poll, check=True)
+
+    records = read_summary(summary)
+    by_scale: dict[float, list[dict]] = {}
+    for record in records:
+        by_scale.setdefault(record["scale"], []).append(record)
+    print("\n" + "=" * 72 + "\nAll benchmarks, side by side")
+    for scale, at_scale in sorted(by_scale.items()):
+        print_scale(scale, at_scale)
+    if len(by_scale) > 1:
+        print_growth(by_scale)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except KeyboardInterrupt:
+        sys.exit(130)
