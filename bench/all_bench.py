@@ -131,6 +131,8 @@ def parse_args() -> argparse.Namespace:
                              "(default: bench/.work-all)")
     parser.add_argument("--no-poll", action="store_true",
                         help="skip the concurrent-clients bench")
+    parser.add_argument("--report", action="store_true",
+                        help="run nothing: print the tables of <work>/summary.jsonl again")
     args = parser.parse_args()
     try:
         args.scales = sorted({float(s) for s in args.scales.split(",")})
@@ -147,6 +149,13 @@ def main() -> None:
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
     summary = work / "summary.jsonl"
+    if not args.report:
+        run_all(args, work, summary)
+    print_report(summary)
+
+
+def run_all(args: argparse.Namespace, work: Path, summary: Path) -> None:
+    """Every bench at every scale, their figures appended to `summary`."""
     summary.unlink(missing_ok=True)
     lakehost = str(args.lakehost.resolve())
     for i, scale in enumerate(args.scales):
@@ -164,6 +173,9 @@ def main() -> None:
         print(f"\n==> {' '.join(poll)}", flush=True)
         subprocess.run(poll, check=True)
 
+
+def print_report(summary: Path) -> None:
+    """The tables: each scale side by side, then the growth between scales."""
     records = read_summary(summary)
     by_scale: dict[float, list[dict]] = {}
     for record in records:
