@@ -360,13 +360,7 @@ mod tests {
         let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
         for (rows, compressed) in [(10, false), (100_000, true)] {
             let batch = numbers(rows);
-            let copy = TypedCopyTask::start(
-                store.clone(),
-                "r.arrows".into(),
-                &batch.schema(),
-                ArrowCompression::Zstd,
-                0,
-            );
+            let copy = start_copy(&store, &batch, ArrowCompression::Zstd, 0);
             assert!(copy.write(&batch).await);
             let TypedCopy::Stored(size) = copy.finish().await.unwrap() else {
                 panic!("no limit: the copy is stored");
@@ -389,13 +383,7 @@ mod tests {
         let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
         for (rows, in_row) in [(10, true), (100_000, false)] {
             let batch = numbers(rows);
-            let copy = TypedCopyTask::start(
-                store.clone(),
-                "r.arrows".into(),
-                &batch.schema(),
-                ArrowCompression::Zstd,
-                64 * 1024,
-            );
+            let copy = start_copy(&store, &batch, ArrowCompression::Zstd, 64 * 1024);
             assert!(copy.write(&batch).await);
             let bytes = match copy.finish().await.unwrap() {
                 TypedCopy::InRow(bytes) => {
@@ -416,14 +404,25 @@ mod tests {
         }
     }
 
-    fn start_lz4_copy(store: &Arc<dyn ObjectStore>, batch: &RecordBatch) -> TypedCopyTask {
+    /// A copy of `batch`'s schema to `r.arrows`.
+    fn start_copy(
+        store: &Arc<dyn ObjectStore>,
+        batch: &RecordBatch,
+        compression: ArrowCompression,
+        in_row_limit: usize,
+    ) -> TypedCopyTask {
+        let path = "r.arrows".into();
         TypedCopyTask::start(
             store.clone(),
-            "r.arrows".into(),
+            path,
             &batch.schema(),
-            ArrowCompression::Lz4,
-            0,
+            compression,
+            in_row_limit,
         )
+    }
+
+    fn start_lz4_copy(store: &Arc<dyn ObjectStore>, batch: &RecordBatch) -> TypedCopyTask {
+        start_copy(store, batch, ArrowCompression::Lz4, 0)
     }
 
     #[tokio::test]
