@@ -572,6 +572,18 @@ impl TestApp {
         (id, resource)
     }
 
+    /// GET /query/{id}/csv: asserts the 302 and returns the signed link.
+    pub async fn csv_link(&self, host: &str, token: &str, id: &str) -> String {
+        let response = self
+            .request(reqwest::Method::GET, host, &format!("{QUERY}/{id}/csv"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::FOUND);
+        response.headers()["location"].to_str().unwrap().to_string()
+    }
+
     /// GET /query/{id}/result, optionally with `next_token`.
     pub async fn result_page(
         &self,

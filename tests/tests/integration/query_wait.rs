@@ -411,14 +411,7 @@ async fn a_waited_query_that_ends_at_once_is_stored_once_final_and_reads_back_th
         // The link serves the CSV either way; kept in the row, the link
         // writes it to the lake first (once).
         for _ in 0..2 {
-            let response = app
-                .request(reqwest::Method::GET, ORG_HOST, &format!("{QUERY}/{id}/csv"))
-                .bearer_auth(&token)
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(response.status(), StatusCode::FOUND);
-            let location = response.headers()["location"].to_str().unwrap().to_string();
+            let location = app.csv_link(ORG_HOST, &token, id).await;
             let csv = reqwest::get(location).await.unwrap().text().await.unwrap();
             assert_eq!(csv, "\"one\"\n\"1\"\n");
         }

@@ -953,22 +953,18 @@ async fn a_small_result_kept_in_the_store_reads_the_same_in_every_format_on_ever
 
     // Links, from the replica that did not run it: each writes its file
     // to the lake first, then serves it as any other.
-    let csv_link = link(&second, &other_token, &id, None).await;
-    let linked = reqwest::get(&csv_link)
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap();
-    assert_eq!(linked, csv);
-    let arrow_link = link(&second, &other_token, &id, Some("arrow")).await;
-    let linked = reqwest::get(&arrow_link)
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap();
-    assert_eq!(linked, arrow);
+    let mut arrow_link = String::new();
+    for (format, served) in [(None, &csv), (Some("arrow"), &arrow)] {
+        let location = link(&second, &other_token, &id, format).await;
+        let linked = reqwest::get(&location)
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        assert_eq!(&linked, served, "{format:?}");
+        arrow_link = location;
+    }
     let parquet_link = link(&second, &other_token, &id, Some("parquet")).await;
     let parquet = whole_result(&first, &token, &id, PARQUET).await;
     assert!(parquet.starts_with(b"PAR1"));
