@@ -5,8 +5,12 @@
 //! caller can give up after a few. A streamed job (`Delivery::FlightSql`) is
 //! inserted RUNNING by the replica its client reads from and never QUEUED.
 
-use bytes::Bytes;
 use sqlx::Row as _;
+
+mod result_row;
+
+use result_row::EndColumns;
+pub use result_row::{KeptInRow, ResultInRow, RowForm};
 
 use super::{
     Backend, Error, Finished, JobCaps, Result, Store,
@@ -123,40 +127,6 @@ pub struct QueryJob {
     pub in_row: KeptInRow,
 }
 
-/// A small result's forms kept in its job's row instead of the lake
-/// (`query.result_in_store_bytes`, docs/design/small-results.md): its CSV
-/// and its typed Arrow copy, each when it was at most that size.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ResultInRow {
-    pub csv: Option<Bytes>,
-    pub arrow: Option<Bytes>,
-}
-
-impl ResultInRow {
-    pub fn sizes(&self) -> KeptInRow {
-        let size = |bytes: &Option<Bytes>| bytes.as_ref().map(|b| b.len() as i64);
-        KeptInRow {
-            csv_bytes: size(&self.csv),
-            arrow_bytes: size(&self.arrow),
-        }
-    }
-}
-
-/// Which forms of a result its row keeps (`ResultInRow`), by their sizes,
-/// as a job is read without the bytes themselves.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct KeptInRow {
-    pub csv_bytes: Option<i64>,
-    pub arrow_bytes: Option<i64>,
-}
-
-/// One form of a result kept in a job's row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RowForm {
-    Csv,
-    Arrow,
-}
-
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum QueryOutcome {
@@ -246,70 +216,6 @@ fn job_from_row(row: &sqlx::any::AnyRow) -> Result<QueryJob> {
             arrow_bytes: row.try_get("arrow_in_row_bytes")?,
         },
     })
-}
-
-/// The columns an end writes.
-#[derive(Clone, Copy)]
-struct EndColumns<'a> {
-    state: &'static str,
-    reason: Option<&'a str>,
-    path: Option<&'a str>,
-    rows: Option<i64>,
-    bytes: Option<i64>,
-    columns: Option<&'a str>,
-    reuse_key: Option<&'a str>,
-    workers: Option<i64>,
-    in_row: Option<&'a ResultInRow>,
-}
-
-impl<'a> EndColumns<'a> {
-    /// A final state without a result.
-    fn without_result(state: &'static str, reason: Option<&'a str>) -> Self {
-        Self {
-            state,
-            reason,
-            path: None,
-            rows: None,
-            bytes: None,
-            columns: None,
-            reuse_key: None,
-            workers: None,
-            in_row: None,
-        }
-    }
-
-    fn of(outcome: &'a QueryOutcome) -> Self {
-        match outcome {
-            QueryOutcome::Succeeded {
-                result_path,
-                rows,
-                bytes,
-                columns_json,
-                reuse_key,
-                workers,
-                in_row,
-            } => Self {
-                state: "SUCCEEDED",
-                reason: None,
-                path: result_path.as_deref(),
-                rows: Some(*rows),
-                bytes: Some(*bytes),
-                columns: Some(columns_json.as_str()),
-                reuse_key: reuse_key.as_deref(),
-                workers: *workers,
-                in_row: Some(in_row),
-            },
-            QueryOutcome::Failed { reason } => Self::without_result("FAILED", Some(reason)),
-        }
-    }
-
-    fn csv_in_row(&self) -> Option<&'a [u8]> {
-        self.in_row.and_then(|kept| kept.csv.as_deref())
-    }
-
-    fn arrow_in_row(&self) -> Option<&'a [u8]> {
-        self.in_row.and_then(|kept| kept.arrow.as_deref())
-    }
 }
 
 /// The state a job is stored in when it is inserted.
@@ -732,21 +638,6 @@ impl Store {
             workers: None,
             in_row: source.in_row,
         })
-    }
-
-    /// One form of the result job `id` keeps in its row (`None` when the
-    /// lake keeps it, or there is no such job).
-    pub async fn result_in_row(&self, id: &str, form: RowForm) -> Result<Option<Bytes>> {
-        let column = match form {
-            RowForm::Csv => "result_csv",
-            RowForm::Arrow => "result_arrow",
-        };
-        let bytes: Option<Option<Vec<u8>>> =
-            sqlx::query_scalar(&format!("SELECT {column} FROM query_jobs WHERE id = $1"))
-                .bind(id)
-                .fetch_optional(self.pool())
-                .await?;
-        Ok(bytes.flatten().map(Bytes::from))
     }
 
     /// Gives a job `holder` runs back to the queue (a draining replica): any
