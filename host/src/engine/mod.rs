@@ -12,6 +12,7 @@ pub mod columns;
 pub mod distributed;
 pub mod expression_limits;
 pub mod layout;
+pub mod plan_rules;
 pub mod provider;
 pub mod runtime;
 pub mod session;
@@ -20,6 +21,7 @@ pub mod statement;
 pub mod table_writer;
 #[cfg(test)]
 mod table_writer_tests;
+pub mod topk_input;
 pub mod write;
 pub mod yield_points;
 

@@ -26,8 +26,8 @@ use datafusion::{
 use object_store::ObjectStore;
 
 use super::{
-    distributed::Cluster, layout::StringColumns, provider::LakeTableProvider,
-    yield_points::YieldAfterRowMakers,
+    distributed::Cluster, layout::StringColumns, plan_rules::lake_physical_rules,
+    provider::LakeTableProvider,
 };
 use crate::{
     auth::{Access, ServiceClientScope},
@@ -157,7 +157,7 @@ pub async fn session_for(
         .with_config(config)
         .with_runtime_env(runtime)
         .with_default_features()
-        .with_physical_optimizer_rules(YieldAfterRowMakers::with_default_rules());
+        .with_physical_optimizer_rules(lake_physical_rules());
     if let Some(cluster) = scope.cluster {
         state = cluster.coordinate(state)?;
     }

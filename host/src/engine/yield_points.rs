@@ -31,19 +31,10 @@ use datafusion::{
     },
 };
 
-/// The physical optimizer rule: run after DataFusion's own.
+/// The physical optimizer rule: run after DataFusion's own
+/// (`plan_rules::lake_physical_rules`).
 #[derive(Debug, Default)]
 pub struct YieldAfterRowMakers;
-
-impl YieldAfterRowMakers {
-    /// DataFusion's rules, then this one.
-    pub fn with_default_rules() -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
-        let mut rules =
-            datafusion::physical_optimizer::optimizer::PhysicalOptimizer::default().rules;
-        rules.push(Arc::new(Self));
-        rules
-    }
-}
 
 /// Operators whose output can be far more rows than they read.
 fn makes_rows(plan: &Arc<dyn ExecutionPlan>) -> bool {
@@ -92,12 +83,10 @@ impl PhysicalOptimizerRule for YieldAfterRowMakers {
 mod tests {
     use datafusion::{physical_plan::displayable, prelude::SessionContext};
 
-    use super::*;
-
     async fn plan_of(sql: &str) -> String {
         let state = datafusion::execution::SessionStateBuilder::new()
             .with_default_features()
-            .with_physical_optimizer_rules(YieldAfterRowMakers::with_default_rules())
+            .with_physical_optimizer_rules(crate::engine::plan_rules::lake_physical_rules())
             .build();
         let context = SessionContext::new_with_state(state);
         let plan = context
