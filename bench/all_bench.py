@@ -72,9 +72,13 @@ def print_scale(scale: float, records: list[dict]) -> None:
     for record in records:
         if "lakehost_s" not in record:
             continue
-        seconds = {e: record[f"{e}_s"] for e in ENGINES}
-        row = [record["work"]] + [f"{seconds[e]:.3f}" for e in ENGINES]
+        # A work only lakehost does (a download alone) has no peers' figures.
+        seconds = {e: record.get(f"{e}_s") for e in ENGINES}
+        row = [record["work"]] + [f"{seconds[e]:.3f}" if seconds[e] else "-" for e in ENGINES]
         for peer in ratios:
+            if not seconds[peer]:
+                row.append("-")
+                continue
             ratio = seconds["lakehost"] / seconds[peer]
             row.append(f"{ratio:.2f}")
             if record["bench"] == "query":
@@ -107,9 +111,11 @@ def print_growth(by_scale: dict[float, list[dict]]) -> None:
         base = at_low.get(record["work"])
         if base is None or "lakehost_s" not in record:
             continue
-        growth = {e: record[f"{e}_s"] / base[f"{e}_s"] for e in ENGINES}
+        growth = {e: record[f"{e}_s"] / base[f"{e}_s"] if record.get(f"{e}_s") else None
+                  for e in ENGINES}
         within = "yes" if growth["lakehost"] <= limit else "NO"
-        rows.append([record["work"]] + [f"{growth[e]:.1f}" for e in ENGINES] + [within])
+        rows.append([record["work"]] + [f"{growth[e]:.1f}" if growth[e] else "-"
+                                        for e in ENGINES] + [within])
     table(["work", "lakehost", "datafusion-python", "duckdb", "lakehost within target"], rows)
 
 

@@ -69,14 +69,27 @@ POLL_S = 0.02
 COMPRESSION = "uncompressed"
 
 
-def check_sum(source: Path) -> dict[str, object]:
-    """The commit's check_sum, computed by pyarrow from the file."""
+def check_sum(source: Path, copies: int) -> dict[str, object]:
+    """The commit's check_sum of `copies` copies of the file, computed by pyarrow."""
     table = pq.read_table(source, columns=["l_quantity", "l_extendedprice"])
     return {
-        "count(*)": table.num_rows,
-        "sum(l_quantity)": str(pc.sum(table["l_quantity"]).as_py()),
-        "sum(l_extendedprice)": str(pc.sum(table["l_extendedprice"]).as_py()),
+        "count(*)": table.num_rows * copies,
+        "sum(l_quantity)": str(pc.sum(table["l_quantity"]).as_py() * copies),
+        "sum(l_extendedprice)": str(pc.sum(table["l_extendedprice"]).as_py() * copies),
     }
+
+
+def copies_of(source: Path, copies: int) -> Path:
+    """A directory holding `copies` hard links of `source` (one file, when 1):
+    the files of one load, read by the peers as one table."""
+    if copies == 1:
+        return source
+    folder = source.parent / f"{source.stem}-x{copies}"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir()
+    for number in range(copies):
+        os.link(source, folder / f"part-{number}.parquet")
+    return folder
 
 
 class Loader:
@@ -107,22 +120,26 @@ class Loader:
             raise RuntimeError(f"{method} {path}: {response.status} {payload[:500]!r}")
         return json.loads(payload) if payload else {}
 
-    def upload(self, source: Path, table: str) -> tuple[str, float]:
-        """A load of `table` with `source` uploaded; its id and the upload's seconds."""
+    def upload(self, sources: list[Path], table: str) -> tuple[str, float]:
+        """A load of `table` with each of `sources` uploaded as one of its
+        files; its id and the uploads' seconds."""
         load_id = self.call("POST", "/v2/load", {"load_type": "APPEND_ONLY", "table_name": table})["loadId"]
-        descriptor = self.call("POST", f"/v2/load/{load_id}/file", {"file_key": "rows"})
-        credentials = descriptor["sts_credentials"]
-        s3 = boto3.client(
-            "s3", endpoint_url=self.s3_url, region_name="us-east-1",
-            aws_access_key_id=credentials["AccessKeyId"],
-            aws_secret_access_key=credentials["SecretAccessKey"],
-            aws_session_token=credentials["SessionToken"],
-            config=Config(s3={"addressing_style": "path"}),
-        )
-        start = time.perf_counter()
-        with open(source, "rb") as body:
-            s3.put_object(Bucket=descriptor["bucket"], Key=descriptor["path"], Body=body)
-        return load_id, time.perf_counter() - start
+        seconds = 0.0
+        for number, source in enumerate(sources):
+            descriptor = self.call("POST", f"/v2/load/{load_id}/file", {"file_key": f"rows{number}"})
+            credentials = descriptor["sts_credentials"]
+            s3 = boto3.client(
+                "s3", endpoint_url=self.s3_url, region_name="us-east-1",
+                aws_access_key_id=credentials["AccessKeyId"],
+                aws_secret_access_key=credentials["SecretAccessKey"],
+                aws_session_token=credentials["SessionToken"],
+                config=Config(s3={"addressing_style": "path"}),
+            )
+            start = time.perf_counter()
+            with open(source, "rb") as body:
+                s3.put_object(Bucket=descriptor["bucket"], Key=descriptor["path"], Body=body)
+            seconds += time.perf_counter() - start
+        return load_id, seconds
 
     def commit(self, load_id: str, sums: dict) -> float:
         """Seconds from the commit request to SUCCESS."""
@@ -139,6 +156,8 @@ class Loader:
 
 def duckdb_rewrite(source: Path, target: Path, with_checks: bool) -> float:
     shutil.rmtree(target, ignore_errors=True)
+    if source.is_dir():
+        source = source / "*.parquet"
     con = duckdb.connect()
     start = time.perf_counter()
     if with_checks:
@@ -169,6 +188,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scale", type=float, default=1)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--files", type=int, default=1,
+                        help="files in each load: the import file uploaded this many times "
+                             "(2 at scale 10 makes a 5.2 GB load; default: 1)")
     parser.add_argument("--lakehost", default=str(REPO_ROOT / "target/release/lakehost"))
     parser.add_argument("--work", default=str(BENCH_DIR / ".work"))
     parser.add_argument("--summary", type=Path, metavar="FILE",
@@ -182,12 +204,16 @@ def main() -> None:
     source = work / "import" / f"sf{args.scale:g}" / f"{TABLE}.parquet"
     source.parent.mkdir(parents=True, exist_ok=True)
     write_import_file(TABLE, tpch / f"{TABLE}.parquet", source)
-    rows = pq.ParquetFile(source).metadata.num_rows
-    size_mb = source.stat().st_size / 1e6
-    sums = check_sum(source)
+    if args.files < 1:
+        sys.exit("--files must be >= 1")
+    rows = pq.ParquetFile(source).metadata.num_rows * args.files
+    size_mb = source.stat().st_size * args.files / 1e6
+    sums = check_sum(source, args.files)
+    peers_source = copies_of(source, args.files)
     print(f"lakehost {lakehost_version(lakehost)}, datafusion-python {datafusion.__version__}, "
           f"duckdb {duckdb.__version__}, os.cpu_count() = {os.cpu_count()}")
-    print(f"Commit of {rows:,} rows ({size_mb:.0f} MB parquet), TPC-H scale {args.scale:g}, "
+    print(f"Commit of {rows:,} rows ({size_mb:.0f} MB parquet in {args.files} file(s)), "
+          f"TPC-H scale {args.scale:g}, "
           f"median of {args.runs} rounds after a warm-up")
 
     api, s3 = free_port(), free_port()
@@ -199,12 +225,12 @@ def main() -> None:
         loader = Loader(server.base_url, f"http://127.0.0.1:{s3}")
         for round in range(args.runs + 1):
             loader.renew()
-            load_id, upload_s = loader.upload(source, f"{TABLE}_commit")
+            load_id, upload_s = loader.upload([source] * args.files, f"{TABLE}_commit")
             with RssSampler(server.proc.pid) as rss:
                 commit_s = loader.commit(load_id, sums)
-            duck = duckdb_rewrite(source, out, with_checks=False)
-            duck_checks = duckdb_rewrite(source, out, with_checks=True)
-            fusion = datafusion_rewrite(source, out)
+            duck = duckdb_rewrite(peers_source, out, with_checks=False)
+            duck_checks = duckdb_rewrite(peers_source, out, with_checks=True)
+            fusion = datafusion_rewrite(peers_source, out)
             if round == 0:
                 continue  # warm-up
             uploads.append(upload_s)
@@ -226,7 +252,8 @@ def main() -> None:
     before, peak = max(p[0] for p in peaks), max(p[1] for p in peaks)
     print(f"lakehost resident memory during the commits: {before:.0f} MiB before, {peak:.0f} MiB peak "
           f"(+{peak - before:.0f} MiB)")
-    append_summary(args.summary, bench="commit", scale=args.scale, work=f"commit {TABLE}",
+    work_name = f"commit {TABLE}" + (f" x{args.files} files" if args.files > 1 else "")
+    append_summary(args.summary, bench="commit", scale=args.scale, work=work_name,
                    rows=rows, rss_before_mib=before, rss_peak_mib=peak,
                    lakehost_s=statistics.median(times["lakehost commit (default pipeline)"]),
                    duckdb_s=duck, **{"datafusion-python_s": fusion})

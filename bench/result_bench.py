@@ -320,6 +320,7 @@ def run(args: argparse.Namespace) -> None:
     api_s: dict[tuple[str, str], list[float]] = {}
     sizes: dict[tuple[str, str], int] = {}
     rss: dict[str | None, RssSampler] = {}
+    csv_download_rss: list[RssSampler] = []  # the CSV link's download alone
     for compression in [None, *args.compressions]:
         config, _ = write_config(work, port, compression)
         log = work / f"server-{compression or 'untyped'}.log"
@@ -344,7 +345,10 @@ def run(args: argparse.Namespace) -> None:
                     if fmt == "parquet":
                         convert_s[compression].append(seconds)
                         url, seconds = client.link(query_id, fmt)
-                    size, download = download_link(url)
+                    with RssSampler(server.proc.pid) as download_rss:
+                        size, download = download_link(url)
+                    if fmt == "csv":
+                        csv_download_rss.append(download_rss)
                     key = (compression, fmt)
                     sizes[key] = size
                     link_s.setdefault(key, []).append(seconds + download)
@@ -403,6 +407,14 @@ def run(args: argparse.Namespace) -> None:
           + "; ".join(f"{'typed results off, queries' if c is None else f'{c} copy, queries and downloads'}"
                       f" {s.before:.0f} MiB before, {s.peak:.0f} MiB peak (+{s.peak - s.before:.0f})"
                       for c, s in rss.items()))
+    worst = max(csv_download_rss, key=lambda s: s.peak - s.before)
+    print(f"  the CSV link's download alone ({sizes[(first, 'csv')] / 1e6:,.0f} MB): "
+          f"{worst.before:.0f} MiB before, {worst.peak:.0f} MiB peak "
+          f"(+{worst.peak - worst.before:.0f}; the largest growth of {len(csv_download_rss)} downloads)")
+    append_summary(args.summary, bench="results", scale=args.scale,
+                   work="CSV link download alone", rows=rows, bytes=sizes[(first, "csv")],
+                   lakehost_s=median(link_s[(first, "csv")]),
+                   rss_before_mib=worst.before, rss_peak_mib=worst.peak)
     for fmt, c in lines:
         e2e = median(query_s[c]) + median(link_s[(c, fmt)]) + (
             median(convert_s[c]) if fmt == "parquet" else 0.0)
