@@ -73,6 +73,10 @@ const JOIN: &str = "SELECT c_mktsegment, count(*) AS lines, sum(l_quantity) AS q
  FROM lineitem JOIN orders ON l_orderkey = o_orderkey JOIN customer ON o_custkey = c_custkey \
  GROUP BY c_mktsegment ORDER BY c_mktsegment";
 
+/// A TopK over string columns (`engine/topk_input.rs` filters its input).
+const TOPK: &str = "SELECT l_orderkey, l_shipmode, l_returnflag, l_extendedprice FROM lineitem \
+ ORDER BY l_extendedprice DESC, l_orderkey LIMIT 20";
+
 const CONCAT: &str = "SELECT l_returnflag || '/' || l_linestatus AS flags, count(*) AS n \
  FROM lineitem GROUP BY 1 ORDER BY 1";
 
@@ -437,6 +441,7 @@ async fn a_coordinator_and_two_workers_answer_as_one_process_and_fail_cleanly() 
         ("Q12", Q12),
         ("join", JOIN),
         ("||", CONCAT),
+        ("top 20", TOPK),
     ] {
         let before = coordinator.counter(&http, distributed).await;
         let scanned_before = coordinator.counter(&http, scanned).await;
