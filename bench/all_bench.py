@@ -135,6 +135,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--work", type=Path, default=BENCH_DIR / ".work-all",
                         help="working directory, one sf<scale> directory per scale "
                              "(default: bench/.work-all)")
+    parser.add_argument("--compressions", default="zstd",
+                        help="the result bench's Arrow copy compressions, comma separated, of "
+                             "none, lz4, zstd (default: zstd, the server's default)")
+    parser.add_argument("--big-load-files", type=int, default=2,
+                        help="at scales of 10 and above, the commit again with the import file "
+                             "uploaded this many times as one load (2: 5.2 GB at scale 10); "
+                             "0 skips it (default: 2)")
     parser.add_argument("--no-poll", action="store_true",
                         help="skip the concurrent-clients bench")
     parser.add_argument("--report", action="store_true",
@@ -144,8 +151,9 @@ def parse_args() -> argparse.Namespace:
         args.scales = sorted({float(s) for s in args.scales.split(",")})
     except ValueError:
         parser.error("--scales takes numbers, for example 1,10")
-    if not args.scales or min(args.scales) <= 0 or args.runs < 1 or args.large_runs < 1:
-        parser.error("scales must be > 0, --runs and --large-runs >= 1")
+    if not args.scales or min(args.scales) <= 0 or args.runs < 1 or args.large_runs < 1 \
+            or args.big_load_files < 0:
+        parser.error("scales must be > 0, --runs and --large-runs >= 1, --big-load-files >= 0")
     return args
 
 
@@ -173,7 +181,11 @@ def run_all(args: argparse.Namespace, work: Path, summary: Path) -> None:
         select1 = str(args.select1 if i == 0 else 0)
         run_bench("query_bench.py", [*common, "--select1", select1], at / "query.log")
         run_bench("commit_bench.py", common, at / "commit.log")
-        run_bench("result_bench.py", common, at / "results.log")
+        if scale >= 10 and args.big_load_files > 1:
+            run_bench("commit_bench.py", [*common, "--files", str(args.big_load_files)],
+                      at / "commit-big.log")
+        run_bench("result_bench.py", [*common, "--compressions", args.compressions],
+                  at / "results.log")
     if not args.no_poll:
         poll = [str(BENCH_DIR / "run-poll"), "--lakehost", lakehost]
         print(f"\n==> {' '.join(poll)}", flush=True)
