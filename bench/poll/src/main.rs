@@ -643,7 +643,7 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
         .await?;
     let id = submitted["queryId"]
         .as_str()
-        .context("a query id")?
+        .with_context(|| format!("a query id in {submitted}"))?
         .to_string();
     loop {
         let status: Value = http
