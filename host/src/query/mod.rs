@@ -7,6 +7,7 @@
 //! is `engine/`'s. This module knows no HTTP; its errors are plain enums that
 //! `api/error.rs` maps to the spec's status codes.
 
+mod csv_text;
 pub mod execute;
 pub mod ipc_batches;
 pub(crate) mod page_tokens;

@@ -1,6 +1,7 @@
 //! Result files: a query's rows written once, as the CSV the spec's signed
 //! link serves (header row, every value quoted, NULL as an empty unquoted
-//! field so it stays distinguishable from an empty string), streamed batch by
+//! field so it stays distinguishable from an empty string; the text of a
+//! cell is `csv_text.rs`'s), streamed batch by
 //! batch to the object store: no result is ever held in memory whole.
 //! Batches are made text on tasks of their own, a few at a time, and written
 //! in their order, so a big result is encoded on every core while the query
@@ -17,70 +18,19 @@
 use std::{collections::VecDeque, sync::Arc};
 
 use bytes::Bytes;
-use datafusion::arrow::{
-    array::{Array, RecordBatch},
-    datatypes::Schema,
-    util::display::{ArrayFormatter, FormatOptions},
-};
+use datafusion::arrow::{array::RecordBatch, datatypes::Schema};
 use object_store::{ObjectStore, buffered::BufWriter, path::Path};
 use tokio::{io::AsyncWriteExt as _, task::JoinHandle};
 
-use super::result_arrow::{TypedCopy, TypedCopyTask};
+use super::{
+    csv_text::{encode_rows, push_quoted},
+    result_arrow::{TypedCopy, TypedCopyTask},
+};
 use crate::{
     config::ArrowCompression,
     lake::{ResultFormat, result_file_path},
     store::queries::ResultInRow,
 };
-
-/// How cells become strings: SQL-style timestamps, everything else Arrow's text.
-fn format_options() -> FormatOptions<'static> {
-    FormatOptions::new()
-        .with_display_error(true)
-        .with_timestamp_format(Some("%Y-%m-%d %H:%M:%S%.3f"))
-        .with_timestamp_tz_format(Some("%Y-%m-%d %H:%M:%S%.3f %Z"))
-}
-
-/// Appends `value` as one quoted CSV field.
-fn push_quoted(out: &mut Vec<u8>, value: &str) {
-    out.push(b'"');
-    let mut rest = value.as_bytes();
-    // Each quote inside is doubled; the runs between are copied whole.
-    while let Some(at) = rest.iter().position(|&b| b == b'"') {
-        out.extend_from_slice(&rest[..=at]);
-        out.push(b'"');
-        rest = &rest[at + 1..];
-    }
-    out.extend_from_slice(rest);
-    out.push(b'"');
-}
-
-/// Appends the rows of `batch` as CSV lines (formatters are not `Send`, so
-/// this stays synchronous).
-fn encode_rows(batch: &RecordBatch, out: &mut Vec<u8>) -> std::io::Result<()> {
-    use std::fmt::Write as _;
-    let options = format_options();
-    let formatters = batch
-        .columns()
-        .iter()
-        .map(|column| ArrayFormatter::try_new(column.as_ref(), &options))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(std::io::Error::other)?;
-    let mut cell = String::new();
-    for row in 0..batch.num_rows() {
-        for (i, (column, formatter)) in batch.columns().iter().zip(&formatters).enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            if !column.is_null(row) {
-                cell.clear();
-                write!(cell, "{}", formatter.value(row)).map_err(std::io::Error::other)?;
-                push_quoted(out, &cell);
-            }
-        }
-        out.push(b'\n');
-    }
-    Ok(())
-}
 
 /// Results up to this size are also kept in memory by the writer, so the
 /// replica that ran a query can serve its pages without reading the file.
@@ -171,12 +121,12 @@ impl CsvResultWriter {
         }
         self.rows += batch.num_rows() as u64;
         if batch.num_rows() <= ENCODE_INLINE_ROWS && self.encoding.is_empty() {
-            encode_rows(batch, &mut self.buffer)?;
+            encode_rows(batch, &mut self.buffer).map_err(std::io::Error::other)?;
         } else {
             let batch = batch.clone();
             self.encoding.push_back(tokio::spawn(async move {
                 let mut text = Vec::with_capacity(batch.num_rows() * batch.num_columns() * 8);
-                encode_rows(&batch, &mut text)?;
+                encode_rows(&batch, &mut text).map_err(std::io::Error::other)?;
                 Ok(text)
             }));
             if self.encoding.len() > ENCODING_AHEAD {
@@ -443,18 +393,5 @@ mod tests {
             .collect();
         assert_eq!(written.bytes, expected.len() as u64);
         assert!(csv == expected.as_bytes(), "rows out of order");
-    }
-
-    #[test]
-    fn quotes_inside_a_field_are_doubled() {
-        let mut out = Vec::new();
-        for value in ["", "plain", "\"", "a \"b\" c\"\"", "end\""] {
-            push_quoted(&mut out, value);
-            out.push(b'|');
-        }
-        assert_eq!(
-            String::from_utf8(out).unwrap(),
-            "\"\"|\"plain\"|\"\"\"\"|\"a \"\"b\"\" c\"\"\"\"\"|\"end\"\"\"|"
-        );
     }
 }
