@@ -65,10 +65,12 @@ impl PhysicalOptimizerRule for FilterTopKInput {
                 return Ok(Transformed::no(node));
             };
             let input = sort.input();
-            if input.is::<FilterExec>()
-                || input.output_ordering().is_some()
-                || !has_string_views(&input.schema())
-            {
+            // Once is enough: a filter on this very threshold is already there
+            // when the rule runs again (a WHERE clause's filter is not it).
+            let placed = input.downcast_ref::<FilterExec>().is_some_and(|filter| {
+                std::ptr::addr_eq(Arc::as_ptr(filter.predicate()), Arc::as_ptr(threshold))
+            });
+            if placed || input.output_ordering().is_some() || !has_string_views(&input.schema()) {
                 return Ok(Transformed::no(node));
             }
             let filtered = FilterExec::try_new(Arc::clone(threshold), Arc::clone(input))?
@@ -256,6 +258,42 @@ mod tests {
         assert!(
             kept * 5 <= plain_kept,
             "{kept} bytes kept against {plain_kept}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_where_clause_keeps_the_filter_and_the_rule_places_it_once() {
+        let sql = "SELECT k, s FROM t WHERE k % 3 = 0 ORDER BY k DESC LIMIT 50";
+        let ours_context = context(true);
+        let (plan, ours) = run(&ours_context, sql).await;
+        assert_eq!(
+            plan.matches("FilterExec: DynamicFilter").count(),
+            1,
+            "{plan}"
+        );
+        let (_, theirs) = run(&context(false), sql).await;
+        let expected: Vec<i64> = (0..BATCHES * ROWS_PER_BATCH)
+            .rev()
+            .filter(|k| k % 3 == 0)
+            .take(50)
+            .collect();
+        assert_eq!(keys(&ours), expected);
+        assert_eq!(keys(&theirs), expected);
+
+        // The rule run again over its own plan changes nothing.
+        let physical = ours_context
+            .sql(sql)
+            .await
+            .unwrap()
+            .create_physical_plan()
+            .await
+            .unwrap();
+        let again = FilterTopKInput
+            .optimize(physical.clone(), ours_context.state().config_options())
+            .unwrap();
+        assert_eq!(
+            displayable(again.as_ref()).indent(false).to_string(),
+            displayable(physical.as_ref()).indent(false).to_string()
         );
     }
 
