@@ -55,6 +55,8 @@ pub const TARGETS: &[(&str, Parse)] = &[
     ("parameters", |b| parameters(&text(b))),
     #[cfg(feature = "flight-sql")]
     ("flight_ticket", flight_ticket),
+    #[cfg(feature = "pg-wire")]
+    ("pg_frame", pg_frame),
 ];
 
 /// A target's entry point: the bytes parsed, whether they were accepted.
@@ -226,4 +228,12 @@ pub fn parameters(input: &str) -> bool {
 /// ticket; whether it named a query.
 pub fn flight_ticket(ticket: &[u8]) -> bool {
     crate::flight::ticket_query_id(ticket).is_some()
+}
+
+/// Bytes a Postgres client sends (the first byte picks the phase: startup,
+/// password, ready), read frame by frame as the listener reads them, each
+/// frame the checks accept then decoded by pgwire; whether one decoded.
+#[cfg(feature = "pg-wire")]
+pub fn pg_frame(bytes: &[u8]) -> bool {
+    crate::pg::frames::fuzz_frames(bytes)
 }

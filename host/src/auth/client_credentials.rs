@@ -4,10 +4,17 @@
 //! token endpoint is the spec's fixed address under the realm's issuer, for
 //! a configured org: no address is built from caller input. The token that
 //! comes back is validated like any other before it is used.
+//!
+//! `exchange_from` is the door for a client on the network: a refused
+//! secret counts against the client address's failure budget
+//! (`failure_budget.rs`), and an address past it is refused without asking
+//! the identity provider.
+
+use std::net::IpAddr;
 
 use serde::Deserialize;
 
-use super::TokenValidator;
+use super::{TokenValidator, failure_budget::Throttled};
 
 /// Why an exchange gave no token.
 #[derive(Debug, thiserror::Error)]
@@ -18,11 +25,37 @@ pub enum ExchangeError {
     /// The identity provider could not be asked, or answered nonsense.
     #[error("the identity provider could not be reached: {0}")]
     Unavailable(String),
+    /// The client's address failed too often: not asked, try again later.
+    #[error(transparent)]
+    Throttled(#[from] Throttled),
 }
 
 #[derive(Deserialize)]
 struct TokenResponse {
     access_token: String,
+}
+
+/// [`exchange`] for a client at `peer`, within that address's failure
+/// budget: past it, `Throttled` without asking the provider; a refusal
+/// counts against it.
+pub async fn exchange_from(
+    validator: &TokenValidator,
+    peer: IpAddr,
+    org: &str,
+    client_id: &str,
+    client_secret: &str,
+) -> Result<String, ExchangeError> {
+    let budget = validator.exchange_failures();
+    if let Err(throttled) = budget.check(peer) {
+        crate::observability::metrics::token_rejected("client_secret_throttled");
+        return Err(throttled.into());
+    }
+    let exchanged = exchange(validator, org, client_id, client_secret).await;
+    if matches!(exchanged, Err(ExchangeError::Refused)) {
+        crate::observability::metrics::token_rejected("client_secret_refused");
+        budget.failed(peer);
+    }
+    exchanged
 }
 
 /// `client_id` and `client_secret` of `org`'s realm, exchanged for an access

@@ -51,6 +51,9 @@ struct RealmKeys {
     fetched_at: Option<DateTime<Utc>>,
     /// When a fetch was last tried, successful or not (for the cooldown).
     attempted_at: Option<DateTime<Utc>>,
+    /// A failed fetch was logged as a warning since the last success: the
+    /// next ones go to the debug log (one warning per outage, with why).
+    warned: bool,
 }
 
 /// The cache of all realms' keys.
@@ -152,8 +155,20 @@ impl JwksCache {
                 realm.jwks_uri = Some(jwks_uri);
                 realm.keys = keys;
                 realm.fetched_at = Some(self.clock.now());
+                realm.warned = false;
             }
-            Err(e) => tracing::warn!(realm = org, error = %e, "fetching signing keys failed"),
+            Err(e) if realm.warned => {
+                tracing::debug!(realm = org, error = %e, "fetching signing keys failed again")
+            }
+            Err(e) => {
+                realm.warned = true;
+                tracing::warn!(
+                    realm = org,
+                    error = %e,
+                    "fetching signing keys failed: tokens of this realm are refused until it \
+                     succeeds (later failures are logged at debug level)"
+                );
+            }
         }
     }
 
@@ -198,7 +213,7 @@ impl JwksCache {
             .get(url)
             .send()
             .await
-            .map_err(|e| format!("GET {url}: {e}"))?;
+            .map_err(|e| format!("GET {url}: {}", with_causes(&e)))?;
         if !response.status().is_success() {
             return Err(format!("GET {url}: status {}", response.status()));
         }
@@ -239,4 +254,21 @@ fn usable_key(jwk: &Jwk) -> Option<VerifyingKey> {
         None => None,
     };
     Some(VerifyingKey { key, algorithm })
+}
+
+/// `error` and each of its causes, as one line: reqwest's own text ("error
+/// sending request") hides why (a certificate nobody trusts, a refused
+/// connection), which is what an operator needs.
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        let next = e.to_string();
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        cause = e.source();
+    }
+    text
 }

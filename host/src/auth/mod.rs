@@ -8,6 +8,7 @@
 pub mod caller;
 pub mod claims;
 pub mod client_credentials;
+pub mod failure_budget;
 pub mod jwks;
 pub mod roles;
 pub mod security_metadata;

@@ -19,6 +19,8 @@ use serde_json::{Map, Value};
 use sha2::{Digest as _, Sha256};
 use url::Url;
 
+use super::failure_budget::FailureBudget;
+
 use super::{
     claims::AccessClaims,
     jwks::{JwksCache, KeyError},
@@ -112,6 +114,10 @@ pub struct TokenValidator {
     /// signature check (the text is byte-for-byte the verified one); expiry
     /// and `nbf` are checked again on every use.
     verified: Mutex<HashMap<[u8; 32], VerifiedToken>>,
+    /// Failed client-secret exchanges by client address
+    /// (`client_credentials::exchange_from`), one budget for every front
+    /// end that takes a password.
+    exchange_failures: FailureBudget,
 }
 
 struct VerifiedToken {
@@ -147,12 +153,18 @@ impl TokenValidator {
                 config.jwks_max_age_s,
                 extra_root_pem,
             )?,
-            clock,
+            clock: clock.clone(),
             allowed,
             leeway_s: config.leeway_s as i64,
             max_lifetime_s: config.max_token_lifetime_s as i64,
             verified: Mutex::new(HashMap::new()),
+            exchange_failures: FailureBudget::new(clock.clone()),
         })
+    }
+
+    /// Failed client-secret exchanges by client address.
+    pub fn exchange_failures(&self) -> &FailureBudget {
+        &self.exchange_failures
     }
 
     pub fn issuer(&self, org: &str) -> String {

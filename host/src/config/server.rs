@@ -30,6 +30,12 @@ pub struct ServerConfig {
     /// Open connections per listener (API, upload endpoint); past it new
     /// connections are closed at once. Lowered to fit the open-file limit.
     pub max_connections: usize,
+    /// Connections one org may hold on each wire listener (Flight SQL, the
+    /// Postgres wire) once they have authenticated, so one org's idle
+    /// sessions cannot lock the others out; unset: a quarter of
+    /// `max_connections`. Past it the org's next connection is refused in
+    /// its protocol (SQLSTATE 53300, gRPC RESOURCE_EXHAUSTED).
+    pub max_connections_per_org: Option<usize>,
     /// A client must finish the TLS handshake, and each request's headers,
     /// within this many seconds.
     pub header_read_timeout_s: u64,
@@ -57,9 +63,11 @@ pub struct ServerConfig {
     /// Postgres listener. Needs `tls_cert`: passwords only cross TLS.
     pub pg_listen: Option<SocketAddr>,
     /// A Flight SQL or Postgres connection on which nothing moved for this
-    /// many seconds is closed. A statement is silent while its query runs,
-    /// so this must be more than `query.time_limit_s` (checked with the
-    /// query section).
+    /// many seconds while a statement runs is closed. A statement is silent
+    /// while its query runs, so this must be more than `query.time_limit_s`
+    /// (checked with the query section). While no statement runs, and while
+    /// a result waits for a client that does not read it, the short
+    /// `idle_timeout_s` applies.
     pub wire_idle_timeout_s: u64,
 }
 
@@ -86,6 +94,7 @@ impl Default for ServerConfig {
             tls_key: None,
             dailyrun_prefix: "/superset".into(),
             max_connections: 4096,
+            max_connections_per_org: None,
             header_read_timeout_s: 10,
             idle_timeout_s: 60,
             drain_s: 30,
@@ -100,6 +109,14 @@ impl Default for ServerConfig {
 }
 
 impl ServerConfig {
+    /// Each org's share of one listener's connections
+    /// (`max_connections_per_org`, by default a quarter of the cap).
+    pub fn connections_per_org(&self) -> usize {
+        self.max_connections_per_org
+            .unwrap_or(self.max_connections / 4)
+            .clamp(1, self.max_connections.max(1))
+    }
+
     /// Checks the section, except `dailyrun_prefix` (see
     /// `validate_dailyrun_prefix`).
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
@@ -108,6 +125,10 @@ impl ServerConfig {
             ("server.request_timeout_s", self.request_timeout_s),
             ("server.max_body_bytes", self.max_body_bytes),
             ("server.max_connections", self.max_connections as u64),
+            (
+                "server.max_connections_per_org",
+                self.max_connections_per_org.unwrap_or(1) as u64,
+            ),
             ("server.header_read_timeout_s", self.header_read_timeout_s),
         ] {
             if value == 0 {

@@ -471,7 +471,8 @@ pub fn flight_call(call: &'static str, outcome: &'static str) {
 }
 
 /// A Postgres connection: `ready` (authenticated), `over_cap`,
-/// `tls_failed`, `refused` (a FATAL error at startup), `cancel_request` or
+/// `tls_failed`, `refused` (a FATAL error at startup), `frame_refused` (a
+/// message too large for its phase, or malformed), `cancel_request` or
 /// `abandoned`.
 pub fn pg_connection(outcome: &'static str) {
     counter!(PG_CONNECTIONS, "outcome" => outcome).increment(1);

@@ -1,9 +1,13 @@
-//! Cancel requests. Each session gets a backend key (a pid and a random
-//! secret) when it authenticates; a client cancels a running statement by
-//! sending that key on a new connection (psycopg's `cancel_safe`, psql's
-//! Ctrl-C). The statement's query job is then cancelled for the session's
-//! own caller, as `DELETE /v2/query/{id}` cancels it, and the statement ends
-//! with 57014. A key names nothing once its session has ended.
+//! Cancel requests. Each session gets a backend key when it authenticates:
+//! a random pid (not a counter, so one key tells nothing of the others) and
+//! a random secret, 32 bits under protocol 3.0 (all its message holds) and
+//! 256 bits under 3.2. A client cancels a running statement by sending that
+//! key on a new connection (psycopg's `cancel_safe`, psql's Ctrl-C). The
+//! statement's query job is then cancelled for the session's own caller, as
+//! `DELETE /v2/query/{id}` cancels it, and the statement ends with 57014. A
+//! key names nothing once its session has ended. A key that names no
+//! session counts against the sender's failure budget
+//! (`auth::failure_budget`), so keys cannot be guessed at line rate.
 //!
 //! Keys live in this replica's memory: behind a load balancer, a cancel
 //! request that reaches another replica does nothing (`DELETE
@@ -17,10 +21,8 @@ use std::{
 use async_trait::async_trait;
 use bytes::Bytes;
 use pgwire::{
-    api::{
-        ClientInfo, PidSecretKeyGenerator as _, RandomPidSecretKeyGenerator, cancel::CancelHandler,
-    },
-    messages::cancel::CancelRequest,
+    api::{ClientInfo, cancel::CancelHandler},
+    messages::{ProtocolVersion, cancel::CancelRequest, startup::SecretKey},
 };
 
 use crate::{auth::LakeCaller, query::service::QueryService};
@@ -53,7 +55,6 @@ impl Drop for RunningJob {
 /// The sessions of this listener, by backend key.
 pub struct Cancels {
     queries: Arc<QueryService>,
-    keys: RandomPidSecretKeyGenerator,
     sessions: Mutex<HashMap<BackendKey, Arc<Running>>>,
 }
 
@@ -77,7 +78,6 @@ impl Cancels {
     pub fn new(queries: Arc<QueryService>) -> Self {
         Self {
             queries,
-            keys: RandomPidSecretKeyGenerator::default(),
             sessions: Mutex::default(),
         }
     }
@@ -85,14 +85,19 @@ impl Cancels {
     /// Gives the authenticated session of `client` its backend key (sent to
     /// the client with the startup's end) and its `Running` slot.
     pub fn register<C: ClientInfo>(self: &Arc<Self>, client: &mut C) {
-        let (pid, secret) = self.keys.generate(client);
-        client.set_pid_and_secret_key(pid, secret.clone());
         let running = Arc::new(Running::default());
-        let key = (pid, secret.to_bytes());
-        self.sessions
-            .lock()
-            .expect("sessions lock")
-            .insert(key.clone(), running.clone());
+        let (key, secret) = {
+            let mut sessions = self.sessions.lock().expect("sessions lock");
+            loop {
+                let (pid, secret) = random_key(client.protocol_version());
+                let key = (pid, secret.to_bytes());
+                if !sessions.contains_key(&key) {
+                    sessions.insert(key.clone(), running.clone());
+                    break (key, secret);
+                }
+            }
+        };
+        client.set_pid_and_secret_key(key.0, secret);
         let extensions = client.session_extensions();
         extensions.insert(running);
         extensions.insert(Registered {
@@ -102,9 +107,21 @@ impl Cancels {
     }
 }
 
-#[async_trait]
-impl CancelHandler for Cancels {
-    async fn on_cancel_request(&self, request: CancelRequest) {
+/// A backend key: a random positive pid and a random secret as long as the
+/// protocol allows.
+fn random_key(protocol: ProtocolVersion) -> (i32, SecretKey) {
+    let pid = (rand::random::<u32>() >> 1).max(1) as i32;
+    let secret = match protocol {
+        ProtocolVersion::PROTOCOL3_0 => SecretKey::I32(rand::random::<i32>()),
+        _ => SecretKey::Bytes(Bytes::from(rand::random::<[u8; 32]>().to_vec())),
+    };
+    (pid, secret)
+}
+
+impl Cancels {
+    /// Cancels the running statement of the session `request` names;
+    /// `false` when it names no session.
+    pub async fn cancel(&self, request: CancelRequest) -> bool {
         let key = (request.pid, request.secret_key.to_bytes());
         let running = self
             .sessions
@@ -114,7 +131,7 @@ impl CancelHandler for Cancels {
             .cloned();
         let Some(running) = running else {
             tracing::debug!("a cancel request named no session");
-            return;
+            return false;
         };
         let job = running.0.lock().expect("running lock").clone();
         if let Some((caller, id)) = job
@@ -122,5 +139,13 @@ impl CancelHandler for Cancels {
         {
             tracing::warn!(error = %e, query = %id, "cancelling a postgres statement failed");
         }
+        true
+    }
+}
+
+#[async_trait]
+impl CancelHandler for Cancels {
+    async fn on_cancel_request(&self, request: CancelRequest) {
+        self.cancel(request).await;
     }
 }

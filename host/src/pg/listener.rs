@@ -4,13 +4,21 @@
 //! password is asked for, see `startup.rs`), then runs the message loop:
 //! startup within the same deadline, statements for as long as the client
 //! uses the connection, closed once nothing moved on it for
-//! `server.wire_idle_timeout_s`. At a drain it stops accepting and closes
-//! each connection once its running statement has been answered.
+//! `server.idle_timeout_s` while no statement runs (and while a result
+//! waits for a client that does not read it), or for
+//! `server.wire_idle_timeout_s` while one runs. Messages are read by
+//! `frames.rs`, within each phase's size limit and checked before decoding.
+//! At a drain it stops accepting and closes each connection once its
+//! running statement has been answered.
 
-use std::{io, net::SocketAddr, sync::Arc};
+use std::{
+    io,
+    net::{IpAddr, SocketAddr},
+    sync::Arc,
+};
 
 use bytes::BytesMut;
-use futures::{SinkExt as _, StreamExt as _};
+use futures::SinkExt as _;
 use pgwire::{
     api::{ClientInfo as _, DefaultClient, NoopHandler, PgWireConnectionState},
     error::{ErrorInfo, PgWireError},
@@ -31,9 +39,17 @@ use tokio_util::{
     task::TaskTracker,
 };
 
-use super::{PgState, cancel::Cancels, startup::LakeStartup, statements::LakeStatements};
+use super::{
+    PgState,
+    cancel::Cancels,
+    frames::{FrameError, read_message},
+    sqlstate::fatal,
+    startup::LakeStartup,
+    statements::LakeStatements,
+};
 use crate::{
-    listener::{Activity, ConnectionLimits, next_connection},
+    auth::TokenValidator,
+    listener::{Activity, ConnectionLimits, OrgShares, next_connection},
     observability::metrics,
 };
 
@@ -58,17 +74,21 @@ pub async fn serve(
     let open = Arc::new(Semaphore::new(limits.max_connections));
     let connections = TaskTracker::new();
     let cancels = Arc::new(Cancels::new(state.queries.clone()));
-    let startup = Arc::new(LakeStartup::new(state.clone(), cancels.clone()));
+    let shares = OrgShares::new(limits.max_connections_per_org);
+    let startup = Arc::new(LakeStartup::new(state.clone(), cancels.clone(), shares));
+    let frame_limit = usize::try_from(state.config.server.max_body_bytes).unwrap_or(usize::MAX);
+    let validator = state.validator.clone();
     let statements = Arc::new(LakeStatements::new(state));
     let over_cap = |_| metrics::pg_connection("over_cap");
     while let Some((stream, peer, permit)) =
         next_connection(&listener, &open, &stop, over_cap).await
     {
-        let (tls, startup, statements, cancels, stop) = (
+        let (tls, startup, statements, cancels, validator, stop) = (
             tls.clone(),
             startup.clone(),
             statements.clone(),
             cancels.clone(),
+            validator.clone(),
             stop.clone(),
         );
         connections.spawn(async move {
@@ -97,9 +117,12 @@ pub async fn serve(
                 startup,
                 statements,
                 cancels,
+                validator,
+                frame_limit,
+                peer: peer.ip(),
             };
-            let messages = message_loop(socket, startup_deadline, &handlers, &stop);
-            match activity.close_when_idle(messages, limits.idle_timeout).await {
+            let messages = message_loop(socket, startup_deadline, &handlers, &activity, &stop);
+            match activity.close_when_idle(messages, limits.idle()).await {
                 Some(Err(e)) => tracing::debug!(%peer, error = %e, "postgres connection ended with an error"),
                 None => tracing::debug!(%peer, "postgres connection closed: idle"),
                 Some(Ok(())) => {}
@@ -111,11 +134,16 @@ pub async fn serve(
     connections.wait().await;
 }
 
-/// What answers a connection's messages.
+/// What answers a connection's messages, and what bounds them.
 struct Handlers {
     startup: Arc<LakeStartup>,
     statements: Arc<LakeStatements>,
     cancels: Arc<Cancels>,
+    /// Its failure budget counts cancel keys that name no session.
+    validator: Arc<TokenValidator>,
+    /// The largest message of a ready session (`server.max_body_bytes`).
+    frame_limit: usize,
+    peer: IpAddr,
 }
 
 /// Answers the client's SSLRequest (and GSSENCRequest) and ends TLS; a
@@ -168,12 +196,13 @@ fn framed(
 }
 
 /// Reads and answers the connection's messages until the client leaves,
-/// sends bytes that are not the protocol, misses the startup deadline, or
-/// the replica drains (between statements).
+/// sends bytes that are not the protocol (or more than its phase allows),
+/// misses the startup deadline, or the replica drains (between statements).
 async fn message_loop(
     mut socket: Connection,
     startup_deadline: Instant,
     handlers: &Handlers,
+    activity: &Activity,
     stop: &CancellationToken,
 ) -> io::Result<()> {
     let noop = Arc::new(NoopHandler);
@@ -181,33 +210,38 @@ async fn message_loop(
     // loop's end) `abandoned`.
     let mut counted = false;
     loop {
+        let limit = handlers.frame_limit;
         let message = match socket.state() {
             PgWireConnectionState::AwaitingStartup
             | PgWireConnectionState::AuthenticationInProgress => tokio::select! {
-                message = socket.next() => message,
-                () = tokio::time::sleep_until(startup_deadline) => None,
+                message = read_message(&mut socket, limit) => message,
+                () = tokio::time::sleep_until(startup_deadline) => Ok(None),
             },
             PgWireConnectionState::ReadyForQuery => tokio::select! {
-                message = socket.next() => message,
-                () = stop.cancelled() => None,
+                message = read_message(&mut socket, limit) => message,
+                () = stop.cancelled() => Ok(None),
             },
-            _ => socket.next().await,
+            _ => read_message(&mut socket, limit).await,
         };
         let message = match message {
-            Some(Ok(PgWireFrontendMessage::Terminate(_))) | None => break,
-            Some(Ok(message)) => message,
-            Some(Err(e)) => {
+            Ok(Some(PgWireFrontendMessage::Terminate(_))) | Ok(None) => break,
+            Ok(Some(message)) => message,
+            Err(e) => {
                 if !counted {
                     metrics::pg_connection("abandoned");
                 }
-                return Err(io::Error::new(io::ErrorKind::InvalidData, e.to_string()));
+                return refuse_frame(socket, e).await;
             }
         };
-        // One cancel request per connection, as Postgres takes it.
-        let cancel = matches!(message, PgWireFrontendMessage::CancelRequest(_));
-        if cancel {
+        // One cancel request per connection, as Postgres takes it; a key
+        // that names no session counts against the sender's budget.
+        if let PgWireFrontendMessage::CancelRequest(request) = message {
             metrics::pg_connection("cancel_request");
-            counted = true;
+            let budget = handlers.validator.exchange_failures();
+            if budget.check(handlers.peer).is_ok() && !handlers.cancels.cancel(request).await {
+                budget.failed(handlers.peer);
+            }
+            return Ok(());
         }
         let extended = message.is_extended_query();
         let in_startup = matches!(
@@ -215,6 +249,9 @@ async fn message_loop(
             PgWireConnectionState::AwaitingStartup
                 | PgWireConnectionState::AuthenticationInProgress
         );
+        // A statement runs from its message to its answer: the long idle
+        // timeout holds meanwhile.
+        let busy = (!in_startup).then(|| activity.busy());
         let processed = process_message(
             message,
             &mut socket,
@@ -225,9 +262,7 @@ async fn message_loop(
             handlers.cancels.clone(),
         )
         .await;
-        if cancel {
-            return Ok(());
-        }
+        drop(busy);
         if in_startup && !counted {
             let outcome = match (&processed, socket.state()) {
                 (Err(_), _) => Some("refused"),
@@ -260,5 +295,21 @@ async fn message_loop(
     if !counted {
         metrics::pg_connection("abandoned");
     }
+    socket.close().await
+}
+
+/// Ends a connection whose frame was refused: FATAL with the frame's
+/// SQLSTATE (nothing more of the frame is read), or just the close when
+/// the socket itself failed.
+async fn refuse_frame(mut socket: Connection, refused: FrameError) -> io::Result<()> {
+    if let FrameError::Io(e) = refused {
+        return Err(e);
+    }
+    tracing::debug!(error = %refused, "postgres frame refused");
+    metrics::pg_connection("frame_refused");
+    let info = ErrorInfo::from(fatal(refused.code(), refused.to_string()));
+    socket
+        .send(PgWireBackendMessage::ErrorResponse(info.into()))
+        .await?;
     socket.close().await
 }

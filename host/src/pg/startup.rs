@@ -10,11 +10,17 @@
 //! - Passwords cross TLS only: a plain connection is refused (FATAL 28000)
 //!   before the server asks for one. No SCRAM: lakehost holds no secrets to
 //!   salt, it can only check one by exchanging it.
+//! - A refused secret counts against the client address's failure budget
+//!   (`auth::failure_budget`); past it, FATAL 53400 without asking the
+//!   identity provider until the budget's window ends.
+//! - An accepted session takes a place in its org's share of the
+//!   listener's connections (`server.max_connections_per_org`), held until
+//!   the connection ends; past the share, FATAL 53300.
 //!
 //! The session keeps the token and, to renew it when it expires, the
 //! secret (in memory only, never logged).
 
-use std::{fmt::Debug, sync::Arc};
+use std::{fmt::Debug, net::IpAddr, sync::Arc};
 
 use async_trait::async_trait;
 use futures::{Sink, SinkExt as _};
@@ -35,10 +41,13 @@ use super::{
     cancel::Cancels,
     sqlstate::{UNAUTHORIZED, fatal},
 };
-use crate::auth::{
-    TokenError,
-    client_credentials::{ExchangeError, exchange},
-    validator::Expected,
+use crate::{
+    auth::{
+        TokenError,
+        client_credentials::{ExchangeError, exchange, exchange_from},
+        validator::Expected,
+    },
+    listener::OrgShares,
 };
 
 /// The Postgres version lakehost answers as: psql and drivers pick their
@@ -77,7 +86,7 @@ impl Session {
 
     /// The same session with a fresh token for its secret.
     pub async fn renewed(&self, state: &PgState) -> PgWireResult<Session> {
-        let token = token_for(state, &self.org, &self.client_id, &self.secret).await?;
+        let token = token_for(state, None, &self.org, &self.client_id, &self.secret).await?;
         Ok(Session {
             org: self.org.clone(),
             zone: self.zone.clone(),
@@ -104,25 +113,31 @@ pub fn api_of(state: &PgState, database: &str) -> Option<(String, Option<String>
     Some((org, zone))
 }
 
-/// `client_id`'s secret exchanged for a token of `org`'s realm.
+/// `client_id`'s secret exchanged for a token of `org`'s realm, within the
+/// failure budget of the client's address `peer` (none for a session that
+/// renews the token of a secret already accepted).
 async fn token_for(
     state: &PgState,
+    peer: Option<IpAddr>,
     org: &str,
     client_id: &str,
     secret: &str,
 ) -> PgWireResult<String> {
-    exchange(&state.validator, org, client_id, secret)
-        .await
-        .map_err(|e| match e {
-            ExchangeError::Refused => fatal(
-                "28P01",
-                format!("password authentication failed for user \"{client_id}\""),
-            ),
-            ExchangeError::Unavailable(why) => {
-                tracing::error!(error = %why, "client credentials exchange failed");
-                fatal("08006", "the identity provider is unavailable")
-            }
-        })
+    let exchanged = match peer {
+        Some(peer) => exchange_from(&state.validator, peer, org, client_id, secret).await,
+        None => exchange(&state.validator, org, client_id, secret).await,
+    };
+    exchanged.map_err(|e| match e {
+        ExchangeError::Refused => fatal(
+            "28P01",
+            format!("password authentication failed for user \"{client_id}\""),
+        ),
+        ExchangeError::Unavailable(why) => {
+            tracing::error!(error = %why, "client credentials exchange failed");
+            fatal("08006", "the identity provider is unavailable")
+        }
+        ExchangeError::Throttled(throttled) => fatal("53400", throttled.to_string()),
+    })
 }
 
 /// `session`'s token validated for its API, as REST validates a bearer
@@ -158,11 +173,12 @@ pub async fn validated(
 pub struct LakeStartup {
     state: PgState,
     cancels: Arc<Cancels>,
+    shares: Arc<OrgShares>,
     parameters: DefaultServerParameterProvider,
 }
 
 impl LakeStartup {
-    pub fn new(state: PgState, cancels: Arc<Cancels>) -> Self {
+    pub fn new(state: PgState, cancels: Arc<Cancels>, shares: Arc<OrgShares>) -> Self {
         let mut parameters = DefaultServerParameterProvider::default();
         parameters.server_version = SERVER_VERSION.to_string();
         parameters.is_superuser = false;
@@ -170,6 +186,7 @@ impl LakeStartup {
         Self {
             state,
             cancels,
+            shares,
             parameters,
         }
     }
@@ -232,7 +249,8 @@ impl StartupHandler for LakeStartup {
                         format!("database \"{database}\" does not exist"),
                     ));
                 };
-                let token = token_for(&self.state, &org, &client_id, &secret).await?;
+                let peer = client.socket_addr().ip();
+                let token = token_for(&self.state, Some(peer), &org, &client_id, &secret).await?;
                 let session = Session {
                     org,
                     zone,
@@ -243,6 +261,13 @@ impl StartupHandler for LakeStartup {
                 if let Err(refused) = validated(&self.state, &session).await {
                     return Err(refused.unwrap_or_else(|| fatal("28000", UNAUTHORIZED)));
                 }
+                let share = self.shares.claim(&session.org).map_err(|refused| {
+                    fatal(
+                        "53300",
+                        format!("too many connections for database \"{database}\": {refused}"),
+                    )
+                })?;
+                client.session_extensions().insert(share);
                 client.session_extensions().insert(session);
                 self.cancels.register(client);
                 finish_authentication(client, &self.parameters).await?;

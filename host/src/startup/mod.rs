@@ -266,9 +266,12 @@ impl Application {
             None
         };
         // With the embedded provider behind our own TLS certificate, the validator
-        // must trust that certificate to fetch discovery and JWKS from ourselves.
-        let own_certificate = match (&config.auth.auth_url, &config.server.tls_cert) {
-            (None, Some(cert)) => Some(
+        // must trust that certificate to fetch discovery and JWKS from ourselves,
+        // whether `auth.auth_url` names this server or is left to default to it
+        // (trusting it besides the public roots is harmless when the realm is
+        // served elsewhere).
+        let own_certificate = match (config.idp.enabled, &config.server.tls_cert) {
+            (true, Some(cert)) => Some(
                 std::fs::read(cert)
                     .with_context(|| format!("cannot read {} (server.tls_cert)", cert.display()))?,
             ),
@@ -444,7 +447,7 @@ impl Application {
         let stop_accepting = CancellationToken::new();
         let flight = self.flight.map(|flight| {
             let limits = ConnectionLimits {
-                idle_timeout: self.wire_idle_timeout,
+                busy_timeout: self.wire_idle_timeout,
                 ..self.limits
             };
             listener::serve(
@@ -472,7 +475,7 @@ impl Application {
         });
         let pg = self.pg.map(|pg| {
             let limits = ConnectionLimits {
-                idle_timeout: self.wire_idle_timeout,
+                busy_timeout: self.wire_idle_timeout,
                 ..self.limits
             };
             serve_pg(pg, limits, stop_accepting.clone())

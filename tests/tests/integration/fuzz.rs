@@ -233,3 +233,8 @@ fn fuzz_parameters() {
 fn fuzz_flight_ticket() {
     fuzz("flight_ticket");
 }
+
+#[test]
+fn fuzz_pg_frame() {
+    fuzz("pg_frame");
+}

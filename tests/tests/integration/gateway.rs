@@ -136,6 +136,33 @@ async fn a_short_caller_request_id_is_echoed_anything_else_replaced() {
     assert_ne!(id(&first), id(&second));
 }
 
+/// Issue 45, finding 11: "Running in production" sets `auth.auth_url`; with
+/// the embedded provider behind the server's own certificate, tokens must
+/// still validate (the validator trusts that certificate whenever the
+/// embedded provider serves the realms, not only when the URL is unset).
+#[tokio::test]
+async fn https_with_an_explicit_auth_url_validates_the_embedded_providers_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, cert_path, key_path) = localhost_certificate(dir.path());
+    // The port is chosen first, since the URL must name it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let app = spawn_app_with(|c| {
+        c.server.listen = format!("127.0.0.1:{port}").parse().unwrap();
+        c.server.tls_cert = Some(cert_path.clone());
+        c.server.tls_key = Some(key_path.clone());
+        c.auth.auth_url = Some(format!("https://localhost:{port}").parse().unwrap());
+    })
+    .await;
+    let token = app.client_token("demo", "demo-admin").await;
+    let (status, body) = app.get(ORG_HOST, SECURITY_METADATA, Some(&token)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["athena_service_client_where_clause"], "1=1", "{body}");
+}
+
 #[tokio::test]
 async fn https_serves_tls_12_and_13() {
     let dir = tempfile::tempdir().unwrap();

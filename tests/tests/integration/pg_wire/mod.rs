@@ -6,6 +6,8 @@
 //! passwords, plain connections and garbage bytes refused clearly.
 
 mod catalog;
+mod catalog_caps;
+mod frames;
 mod jdbc;
 
 use std::path::PathBuf;

@@ -18,32 +18,32 @@
 //! When told to stop (a drain), it stops accepting, closes idle keep-alive
 //! connections, lets each open request finish and closes its connection
 //! after it, and returns once every connection is gone (the caller bounds
-//! the wait).
+//! the wait). A response that carries [`CloseConnection`] (a front end's
+//! refusal of a call's credentials) ends its connection the same way.
+//!
+//! Every request carries the connection's [`Peer`] and its
+//! [`ConnectionOrg`] (the org's share of the cap, see `shares.rs`); what
+//! moves on a connection and its timeouts are `activity.rs`'s.
 
-use std::{
-    net::SocketAddr,
-    pin::Pin,
-    sync::{
-        Arc,
-        atomic::{AtomicU64, Ordering},
-    },
-    task::{Context, Poll},
-    time::Duration,
-};
+mod activity;
+mod shares;
+
+pub(crate) use activity::{Activity, ActivityIo, IdleTimeouts};
+pub use shares::{ConnectionOrg, OrgShare, OrgShares, ShareRefused};
+
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
-    server::{conn::auto::Builder as ConnectionBuilder, graceful::GracefulShutdown},
+    server::{conn::auto::Builder as ConnectionBuilder, graceful::GracefulConnection},
     service::TowerToHyperService,
 };
 use tokio::{
-    io::{AsyncRead, AsyncWrite, ReadBuf},
     net::{TcpListener, TcpStream},
     sync::{OwnedSemaphorePermit, Semaphore},
-    time::Instant,
 };
 use tokio_rustls::TlsAcceptor;
-use tokio_util::sync::CancellationToken;
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use crate::config::ServerConfig;
 
@@ -52,12 +52,20 @@ use crate::config::ServerConfig;
 const RESERVED_DESCRIPTORS: u64 = 256;
 
 /// The guards of one listener (`server.max_connections`,
-/// `server.header_read_timeout_s`, `server.idle_timeout_s`).
+/// `server.max_connections_per_org`, `server.header_read_timeout_s`,
+/// `server.idle_timeout_s`, and on the wire listeners
+/// `server.wire_idle_timeout_s` while a statement runs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectionLimits {
     pub max_connections: usize,
+    /// Each org's share of `max_connections`, once its connections have
+    /// authenticated (the wire listeners count them).
+    pub max_connections_per_org: usize,
     pub header_read_timeout: Duration,
+    /// Nothing moved while nothing runs, or a response waits for its reader.
     pub idle_timeout: Duration,
+    /// Nothing moved while a statement or request runs.
+    pub busy_timeout: Duration,
 }
 
 impl ConnectionLimits {
@@ -81,13 +89,35 @@ impl ConnectionLimits {
             }
             None => configured,
         };
+        let idle_timeout = Duration::from_secs(server.idle_timeout_s);
         Self {
             max_connections,
+            max_connections_per_org: server.connections_per_org().min(max_connections),
             header_read_timeout: Duration::from_secs(server.header_read_timeout_s),
-            idle_timeout: Duration::from_secs(server.idle_timeout_s),
+            idle_timeout,
+            busy_timeout: idle_timeout,
+        }
+    }
+
+    /// The two idle timeouts.
+    pub(crate) fn idle(&self) -> IdleTimeouts {
+        IdleTimeouts {
+            idle: self.idle_timeout,
+            busy: self.busy_timeout.max(self.idle_timeout),
         }
     }
 }
+
+/// Request extension: the address the request's connection comes from
+/// (the failure budgets of password front ends count by it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer(pub SocketAddr);
+
+/// Response extension: the listener closes the connection once this
+/// response is sent (gracefully: HTTP/2 says GOAWAY), so a client whose
+/// credentials were refused does not keep its place under the cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CloseConnection;
 
 /// The open-file limit, raised first to its hard limit (the soft default of
 /// 1,024 is too small for a server).
@@ -129,23 +159,43 @@ pub async fn serve(
 ) {
     let service = TowerToHyperService::new(router);
     let open = Arc::new(Semaphore::new(limits.max_connections));
-    let connections = GracefulShutdown::new();
+    let shares = OrgShares::new(limits.max_connections_per_org);
+    let connections = TaskTracker::new();
     while let Some((stream, peer, permit)) = next_connection(&listener, &open, &stop, |_| {}).await
     {
+        let activity = Activity::new();
         let requested = CancellationToken::new();
+        let close = stop.child_token();
         let service = {
-            let service = service.clone();
-            let requested = requested.clone();
-            hyper::service::service_fn(move |request| {
+            let (service, activity, requested, close) = (
+                service.clone(),
+                activity.clone(),
+                requested.clone(),
+                close.clone(),
+            );
+            let org = ConnectionOrg::new(shares.clone());
+            hyper::service::service_fn(move |mut request: http::Request<_>| {
                 requested.cancel();
-                hyper::service::Service::call(&service, request)
+                request.extensions_mut().insert(Peer(peer));
+                request.extensions_mut().insert(org.clone());
+                let busy = activity.busy();
+                let answered = hyper::service::Service::call(&service, request);
+                let (activity, close) = (activity.clone(), close.clone());
+                async move {
+                    let response = answered.await?;
+                    drop(busy);
+                    if response.extensions().get::<CloseConnection>().is_some() {
+                        close.cancel();
+                    }
+                    Ok::<_, std::convert::Infallible>(
+                        response.map(|body| axum::body::Body::new(activity.watch_body(body))),
+                    )
+                }
             })
         };
         let tls = tls.clone();
-        let drain = connections.watcher();
-        tokio::spawn(async move {
+        connections.spawn(async move {
             let _permit = permit;
-            let activity = Activity::new();
             let mut builder = ConnectionBuilder::new(TokioExecutor::new());
             builder
                 .http1()
@@ -167,23 +217,23 @@ pub async fn serve(
                         }
                     };
                     let io = TokioIo::new(activity.watch(stream));
-                    let connection =
-                        drain.watch(builder.serve_connection_with_upgrades(io, service));
+                    let connection = builder.serve_connection_with_upgrades(io, service);
+                    let connection = until_closed(connection, &close);
                     let connection =
                         first_request_in_time(connection, &requested, limits.header_read_timeout);
                     activity
-                        .close_when_idle(connection, limits.idle_timeout)
+                        .close_when_idle(connection, limits.idle())
                         .await
                         .flatten()
                 }
                 None => {
                     let io = TokioIo::new(activity.watch(stream));
-                    let connection =
-                        drain.watch(builder.serve_connection_with_upgrades(io, service));
+                    let connection = builder.serve_connection_with_upgrades(io, service);
+                    let connection = until_closed(connection, &close);
                     let connection =
                         first_request_in_time(connection, &requested, limits.header_read_timeout);
                     activity
-                        .close_when_idle(connection, limits.idle_timeout)
+                        .close_when_idle(connection, limits.idle())
                         .await
                         .flatten()
                 }
@@ -198,7 +248,23 @@ pub async fn serve(
         });
     }
     drop(listener);
-    connections.shutdown().await;
+    connections.close();
+    connections.wait().await;
+}
+
+/// Serves `connection` until it ends; once `close` is cancelled (the drain,
+/// or a response that asked for it), shuts it down gracefully: open
+/// requests finish, idle keep-alive connections close at once.
+async fn until_closed<C: GracefulConnection>(
+    connection: C,
+    close: &CancellationToken,
+) -> Result<(), C::Error> {
+    tokio::pin!(connection);
+    tokio::select! {
+        ended = connection.as_mut() => return ended,
+        () = close.cancelled() => connection.as_mut().graceful_shutdown(),
+    }
+    connection.await
 }
 
 /// The next connection under the cap `open`, with its permit and
@@ -250,116 +316,4 @@ async fn first_request_in_time<F: Future>(
         () = tokio::time::sleep(within) => return None,
     }
     Some(connection.await)
-}
-
-/// When a byte last moved on one connection, in milliseconds since `start`.
-#[derive(Clone)]
-pub(crate) struct Activity {
-    start: Instant,
-    last_ms: Arc<AtomicU64>,
-}
-
-impl Activity {
-    pub(crate) fn new() -> Self {
-        Self {
-            start: Instant::now(),
-            last_ms: Arc::new(AtomicU64::new(0)),
-        }
-    }
-
-    fn touch(&self) {
-        let now = self.start.elapsed().as_millis() as u64;
-        self.last_ms.store(now, Ordering::Relaxed);
-    }
-
-    fn last(&self) -> Instant {
-        self.start + Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
-    }
-
-    pub(crate) fn watch<T>(&self, inner: T) -> ActivityIo<T> {
-        ActivityIo {
-            inner,
-            activity: self.clone(),
-        }
-    }
-
-    /// Drives `connection` until it ends (`Some`) or nothing moved on it for
-    /// `idle` (`None`: the connection is dropped, which closes it).
-    pub(crate) async fn close_when_idle<F: Future>(
-        &self,
-        connection: F,
-        idle: Duration,
-    ) -> Option<F::Output> {
-        tokio::pin!(connection);
-        loop {
-            let deadline = self.last() + idle;
-            tokio::select! {
-                ended = connection.as_mut() => return Some(ended),
-                _ = tokio::time::sleep_until(deadline) => {
-                    if self.last() + idle <= Instant::now() {
-                        return None;
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// A connection's byte stream that records when bytes move.
-pub(crate) struct ActivityIo<T> {
-    inner: T,
-    activity: Activity,
-}
-
-impl<T: AsyncRead + Unpin> AsyncRead for ActivityIo<T> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            self.activity.touch();
-        }
-        polled
-    }
-}
-
-impl<T: AsyncWrite + Unpin> AsyncWrite for ActivityIo<T> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
-        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.touch();
-        }
-        polled
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.touch();
-        }
-        polled
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
 }
