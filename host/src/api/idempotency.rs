@@ -21,6 +21,16 @@
 //!   request, for every replica on that store; a retry gets it back as it
 //!   was, with `Idempotent-Replayed: true`. A request that failed (4xx, 5xx)
 //!   made no job: its key is given back, and a retry runs afresh.
+//! - **An answer too long to keep** (more than `MAX_KEPT_ANSWER_BYTES`: a
+//!   `Prefer: wait` answer with a large first page, streamed from the
+//!   result) is not kept (issue 45: a 50 MB page sat in the store for a
+//!   day). Its handler marks it `ReplayFromResult`; the key keeps that mark
+//!   (the query's id and the page's shape, with the status and headers),
+//!   and a retry gets the answer rendered again from the query's stored
+//!   result: the same status, headers and body while the result is kept
+//!   (results are immutable, page tokens deterministic), the 202 with the
+//!   query's id once it is not. Either way no second query runs. Every
+//!   other answer of these endpoints is a few hundred bytes.
 //! - **In progress**: a retry while the first request is still being
 //!   answered waits up to `IN_PROGRESS_WAIT` for its answer, then gets 409.
 //!   The first request's work runs to its end even when its client goes away
@@ -30,19 +40,18 @@
 //!   runs out (twice `server.request_timeout_s`).
 //!
 //! Handlers wrap their body: `key.request(&caller, operation, &body)` then
-//! `.run(&state, work)`.
+//! `.run(&state, work)`. What "the same request" digests to is
+//! `request_body.rs`; answers kept as a mark, `replay.rs`.
 
 use std::{future::Future, panic::AssertUnwindSafe, time::Duration};
 
 use axum::{
     body::Body,
     extract::FromRequestParts,
-    http::{HeaderName, HeaderValue, StatusCode, header, request::Parts},
+    http::{HeaderName, header, request::Parts},
     response::Response,
 };
 use futures::FutureExt as _;
-use serde_json::Value;
-use sha2::{Digest as _, Sha256};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 use utoipa::openapi::{
@@ -51,7 +60,14 @@ use utoipa::openapi::{
     schema::{ObjectBuilder, Type},
 };
 
-use super::{AppState, error::ApiError, json_body::JsonBody};
+mod replay;
+mod request_body;
+
+pub use replay::{MAX_KEPT_ANSWER_BYTES, ReplayFromResult};
+use replay::{REPLAY_FROM_RESULT, replay};
+pub use request_body::{RequestBody, canonical_json, request_hash};
+
+use super::{AppState, error::ApiError};
 use crate::{
     auth::LakeCaller,
     clock::SharedClock,
@@ -82,7 +98,6 @@ pub const IN_PROGRESS_WAIT: Duration = Duration::from_secs(2);
 const IN_PROGRESS_POLL: Duration = Duration::from_millis(20);
 /// How often each replica forgets expired keys.
 const SWEEP_EVERY: Duration = Duration::from_secs(3600);
-
 const KEY_PATTERN: &str = "^([A-Za-z0-9._:~+/=-]{1,255}|\"[A-Za-z0-9._:~+/=-]{1,255}\")$";
 
 pub const BAD_KEY: &str = "InvalidParameterError: Idempotency-Key must be 1 to 255 characters, \
@@ -145,7 +160,10 @@ impl utoipa::IntoParams for IdempotencyKey {
                      successful answer again (same status and body, header \
                      `Idempotent-Replayed: true`) and starts nothing new. The same key with another \
                      body is 409, as is a retry while the first request is still in progress. \
-                     A request that failed keeps nothing: its retry runs again. \
+                     A request that failed keeps nothing: its retry runs again. A `Prefer: wait` \
+                     answer longer than 64 KiB is not kept whole: its retry gets it rendered \
+                     again from the query's result (or the 202 with the queryId, once that \
+                     result is gone). \
                      1 to 255 of `A-Z a-z 0-9 - _ . : ~ + / =`, optionally in double quotes.",
                 ))
                 .schema(Some(schema))
@@ -180,79 +198,6 @@ impl Operation {
         }
     }
 }
-
-/// A request body as the digest sees it.
-pub trait RequestBody {
-    /// Canonical JSON (`json:` first), else the bytes as sent (`raw:`).
-    fn canonical(&self) -> Vec<u8>;
-}
-
-impl RequestBody for JsonBody {
-    fn canonical(&self) -> Vec<u8> {
-        let mut text = String::from("json:");
-        if let Some(value) = &self.0 {
-            write_canonical(value, &mut text);
-        }
-        text.into_bytes()
-    }
-}
-
-impl RequestBody for [u8] {
-    fn canonical(&self) -> Vec<u8> {
-        match JsonBody::parse(self) {
-            Ok(body) => body.canonical(),
-            Err(_) => [b"raw:".as_slice(), self].concat(),
-        }
-    }
-}
-
-/// JSON with object keys sorted and no white space. Depth is bounded by
-/// serde_json's parser (128), which built the value.
-pub fn canonical_json(value: &Value) -> String {
-    let mut text = String::new();
-    write_canonical(value, &mut text);
-    text
-}
-
-fn write_canonical(value: &Value, out: &mut String) {
-    match value {
-        Value::Object(map) => {
-            let mut entries: Vec<_> = map.iter().collect();
-            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            out.push('{');
-            for (i, (name, item)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::from(name.as_str()).to_string());
-                out.push(':');
-                write_canonical(item, out);
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_canonical(item, out);
-            }
-            out.push(']');
-        }
-        scalar => out.push_str(&scalar.to_string()),
-    }
-}
-
-/// The digest of an operation and its body: what "the same request" means.
-pub fn request_hash(operation: &str, canonical_body: &[u8]) -> String {
-    let mut digest = Sha256::new();
-    digest.update(operation.as_bytes());
-    digest.update(b"\n");
-    digest.update(canonical_body);
-    hex::encode(digest.finalize())
-}
-
 impl IdempotencyKey {
     /// This request as its key names it (nothing is computed without a key).
     pub fn request(
@@ -266,6 +211,7 @@ impl IdempotencyKey {
             let operation = operation.describe();
             Keyed {
                 label,
+                caller: caller.clone(),
                 scope: KeyScope {
                     org: caller.org.clone(),
                     zone: caller.zone.clone(),
@@ -291,6 +237,8 @@ pub struct IdempotentRequest(Option<Keyed>);
 struct Keyed {
     /// The operation, for metrics.
     label: &'static str,
+    /// Who asks: a replay rendered again reads the query as them.
+    caller: LakeCaller,
     scope: KeyScope,
     request: KeyedRequest,
 }
@@ -396,7 +344,9 @@ impl Keyed {
                 }
                 if let Some(answer) = held.answer {
                     tracing::debug!(operation = %self.request.operation, "idempotent replay");
-                    return replay(answer).map(Claimed::Replayed);
+                    return replay(state, &self.caller, answer)
+                        .await
+                        .map(Claimed::Replayed);
                 }
                 if tokio::time::Instant::now() >= waiting_until {
                     return Err(ApiError::Conflict(IN_PROGRESS.into()));
@@ -428,23 +378,35 @@ impl Keyed {
             }
         };
         let (parts, body) = response.into_parts();
-        // The handlers' bodies are whole in memory (JSON); a failure here
-        // leaves the key claimed, so no retry makes a second job before the
-        // claim runs out.
-        let body = axum::body::to_bytes(body, usize::MAX)
-            .await
-            .map_err(|e| ApiError::Internal(format!("idempotent answer body: {e}")))?;
+        let mut headers: Vec<(String, String)> = parts
+            .headers
+            .iter()
+            .filter(|(name, _)| *name != header::CONTENT_LENGTH)
+            .filter_map(|(name, value)| {
+                Some((name.as_str().to_string(), value.to_str().ok()?.to_string()))
+            })
+            .collect();
+        let (kept_body, body) = match parts.extensions.get::<ReplayFromResult>() {
+            // Too long to keep (and maybe still being read from the
+            // result): the mark instead, the body sent as it is.
+            Some(mark) => {
+                headers.push((REPLAY_FROM_RESULT.to_string(), "1".to_string()));
+                (mark.to_bytes(), body)
+            }
+            // The other answers are a few hundred bytes, whole in memory; a
+            // failure here leaves the key claimed, so no retry makes a
+            // second job before the claim runs out.
+            None => {
+                let bytes = axum::body::to_bytes(body, usize::MAX)
+                    .await
+                    .map_err(|e| ApiError::Internal(format!("idempotent answer body: {e}")))?;
+                (bytes.to_vec(), Body::from(bytes))
+            }
+        };
         let answer = StoredAnswer {
             status: parts.status.as_u16(),
-            headers: parts
-                .headers
-                .iter()
-                .filter(|(name, _)| *name != header::CONTENT_LENGTH)
-                .filter_map(|(name, value)| {
-                    Some((name.as_str().to_string(), value.to_str().ok()?.to_string()))
-                })
-                .collect(),
-            body: body.to_vec(),
+            headers,
+            body: kept_body,
         };
         match store
             .answer_idempotency_key(&self.scope, claim, &answer)
@@ -461,7 +423,7 @@ impl Keyed {
                 "an idempotent request's answer could not be kept"
             ),
         }
-        Ok(Response::from_parts(parts, Body::from(body)))
+        Ok(Response::from_parts(parts, body))
     }
 
     async fn release(&self, store: &Store, claim: &str) {
@@ -471,23 +433,6 @@ impl Keyed {
         }
     }
 }
-
-/// The first answer again, marked as a replay.
-fn replay(answer: StoredAnswer) -> Result<Response, ApiError> {
-    let corrupt = |what: &str| ApiError::Internal(format!("stored idempotent answer: {what}"));
-    let mut response = Response::new(Body::from(answer.body));
-    *response.status_mut() = StatusCode::from_u16(answer.status).map_err(|_| corrupt("status"))?;
-    for (name, value) in &answer.headers {
-        let name = HeaderName::try_from(name.as_str()).map_err(|_| corrupt("header name"))?;
-        let value = HeaderValue::try_from(value.as_str()).map_err(|_| corrupt("header value"))?;
-        response.headers_mut().append(name, value);
-    }
-    response
-        .headers_mut()
-        .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
-    Ok(response)
-}
-
 /// Forgets expired keys now and hourly, on each replica, until `stop`.
 pub fn start_sweeper(store: Store, clock: SharedClock, stop: CancellationToken) {
     spawn_every(SWEEP_EVERY, stop, move || {
@@ -504,11 +449,8 @@ pub fn start_sweeper(store: Store, clock: SharedClock, stop: CancellationToken) 
         }
     });
 }
-
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
-
     use super::*;
 
     #[test]
@@ -530,29 +472,5 @@ mod tests {
         ] {
             assert_eq!(parse_key(bad), None, "{:?}", String::from_utf8_lossy(bad));
         }
-    }
-
-    #[test]
-    fn canonical_json_ignores_key_order_and_white_space() {
-        let a: Value =
-            serde_json::from_str(r#"{"b": [1, {"y": 2, "x": "é"}], "a": null}"#).unwrap();
-        let b: Value = serde_json::from_str(r#"{"a":null,"b":[1,{"x":"é","y":2}]}"#).unwrap();
-        assert_eq!(canonical_json(&a), canonical_json(&b));
-        assert_eq!(canonical_json(&a), r#"{"a":null,"b":[1,{"x":"é","y":2}]}"#);
-        assert_ne!(
-            canonical_json(&json!([1, 2])),
-            canonical_json(&json!([2, 1]))
-        );
-    }
-
-    #[test]
-    fn bodies_that_are_not_json_compare_as_bytes() {
-        assert_eq!(
-            b" {\"a\": 1}".canonical(),
-            JsonBody(Some(json!({"a": 1}))).canonical()
-        );
-        assert_eq!(b"  ".canonical(), JsonBody(None).canonical());
-        assert_ne!(b"{not json".canonical(), b"{not json ".canonical());
-        assert_ne!(b"null".canonical(), JsonBody(None).canonical());
     }
 }

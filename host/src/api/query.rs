@@ -24,7 +24,7 @@ use super::{
     prefer::{PREFERENCE_APPLIED, Preferences},
     principal::{Caller, LakeCallerOf, QueryRead, QueryWrite},
     result_download::{self, ResultAnswer},
-    result_page::{PageShape, page_body},
+    result_page::{PageShape, read_page},
     schemas,
 };
 use crate::{
@@ -32,6 +32,11 @@ use crate::{
     lake::ResultFormat,
     store::queries::{Delivery, QueryJob, QueryState},
 };
+
+mod wait_answer;
+
+pub(super) use wait_answer::ended_answer_again;
+use wait_answer::{accepted, ended_answer};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -198,29 +203,27 @@ async fn submit_once(
         }
     };
     let ended = match ended {
-        Some(job) => ended_body(&state, &caller, &job, shape)
-            .await
-            .inspect_err(
-                |e| tracing::warn!(query = %id, error = %e, "waited for a query, answering 202"),
-            )
-            .ok(),
+        // Reading the page (a wide one is measured first) must not run into
+        // the gateway's timeout either: a 504 would lose the queryId.
+        Some(job) => match tokio::time::timeout(
+            answer_budget(&state, received),
+            ended_answer(&state, &caller, &job, shape),
+        )
+        .await
+        {
+            Ok(Ok(answer)) => Some(answer),
+            Ok(Err(e)) => {
+                tracing::warn!(query = %id, error = %e, "waited for a query, answering 202");
+                None
+            }
+            Err(_) => {
+                tracing::warn!(query = %id, "reading the first page took too long, answering 202");
+                None
+            }
+        },
         None => None,
     };
-    let mut response = match ended {
-        Some(body) => {
-            let mut response = (StatusCode::OK, Json(body)).into_response();
-            response.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static(shape.content_type()),
-            );
-            response
-        }
-        None => (
-            StatusCode::ACCEPTED,
-            Json(schemas::QueryAccepted { query_id: id }),
-        )
-            .into_response(),
-    };
+    let mut response = ended.unwrap_or_else(|| accepted(id));
     if let Some(applied) = preferences.applied() {
         response.headers_mut().insert(PREFERENCE_APPLIED, applied);
     }
@@ -241,29 +244,17 @@ fn wait_budget(state: &AppState, wait: Duration, received: tokio::time::Instant)
 /// Time kept, from a wait, for reading the first page and answering.
 const WAIT_ANSWER_MARGIN: Duration = Duration::from_secs(1);
 
-/// The body of a query that ended while its POST waited: the Query resource
-/// and, when it SUCCEEDED, its first result page (`resultSet`, `nextToken`)
-/// beside it, as `GET /query/{id}/result` would answer.
-async fn ended_body(
-    state: &AppState,
-    caller: &LakeCaller,
-    job: &QueryJob,
-    shape: PageShape,
-) -> Result<Value, ApiError> {
-    let mut body = query_resource(job);
-    if job.state == QueryState::Succeeded {
-        let page = state
-            .queries
-            .page_of(caller, job, None)
-            .await
-            .map_err(|e| ApiError::query(e, QueryOperation::Results))?;
-        if let (Value::Object(resource), Value::Object(page)) = (&mut body, page_body(&page, shape))
-        {
-            resource.extend(page);
-        }
-    }
-    Ok(body)
+/// How long a POST that arrived at `received` may spend reading the first
+/// page of the query it waited for: up to the gateway's request timeout,
+/// less `SEND_MARGIN` to answer the 202 instead.
+fn answer_budget(state: &AppState, received: tokio::time::Instant) -> Duration {
+    Duration::from_secs(state.config.server.request_timeout_s)
+        .saturating_sub(SEND_MARGIN)
+        .saturating_sub(received.elapsed())
 }
+
+/// Time kept, from reading a wait's page, for answering the 202 instead.
+const SEND_MARGIN: Duration = Duration::from_millis(250);
 
 /// GET /query/{query_id}: the Query resource.
 #[utoipa::path(
@@ -333,6 +324,8 @@ struct PageParams {
 /// previous page's `nextToken`) selects a later page. `Accept` chooses the
 /// page's shape (`application/json; types=native`: typed values) or the whole
 /// result instead (text/csv, Arrow IPC stream, Parquet: `result_download.rs`).
+/// A page is streamed when large and refused (409) above
+/// `query.max_page_bytes` (`result_page.rs`).
 #[utoipa::path(
     get,
     path = "/v2/query/{query_id}/result",
@@ -360,7 +353,7 @@ struct PageParams {
         (status = 403, description = "Missing scope, or the caller's access changed since submission", body = schemas::ErrorBody),
         (status = 404, description = "Unknown query", body = schemas::ErrorBody),
         (status = 406, description = "The Accept header names nothing this endpoint answers", body = schemas::ErrorBody),
-        (status = 409, description = "Arrow or Parquet asked of a result kept without its typed copy (it ran before typed results were kept, or with `query.typed_results` off)", body = schemas::ErrorBody),
+        (status = 409, description = "Arrow or Parquet asked of a result kept without its typed copy (it ran before typed results were kept, or with `query.typed_results` off); or a JSON page longer than `query.max_page_bytes` (64 MiB by default): get that result as CSV or Arrow instead", body = schemas::ErrorBody),
         (status = 416, description = "A Range outside the whole result", body = schemas::ErrorBody),
         (status = 500, description = "Unexpected error", body = schemas::ErrorBody),
     )
@@ -392,19 +385,23 @@ async fn get_result(
             return result_download::whole_result(&file, &method, &headers).await;
         }
     };
-    let page = state
+    let source = state
         .queries
-        .page(&caller, &query_id, params.next_token.as_deref())
+        .page_source(&caller, &query_id, params.next_token.as_deref())
         .await
         .map_err(failed)?;
-    let mut response = Json(page_body(&page, shape)).into_response();
+    let page = read_page(
+        &state.queries,
+        source,
+        shape,
+        state.config.query.max_page_bytes,
+    )
+    .await?;
+    let envelope = Value::Object(page.fields());
+    let mut response = page
+        .into_body(&envelope)?
+        .into_response(shape.content_type());
     let response_headers = response.headers_mut();
-    if shape == PageShape::Native {
-        response_headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static(shape.content_type()),
-        );
-    }
     response_headers.insert(header::VARY, HeaderValue::from_static("accept"));
     Ok(response)
 }

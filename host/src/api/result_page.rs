@@ -17,7 +17,11 @@
 //! here: the two shapes never disagree on a value.
 //!
 //! `GET /query/{id}/result` and the wait-mode answer of `POST /query` both
-//! render pages through `PageShape::from_headers` and `page_body`.
+//! answer pages through `PageShape::from_headers` and `read_page`: a page is
+//! never held whole (`body.rs`). Its rows are written cell by cell as the
+//! result CSV is read (`rows_json.rs`) into the envelope `page_body` gives,
+//! so the bytes are those `page_body` would give for the whole page; a page
+//! above `query.max_page_bytes` is refused with 409.
 
 use axum::http::HeaderMap;
 use serde_json::{Map, Number, Value, json};
@@ -27,6 +31,11 @@ use super::{
     error::ApiError,
 };
 use crate::{engine::columns::ResultColumn, query::service::ResultPage};
+
+mod body;
+mod rows_json;
+
+pub use body::{PageBody, PageRows, read_page};
 
 /// Which shape a page's body takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,17 +88,40 @@ impl PageShape {
             PageShape::Native => "application/json; types=native",
         }
     }
+
+    /// The shape's name where it is written down (an idempotent answer kept
+    /// to be rendered again).
+    pub fn name(self) -> &'static str {
+        match self {
+            PageShape::Spec => "spec",
+            PageShape::Native => "native",
+        }
+    }
+
+    /// The shape `name` names.
+    pub fn named(name: &str) -> Option<Self> {
+        [PageShape::Spec, PageShape::Native]
+            .into_iter()
+            .find(|shape| shape.name() == name)
+    }
 }
 
-/// The result page shape (spec "Query result page"), cells as `shape` says.
+/// The first page's first row: the column names.
+fn header_row(columns: &[ResultColumn], shape: PageShape) -> Value {
+    let names = columns.iter().map(|c| match shape {
+        PageShape::Spec => json!({ "VarCharValue": c.name }),
+        PageShape::Native => json!(c.name),
+    });
+    json!({ "Data": names.collect::<Vec<_>>() })
+}
+
+/// The result page shape (spec "Query result page"), cells as `shape` says,
+/// whole in memory: what `read_page` builds its envelope from (with no rows),
+/// and the reference its streamed bytes are tested against.
 pub fn page_body(page: &ResultPage, shape: PageShape) -> Value {
     let mut rows: Vec<Value> = Vec::with_capacity(page.rows.len() + 1);
     if page.first && !page.columns.is_empty() {
-        let names = page.columns.iter().map(|c| match shape {
-            PageShape::Spec => json!({ "VarCharValue": c.name }),
-            PageShape::Native => json!(c.name),
-        });
-        rows.push(json!({ "Data": names.collect::<Vec<_>>() }));
+        rows.push(header_row(&page.columns, shape));
     }
     match shape {
         PageShape::Spec => {

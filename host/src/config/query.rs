@@ -1,6 +1,6 @@
 //! The `[query]` section: the query engine's admission control, fair sharing,
-//! per-query limits, leases, CSV link lifetime and typed result copies, with
-//! their defaults and their checks.
+//! per-query limits, leases, CSV link lifetime, typed result copies and the
+//! longest result page, with their defaults and their checks.
 //!
 //! It holds settings only; the engine that obeys them is `query/`.
 
@@ -62,6 +62,13 @@ pub struct QueryConfig {
     /// writes the file on first request. At most 262144 (256 KiB); 0 keeps
     /// every result in the lake.
     pub result_in_store_bytes: usize,
+    /// The longest JSON result page (`GET /query/{id}/result`, and the page
+    /// of a `Prefer: wait` answer), in bytes; at least 65536. The spec caps
+    /// a page at 1,000 rows but not their width. Pages are streamed, never
+    /// held whole, so this bounds what one request reads and sends, not
+    /// memory: a longer page answers 409 pointing at the whole-result
+    /// downloads (CSV, Arrow), and a wait answer falls back to its 202.
+    pub max_page_bytes: u64,
 }
 
 /// Arrow IPC body compression of the typed result copies. Readers decompress
@@ -93,12 +100,17 @@ impl Default for QueryConfig {
             typed_results: true,
             typed_results_compression: ArrowCompression::default(),
             result_in_store_bytes: 64 * 1024,
+            max_page_bytes: 64 << 20,
         }
     }
 }
 
 /// The oldest result a read may reuse: one day.
 pub const MAX_REUSE_AGE_S: u64 = 24 * 60 * 60;
+
+/// The smallest `query.max_page_bytes`: below it, ordinary pages of a few
+/// narrow columns would be refused.
+pub const MIN_MAX_PAGE_BYTES: u64 = 64 * 1024;
 
 /// Longest lifetime of a signed CSV link (spec "Limits": at most 15 minutes).
 pub const MAX_CSV_LINK_LIFETIME_S: u64 = 900;
@@ -164,6 +176,12 @@ impl QueryConfig {
                 format!("must be at most {SMALL_RESULT_BYTES} (256 KiB; 0 keeps none)"),
             ));
         }
+        if self.max_page_bytes < MIN_MAX_PAGE_BYTES {
+            return Err(ConfigError::new(
+                "query.max_page_bytes",
+                format!("must be at least {MIN_MAX_PAGE_BYTES} (64 KiB)"),
+            ));
+        }
         if self.csv_link_lifetime_s > MAX_CSV_LINK_LIFETIME_S {
             return Err(ConfigError::new(
                 "query.csv_link_lifetime_s",
@@ -196,6 +214,7 @@ mod tests {
                 "[query]\nresult_in_store_bytes = 262145",
                 "query.result_in_store_bytes",
             ),
+            ("[query]\nmax_page_bytes = 65535", "query.max_page_bytes"),
         ]);
     }
 }

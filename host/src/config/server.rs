@@ -33,7 +33,7 @@ pub struct ServerConfig {
     /// Connections one org may hold on each wire listener (Flight SQL, the
     /// Postgres wire) once they have authenticated, so one org's idle
     /// sessions cannot lock the others out; unset: a quarter of
-    /// `max_connections`. Past it the org's next connection is refused in
+    /// `max_connections` (all of it when only one org is configured). Past it the org's next connection is refused in
     /// its protocol (SQLSTATE 53300, gRPC RESOURCE_EXHAUSTED).
     pub max_connections_per_org: Option<usize>,
     /// A client must finish the TLS handshake, and each request's headers,
@@ -110,10 +110,16 @@ impl Default for ServerConfig {
 
 impl ServerConfig {
     /// Each org's share of one listener's connections
-    /// (`max_connections_per_org`, by default a quarter of the cap).
-    pub fn connections_per_org(&self) -> usize {
+    /// (`max_connections_per_org`; by default the whole cap when `orgs` is
+    /// one, and a quarter of it when there are more).
+    pub fn connections_per_org(&self, orgs: usize) -> usize {
+        let default = if orgs <= 1 {
+            self.max_connections
+        } else {
+            self.max_connections / 4
+        };
         self.max_connections_per_org
-            .unwrap_or(self.max_connections / 4)
+            .unwrap_or(default)
             .clamp(1, self.max_connections.max(1))
     }
 

@@ -71,8 +71,9 @@ pub struct ConnectionLimits {
 impl ConnectionLimits {
     /// The configured limits, with the connection cap lowered to this
     /// listener's share of the process's descriptors when the configured cap
-    /// would not fit (`listeners` serve from the same budget).
-    pub fn for_listeners(server: &ServerConfig, listeners: u64) -> Self {
+    /// would not fit (`listeners` serve from the same budget), for `orgs`
+    /// configured orgs.
+    pub fn for_listeners(server: &ServerConfig, listeners: u64, orgs: usize) -> Self {
         let configured = server.max_connections;
         let max_connections = match descriptor_budget() {
             Some(budget) => {
@@ -92,7 +93,7 @@ impl ConnectionLimits {
         let idle_timeout = Duration::from_secs(server.idle_timeout_s);
         Self {
             max_connections,
-            max_connections_per_org: server.connections_per_org().min(max_connections),
+            max_connections_per_org: server.connections_per_org(orgs).min(max_connections),
             header_read_timeout: Duration::from_secs(server.header_read_timeout_s),
             idle_timeout,
             busy_timeout: idle_timeout,

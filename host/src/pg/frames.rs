@@ -22,7 +22,6 @@
 
 use std::panic::AssertUnwindSafe;
 
-use bytes::BytesMut;
 use pgwire::{
     api::{ClientInfo as _, PgWireConnectionState},
     messages::PgWireFrontendMessage,
@@ -345,7 +344,7 @@ pub fn fuzz_frames(bytes: &[u8]) -> bool {
     let mut codec =
         PgWireMessageServerCodec::<String>::new(pgwire::api::DefaultClient::new(peer, true));
     codec.client_info.set_state(state);
-    let mut buffer = BytesMut::from(rest);
+    let mut buffer = bytes::BytesMut::from(rest);
     let mut accepted = false;
     while let Ok(Some(total)) = complete_frame(&buffer, phase, 1 << 20) {
         let mut frame = buffer.split_to(total);

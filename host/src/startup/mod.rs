@@ -288,7 +288,7 @@ impl Application {
             + u64::from(flight_listener.is_some())
             + u64::from(pg_listener.is_some())
             + u64::from(cluster_worker.is_some());
-        let limits = ConnectionLimits::for_listeners(&config.server, listeners);
+        let limits = ConnectionLimits::for_listeners(&config.server, listeners, config.orgs.len());
         let drain_for = Duration::from_secs(config.server.drain_s);
         let drain_notice = Duration::from_millis(config.server.drain_notice_ms);
         let readiness = Readiness {

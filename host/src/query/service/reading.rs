@@ -1,6 +1,7 @@
 //! The caller's side of a stored query: reading its state (only the caller's
-//! own, on the API it was submitted to), cancelling it, its result pages, and
-//! its whole result in each format (CSV, Arrow, Parquet): as a stored file to
+//! own, on the API it was submitted to), cancelling it, its result pages (read
+//! as they are served, never held whole: `PageSource`, `scan_page`), and its
+//! whole result in each format (CSV, Arrow, Parquet): as a stored file to
 //! stream, or as a signed link to that file. Every read goes through
 //! `readable`: the owner, SUCCEEDED, and the access the query ran with.
 //!
@@ -17,7 +18,7 @@ use futures::{StreamExt as _, stream::BoxStream};
 use object_store::{ObjectStore, ObjectStoreExt as _, path::Path};
 use url::Url;
 
-use super::{QueryService, ResultPage};
+use super::QueryService;
 use crate::{
     auth::LakeCaller,
     engine::columns::ResultColumn,
@@ -25,7 +26,7 @@ use crate::{
     observability::jobs,
     query::{
         Denial, QueryError,
-        result::{PAGE_ROWS, PageCursor, page_from_bytes, read_page},
+        result::{CellSink, CsvSource, PAGE_ROWS, PageCursor, PageExtent, PageSource, scan_page},
         result_parquet::TypedResultError,
     },
     store::queries::{Delivery, QueryJob, QueryState, RowForm},
@@ -159,37 +160,38 @@ impl QueryService {
         Ok(())
     }
 
-    /// GET /query/{id}/result: the first page, or the one `next_token` names.
-    pub async fn page(
+    /// GET /query/{id}/result: the first page, or the one `next_token`
+    /// names, before any of its rows is read.
+    pub async fn page_source(
         &self,
         caller: &LakeCaller,
         id: &str,
         next_token: Option<&str>,
-    ) -> Result<ResultPage, QueryError> {
+    ) -> Result<PageSource, QueryError> {
         let job = self.readable(caller, id).await?;
-        self.page_of_readable(&job, next_token).await
+        self.page_source_of_readable(&job, next_token).await
     }
 
     /// A page of `job`, just read from the store or stored (the POST that
-    /// waited for it), without reading it again.
-    pub async fn page_of(
+    /// waited for it), without reading the job again.
+    pub async fn page_source_of(
         &self,
         caller: &LakeCaller,
         job: &QueryJob,
         next_token: Option<&str>,
-    ) -> Result<ResultPage, QueryError> {
+    ) -> Result<PageSource, QueryError> {
         if !Self::owns(caller, job) {
             return Err(QueryError::NotFound(job.query.id.clone()));
         }
         Self::check_readable(caller, job)?;
-        self.page_of_readable(job, next_token).await
+        self.page_source_of_readable(job, next_token).await
     }
 
-    async fn page_of_readable(
+    async fn page_source_of_readable(
         &self,
         job: &QueryJob,
         next_token: Option<&str>,
-    ) -> Result<ResultPage, QueryError> {
+    ) -> Result<PageSource, QueryError> {
         let id = job.query.id.as_str();
         let (Some(path), Some(bytes), Some(columns)) = (
             job.result_path.as_deref(),
@@ -218,26 +220,33 @@ impl QueryService {
                 .insert(path.to_string(), csv.clone());
             kept = Some(csv);
         }
-        let page = match kept {
-            Some(csv) => page_from_bytes(&csv, cursor, PAGE_ROWS),
-            None => {
-                read_page(
-                    self.lake.object_store().as_ref(),
-                    path,
-                    bytes as u64,
-                    cursor,
-                    PAGE_ROWS,
-                )
-                .await
-            }
-        }
-        .map_err(|e| QueryError::Internal(format!("result page: {e}")))?;
-        Ok(ResultPage {
-            columns,
-            first: cursor.offset == 0,
-            rows: page.rows,
-            next_token: page.next.map(|next| self.page_tokens.token(id, next)),
-        })
+        let csv = match kept {
+            Some(csv) => CsvSource::Memory(csv),
+            None => CsvSource::Lake {
+                store: self.lake.object_store(),
+                path: path.to_string(),
+                size: u64::try_from(bytes).unwrap_or(0),
+            },
+        };
+        Ok(PageSource::new(id.to_string(), columns, cursor, csv))
+    }
+
+    /// Reads `page`'s rows (up to `PAGE_ROWS`) into `sink`, which may stop
+    /// the reading; says how many there are and the next page's token.
+    /// Nothing of the page is kept here: to have its rows again (a body
+    /// streamed once it is measured), `PageSource::cells`.
+    pub async fn scan_page(
+        &self,
+        page: &PageSource,
+        sink: &mut impl CellSink,
+    ) -> Result<PageExtent, QueryError> {
+        let scan = scan_page(page.csv(), page.cursor(), PAGE_ROWS, sink)
+            .await
+            .map_err(|e| QueryError::Internal(format!("result page: {e}")))?;
+        let next_token = scan
+            .next
+            .map(|next| self.page_tokens.token(&page.query_id, next));
+        Ok(PageExtent::new(scan, next_token))
     }
 
     /// The caller's result in `format`: the CSV; the Arrow copy written

@@ -346,12 +346,12 @@ async fn cancel_keys_are_random_and_wrong_ones_use_up_the_budget() {
     let (a, b) = (a.expect("a backend key"), b.expect("a backend key"));
     assert!(a > 0 && b > 0);
     assert!((a - b).abs() > 1, "sequential pids {a} and {b}");
-    for guess in 0..10 {
+    for guess in 0i32..10 {
         let mut tcp = TcpStream::connect(pg.app.pg_addr.unwrap()).await.unwrap();
         let mut request = 16u32.to_be_bytes().to_vec();
         request.extend_from_slice(&80877102u32.to_be_bytes());
         request.extend_from_slice(&a.to_be_bytes());
-        request.extend_from_slice(&(guess as i32).to_be_bytes());
+        request.extend_from_slice(&guess.to_be_bytes());
         tcp.write_all(&request).await.unwrap();
         let mut rest = Vec::new();
         let closed = tokio::time::timeout(ANSWER, tcp.read_to_end(&mut rest)).await;
