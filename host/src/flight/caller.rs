@@ -6,10 +6,15 @@
 //! gRPC has no host per API, so the org and zone come from call metadata:
 //! `x-lakehost-org` (default: `server.default_org`) and `x-lakehost-zone`
 //! (none: the Org API). Both must be configured.
+//!
+//! `gate.rs` asks it before any call reaches the service (on the call's
+//! HTTP headers); the service asks again for the scope each call needs (a
+//! second validation of the same token is a cache hit).
 
+use http::HeaderMap;
 use tonic::{Status, metadata::MetadataMap};
 
-use super::FlightState;
+use super::{FlightState, status::echo};
 use crate::{
     auth::{
         AccessClaims, LakeCaller, TokenError,
@@ -27,10 +32,10 @@ pub const ZONE_HEADER: &str = "x-lakehost-zone";
 /// The text every refused or missing credential gets (REST's 401 body).
 pub const UNAUTHORIZED: &str = "Unauthorized";
 
-/// The org and zone `metadata` names, both configured.
+/// The org and zone `metadata` (a call's headers) names, both configured.
 pub fn target_of(
     state: &FlightState,
-    metadata: &MetadataMap,
+    metadata: &HeaderMap,
 ) -> Result<(String, Option<String>), Status> {
     let text = |name: &str| -> Result<Option<String>, Status> {
         match metadata.get(name) {
@@ -44,7 +49,8 @@ pub fn target_of(
     let org = text(ORG_HEADER)?.unwrap_or_else(|| state.config.server.default_org.clone());
     if state.config.org(&org).is_none() {
         return Err(Status::not_found(format!(
-            "no org {org:?} here ({ORG_HEADER})"
+            "no org {:?} here ({ORG_HEADER})",
+            echo(&org)
         )));
     }
     let zone = text(ZONE_HEADER)?;
@@ -52,14 +58,15 @@ pub fn target_of(
         && !state.config.has_zone(&org, zone)
     {
         return Err(Status::not_found(format!(
-            "org {org:?} has no zone {zone:?} ({ZONE_HEADER})"
+            "org {org:?} has no zone {:?} ({ZONE_HEADER})",
+            echo(zone)
         )));
     }
     Ok((org, zone))
 }
 
-/// The token of `authorization: Bearer <token>`.
-fn bearer_token(metadata: &MetadataMap) -> Result<&str, Status> {
+/// The token of `authorization: Bearer <token>` in a call's headers.
+pub fn bearer_token(metadata: &HeaderMap) -> Result<&str, Status> {
     metadata
         .get("authorization")
         .and_then(|value| value.to_str().ok())
@@ -103,8 +110,8 @@ pub async fn caller_of(
     metadata: &MetadataMap,
     scope: &str,
 ) -> Result<LakeCaller, Status> {
-    let (org, zone) = target_of(state, metadata)?;
-    let token = bearer_token(metadata)?;
+    let (org, zone) = target_of(state, metadata.as_ref())?;
+    let token = bearer_token(metadata.as_ref())?;
     let claims = validated_claims(state, token, (&org, zone.as_deref())).await?;
     let needed = scope_on(scope, zone.as_deref());
     if !claims.scopes().contains(needed.as_str()) {

@@ -63,7 +63,7 @@ async fn answer(service: &LakeFlightSql, request: Request) -> Result<Messages, S
     {
         return Err(Status::unimplemented(format!(
             "Content is compressed with `{}` which isn't supported",
-            encoding.to_str().unwrap_or("?")
+            super::status::echo(encoding.to_str().unwrap_or("?"))
         )));
     }
     let body = Limited::new(body, MAX_REQUEST_BYTES)
@@ -174,6 +174,7 @@ fn trailers(status: &Status) -> Frame<Bytes> {
     if status.add_header(&mut headers).is_err() {
         headers.insert("grpc-status", HeaderValue::from_static("13"));
     }
+    super::status::bound_message(&mut headers);
     Frame::trailers(headers)
 }
 

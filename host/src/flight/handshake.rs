@@ -7,8 +7,20 @@
 //! validated for the org (or zone) API first, so a handshake only succeeds
 //! for credentials whose tokens that API accepts. A bearer token in the
 //! handshake is checked the same way and handed back.
+//!
+//! Guessing secrets is bounded by the client address's failure budget
+//! (`auth::failure_budget`): an address that failed too often is answered
+//! `RESOURCE_EXHAUSTED` with when to retry, without asking the identity
+//! provider, even for the right secret. That code, not `UNAVAILABLE`: the
+//! server is up, this client's budget is spent (gRPC's code for a quota), and
+//! clients retry `UNAVAILABLE` on their own, which would only spend the wait.
+//! A handshake that fails closes its connection (`gate.rs`); one that
+//! succeeds counts its connection against its org's share.
 
-use std::pin::Pin;
+use std::{
+    net::{IpAddr, Ipv6Addr},
+    pin::Pin,
+};
 
 use arrow_flight::HandshakeResponse;
 use base64::{
@@ -16,15 +28,20 @@ use base64::{
     engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig},
 };
 use futures::Stream;
+use http::Extensions;
 use tonic::{Response, Status, metadata::MetadataMap};
 
 use super::{
     FlightState,
     caller::{UNAUTHORIZED, target_of, validated_claims},
+    gate,
 };
-use crate::auth::{
-    caller::bearer_token,
-    client_credentials::{ExchangeError, exchange},
+use crate::{
+    auth::{
+        caller::bearer_token,
+        client_credentials::{ExchangeError, exchange_from},
+    },
+    listener::Peer,
 };
 
 type HandshakeStream = Pin<Box<dyn Stream<Item = Result<HandshakeResponse, Status>> + Send>>;
@@ -48,34 +65,62 @@ fn basic_credentials(value: &str) -> Option<(String, String)> {
     Some((id.to_string(), secret.to_string()))
 }
 
+/// The address whose failure budget a handshake spends: its connection's
+/// peer. Without one (a service not behind `listener::serve`) every such
+/// handshake shares one budget, so that none goes unbounded.
+fn client_address(extensions: &Extensions) -> IpAddr {
+    extensions
+        .get::<Peer>()
+        .map_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED), |peer| peer.0.ip())
+}
+
+/// A failed exchange as the handshake's status: a throttled address is told
+/// when to retry.
+fn exchange_refused(error: ExchangeError) -> Status {
+    match error {
+        ExchangeError::Refused => {
+            tracing::debug!("handshake: client credentials refused");
+            Status::unauthenticated(UNAUTHORIZED)
+        }
+        ExchangeError::Unavailable(why) => {
+            tracing::error!(error = %why, "client-credentials exchange");
+            Status::unavailable("the identity provider is unavailable")
+        }
+        ExchangeError::Throttled(throttled) => {
+            tracing::debug!(retry_after = ?throttled.retry_after, "handshake throttled");
+            Status::resource_exhausted(throttled.to_string())
+        }
+    }
+}
+
 /// The handshake: the call's token, or the one its credentials are
-/// exchanged for, validated and handed back.
+/// exchanged for, validated and handed back (`metadata` and `extensions`
+/// are the call's).
 pub async fn handshake(
     state: &FlightState,
     metadata: &MetadataMap,
+    extensions: &Extensions,
 ) -> Result<Response<HandshakeStream>, Status> {
-    let (org, zone) = target_of(state, metadata)?;
+    let (org, zone) = target_of(state, metadata.as_ref())?;
     let unauthorized = || Status::unauthenticated(UNAUTHORIZED);
     let value = metadata
         .get("authorization")
         .and_then(|v| v.to_str().ok())
         .ok_or_else(unauthorized)?;
     let token = match basic_credentials(value) {
-        Some((id, secret)) => exchange(&state.validator, &org, &id, &secret)
-            .await
-            .map_err(|e| match e {
-                ExchangeError::Refused => {
-                    tracing::debug!("handshake: client credentials refused");
-                    unauthorized()
-                }
-                ExchangeError::Unavailable(why) => {
-                    tracing::error!(error = %why, "client-credentials exchange");
-                    Status::unavailable("the identity provider is unavailable")
-                }
-            })?,
+        Some((id, secret)) => exchange_from(
+            &state.validator,
+            client_address(extensions),
+            &org,
+            &id,
+            &secret,
+        )
+        .await
+        .map_err(exchange_refused)?,
         None => bearer_token(value).ok_or_else(unauthorized)?.to_string(),
     };
     validated_claims(state, &token, (&org, zone.as_deref())).await?;
+    gate::bind(extensions, &org)?;
     let bearer = format!("Bearer {token}")
         .parse()
         .map_err(|_| unauthorized())?;

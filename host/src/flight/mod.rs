@@ -17,7 +17,10 @@
 //! - `Handshake` with `authorization: Basic` exchanges a client id and secret
 //!   for a token of the org's realm and hands it back as
 //!   `authorization: Bearer` (ADBC's username and password); every other
-//!   call carries a bearer token (`caller.rs`).
+//!   call carries a bearer token (`caller.rs`), checked before tonic routes
+//!   it (`gate.rs`): a call without one is refused and its connection
+//!   closed, and each org holds at most its share of the listener's
+//!   connections.
 //! - Catalog metadata lists what the caller may read (`metadata.rs`).
 //! - A prepared statement's handle is its SQL: creating one checks and plans
 //!   it (its schema, or the refusal), executing it runs it as a statement.
@@ -34,6 +37,7 @@ mod caller;
 mod calls;
 mod direct_get;
 mod frames;
+mod gate;
 mod handshake;
 mod metadata;
 mod parameters;
@@ -54,7 +58,7 @@ use arrow_flight::{
     flight_service_server::FlightServiceServer,
     sql::{
         ActionCancelQueryRequest, ActionCancelQueryResult, ActionClosePreparedStatementRequest,
-        ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult, Any,
+        ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult, Any, Command,
         CommandGetCatalogs, CommandGetDbSchemas, CommandGetSqlInfo, CommandGetTableTypes,
         CommandGetTables, CommandGetXdbcTypeInfo, CommandPreparedStatementQuery,
         CommandStatementQuery, DoPutPreparedStatementResult, ProstMessageExt, SqlInfo,
@@ -95,6 +99,9 @@ const CANCEL_RESULT_NOT_CANCELLABLE: i32 = 3;
 /// What `DoAction` answers with.
 type DoActionStream = Pin<Box<dyn Stream<Item = Result<arrow_flight::Result, Status>> + Send>>;
 
+/// What `DoPut` answers with.
+type DoPutStream = Pin<Box<dyn Stream<Item = Result<arrow_flight::PutResult, Status>> + Send>>;
+
 /// What `DoGet` answers with.
 pub type DoGetStream = Pin<Box<dyn Stream<Item = Result<arrow_flight::FlightData, Status>> + Send>>;
 
@@ -110,13 +117,16 @@ pub struct FlightState {
 
 /// The gRPC service as a router that `listener::serve` serves (HTTP/2).
 pub fn router(state: FlightState) -> axum::Router {
-    let service = Arc::new(LakeFlightSql { state });
+    let service = Arc::new(LakeFlightSql {
+        state: state.clone(),
+    });
     tonic::service::Routes::new(FlightServiceServer::from_arc(service.clone()))
         .into_axum_router()
         .route(
             direct_get::PATH,
             axum::routing::post(direct_get::do_get).with_state(service),
         )
+        .layer(axum::middleware::from_fn_with_state(state, gate::admit))
         .layer(axum::middleware::from_fn(calls::call_context))
 }
 
@@ -165,7 +175,8 @@ impl FlightSqlService for LakeFlightSql {
         Response<Pin<Box<dyn Stream<Item = Result<HandshakeResponse, Status>> + Send>>>,
         Status,
     > {
-        handshake::handshake(&self.state, request.metadata()).await
+        let (metadata, extensions, _) = request.into_parts();
+        handshake::handshake(&self.state, &metadata, &extensions).await
     }
 
     async fn get_flight_info_statement(
@@ -405,7 +416,7 @@ impl FlightSqlService for LakeFlightSql {
             tracing::debug!(action, "unknown flight action refused");
             return Err(Status::invalid_argument(format!(
                 "lakehost has no action {:?}",
-                request.get_ref().r#type
+                status::echo(&request.get_ref().r#type)
             )));
         }
         let cancel = CancelFlightInfoRequest::decode(request.get_ref().body.clone())
@@ -441,7 +452,30 @@ impl FlightSqlService for LakeFlightSql {
     ) -> Result<Response<DoGetStream>, Status> {
         Err(Status::unimplemented(format!(
             "lakehost does not serve {} tickets",
-            message.type_url
+            status::echo(&message.type_url)
+        )))
+    }
+
+    // arrow-flight's own fallbacks quote the command's type URL whole.
+    async fn get_flight_info_fallback(
+        &self,
+        command: Command,
+        _request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        Err(Status::unimplemented(format!(
+            "lakehost does not serve {} commands",
+            status::echo(command.type_url())
+        )))
+    }
+
+    async fn do_put_fallback(
+        &self,
+        _request: Request<PeekableFlightDataStream>,
+        message: Any,
+    ) -> Result<Response<DoPutStream>, Status> {
+        Err(Status::unimplemented(format!(
+            "lakehost does not take {} uploads",
+            status::echo(&message.type_url)
         )))
     }
 

@@ -12,8 +12,9 @@ use datafusion::{
     arrow::array::RecordBatch, common::ScalarValue, logical_expr::lit, sql::unparser::Unparser,
 };
 use futures::{StreamExt as _, TryStreamExt as _};
-use tonic::Status;
+use tonic::{Code, Status};
 
+use super::status::bounded;
 use crate::query::parameters::{self, ParameterError, Placeholders};
 
 /// The most bytes of parameter data read for one binding.
@@ -21,7 +22,7 @@ const MAX_PARAMETER_BYTES: usize = 1 << 20;
 
 impl From<ParameterError> for Status {
     fn from(e: ParameterError) -> Self {
-        Status::invalid_argument(e.to_string())
+        bounded(Code::InvalidArgument, e.to_string())
     }
 }
 
@@ -42,7 +43,10 @@ pub async fn row_of(stream: PeekableFlightDataStream) -> Result<RecordBatch, Sta
     let mut bytes = 0;
     while let Some(batch) = batches.next().await {
         let batch = batch.map_err(|e| {
-            Status::invalid_argument(format!("the parameters are not Arrow record batches: {e}"))
+            bounded(
+                Code::InvalidArgument,
+                format!("the parameters are not Arrow record batches: {e}"),
+            )
         })?;
         bytes += batch.get_array_memory_size();
         if bytes > MAX_PARAMETER_BYTES {
@@ -65,10 +69,17 @@ pub async fn row_of(stream: PeekableFlightDataStream) -> Result<RecordBatch, Sta
 
 /// A value of `row` (column `index`) as a SQL literal.
 fn literal(row: &RecordBatch, index: usize) -> Result<String, Status> {
-    let value = ScalarValue::try_from_array(row.column(index), 0)
-        .map_err(|e| Status::invalid_argument(format!("parameter {}: {e}", index + 1)))?;
+    let value = ScalarValue::try_from_array(row.column(index), 0).map_err(|e| {
+        bounded(
+            Code::InvalidArgument,
+            format!("parameter {}: {e}", index + 1),
+        )
+    })?;
     let expression = Unparser::default().expr_to_sql(&lit(value)).map_err(|e| {
-        Status::invalid_argument(format!("parameter {} has no SQL literal: {e}", index + 1))
+        bounded(
+            Code::InvalidArgument,
+            format!("parameter {} has no SQL literal: {e}", index + 1),
+        )
     })?;
     Ok(expression.to_string())
 }

@@ -9,7 +9,7 @@ use std::io;
 use bytes::Bytes;
 use datafusion::arrow::{array::RecordBatch, datatypes::SchemaRef};
 use futures::{StreamExt as _, TryStreamExt as _, stream::BoxStream};
-use tonic::Status;
+use tonic::{Code, Status};
 
 use arrow_flight::{encode::FlightDataEncoderBuilder, error::FlightError};
 
@@ -34,7 +34,7 @@ impl TicketRows {
         let batches = rows.batches.map(move |batch| {
             batch.map_err(|stop| match stop {
                 StreamStop::Cancelled => super::statements::cancelled(&id),
-                StreamStop::Failed(reason) => Status::aborted(reason),
+                StreamStop::Failed(reason) => super::status::bounded(Code::Aborted, reason),
             })
         });
         Self {

@@ -12,7 +12,7 @@ use arrow_flight::{
 };
 use prost::Message;
 use serde::{Deserialize, Serialize};
-use tonic::{Request, Response, Status};
+use tonic::{Code, Request, Response, Status};
 
 use super::{LakeFlightSql, caller, results::TicketRows, status};
 use crate::{
@@ -62,7 +62,7 @@ impl Handle {
 }
 
 pub(super) fn cancelled(id: &str) -> Status {
-    Status::cancelled(format!("query {id} was cancelled"))
+    Status::cancelled(format!("query {} was cancelled", status::echo(id)))
 }
 
 pub(super) fn no_transactions() -> Status {
@@ -203,7 +203,7 @@ impl LakeFlightSql {
         let bytes = match stored.map_err(status::status_of)? {
             WireEnd::Rows(bytes) => bytes,
             WireEnd::Cancelled => return Err(cancelled(&id)),
-            WireEnd::Failed(reason) => return Err(Status::aborted(reason)),
+            WireEnd::Failed(reason) => return Err(status::bounded(Code::Aborted, reason)),
         };
         TicketRows::stored(bytes).await
     }

@@ -160,12 +160,13 @@ async fn ended_within<T>(task: &mut tokio::task::JoinHandle<T>, within: Duration
 
 /// One gRPC call on `client` (Flight's ListActions, with no token): the
 /// HTTP status it was answered with.
-async fn grpc_call(client: h2::client::SendRequest<bytes::Bytes>) -> http::StatusCode {
+async fn grpc_call(client: h2::client::SendRequest<bytes::Bytes>, token: &str) -> http::StatusCode {
     let mut client = client.ready().await.unwrap();
     let request =
         http::Request::post("http://localhost/arrow.flight.protocol.FlightService/ListActions")
             .header("content-type", "application/grpc")
             .header("te", "trailers")
+            .header("authorization", format!("Bearer {token}"))
             .body(())
             .unwrap();
     let (response, mut body) = client.send_request(request, false).unwrap();
@@ -177,8 +178,9 @@ async fn grpc_call(client: h2::client::SendRequest<bytes::Bytes>) -> http::Statu
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flight_connection_that_begins_no_request_is_closed_after_the_header_read_timeout() {
-    // The Flight listener's idle timeout is the wire one (1,900 s by
-    // default): only the first-request deadline can close these in time.
+    // While nothing runs, the Flight listener's idle timeout is the short
+    // one (60 s by default): only the first-request deadline can close
+    // these in time. Every call but the handshake carries a token.
     let app = spawn_app_with(|c| {
         c.server.flight_listen = Some("127.0.0.1:0".parse().unwrap());
         c.server.header_read_timeout_s = 1;
@@ -188,7 +190,11 @@ async fn a_flight_connection_that_begins_no_request_is_closed_after_the_header_r
     let mut silent = TcpStream::connect(flight).await.unwrap();
     let (_preface_only, mut preface_only) = http2_connection(flight).await;
     let (client, mut used) = http2_connection(flight).await;
-    assert_eq!(grpc_call(client.clone()).await, http::StatusCode::OK);
+    let token = app.token_for(&["ZoneAdmin"], "[0]");
+    assert_eq!(
+        grpc_call(client.clone(), &token).await,
+        http::StatusCode::OK
+    );
 
     assert!(
         closed_by_server(&mut silent, Duration::from_secs(20)).await,
@@ -202,7 +208,10 @@ async fn a_flight_connection_that_begins_no_request_is_closed_after_the_header_r
     // serves the next call. `client` is held to the end: h2 ends a client
     // connection itself once its last handle is dropped.
     assert!(!ended_within(&mut used, Duration::from_secs(3)).await);
-    assert_eq!(grpc_call(client.clone()).await, http::StatusCode::OK);
+    assert_eq!(
+        grpc_call(client.clone(), &token).await,
+        http::StatusCode::OK
+    );
     assert!(!used.is_finished());
     drop(client);
 }
