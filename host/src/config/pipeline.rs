@@ -1,6 +1,7 @@
-//! The `[pipeline]` section: where the load manifests are, how many commits run
-//! and how they share the workers, their leases and attempts, and the shape of
-//! a failed load's `ErrorMessages`, with their defaults and their checks.
+//! The `[pipeline]` section: where the load manifests are and how big a step's
+//! component file may be, how many commits run and how they share the workers,
+//! their leases and attempts, and the shape of a failed load's
+//! `ErrorMessages`, with their defaults and their checks.
 //!
 //! It holds settings only; manifests are read by `pipeline/`, commits run in
 //! `load/`.
@@ -16,8 +17,18 @@ use super::ConfigError;
 #[serde(deny_unknown_fields, default)]
 pub struct PipelineConfig {
     /// The folder with `load.toml` and `orgs/<org>/load.toml`; without a
-    /// `load.toml` there, the built-in default manifest is used.
+    /// `load.toml` there, the built-in default manifest is used. Manifests
+    /// and the `.wasm` files they name are read only from inside it (with
+    /// every symlink resolved; the folder itself may be one), and only when
+    /// they are regular files.
     pub dir: PathBuf,
+    /// The largest step component (`.wasm` file) a manifest may name, in
+    /// bytes (default 64 MiB). A bigger file is refused by its size, never
+    /// read: the commits that run it fail with InternalError naming the step,
+    /// the file and this key, and the manifest watch logs it. The built-in
+    /// steps are under 200 KiB each; a Python step (componentize-py)
+    /// carries its interpreter, megabytes more.
+    pub max_component_bytes: u64,
     /// Commits run at once by this replica; more wait PROCESSING.
     pub commit_workers: usize,
     /// Of those, at most this many for one org and for one caller; the next
@@ -58,6 +69,7 @@ impl Default for PipelineConfig {
     fn default() -> Self {
         Self {
             dir: PathBuf::from("./pipelines"),
+            max_component_bytes: 64 * 1024 * 1024,
             commit_workers: 2,
             max_commits_per_org: 1,
             max_commits_per_caller: 1,
@@ -91,6 +103,7 @@ impl PipelineConfig {
                 self.max_commits_per_caller as u64,
             ),
             ("pipeline.max_attempts", u64::from(self.max_attempts)),
+            ("pipeline.max_component_bytes", self.max_component_bytes),
         ] {
             if value == 0 {
                 return Err(ConfigError::new(key, "must be at least 1"));
@@ -118,9 +131,24 @@ mod tests {
 
     #[test]
     fn bad_values_name_the_key() {
-        assert_refused_at(&[(
-            "[pipeline]\nmax_commits_per_caller = 0",
-            "pipeline.max_commits_per_caller",
-        )]);
+        assert_refused_at(&[
+            (
+                "[pipeline]\nmax_commits_per_caller = 0",
+                "pipeline.max_commits_per_caller",
+            ),
+            (
+                "[pipeline]\nmax_component_bytes = 0",
+                "pipeline.max_component_bytes",
+            ),
+        ]);
+    }
+
+    #[test]
+    fn the_component_cap_defaults_to_64_mib_and_is_read_from_the_file() {
+        let config = crate::config::Config::from_toml("").unwrap();
+        assert_eq!(config.pipeline.max_component_bytes, 64 * 1024 * 1024);
+        let config =
+            crate::config::Config::from_toml("[pipeline]\nmax_component_bytes = 1048576").unwrap();
+        assert_eq!(config.pipeline.max_component_bytes, 1_048_576);
     }
 }

@@ -24,7 +24,7 @@
 //!   same reason it is not handed over), so the next start need not wait for
 //!   its hold to lapse.
 
-use std::{path::PathBuf, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use chrono::{DateTime, Utc};
 use croner::Cron;
@@ -42,8 +42,8 @@ use crate::{
     observability::jobs,
     periodic::spawn_every,
     pipeline::{
-        PipelineEngine, PipelineKind, RunContext, RunControl, Stopped, manifest::org_manifest,
-        run_steps,
+        PipelineEngine, PipelineKind, RunContext, RunControl, Stopped, files::PipelineFiles,
+        manifest::org_manifest, run_steps,
     },
     store::{
         self, Finished, Store,
@@ -78,7 +78,7 @@ pub struct DailyRunService {
     runtime: Arc<EngineRuntime>,
     config: DailyRunConfig,
     lease: Lease,
-    pipeline_dir: PathBuf,
+    pipeline_files: PipelineFiles,
     /// `pipeline.test_steps`: whether manifests may name the test steps.
     test_steps: bool,
     schedules: Vec<(String, Cron)>,
@@ -127,7 +127,7 @@ impl DailyRunService {
             engine,
             runtime,
             config: config.dailyrun.clone(),
-            pipeline_dir: config.pipeline.dir.clone(),
+            pipeline_files: PipelineFiles::of(&config.pipeline),
             test_steps: config.pipeline.test_steps,
             schedules,
             memory_limit: usize::try_from(config.query.memory_limit_bytes).unwrap_or(usize::MAX),
@@ -339,7 +339,7 @@ impl DailyRunService {
         };
         let manifest = match org_manifest(
             PipelineKind::Daily,
-            &self.pipeline_dir,
+            &self.pipeline_files,
             &run.org,
             self.test_steps,
         ) {

@@ -45,7 +45,7 @@ use crate::{
     observability::jobs,
     pipeline::{
         ErrorItem, PipelineEngine, PipelineKind, PipelineOutcome, RunControl, StepContext,
-        StepMarker, manifest::org_manifest,
+        StepMarker, files::PipelineFiles, manifest::org_manifest,
     },
     store::{
         Finished, Store,
@@ -367,7 +367,7 @@ impl LoadCommitter {
         };
         let manifest = match org_manifest(
             PipelineKind::Load,
-            &self.config.dir,
+            &PipelineFiles::of(&self.config),
             &load.org,
             self.config.test_steps,
         ) {

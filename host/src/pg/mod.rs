@@ -13,6 +13,8 @@
 //!   exchanged for a token with the org realm's client-credentials flow.
 //! - `statements.rs`: the simple and extended query protocols: session commands (BEGIN,
 //!   SET, SHOW, ...) answered here, every other statement run as a job.
+//! - `frames.rs`: each message read within its phase's size limit and
+//!   checked against its type's layout before pgwire decodes it.
 //! - `cancel.rs`: cancel requests: a session's backend key cancels its
 //!   running statement's job.
 //! - `catalog/`: the `pg_catalog` and `information_schema` queries of
@@ -29,6 +31,7 @@
 
 mod cancel;
 mod catalog;
+pub(crate) mod frames;
 mod functions;
 mod listener;
 mod params;
@@ -54,7 +57,29 @@ pub struct PgState {
     pub config: Arc<Config>,
     pub validator: Arc<TokenValidator>,
     pub queries: Arc<QueryService>,
-    /// Catalog statements running on this replica at once: at most
-    /// `query.workers` (they run on the engine runtime, beside jobs).
-    pub catalog_slots: Arc<tokio::sync::Semaphore>,
+    /// The catalog statements running on this replica: under the jobs'
+    /// per-org and per-caller caps, in at most `query.workers` slots (they
+    /// run on the engine runtime, beside jobs).
+    catalog_admission: Arc<catalog::CatalogAdmission>,
+}
+
+impl PgState {
+    /// The listener's state for `queries`, its catalog statements admitted
+    /// under `config`'s query caps.
+    pub fn new(
+        config: Arc<Config>,
+        validator: Arc<TokenValidator>,
+        queries: Arc<QueryService>,
+    ) -> Self {
+        let catalog_admission = Arc::new(catalog::CatalogAdmission::new(
+            config.query.workers,
+            config.query.caps(),
+        ));
+        Self {
+            config,
+            validator,
+            queries,
+            catalog_admission,
+        }
+    }
 }

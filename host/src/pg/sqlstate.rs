@@ -1,11 +1,15 @@
 //! Query outcomes as Postgres errors: one match on `QueryError`'s variants,
 //! as `api/error.rs` has for HTTP and `flight/status.rs` for gRPC. Refusals
-//! keep the spec's texts under SQLSTATE 42501; an internal error shows the
-//! REST API's generic text and is logged.
+//! keep the spec's texts under SQLSTATE 42501, found at submission or while
+//! the job ran (`failed`); an internal error shows the REST API's generic
+//! text and is logged.
 
 use pgwire::error::{ErrorInfo, PgWireError};
 
-use crate::{api::error::INTERNAL_MESSAGE, query::QueryError};
+use crate::{
+    api::error::INTERNAL_MESSAGE,
+    query::{Denial, QueryError},
+};
 
 /// The text every refused or missing credential gets (REST's 401 body).
 pub const UNAUTHORIZED: &str = "Unauthorized";
@@ -32,8 +36,8 @@ pub fn fatal(code: &str, message: impl Into<String>) -> PgWireError {
 /// (`other` for pgwire's own protocol errors).
 const SQLSTATES: &[&str] = &[
     "08006", "0A000", "22021", "22023", "22P02", "22P03", "2201B", "28000", "28P01", "3D000",
-    "42501", "42601", "42704", "42P02", "42P07", "53200", "54000", "54023", "55000", "57014",
-    "08P01", "XX000",
+    "42501", "42601", "42704", "42P02", "42P07", "53200", "53300", "54000", "54023", "55000",
+    "57014", "08P01", "XX000",
 ];
 
 /// `code` as a metric label, from the closed list.
@@ -70,6 +74,35 @@ pub fn error_of(error: QueryError) -> PgWireError {
     }
 }
 
+/// The spec's refusals, every one: `refusal_of` knows each of them.
+const REFUSALS: [Denial; 4] = [
+    Denial::Data,
+    Denial::Execute,
+    Denial::CreateTable,
+    Denial::Statement,
+];
+
+/// The refusal a FAILED job's reason is, if it is one. A job keeps how it
+/// ended as its `stateChangeReason` only (the one form every replica reads),
+/// and a refusal found while it ran (rows of a service client the caller may
+/// not write, say) is stored as the spec's text, which nothing else is:
+/// engine errors carry their kind's prefix.
+fn refusal_of(reason: &str) -> Option<Denial> {
+    REFUSALS
+        .into_iter()
+        .find(|denial| denial.message() == reason)
+}
+
+/// A statement whose job FAILED, with its `reason`, as the error its client
+/// sees: a refusal as refusals found at submission are (42501, the spec's
+/// text); anything else XX000 with the reason.
+pub fn failed(reason: String) -> PgWireError {
+    match refusal_of(&reason) {
+        Some(denial) => error_of(QueryError::Denied(denial)),
+        None => error_of(QueryError::Failed(reason)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -80,5 +113,33 @@ mod tests {
         assert_eq!(label_of(&fatal("28P01", "no")), "28P01");
         assert_eq!(label("12345"), "other");
         assert_eq!(label_of(&PgWireError::PortalNotFound("p".into())), "other");
+    }
+
+    fn code_and_text(error: &PgWireError) -> (&str, &str) {
+        match error {
+            PgWireError::UserError(info) => (info.code.as_str(), info.message.as_str()),
+            other => panic!("not a statement's error: {other}"),
+        }
+    }
+
+    #[test]
+    fn a_job_failed_by_a_refusal_is_the_refusal_and_other_failures_are_not() {
+        for denial in REFUSALS {
+            // A new refusal fails to compile here, to be listed above too.
+            match denial {
+                Denial::Data | Denial::Execute | Denial::CreateTable | Denial::Statement => {}
+            }
+            let error = failed(denial.message().to_string());
+            assert_eq!(code_and_text(&error), ("42501", denial.message()));
+        }
+        let cast = format!(
+            "Cast error: Cannot cast string '{}'",
+            Denial::Data.message()
+        );
+        assert_eq!(
+            code_and_text(&failed(cast.clone())),
+            ("XX000", cast.as_str())
+        );
+        assert_eq!(code_and_text(&failed("Divide by zero".into())).0, "XX000");
     }
 }

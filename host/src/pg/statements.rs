@@ -196,7 +196,7 @@ impl LakeStatements {
                 let _running = &running;
                 batch.map_err(|stop| match stop {
                     StreamStop::Cancelled => error(CANCELED, CANCELED_BY_USER),
-                    StreamStop::Failed(reason) => error("XX000", reason),
+                    StreamStop::Failed(reason) => sqlstate::failed(reason),
                 })
             });
             return rows_response(&streamed.schema, batches, format);
@@ -216,7 +216,8 @@ impl LakeStatements {
         {
             WireEnd::Rows(bytes) => bytes,
             WireEnd::Cancelled => return Err(error(CANCELED, CANCELED_BY_USER)),
-            WireEnd::Failed(reason) => return Err(error("XX000", reason)),
+            // A refusal found while it ran is the spec's, as at submission.
+            WireEnd::Failed(reason) => return Err(sqlstate::failed(reason)),
         };
         let mut batches = IpcBatches::new(bytes);
         let unreadable = |e: &dyn std::fmt::Display| {

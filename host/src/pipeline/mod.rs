@@ -3,7 +3,9 @@
 //! steps in order (`manifest/`, which also picks an org's manifest); each step
 //! is a WASI component run by `engine/` in a fresh sandbox with a time limit,
 //! a memory limit and only the capabilities its manifest entry grants;
-//! `sequence.rs` runs a manifest's steps in order for every caller. This file
+//! `sequence.rs` runs a manifest's steps in order for every caller;
+//! `files.rs` is the one door through which a manifest or a step's `.wasm`
+//! file is read (inside `pipeline.dir`, regular files, bounded). This file
 //! holds the vocabulary they share. Knows no HTTP.
 //!
 //! Steps carry the policy and the host does the data work: what a capability
@@ -25,6 +27,7 @@ use crate::engine::runtime::EngineRuntime;
 pub mod builtin;
 pub mod check;
 mod engine;
+pub mod files;
 pub mod manifest;
 pub mod scaffold;
 mod sequence;

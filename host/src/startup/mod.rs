@@ -220,7 +220,7 @@ impl Application {
         // next commit that needs them.
         crate::pipeline::manifest::watch::start(
             engine.clone(),
-            config.pipeline.dir.clone(),
+            crate::pipeline::files::PipelineFiles::of(&config.pipeline),
             workers.clone(),
         );
         // The pipelines' SQL (check_sum keys, inserts, daily transforms) runs

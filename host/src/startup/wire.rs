@@ -3,7 +3,7 @@
 //! and what each serves. Without a protocol's cargo feature its key is
 //! refused by `Config::validate` first, and the functions here say so.
 
-use std::{net::SocketAddr, sync::Arc};
+use std::net::SocketAddr;
 
 use anyhow::Context as _;
 use tokio::net::TcpListener;
@@ -83,14 +83,11 @@ pub(super) fn pg_listener_of(
         addr: listener.local_addr()?,
         listener,
         tls,
-        state: crate::pg::PgState {
-            config: state.config.clone(),
-            validator: state.validator.clone(),
-            queries: state.queries.clone(),
-            catalog_slots: Arc::new(tokio::sync::Semaphore::new(
-                state.config.query.workers.max(1),
-            )),
-        },
+        state: crate::pg::PgState::new(
+            state.config.clone(),
+            state.validator.clone(),
+            state.queries.clone(),
+        ),
     })
 }
 

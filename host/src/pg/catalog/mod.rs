@@ -8,9 +8,12 @@
 //! the table's columns and no rows, so listings show what the caller may read
 //! and nothing else. A catalog statement that reads a lake table (a join of
 //! `pg_class` with a lake table, say) is refused with 0A000 rather than
-//! answered from placeholders. Only queries run here, under the query limits
-//! (`query.memory_limit_bytes`, `query.time_limit_s`, the expression caps) and
-//! with at most [`MAX_ROWS`] rows.
+//! answered from placeholders. Only queries run here, with a budget that
+//! fits the small tables they read: at most [`CATALOG_TIME_LIMIT`] from their
+//! start, [`CATALOG_MEMORY_LIMIT`] and no spilling, [`MAX_ROWS`] rows, the
+//! expression caps. They are admitted as jobs are, under the per-org and
+//! per-caller caps of fair sharing (`admission.rs`), so one caller's
+//! statements never hold another org's.
 //!
 //! A statement is a catalog query when it names a relation in `pg_catalog`
 //! or `information_schema` (an unqualified `pg_class` is `pg_catalog`'s, as
@@ -22,34 +25,34 @@
 //!   subscripted and expanded (`_pg_expandarray`) as arrays;
 //! - `pg_settings.rs`: `pg_catalog.pg_settings` from lakehost's settings;
 //! - `privileges.rs`: `has_table_privilege` and the like, from the caller's
-//!   grants.
+//!   grants;
+//! - `session.rs`: a connection's catalog session, and the placeholders;
+//! - `admission.rs`: which statements run now, under the caps.
 
+mod admission;
 mod arrays;
 mod pg_settings;
 mod privileges;
 mod rewrite;
+mod session;
 
-use privileges::Privileges;
+pub use admission::CatalogAdmission;
+pub use session::KeptCatalog;
+use session::LakePlaceholder;
 use std::{
-    collections::{BTreeMap, HashSet},
+    collections::HashSet,
     sync::{Arc, LazyLock},
     time::Duration,
 };
 
-use async_trait::async_trait;
 use datafusion::{
-    arrow::{datatypes::SchemaRef, record_batch::RecordBatch},
-    catalog::{CatalogProvider, SchemaProvider, Session, TableProvider},
-    common::{plan_err, tree_node::TreeNodeRecursion},
-    datasource::{TableType, source_as_provider},
+    arrow::record_batch::RecordBatch,
+    common::tree_node::TreeNodeRecursion,
+    datasource::source_as_provider,
     error::DataFusionError,
-    execution::{
-        SessionStateBuilder, context::SQLOptions, memory_pool::FairSpillPool,
-        runtime_env::RuntimeEnvBuilder,
-    },
-    logical_expr::{Expr, LogicalPlan, planner::ExprPlanner},
-    physical_plan::ExecutionPlan,
-    prelude::{SessionConfig, SessionContext},
+    execution::context::SQLOptions,
+    logical_expr::LogicalPlan,
+    prelude::SessionContext,
     sql::{
         parser::Statement as EngineStatement,
         sqlparser::ast::{self, ObjectName, Statement, visit_expressions, visit_relations},
@@ -71,14 +74,7 @@ use super::{
     sqlstate::{error, error_of},
     statements::rows_response,
 };
-use crate::{
-    auth::LakeCaller,
-    engine::{bounded_functions::bound_functions_and, expression_limits},
-    query::{
-        QueryError,
-        service::{VisibleCatalog, columns_of},
-    },
-};
+use crate::{auth::LakeCaller, engine::expression_limits, query::QueryError};
 
 /// The most rows a catalog query answers with.
 pub const MAX_ROWS: usize = 100_000;
@@ -246,232 +242,21 @@ pub fn is_catalog_query(sql: &str) -> bool {
     catalog_function
 }
 
-/// A lake table in the catalog session: its columns, never its rows.
-#[derive(Debug)]
-struct LakePlaceholder {
-    schema: SchemaRef,
-}
+/// A catalog statement runs at most this long once admitted (or
+/// `query.time_limit_s` when shorter), and waits at most as long to be
+/// admitted. It reads tables of a few thousand rows at most: tools' listings
+/// take milliseconds, and one that takes seconds is an attack on the
+/// catalog's tables, not a question about them. Counted from the start, so
+/// a wait for room never eats the budget, nor a flood's wait another's.
+const CATALOG_TIME_LIMIT: Duration = Duration::from_secs(5);
 
-#[async_trait]
-impl TableProvider for LakePlaceholder {
-    fn schema(&self) -> SchemaRef {
-        self.schema.clone()
-    }
+/// The memory a catalog statement may use (or `query.memory_limit_bytes`
+/// when smaller), with nothing spilled to disk: its sorts and joins are of
+/// the catalog's small tables.
+const CATALOG_MEMORY_LIMIT: usize = 128 << 20;
 
-    fn table_type(&self) -> TableType {
-        TableType::Base
-    }
-
-    async fn scan(
-        &self,
-        _state: &dyn Session,
-        _projection: Option<&Vec<usize>>,
-        _filters: &[Expr],
-        _limit: Option<usize>,
-    ) -> Result<Arc<dyn ExecutionPlan>, DataFusionError> {
-        plan_err!("{READS_LAKE}")
-    }
-}
-
-/// A catalog whose schemas list in name order. pg_catalog numbers the
-/// relations it lists in that order, so the same caller sees the same oids
-/// in every statement (psql's `\d` finds a table by oid in its next query);
-/// DataFusion's memory catalog lists in no fixed order.
-#[derive(Debug, Default)]
-struct SortedCatalog {
-    schemas: std::sync::Mutex<BTreeMap<String, Arc<dyn SchemaProvider>>>,
-}
-
-impl CatalogProvider for SortedCatalog {
-    fn schema_names(&self) -> Vec<String> {
-        self.schemas
-            .lock()
-            .expect("catalog lock")
-            .keys()
-            .cloned()
-            .collect()
-    }
-
-    fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
-        self.schemas
-            .lock()
-            .expect("catalog lock")
-            .get(name)
-            .cloned()
-    }
-
-    fn register_schema(
-        &self,
-        name: &str,
-        schema: Arc<dyn SchemaProvider>,
-    ) -> Result<Option<Arc<dyn SchemaProvider>>, DataFusionError> {
-        Ok(self
-            .schemas
-            .lock()
-            .expect("catalog lock")
-            .insert(name.to_string(), schema))
-    }
-}
-
-/// A lake database in the catalog session: its tables' placeholders, in
-/// name order.
-#[derive(Debug, Default)]
-struct SortedSchema {
-    tables: BTreeMap<String, Arc<dyn TableProvider>>,
-}
-
-#[async_trait]
-impl SchemaProvider for SortedSchema {
-    fn table_names(&self) -> Vec<String> {
-        self.tables.keys().cloned().collect()
-    }
-
-    async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>, DataFusionError> {
-        Ok(self.tables.get(name).cloned())
-    }
-
-    fn table_exist(&self, name: &str) -> bool {
-        self.tables.contains_key(name)
-    }
-}
-
-/// A connection's catalog session, kept while what its caller may read
-/// stays the same: pg_catalog numbers relations (their oids) as statements
-/// first list them, and keeps the numbers for the session's life, so a
-/// table's oid from one statement finds it in the next (psql's `\d` asks
-/// `pg_class` for the oid, then `pg_attribute` by it).
-#[derive(Default)]
-pub struct KeptCatalog(std::sync::Mutex<Option<(u64, SessionContext)>>);
-
-/// What a catalog session is built from, as one number.
-fn fingerprint(visible: &VisibleCatalog, database: &str, privileges: &Privileges) -> u64 {
-    use std::hash::{Hash as _, Hasher as _};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    database.hash(&mut hasher);
-    privileges.hash(&mut hasher);
-    for lake_database in &visible.databases {
-        (&lake_database.id, &lake_database.name).hash(&mut hasher);
-    }
-    for table in &visible.tables {
-        (&table.database_id, &table.name, &table.schema_json).hash(&mut hasher);
-        table.partition_columns.hash(&mut hasher);
-    }
-    hasher.finish()
-}
-
-impl KeptCatalog {
-    /// The session for what `caller` sees (`visible`): the kept one, or a
-    /// new one kept instead.
-    fn session(
-        &self,
-        caller: &LakeCaller,
-        visible: &VisibleCatalog,
-        database: &str,
-        memory_limit: usize,
-    ) -> Result<SessionContext, QueryError> {
-        let privileges = Arc::new(Privileges::of(caller, visible, database));
-        let print = fingerprint(visible, database, &privileges);
-        let mut kept = self.0.lock().expect("kept catalog lock");
-        if let Some((kept_print, context)) = kept.as_ref()
-            && *kept_print == print
-        {
-            return Ok(context.clone());
-        }
-        let context = session(visible, database, privileges, memory_limit)?;
-        *kept = Some((print, context.clone()));
-        Ok(context)
-    }
-}
-
-/// The catalog session of a caller on `database` (the name it connected
-/// with): `visible`'s databases as schemas of placeholders, and pg_catalog;
-/// the privilege functions answer with `privileges`.
-fn session(
-    visible: &VisibleCatalog,
-    database: &str,
-    privileges: Arc<Privileges>,
-    memory_limit: usize,
-) -> Result<SessionContext, QueryError> {
-    let internal = |e: DataFusionError| QueryError::Internal(format!("catalog session: {e}"));
-    let config = SessionConfig::new()
-        .with_default_catalog_and_schema(database, "public")
-        .with_create_default_catalog_and_schema(false)
-        .with_information_schema(true)
-        .with_target_partitions(1);
-    let runtime = RuntimeEnvBuilder::new()
-        .with_memory_pool(Arc::new(FairSpillPool::new(memory_limit)))
-        .build_arc()
-        .map_err(internal)?;
-    let state = SessionStateBuilder::new()
-        .with_config(config)
-        .with_runtime_env(runtime)
-        .with_default_features()
-        .build();
-    let context = SessionContext::new_with_state(state);
-    let catalog = SortedCatalog::default();
-    catalog
-        .register_schema("public", Arc::new(SortedSchema::default()))
-        .map_err(internal)?;
-    for lake_database in &visible.databases {
-        let mut schema = SortedSchema::default();
-        for table in visible
-            .tables
-            .iter()
-            .filter(|t| t.database_id == lake_database.id)
-        {
-            let placeholder = LakePlaceholder {
-                schema: Arc::new(columns_of(table)?),
-            };
-            schema
-                .tables
-                .insert(table.name.clone(), Arc::new(placeholder));
-        }
-        catalog
-            .register_schema(&lake_database.name, Arc::new(schema))
-            .map_err(internal)?;
-    }
-    let catalog = Arc::new(catalog);
-    context.register_catalog(database, catalog.clone());
-    setup_pg_catalog(&context, database, EmptyContextProvider).map_err(|e| internal(*e))?;
-    pg_settings::overlay(catalog.as_ref()).map_err(internal)?;
-    super::functions::register(&context, database);
-    let [element, expand] = arrays::functions();
-    let element = Arc::new(element);
-    context.register_udf(element.as_ref().clone());
-    context.register_udf(expand);
-    for function in privileges.functions() {
-        context.register_udf(function);
-    }
-    {
-        // `text[i]` planned before DataFusion's planners see it.
-        let state = context.state_ref();
-        let mut state = state.write();
-        let planners: Vec<Arc<dyn ExprPlanner>> =
-            std::iter::once(Arc::new(arrays::TextArraySubscripts { element }) as _)
-                .chain(state.expr_planners().iter().cloned())
-                .collect();
-        *state = SessionStateBuilder::new_from_existing(state.clone())
-            .with_expr_planners(planners)
-            .build();
-    }
-    // The catalog's own functions too (`quote_ident`, `json_build_object`,
-    // ...): each bounded by what it returns, as the engine's growing ones,
-    // but for those whose value has a fixed size.
-    let mut others: Vec<&str> = CATALOG_FUNCTIONS
-        .iter()
-        .map(String::as_str)
-        .filter(|name| !super::functions::FIXED_SIZE.contains(name))
-        .collect();
-    others.extend(super::functions::NAMES);
-    others.push(arrays::EXPAND_ARRAY);
-    bound_functions_and(&context, &others);
-    Ok(context)
-}
-
-/// A catalog statement runs at most this long (or `query.time_limit_s`
-/// when shorter): listings are small, and a statement that takes longer is
-/// an attack on the catalog's tables, not a question about them.
-const CATALOG_TIME_LIMIT: Duration = Duration::from_secs(30);
+/// Postgres's own words for a statement past its time limit (57014).
+const STATEMENT_TIMEOUT: &str = "canceling statement due to statement timeout";
 
 /// What a catalog statement is: the database the connection names, its
 /// kept session, the caller and the SQL.
@@ -506,7 +291,9 @@ async fn plan(
         .visible_catalog(&statement.caller)
         .await
         .map_err(error_of)?;
-    let memory_limit = usize::try_from(state.config.query.memory_limit_bytes).unwrap_or(usize::MAX);
+    let memory_limit = usize::try_from(state.config.query.memory_limit_bytes)
+        .unwrap_or(usize::MAX)
+        .min(CATALOG_MEMORY_LIMIT);
     let context = statement
         .kept
         .session(
@@ -560,31 +347,32 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// `work` run on the engine runtime (never on the one serving
-/// connections), one of `query.workers` at a time on this replica, within
-/// the catalog's time limit.
+/// `work`, a statement of `caller`, run on the engine runtime (never on the
+/// one serving connections) once admitted under the caps
+/// (`admission.rs`), within the catalog's time limit from then on.
 async fn on_engine<T: Send + 'static>(
     state: &PgState,
+    caller: &LakeCaller,
     work: impl Future<Output = PgWireResult<T>> + Send + 'static,
 ) -> PgWireResult<T> {
     let limit = CATALOG_TIME_LIMIT.min(Duration::from_secs(state.config.query.time_limit_s));
-    let slots = state.catalog_slots.clone();
-    let run = async move {
-        let _slot = slots
-            .acquire_owned()
-            .await
-            .map_err(|e| error_of(QueryError::Internal(e.to_string())))?;
-        let task = state.queries.spawn_on_engine(work);
-        let _abort = AbortOnDrop(task.abort_handle());
-        task.await
-            .map_err(|e| error_of(QueryError::Internal(format!("catalog statement: {e}"))))?
-    };
-    match tokio::time::timeout(limit, run).await {
-        Ok(answer) => answer,
-        Err(_) => Err(error(
-            "57014",
-            "canceling statement due to statement timeout",
-        )),
+    let admitted = state
+        .catalog_admission
+        .admit(&caller.org, &caller.sub, limit)
+        .await
+        .map_err(|refused| error("53300", refused.to_string()))?;
+    // Counted until the work stops, not only until its client stops
+    // waiting for it.
+    let task = state.queries.spawn_on_engine(async move {
+        let _admitted = admitted;
+        work.await
+    });
+    let _abort = AbortOnDrop(task.abort_handle());
+    match tokio::time::timeout(limit, task).await {
+        Ok(answer) => {
+            answer.map_err(|e| error_of(QueryError::Internal(format!("catalog statement: {e}"))))?
+        }
+        Err(_) => Err(error("57014", STATEMENT_TIMEOUT)),
     }
 }
 
@@ -594,6 +382,7 @@ pub async fn describe(
     statement: CatalogStatement,
     format: &Format,
 ) -> PgWireResult<Vec<FieldInfo>> {
+    let caller = statement.caller.clone();
     let planning = {
         let state = state.clone();
         async move {
@@ -601,7 +390,7 @@ pub async fn describe(
             Ok(plan.schema().as_arrow().clone())
         }
     };
-    let schema = on_engine(state, planning).await?;
+    let schema = on_engine(state, &caller, planning).await?;
     arrow_pg::datatypes::arrow_schema_to_pg_fields(&schema, format, None)
 }
 
@@ -611,6 +400,7 @@ pub async fn answer(
     statement: CatalogStatement,
     format: &Format,
 ) -> PgWireResult<Response> {
+    let caller = statement.caller.clone();
     let running = {
         let state = state.clone();
         async move {
@@ -631,7 +421,7 @@ pub async fn answer(
             Ok((schema, batches))
         }
     };
-    let (schema, batches) = on_engine(state, running).await?;
+    let (schema, batches) = on_engine(state, &caller, running).await?;
     rows_response(&schema, stream::iter(batches.into_iter().map(Ok)), format)
 }
 

@@ -6,8 +6,14 @@
 //! kept on disk (`compiled_on_disk.rs`): compiling is the engine's
 //! [`PipelineEngine::compile`].
 //!
-//! It must never hand out a component for a world it was not built for, nor
-//! put the server's directories into a message (they reach the caller).
+//! A file is opened and read only through `files.rs`: each use opens it
+//! (inside its pipeline folder, a regular file, within its cap), keys the
+//! cache by the opened file's canonical path, size and modification time,
+//! and reads it, bounded, only when that key is new.
+//!
+//! It must never hand out a component for a world it was not built for,
+//! read a component file any other way, nor put the server's directories
+//! into a message (they reach the caller).
 
 use std::{
     collections::HashMap,
@@ -21,10 +27,10 @@ use super::{
     PipelineEngine, bindings, daily_bindings,
     sandbox::{DailyState, LoadState},
 };
-use crate::pipeline::{PipelineKind, builtin, manifest::ComponentSource};
+use crate::pipeline::{PipelineKind, builtin, files::OpenedFile, manifest::ComponentSource};
 
-/// What identifies a compiled component: a built-in name, or a file with its
-/// size and modification time.
+/// What identifies a compiled component: a built-in name, or a file by its
+/// canonical path, size and modification time.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum ComponentKey {
     Builtin(String),
@@ -74,17 +80,21 @@ impl PipelineEngine {
         linker: &Linker<T>,
         finish: impl FnOnce(InstancePre<T>) -> wasmtime::Result<P>,
     ) -> Result<P, String> {
-        let key = match source {
-            ComponentSource::Builtin(name) => ComponentKey::Builtin(name.clone()),
-            ComponentSource::File(path) => {
-                // Callers name the file (never the server's directories).
-                let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
-                ComponentKey::File(path.clone(), meta.len(), meta.modified().ok())
+        // Callers name the file (never the server's directories).
+        let (key, bytes) = match source {
+            ComponentSource::Builtin(name) => {
+                (ComponentKey::Builtin(name.clone()), Bytes::Builtin(name))
+            }
+            ComponentSource::File(file) => {
+                let opened = file.open().map_err(|e| e.to_string())?;
+                let (real, len, modified) = opened.identity();
+                let key = ComponentKey::File(real.to_path_buf(), len, modified);
+                (key, Bytes::File(opened))
             }
         };
         cache.get_or_compile(key, || {
-            let component = match source {
-                ComponentSource::Builtin(name) => match builtin::component(name) {
+            let component = match bytes {
+                Bytes::Builtin(name) => match builtin::component(name) {
                     Some((builtin_kind, bytes)) if builtin_kind == kind => self.compile(bytes),
                     Some(_) => {
                         return Err(format!(
@@ -94,9 +104,10 @@ impl PipelineEngine {
                     }
                     None => return Err(format!("no built-in component {name}")),
                 },
-                ComponentSource::File(path) => std::fs::read(path)
-                    .map_err(wasmtime::Error::from)
-                    .and_then(|bytes| self.compile(&bytes)),
+                Bytes::File(opened) => {
+                    let bytes = opened.read().map_err(|e| e.to_string())?;
+                    self.compile(&bytes)
+                }
             }
             .map_err(|e| format!("not a usable component: {e:#}"))?;
             let instance_pre = linker
@@ -132,6 +143,13 @@ impl PipelineEngine {
             daily_bindings::DailyStepPre::new,
         )
     }
+}
+
+/// Where a component's bytes come from once its key is new: the host's own
+/// (a built-in), or a file already opened and checked.
+enum Bytes<'a> {
+    Builtin(&'a str),
+    File(OpenedFile),
 }
 
 fn world(kind: PipelineKind) -> &'static str {

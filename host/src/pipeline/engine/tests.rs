@@ -441,16 +441,13 @@ fn a_step_built_against_lakehost_pipeline_0_1_0_keeps_loading_and_running() {
         bytes.windows(import.len()).any(|w| w == import),
         "the fixture imports the 0.1.0 interfaces"
     );
-    let text = format!(
-        "version = 1\n[[steps]]\nname = \"old\"\ncomponent = \"{}\"\n\
-         grants = [\"staged-files\", \"log\"]\n[steps.config]\nforbidden = [\"trip_id\"]\n",
-        fixture.display()
-    );
+    let text = "version = 1\n[[steps]]\nname = \"old\"\ncomponent = \"reject_columns@0.1.0.wasm\"\n\
+         grants = [\"staged-files\", \"log\"]\n[steps.config]\nforbidden = [\"trip_id\"]\n";
     let step = Manifest::parse(
         PipelineKind::Load,
-        &text,
+        text,
         "test.toml",
-        std::path::Path::new("/"),
+        fixture.parent().unwrap(),
     )
     .unwrap()
     .steps

@@ -8,7 +8,8 @@
 //! [[steps]]
 //! name = "validate_parquet"
 //! component = "builtin:validate_parquet"   # or a path to a .wasm file,
-//!                                          # relative to the manifest
+//!                                          # relative to the manifest,
+//!                                          # inside the pipeline folder
 //! grants = ["staged-files", "log"]
 //! time_limit_ms = 10000                    # optional
 //! memory_limit_bytes = 67108864            # optional
@@ -18,7 +19,10 @@
 //! `pipelines/load.toml` is the default; `pipelines/orgs/<org>/load.toml`
 //! replaces it for one org; `daily.toml` likewise for the daily run. An
 //! unknown key, a missing key, a bad value, a capability or a built-in of the
-//! other pipeline is an error naming the file and the key.
+//! other pipeline is an error naming the file and the key; so is a component
+//! path that is absolute or climbs out of the pipeline folder. Manifests and
+//! component files are read only through `files.rs` (inside the folder,
+//! regular files, bounded).
 //!
 //! This module reads manifest text into a [`Manifest`] and nothing more; which
 //! manifest an org runs (its own, the shared one or the built-in default) is
@@ -26,14 +30,14 @@
 //! round that has the engine compile the manifests' changed components, is
 //! the one part that asks for compiling.
 
-use std::{
-    collections::BTreeSet,
-    path::{Path, PathBuf},
-};
+use std::{collections::BTreeSet, path::Path};
 
 use serde::Deserialize;
 
-use super::PipelineKind;
+use super::{
+    PipelineKind,
+    files::{ComponentFile, PipelineFiles, folder_of, read_manifest},
+};
 
 mod org;
 #[cfg(test)]
@@ -93,8 +97,9 @@ impl Capability {
 pub enum ComponentSource {
     /// One of the components built into the host (`builtin:<name>`).
     Builtin(String),
-    /// A `.wasm` file (resolved against the manifest's folder).
-    File(PathBuf),
+    /// A `.wasm` file (resolved against the manifest's folder), read
+    /// within its pipeline folder and cap.
+    File(ComponentFile),
 }
 
 /// How a manifest names a built-in component: `builtin:<name>`.
@@ -106,9 +111,13 @@ impl std::fmt::Display for ComponentSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ComponentSource::Builtin(name) => write!(f, "{BUILTIN_PREFIX}{name}"),
-            ComponentSource::File(path) => {
-                f.write_str(&path.file_name().unwrap_or_default().to_string_lossy())
-            }
+            ComponentSource::File(file) => f.write_str(
+                &file
+                    .path()
+                    .file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy(),
+            ),
         }
     }
 }
@@ -161,28 +170,48 @@ struct RawStep {
 }
 
 impl Manifest {
-    /// Reads a manifest file of a `kind` pipeline.
+    /// Reads a manifest file of a `kind` pipeline as the command-line tools
+    /// do: its files within the folder a server would hold it in, under the
+    /// default cap ([`PipelineFiles::around`]).
     pub fn load(kind: PipelineKind, path: &Path) -> Result<Self, ManifestError> {
+        Self::load_in(kind, path, &PipelineFiles::around(path))
+    }
+
+    /// Reads a manifest file of a `kind` pipeline, it and its components
+    /// within `files`' folder and caps.
+    pub fn load_in(
+        kind: PipelineKind,
+        path: &Path,
+        files: &PipelineFiles,
+    ) -> Result<Self, ManifestError> {
         let origin = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| ManifestError {
+        let text = read_manifest(path, &files.dir).map_err(|e| ManifestError {
             file: origin.clone(),
             key: "<file>".into(),
             problem: format!("cannot read: {e}"),
         })?;
-        Self::parse(
-            kind,
-            &text,
-            &origin,
-            path.parent().unwrap_or(Path::new(".")),
-        )
+        Self::parse_in(kind, &text, &origin, folder_of(path), files)
     }
 
-    /// Parses manifest text; relative component paths resolve against `base`.
+    /// Parses manifest text; relative component paths resolve against
+    /// `base`, and stay inside it, under the default cap.
     pub fn parse(
         kind: PipelineKind,
         text: &str,
         origin: &str,
         base: &Path,
+    ) -> Result<Self, ManifestError> {
+        Self::parse_in(kind, text, origin, base, &PipelineFiles::new(base))
+    }
+
+    /// Parses manifest text; relative component paths resolve against
+    /// `base` (the manifest's folder) and must stay inside `files.dir`.
+    pub fn parse_in(
+        kind: PipelineKind,
+        text: &str,
+        origin: &str,
+        base: &Path,
+        files: &PipelineFiles,
     ) -> Result<Self, ManifestError> {
         let error = |key: &str, problem: String| ManifestError {
             file: origin.to_string(),
@@ -251,9 +280,10 @@ impl Manifest {
                         ));
                     }
                 },
-                None if step.component.ends_with(".wasm") => {
-                    ComponentSource::File(base.join(&step.component))
-                }
+                None if step.component.ends_with(".wasm") => ComponentSource::File(
+                    ComponentFile::resolve(&step.component, base, files)
+                        .map_err(|problem| error(&at("component"), problem))?,
+                ),
                 None => {
                     return Err(error(
                         &at("component"),

@@ -4,26 +4,30 @@
 //! for the load commits and the daily runs.
 //!
 //! It must never let the server's own directories into a broken manifest's
-//! message (that message reaches the caller), and never hand out a manifest
-//! naming a built-in test step unless `pipeline.test_steps` allows it.
+//! message (that message reaches the caller), never hand out a manifest
+//! naming a built-in test step unless `pipeline.test_steps` allows it, and
+//! never read a manifest or name a component outside `pipeline.dir` (the
+//! manifest is read, and its components resolved, by `files.rs`).
 
 use std::path::{Path, PathBuf};
 
 use super::{ComponentSource, Manifest, ManifestError};
-use crate::pipeline::{PipelineKind, builtin};
+use crate::pipeline::{PipelineKind, builtin, files::PipelineFiles};
 
 /// The `kind` manifest an org's pipelines run: its own or the shared one
-/// under `dir` (`manifest_path`), else the repository's default, compiled
-/// in. A broken manifest's error names the file relative to `dir`:
+/// under `files.dir` (`manifest_path`), else the repository's default,
+/// compiled in. It and its components are read within `files`' folder and
+/// caps. A broken manifest's error names the file relative to the folder:
 /// it reaches the caller in the load's or run's failure, and the server's
 /// own paths stay in the server's log. The built-in test steps are refused
 /// unless `test_steps` (`pipeline.test_steps`) allows them.
 pub fn org_manifest(
     kind: PipelineKind,
-    dir: &Path,
+    files: &PipelineFiles,
     org: &str,
     test_steps: bool,
 ) -> Result<Manifest, String> {
+    let dir = files.dir.as_path();
     let path = manifest_path(dir, org, kind);
     if !path.exists() {
         let origin = format!("built-in pipelines/{}", kind.file_name());
@@ -35,7 +39,7 @@ pub fn org_manifest(
         .unwrap_or(Path::new(kind.file_name()))
         .display()
         .to_string();
-    let manifest = Manifest::load(kind, &path).map_err(|mut e| {
+    let manifest = Manifest::load_in(kind, &path, files).map_err(|mut e| {
         tracing::warn!(%org, error = %e, "a pipeline manifest is broken");
         e.file = shown.clone();
         e.to_string()

@@ -3,7 +3,10 @@
 //! built-in fallback. Tests only; nothing here is compiled into the server.
 
 use super::*;
-use crate::pipeline::builtin;
+use crate::pipeline::{
+    builtin,
+    files::{PipelineFiles, tests as files_tests},
+};
 
 fn parse(text: &str) -> Result<Manifest, ManifestError> {
     Manifest::parse(
@@ -110,10 +113,11 @@ fn a_valid_manifest_with_a_file_component_and_config() {
     )
     .unwrap();
     let step = &manifest.steps[0];
-    assert_eq!(
-        step.component,
-        ComponentSource::File(PathBuf::from("/manifests/steps/reject.wasm"))
-    );
+    let ComponentSource::File(file) = &step.component else {
+        panic!("a file component: {:?}", step.component);
+    };
+    assert_eq!(file.path(), Path::new("/manifests/steps/reject.wasm"));
+    assert_eq!(step.component.to_string(), "reject.wasm");
     assert_eq!(step.time_limit_ms, 500);
     assert_eq!(step.memory_limit_bytes, DEFAULT_MEMORY_LIMIT_BYTES);
     assert_eq!(step.config_json, r#"{"forbidden":["ssn"]}"#);
@@ -161,6 +165,23 @@ fn invalid_manifests_name_the_file_and_the_key() {
             "at least",
         ),
         ("version = ", "<toml>", "not valid TOML"),
+        // A component stays inside the pipeline folder: no absolute path,
+        // no `..` above the manifest's folder (the parse's base here).
+        (
+            "version = 1\n[[steps]]\nname = \"a\"\ncomponent = \"/tmp/x.wasm\"\n",
+            "steps[0].component",
+            "absolute paths are refused; name the file relative to the manifest",
+        ),
+        (
+            "version = 1\n[[steps]]\nname = \"a\"\ncomponent = \"../../../tmp/x.wasm\"\n",
+            "steps[0].component",
+            "`../../../tmp/x.wasm` leaves the pipeline folder",
+        ),
+        (
+            "version = 1\n[[steps]]\nname = \"a\"\ncomponent = \"steps/../../x.wasm\"\n",
+            "steps[0].component",
+            "leaves the pipeline folder",
+        ),
     ];
     for (text, key, problem) in cases {
         let error = parse(text).unwrap_err();
@@ -174,7 +195,7 @@ fn invalid_manifests_name_the_file_and_the_key() {
 fn an_org_runs_its_own_manifest_else_the_shared_one_else_the_built_in() {
     let dir = tempfile::tempdir().unwrap();
     for kind in [PipelineKind::Load, PipelineKind::Daily] {
-        let manifest = org_manifest(kind, dir.path(), "demo", false).unwrap();
+        let manifest = org_manifest(kind, &PipelineFiles::new(dir.path()), "demo", false).unwrap();
         assert_eq!(
             manifest.origin,
             format!("built-in pipelines/{}", kind.file_name())
@@ -197,8 +218,13 @@ fn an_org_runs_its_own_manifest_else_the_shared_one_else_the_built_in() {
     )
     .unwrap();
     let names = |org: &str, test_steps: bool| {
-        org_manifest(PipelineKind::Load, dir.path(), org, test_steps)
-            .map(|m| m.steps.into_iter().map(|s| s.name).collect::<Vec<_>>())
+        org_manifest(
+            PipelineKind::Load,
+            &PipelineFiles::new(dir.path()),
+            org,
+            test_steps,
+        )
+        .map(|m| m.steps.into_iter().map(|s| s.name).collect::<Vec<_>>())
     };
     assert_eq!(names("other", false), Ok(vec!["shared".to_string()]));
     assert_eq!(names("demo", true), Ok(vec!["own".to_string()]));
@@ -208,4 +234,84 @@ fn an_org_runs_its_own_manifest_else_the_shared_one_else_the_built_in() {
         names("demo", false),
         Err("orgs/demo/load.toml: steps[0].component: `pause` is a test step; this server runs it only with pipeline.test_steps = true".to_string())
     );
+}
+
+#[test]
+fn an_org_manifest_may_climb_to_the_pipeline_folder_and_no_further() {
+    let files = PipelineFiles::new("/srv/pipelines");
+    let parse = |component: &str| {
+        Manifest::parse_in(
+            PipelineKind::Load,
+            &format!("version = 1\n[[steps]]\nname = \"a\"\ncomponent = \"{component}\"\n"),
+            "orgs/acme/load.toml",
+            Path::new("/srv/pipelines/orgs/acme"),
+            &files,
+        )
+    };
+    let shared = parse("../../shared/./guard.wasm").unwrap();
+    let ComponentSource::File(file) = &shared.steps[0].component else {
+        panic!("a file component");
+    };
+    assert_eq!(
+        file.path(),
+        Path::new("/srv/pipelines/orgs/acme/../../shared/./guard.wasm")
+    );
+    let refused = parse("../../../guard.wasm").unwrap_err();
+    assert_eq!(refused.key, "steps[0].component");
+    assert_eq!(
+        refused.problem,
+        "`../../../guard.wasm` leaves the pipeline folder"
+    );
+}
+
+/// A manifest is read as a component is: a regular file, bounded, inside
+/// the folder; a FIFO named `load.toml` neither hangs the reader nor is
+/// passed over (it is the org's manifest, refused).
+#[test]
+fn a_manifest_that_is_no_regular_file_or_too_big_or_outside_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let org = dir.path().join("orgs/demo");
+    std::fs::create_dir_all(&org).unwrap();
+    let files = PipelineFiles::new(dir.path());
+    let load = |org: &str| org_manifest(PipelineKind::Load, &files, org, false);
+
+    let fifo = org.join("load.toml");
+    files_tests::mkfifo(&fifo);
+    let refused = files_tests::within_a_minute(move || load_fifo(&fifo));
+    assert_eq!(
+        refused,
+        "orgs/demo/load.toml: <file>: cannot read: not a regular file but a FIFO"
+    );
+    std::fs::remove_file(org.join("load.toml")).unwrap();
+
+    std::fs::File::create(org.join("load.toml"))
+        .unwrap()
+        .set_len(crate::pipeline::files::MAX_MANIFEST_BYTES + 1)
+        .unwrap();
+    assert_eq!(
+        load("demo").unwrap_err(),
+        "orgs/demo/load.toml: <file>: cannot read: 1048577 bytes, more than the manifest limit = 1048576"
+    );
+    std::fs::remove_file(org.join("load.toml")).unwrap();
+
+    let elsewhere = outside.path().join("load.toml");
+    std::fs::write(
+        &elsewhere,
+        "version = 1\n[[steps]]\nname = \"x\"\ncomponent = \"builtin:insert\"\n",
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(&elsewhere, org.join("load.toml")).unwrap();
+    let refused = load("demo").unwrap_err();
+    assert_eq!(
+        refused,
+        "orgs/demo/load.toml: <file>: cannot read: it lies outside the pipeline folder (through a symlink or `..`)"
+    );
+    assert!(!refused.contains(&dir.path().display().to_string()));
+}
+
+/// The FIFO case's reader, on its own thread (a hang fails the test).
+fn load_fifo(fifo: &Path) -> String {
+    let dir = fifo.parent().unwrap().parent().unwrap().parent().unwrap();
+    org_manifest(PipelineKind::Load, &PipelineFiles::new(dir), "demo", false).unwrap_err()
 }

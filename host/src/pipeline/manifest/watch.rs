@@ -10,6 +10,11 @@
 //! logged as a warning once per distinct problem, so an operator sees it
 //! before a commit fails on it; commits still report it as before. The
 //! watch itself never fails and never changes what a commit runs.
+//!
+//! It reads every file as a commit does, through `files.rs`, under the
+//! server's `[pipeline]` folder and cap: a component that is too big, not
+//! a regular file (a FIFO, a device) or outside the folder is a logged
+//! problem like any other, found without reading it whole or waiting on it.
 
 use std::{
     collections::BTreeMap,
@@ -21,12 +26,14 @@ use std::{
 use tokio_util::sync::CancellationToken;
 
 use super::{ComponentSource, Manifest};
-use crate::pipeline::{PipelineEngine, PipelineKind};
+use crate::pipeline::{PipelineEngine, PipelineKind, files::PipelineFiles};
 
 /// How often the manifests are read.
 pub const WATCH_EVERY: Duration = Duration::from_secs(5);
 
-/// Every manifest file under `dir`, with its pipeline kind.
+/// Every manifest file under `dir`, with its pipeline kind: each name a
+/// commit would read (`exists`, as `org::manifest_path` decides), so a FIFO
+/// or a symlink to a device there is reported, not passed over.
 pub fn manifests_under(dir: &Path) -> Vec<(PipelineKind, PathBuf)> {
     let mut folders = vec![dir.to_path_buf()];
     if let Ok(orgs) = std::fs::read_dir(dir.join("orgs")) {
@@ -44,7 +51,7 @@ pub fn manifests_under(dir: &Path) -> Vec<(PipelineKind, PathBuf)> {
             [PipelineKind::Load, PipelineKind::Daily]
                 .map(|kind| (kind, folder.join(kind.file_name())))
         })
-        .filter(|(_, path)| path.is_file())
+        .filter(|(_, path)| path.exists())
         .collect()
 }
 
@@ -56,11 +63,11 @@ pub struct Watch {
 }
 
 impl Watch {
-    /// One round over `dir`; blocks while components compile.
-    pub fn round(&mut self, engine: &PipelineEngine, dir: &Path) {
+    /// One round over `files.dir`; blocks while components compile.
+    pub fn round(&mut self, engine: &PipelineEngine, files: &PipelineFiles) {
         let mut now = BTreeMap::new();
-        for (kind, path) in manifests_under(dir) {
-            if let Some(problem) = problem_of(engine, kind, dir, &path) {
+        for (kind, path) in manifests_under(&files.dir) {
+            if let Some(problem) = problem_of(engine, kind, files, &path) {
                 now.insert(path, problem);
             }
         }
@@ -88,11 +95,15 @@ impl Watch {
 fn problem_of(
     engine: &PipelineEngine,
     kind: PipelineKind,
-    dir: &Path,
+    files: &PipelineFiles,
     path: &Path,
 ) -> Option<String> {
-    let shown = path.strip_prefix(dir).unwrap_or(path).display().to_string();
-    let manifest = match Manifest::load(kind, path) {
+    let shown = path
+        .strip_prefix(&files.dir)
+        .unwrap_or(path)
+        .display()
+        .to_string();
+    let manifest = match Manifest::load_in(kind, path, files) {
         Ok(manifest) => manifest,
         Err(e) => return Some(format!("{shown}: {}: {}", e.key, e.problem)),
     };
@@ -115,17 +126,17 @@ fn problem_of(
         })
 }
 
-/// Starts the watch over `dir` until `stop`.
-pub fn start(engine: Arc<PipelineEngine>, dir: PathBuf, stop: CancellationToken) {
+/// Starts the watch over `files.dir`, under its caps, until `stop`.
+pub fn start(engine: Arc<PipelineEngine>, files: PipelineFiles, stop: CancellationToken) {
     let watch = Arc::new(Mutex::new(Watch::default()));
     crate::periodic::spawn_every(WATCH_EVERY, stop, move || {
-        let (engine, dir, watch) = (engine.clone(), dir.clone(), watch.clone());
+        let (engine, files, watch) = (engine.clone(), files.clone(), watch.clone());
         async move {
             let _ = tokio::task::spawn_blocking(move || {
                 watch
                     .lock()
                     .expect("manifest watch lock")
-                    .round(&engine, &dir);
+                    .round(&engine, &files);
             })
             .await;
         }
@@ -175,7 +186,8 @@ mod tests {
         );
 
         let mut watch = Watch::default();
-        watch.round(&engine, dir.path());
+        let files = PipelineFiles::new(dir.path());
+        watch.round(&engine, &files);
         // A load step named in a daily manifest; acme's file compiles.
         let problems: Vec<&String> = watch.problems().values().collect();
         assert_eq!(problems.len(), 1, "{problems:?}");
@@ -191,7 +203,7 @@ mod tests {
         // acme's component swapped for one that is not: found at the next round.
         write(&dir.path().join("orgs/acme/guard.wasm"), b"\0asm broken");
         std::fs::remove_file(dir.path().join("orgs/zeta/daily.toml")).unwrap();
-        watch.round(&engine, dir.path());
+        watch.round(&engine, &files);
         let problems: Vec<&String> = watch.problems().values().collect();
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert!(
@@ -202,7 +214,68 @@ mod tests {
         );
 
         write(&dir.path().join("orgs/acme/guard.wasm"), reject);
-        watch.round(&engine, dir.path());
+        watch.round(&engine, &files);
         assert!(watch.problems().is_empty(), "{:?}", watch.problems());
+    }
+
+    /// What the attacker of issue 45 named: a sparse file far past the
+    /// cap, a symlink to /dev/zero, a FIFO, a path out of the folder and a
+    /// symlink out of it. Each is a problem of its manifest, found without
+    /// reading it whole or waiting on it; the round ends.
+    #[test]
+    fn components_too_big_endless_or_outside_are_problems_found_without_reading_them() {
+        use crate::pipeline::files::tests::{mkfifo, within_a_minute};
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("pipelines");
+        let outside = root.path().join("outside");
+        let reject = crate::pipeline::builtin::component("reject_columns")
+            .unwrap()
+            .1;
+        write(&outside.join("guard.wasm"), reject);
+        let manifest = |org: &str, component: &str| {
+            write(
+                &dir.join("orgs").join(org).join("load.toml"),
+                format!("version = 1\n[[steps]]\nname = \"guard\"\ncomponent = \"{component}\"\n")
+                    .as_bytes(),
+            );
+        };
+        manifest("big", "big.wasm");
+        std::fs::File::create(dir.join("orgs/big/big.wasm"))
+            .unwrap()
+            .set_len(2 << 30)
+            .unwrap();
+        manifest("zero", "zero.wasm");
+        std::os::unix::fs::symlink("/dev/zero", dir.join("orgs/zero/zero.wasm")).unwrap();
+        manifest("fifo", "fifo.wasm");
+        mkfifo(&dir.join("orgs/fifo/fifo.wasm"));
+        manifest("climb", "../../../outside/guard.wasm");
+        manifest("link", "guard.wasm");
+        std::os::unix::fs::symlink(outside.join("guard.wasm"), dir.join("orgs/link/guard.wasm"))
+            .unwrap();
+        // A manifest that is itself a FIFO is the org's manifest, refused.
+        std::fs::create_dir_all(dir.join("orgs/pipe")).unwrap();
+        mkfifo(&dir.join("orgs/pipe/load.toml"));
+
+        let files = PipelineFiles {
+            dir: dir.clone(),
+            max_component_bytes: 1 << 20,
+        };
+        let problems = within_a_minute(move || {
+            let mut watch = Watch::default();
+            watch.round(&PipelineEngine::shared().unwrap(), &files);
+            watch.problems().clone()
+        });
+        let problems: Vec<&String> = problems.values().collect();
+        assert_eq!(
+            problems,
+            [
+                "orgs/big/load.toml: step guard (big.wasm): 2147483648 bytes, more than pipeline.max_component_bytes = 1048576",
+                "orgs/climb/load.toml: steps[0].component: `../../../outside/guard.wasm` leaves the pipeline folder",
+                "orgs/fifo/load.toml: step guard (fifo.wasm): not a regular file but a FIFO",
+                "orgs/link/load.toml: step guard (guard.wasm): it lies outside the pipeline folder (through a symlink or `..`)",
+                "orgs/pipe/load.toml: <file>: cannot read: not a regular file but a FIFO",
+                "orgs/zero/load.toml: step guard (zero.wasm): it lies outside the pipeline folder (through a symlink or `..`)",
+            ]
+        );
     }
 }

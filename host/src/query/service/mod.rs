@@ -136,7 +136,7 @@ mod waiting;
 mod worker;
 
 pub use reading::ResultFile;
-use runs_here::RunsHere;
+pub use runs_here::{CountedRun, RunsHere};
 pub use streamed::{StreamPlan, StreamStart, StreamStop, StreamedRows};
 pub use visible_catalog::{VisibleCatalog, columns_of};
 pub use waiting::WireEnd;

@@ -9,6 +9,9 @@
 //! and counted later, back-to-back submissions all saw the count before any
 //! of them ran, and one org took every worker. A submission over the caps
 //! waits for `freed`, which every run's end signals once it is uncounted.
+//!
+//! The Postgres catalog's statements, which are not jobs, are counted with
+//! the same caps in a `RunsHere` of their own (`pg::catalog::admission`).
 
 use std::{
     collections::HashMap,
@@ -22,14 +25,14 @@ use crate::store::JobCaps;
 type Counts = HashMap<(String, String), i64>;
 
 #[derive(Debug, Default)]
-pub(super) struct RunsHere {
+pub struct RunsHere {
     counts: Mutex<Counts>,
     /// Signalled whenever a run stops being counted.
     freed: Notify,
 }
 
 /// One run, counted until dropped.
-pub(super) struct CountedRun {
+pub struct CountedRun {
     runs: Arc<RunsHere>,
     key: (String, String),
 }
@@ -43,7 +46,7 @@ impl RunsHere {
 
     /// Counts a run if this replica runs fewer than `caps` of `org` and of
     /// its caller `caller_sub`; `None` (nothing counted) otherwise.
-    pub(super) fn try_enter(
+    pub fn try_enter(
         self: &Arc<Self>,
         org: &str,
         caller_sub: &str,
@@ -66,7 +69,7 @@ impl RunsHere {
 
     /// Resolves once a run stops being counted after this was enabled (or
     /// first polled).
-    pub(super) fn freed(&self) -> Notified<'_> {
+    pub fn freed(&self) -> Notified<'_> {
         self.freed.notified()
     }
 
