@@ -283,6 +283,24 @@ mod tests {
                 "server.metrics_listen",
             ),
             ("[server]\nlog_format = \"xml\"", "server.log_format"),
+            (
+                "[server]\nmax_connections_per_org = 0",
+                "server.max_connections_per_org",
+            ),
         ]);
+    }
+
+    #[test]
+    fn each_org_gets_the_whole_cap_alone_and_a_quarter_beside_others() {
+        let mut server = super::ServerConfig {
+            max_connections: 100,
+            ..super::ServerConfig::default()
+        };
+        assert_eq!(server.connections_per_org(1), 100);
+        assert_eq!(server.connections_per_org(3), 25);
+        server.max_connections_per_org = Some(500);
+        assert_eq!(server.connections_per_org(3), 100);
+        server.max_connections_per_org = Some(7);
+        assert_eq!(server.connections_per_org(1), 7);
     }
 }

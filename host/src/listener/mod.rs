@@ -9,8 +9,10 @@
 //!   one for the connection's first request (HTTP/2, gRPC on the Flight
 //!   listener among them, has no header-read timeout of its own: a client
 //!   that sends the preface, or nothing, and no request is closed then);
-//! - an idle timeout: a connection on which no byte moved for that long is
-//!   closed, whether it never sent anything or sits between requests.
+//! - idle timeouts (`activity.rs`): a connection on which no byte moved for
+//!   the short one while nothing runs on it, or the long one while a
+//!   request runs, is closed, and so is one whose response its client has
+//!   stopped reading.
 //!
 //! Each connection gets TCP_NODELAY: small JSON responses must not wait on
 //! delayed ACKs.
@@ -43,7 +45,7 @@ use tokio::{
     sync::{OwnedSemaphorePermit, Semaphore},
 };
 use tokio_rustls::TlsAcceptor;
-use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tokio_util::{either::Either, sync::CancellationToken, task::TaskTracker};
 
 use crate::config::ServerConfig;
 
@@ -202,12 +204,12 @@ pub async fn serve(
                 .http1()
                 .timer(TokioTimer::new())
                 .header_read_timeout(limits.header_read_timeout);
-            let served = match tls {
+            let stream = match tls {
                 Some(acceptor) => {
                     let handshake =
                         tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream));
-                    let stream = match handshake.await {
-                        Ok(Ok(stream)) => stream,
+                    match handshake.await {
+                        Ok(Ok(stream)) => Either::Left(stream),
                         Ok(Err(e)) => {
                             tracing::debug!(%peer, error = %e, "TLS handshake failed");
                             return;
@@ -216,29 +218,19 @@ pub async fn serve(
                             tracing::debug!(%peer, "TLS handshake timed out");
                             return;
                         }
-                    };
-                    let io = TokioIo::new(activity.watch(stream));
-                    let connection = builder.serve_connection_with_upgrades(io, service);
-                    let connection = until_closed(connection, &close);
-                    let connection =
-                        first_request_in_time(connection, &requested, limits.header_read_timeout);
-                    activity
-                        .close_when_idle(connection, limits.idle())
-                        .await
-                        .flatten()
+                    }
                 }
-                None => {
-                    let io = TokioIo::new(activity.watch(stream));
-                    let connection = builder.serve_connection_with_upgrades(io, service);
-                    let connection = until_closed(connection, &close);
-                    let connection =
-                        first_request_in_time(connection, &requested, limits.header_read_timeout);
-                    activity
-                        .close_when_idle(connection, limits.idle())
-                        .await
-                        .flatten()
-                }
+                None => Either::Right(stream),
             };
+            let io = TokioIo::new(activity.watch(stream));
+            let connection = builder.serve_connection_with_upgrades(io, service);
+            let connection = until_closed(connection, &close);
+            let connection =
+                first_request_in_time(connection, &requested, limits.header_read_timeout);
+            let served = activity
+                .close_when_idle(connection, limits.idle())
+                .await
+                .flatten();
             match served {
                 Some(Err(e)) => {
                     tracing::debug!(%peer, error = %e, "connection ended with an error")

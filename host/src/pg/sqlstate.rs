@@ -36,8 +36,8 @@ pub fn fatal(code: &str, message: impl Into<String>) -> PgWireError {
 /// (`other` for pgwire's own protocol errors).
 const SQLSTATES: &[&str] = &[
     "08006", "0A000", "22021", "22023", "22P02", "22P03", "2201B", "28000", "28P01", "3D000",
-    "42501", "42601", "42704", "42P02", "42P07", "53200", "53300", "54000", "54023", "55000",
-    "57014", "08P01", "XX000",
+    "42501", "42601", "42704", "42P02", "42P07", "53200", "53300", "53400", "54000", "54023",
+    "55000", "57014", "08P01", "XX000",
 ];
 
 /// `code` as a metric label, from the closed list.

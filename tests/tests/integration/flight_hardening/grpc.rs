@@ -108,35 +108,13 @@ pub struct Answer {
     pub messages: Vec<Bytes>,
 }
 
-/// `%XX` escapes of a `grpc-message` undone.
-fn percent_decoded(value: &[u8]) -> String {
-    let mut out = Vec::with_capacity(value.len());
-    let mut i = 0;
-    while i < value.len() {
-        let hex = value
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (value[i], hex) {
-            (b'%', Some(byte)) => {
-                out.push(byte);
-                i += 3;
-            }
-            (byte, _) => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).expect("a UTF-8 message")
-}
-
 /// The gRPC status in `headers` (an answer's, or its trailers).
 fn status_in(headers: &http::HeaderMap) -> Option<(u32, String)> {
     let code = headers.get("grpc-status")?.to_str().ok()?.parse().ok()?;
     let message = headers
         .get("grpc-message")
-        .map(|m| percent_decoded(m.as_bytes()))
+        // gRPC escapes its message as S3 escapes a path (`%XX`, `+` kept).
+        .map(|m| lakehost_tests::raw_http::percent_decode(&String::from_utf8_lossy(m.as_bytes())))
         .unwrap_or_default();
     Some((code, message))
 }

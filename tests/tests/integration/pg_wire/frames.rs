@@ -8,7 +8,6 @@
 
 use std::{sync::Arc, time::Duration};
 
-use lakehost_tests::*;
 use rand::{Rng as _, SeedableRng as _, rngs::StdRng};
 use tokio::{
     io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _},
@@ -20,29 +19,12 @@ use tokio_rustls::{
     rustls::{self, pki_types::CertificateDer, pki_types::pem::PemObject as _},
 };
 
-use super::PgApp;
+use super::{PgApp, pg_app_with as app_with};
 
 /// How long any one answer may take before the test calls it a hang.
 const ANSWER: Duration = Duration::from_secs(20);
 
 const SSL_REQUEST: [u8; 8] = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
-
-async fn app_with(adjust: impl FnOnce(&mut lakehost::config::Config)) -> PgApp {
-    let dir = tempfile::tempdir().unwrap();
-    let (_, cert_path, key_path) = localhost_certificate(dir.path());
-    let app = spawn_app_with(|config| {
-        config.server.pg_listen = Some("127.0.0.1:0".parse().unwrap());
-        config.server.tls_cert = Some(cert_path.clone());
-        config.server.tls_key = Some(key_path.clone());
-        adjust(config);
-    })
-    .await;
-    PgApp {
-        app,
-        cert_path,
-        _dir: dir,
-    }
-}
 
 /// A TLS connection to the Postgres port, past its SSLRequest.
 async fn tls(pg: &PgApp) -> TlsStream<TcpStream> {

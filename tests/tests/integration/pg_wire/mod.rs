@@ -29,15 +29,23 @@ struct PgApp {
 }
 
 async fn pg_app() -> PgApp {
+    let pg = pg_app_with(|_| {}).await;
+    seed_demo_lake(&pg.app).await;
+    pg
+}
+
+/// A server with the Postgres listener (and so TLS), its configuration
+/// changed by `adjust`, its lake empty.
+async fn pg_app_with(adjust: impl FnOnce(&mut lakehost::config::Config)) -> PgApp {
     let dir = tempfile::tempdir().unwrap();
     let (_, cert_path, key_path) = localhost_certificate(dir.path());
     let app = spawn_app_with(|config| {
         config.server.pg_listen = Some("127.0.0.1:0".parse().unwrap());
         config.server.tls_cert = Some(cert_path.clone());
         config.server.tls_key = Some(key_path.clone());
+        adjust(config);
     })
     .await;
-    seed_demo_lake(&app).await;
     PgApp {
         app,
         cert_path,
