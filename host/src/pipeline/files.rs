@@ -126,6 +126,19 @@ pub enum FileRefused {
     Io(#[from] std::io::Error),
 }
 
+/// Why a manifest's `component` path is refused before any file is touched.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PathRefused {
+    /// Absolute: not echoed, since it names the server's own folders.
+    #[error(
+        "absolute paths are refused; name the file relative to the manifest, inside the pipeline folder"
+    )]
+    Absolute,
+    /// Its `..` climb above the pipeline folder.
+    #[error("`{0}` leaves the pipeline folder")]
+    LeavesFolder(String),
+}
+
 /// A component `.wasm` file as a manifest names it, with the folder it must
 /// stay inside and its cap: the only way the engine gets at a file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,16 +153,11 @@ impl ComponentFile {
     /// folder `base`, read under `files`' rules. The problem, for the
     /// manifest's error, when it is absolute or its `..` climb above
     /// `files.dir`. Touches no file: symlinks are judged at open.
-    pub fn resolve(written: &str, base: &Path, files: &PipelineFiles) -> Result<Self, String> {
+    pub fn resolve(written: &str, base: &Path, files: &PipelineFiles) -> Result<Self, PathRefused> {
         let relative = Path::new(written);
         if relative.has_root() || matches!(relative.components().next(), Some(Component::Prefix(_)))
         {
-            // Not echoed: an absolute path names the server's own folders.
-            return Err(
-                "absolute paths are refused; name the file relative to the manifest, \
-                        inside the pipeline folder"
-                    .into(),
-            );
+            return Err(PathRefused::Absolute);
         }
         // How deep `base` lies below the pipeline folder, then each step of
         // the path: a `..` at depth 0 leaves the folder.
@@ -161,7 +169,7 @@ impl ComponentFile {
                 Component::CurDir => {}
                 Component::ParentDir if depth > 0 => depth -= 1,
                 Component::ParentDir | Component::RootDir | Component::Prefix(_) => {
-                    return Err(format!("`{written}` leaves the pipeline folder"));
+                    return Err(PathRefused::LeavesFolder(written.to_string()));
                 }
             }
         }

@@ -212,7 +212,7 @@ fn absolute_paths_and_dot_dots_out_of_the_folder_are_refused_before_any_file_is_
     let org = Path::new("/srv/pipelines/orgs/acme");
     let resolve = |written: &str| ComponentFile::resolve(written, org, &files);
     assert_eq!(
-        resolve("/etc/x.wasm").unwrap_err(),
+        resolve("/etc/x.wasm").unwrap_err().to_string(),
         "absolute paths are refused; name the file relative to the manifest, inside the pipeline folder"
     );
     for escaping in [
@@ -221,7 +221,7 @@ fn absolute_paths_and_dot_dots_out_of_the_folder_are_refused_before_any_file_is_
         "a/../../../../x.wasm",
     ] {
         assert_eq!(
-            resolve(escaping).unwrap_err(),
+            resolve(escaping).unwrap_err().to_string(),
             format!("`{escaping}` leaves the pipeline folder")
         );
     }

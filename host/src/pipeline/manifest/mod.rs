@@ -282,7 +282,7 @@ impl Manifest {
                 },
                 None if step.component.ends_with(".wasm") => ComponentSource::File(
                     ComponentFile::resolve(&step.component, base, files)
-                        .map_err(|problem| error(&at("component"), problem))?,
+                        .map_err(|problem| error(&at("component"), problem.to_string()))?,
                 ),
                 None => {
                     return Err(error(
