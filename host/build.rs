@@ -1,10 +1,12 @@
 //! Builds the pipeline steps in `../plugins/` for wasm32-wasip2 and puts the
 //! components in OUT_DIR, where `pipeline::builtin` embeds them, so that
-//! `cargo run` and `cargo test` need nothing else.
+//! `cargo run` and `cargo test` need nothing else. Also tells the tests in
+//! `host/tests/` what outside parts this machine has (`test_parts`).
 
 use std::{env, path::PathBuf, process::Command};
 
 fn main() {
+    test_parts();
     let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets it"));
     let plugins = manifest_dir.join("../plugins");
     let wit = manifest_dir.join("../wit");
@@ -102,6 +104,35 @@ fn ensure_guest_target() {
             "could not run rustup to add the {GUEST} target ({e}); \
              run `rustup target add {GUEST}` by hand, then build again"
         ),
+    }
+}
+
+/// A `lakehost_has_*` cfg for each outside part a test in `host/tests/` drives,
+/// on when the variable its `.ci/` script exports is set (or `CI` is, where
+/// a missing part must fail): a test that needs one is marked
+/// `#[cfg_attr(not(lakehost_has_x), ignore = "needs X: ...")]`, so a bare
+/// machine reports it ignored with its reason. As tests/build.rs does for
+/// the integration tests. Only variables that stay the same from run to run
+/// are read, since a change rebuilds this crate.
+fn test_parts() {
+    const FROM_VARIABLES: [(&str, &str); 5] = [
+        ("lakehost_has_postgres", "LAKEHOST_TEST_DATABASE_URL"),
+        ("lakehost_has_s3", "LAKEHOST_TEST_S3_ENDPOINT"),
+        ("lakehost_has_haproxy", "LAKEHOST_TEST_HAPROXY"),
+        ("lakehost_has_python", "LAKEHOST_TEST_PYTHON"),
+        (
+            "lakehost_has_cargo_component",
+            "LAKEHOST_TEST_CARGO_COMPONENT",
+        ),
+    ];
+    println!("cargo:rerun-if-env-changed=CI");
+    let in_ci = env::var_os("CI").is_some();
+    for (cfg, variable) in FROM_VARIABLES {
+        println!("cargo:rerun-if-env-changed={variable}");
+        println!("cargo:rustc-check-cfg=cfg({cfg})");
+        if in_ci || env::var_os(variable).is_some_and(|value| !value.is_empty()) {
+            println!("cargo:rustc-cfg={cfg}");
+        }
     }
 }
 

@@ -1,10 +1,14 @@
-//! The one source of "now" for everything that expires: tokens, signing-key
-//! rotation, JWKS refetch cooldowns, authorization codes (and later signed links,
-//! leases and schedules).
+//! The one source of "now" for everything that expires or is stamped:
+//! tokens, signing-key rotation, JWKS refetch cooldowns, authorization
+//! codes, signed links and upload grants, job leases, the daily-run
+//! schedule, the jobs' and loads' timestamps, the sweepers' ages.
 //!
 //! Production uses [`SystemClock`]; tests inject a [`ManualClock`] and move it, so
-//! no test sleeps to wait for an expiry. Nothing here may read the system time
-//! except `SystemClock`.
+//! no test sleeps to wait for an expiry. What stays on the process's own
+//! clocks: durations measured with `Instant` (timeouts, latencies, the
+//! listeners' idle limits), log lines' timestamps, the dry runs' report
+//! times, and file ages the retired-file sweeper compares with the files'
+//! own modification times.
 
 use std::sync::{Arc, Mutex};
 

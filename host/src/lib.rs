@@ -8,6 +8,7 @@ pub mod auth;
 pub mod clock;
 pub mod config;
 pub mod dailyrun;
+pub mod distributed;
 pub mod drain;
 pub mod engine;
 #[cfg(feature = "flight-sql")]
@@ -27,6 +28,8 @@ pub mod pg;
 pub mod pipeline;
 pub mod query;
 pub mod readiness;
+pub mod retired;
+pub mod runtime;
 pub mod s3;
 pub mod startup;
 pub mod store;

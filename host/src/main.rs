@@ -94,9 +94,9 @@ enum Command {
 fn main() -> std::process::ExitCode {
     purge_freed_memory_sooner();
     // The request runtime plans what callers send: the same big stacks as
-    // the engine's (`engine::runtime`).
+    // the engine's (`runtime`).
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .thread_stack_size(lakehost::engine::runtime::THREAD_STACK_BYTES)
+        .thread_stack_size(lakehost::runtime::THREAD_STACK_BYTES)
         .enable_all()
         .build();
     match runtime {

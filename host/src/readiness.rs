@@ -7,7 +7,11 @@
 
 use std::time::Duration;
 
-use crate::{drain::Drain, lake::Lake, store::Store};
+use crate::{
+    drain::Drain,
+    lake::{self, Lake},
+    store::{self, Store},
+};
 
 /// How long one part may take to answer.
 pub const CHECK_TIMEOUT: Duration = Duration::from_millis(1000);
@@ -23,7 +27,25 @@ pub struct Readiness {
     pub drain: Drain,
 }
 
-/// Each part's answer: `Ok` or why it is not ready, in [`PARTS`] order.
+/// Why a part is not ready.
+#[derive(Debug, thiserror::Error)]
+pub enum NotReady {
+    #[error("draining")]
+    Draining,
+    #[error("not checked: the store does not answer")]
+    StoreNotChecked,
+    #[error("not applied: {0:?}")]
+    MigrationsMissing(Vec<i64>),
+    #[error("no answer within {} ms", CHECK_TIMEOUT.as_millis())]
+    NoAnswer,
+    #[error(transparent)]
+    Store(#[from] store::Error),
+    #[error(transparent)]
+    Lake(#[from] lake::Error),
+}
+
+/// Each part's answer: `Ok` or why it is not ready (as the readiness body
+/// shows it), in [`PARTS`] order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReadinessReport {
     pub parts: Vec<(&'static str, Result<(), String>)>,
@@ -44,48 +66,49 @@ impl Readiness {
         let (store, lake) = tokio::join!(self.store_and_migrations(), self.lake());
         let (store, migrations) = store;
         let drain = if self.drain.is_draining() {
-            Err("draining".to_string())
+            Err(NotReady::Draining)
         } else {
             Ok(())
         };
+        let parts = [
+            ("store", store),
+            ("migrations", migrations),
+            ("lake", lake),
+            ("drain", drain),
+        ];
         ReadinessReport {
-            parts: vec![
-                ("store", store),
-                ("migrations", migrations),
-                ("lake", lake),
-                ("drain", drain),
-            ],
+            // The body shows each reason's text (`api/health.rs`).
+            parts: parts
+                .into_iter()
+                .map(|(part, answer)| (part, answer.map_err(|why| why.to_string())))
+                .collect(),
         }
     }
 
-    async fn store_and_migrations(&self) -> (Result<(), String>, Result<(), String>) {
+    async fn store_and_migrations(&self) -> (Result<(), NotReady>, Result<(), NotReady>) {
         if let Err(why) = bounded(self.store.ping()).await {
-            return (
-                Err(why),
-                Err("not checked: the store does not answer".into()),
-            );
+            return (Err(why), Err(NotReady::StoreNotChecked));
         }
         let migrations = match bounded(self.store.missing_migrations()).await {
             Ok(missing) if missing.is_empty() => Ok(()),
-            Ok(missing) => Err(format!("not applied: {missing:?}")),
+            Ok(missing) => Err(NotReady::MigrationsMissing(missing)),
             Err(why) => Err(why),
         };
         (Ok(()), migrations)
     }
 
-    async fn lake(&self) -> Result<(), String> {
+    async fn lake(&self) -> Result<(), NotReady> {
         bounded(self.lake.probe()).await
     }
 }
 
-/// `answer` within [`CHECK_TIMEOUT`], its error as text.
-async fn bounded<T, E: std::fmt::Display>(
+/// `answer` within [`CHECK_TIMEOUT`].
+async fn bounded<T, E: Into<NotReady>>(
     answer: impl Future<Output = Result<T, E>>,
-) -> Result<T, String> {
+) -> Result<T, NotReady> {
     match tokio::time::timeout(CHECK_TIMEOUT, answer).await {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!("no answer within {} ms", CHECK_TIMEOUT.as_millis())),
+        Ok(answer) => answer.map_err(Into::into),
+        Err(_) => Err(NotReady::NoAnswer),
     }
 }
 

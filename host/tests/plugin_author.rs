@@ -7,8 +7,9 @@
 //!
 //! cargo component comes from `LAKEHOST_TEST_CARGO_COMPONENT` (`eval
 //! "$(.ci/cargo-component)"`), componentize-py from the venv of
-//! `LAKEHOST_TEST_PYTHON` (`eval "$(.ci/python)"`); in CI both must be
-//! there, elsewhere the test says what it skipped.
+//! `LAKEHOST_TEST_PYTHON` (`eval "$(.ci/python)"`): the test that needs them
+//! is reported ignored unless the build saw both (host/build.rs), and in
+//! CI it must run.
 
 use std::{
     path::{Path, PathBuf},
@@ -22,19 +23,15 @@ mod common;
 
 use common::{lakehost, serve};
 
-/// A tool of the author's, or `None` (said so) outside CI when it is missing.
-fn author_tool(what: &str, found: Option<PathBuf>, how: &str) -> Option<PathBuf> {
-    match found.filter(|path| path.is_file()) {
-        Some(path) => Some(path),
-        None if std::env::var_os("CI").is_some() => panic!("{what} is missing in CI: {how}"),
-        None => {
-            eprintln!("NOTE: the {what} part of the plugin-author test not run: {how}");
-            None
-        }
-    }
+/// A tool of the author's, which the build saw (`lakehost_has_cargo_component`
+/// and `lakehost_has_python`, or `CI`): a missing one fails the test.
+fn author_tool(what: &str, found: Option<PathBuf>, how: &str) -> PathBuf {
+    found
+        .filter(|path| path.is_file())
+        .unwrap_or_else(|| panic!("{what} is missing: {how}"))
 }
 
-fn cargo_component() -> Option<PathBuf> {
+fn cargo_component() -> PathBuf {
     author_tool(
         "cargo component",
         std::env::var_os("LAKEHOST_TEST_CARGO_COMPONENT").map(PathBuf::from),
@@ -42,7 +39,7 @@ fn cargo_component() -> Option<PathBuf> {
     )
 }
 
-fn componentize_py() -> Option<PathBuf> {
+fn componentize_py() -> PathBuf {
     author_tool(
         "componentize-py",
         std::env::var_os("LAKEHOST_TEST_PYTHON")
@@ -155,6 +152,9 @@ async fn load_outcome(http: &reqwest::Client, base: &str, token: &str, id: &str)
     panic!("load {id} still PROCESSING after a minute");
 }
 
+/// A Rust load step: scaffolded in `home`, built with cargo, checked,
+/// dry-run; then a daily-run step, dry-run over a scratch lake seeded from
+/// the sample; then the load step on a server, in an org's commits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_step_written_outside_the_repository_runs_in_an_orgs_commits() {
     let home = tempfile::tempdir().unwrap();
@@ -168,55 +168,7 @@ async fn a_step_written_outside_the_repository_runs_in_an_orgs_commits() {
         author(&cargo, &rust).args(["build", "--release", "--target", "wasm32-wasip2"]),
         "cargo build of the scaffolded step",
     );
-    let built = rust.join("target/wasm32-wasip2/release/fare_guard.wasm");
     check_and_dry_run_a_load_step(&rust, "fare_guard");
-
-    // The same project with cargo component, from a clean target folder.
-    if let Some(cargo_component) = cargo_component() {
-        std::fs::remove_dir_all(rust.join("target")).unwrap();
-        let path = std::env::join_paths(
-            std::iter::once(cargo_component.parent().unwrap().to_path_buf())
-                .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap())),
-        )
-        .unwrap();
-        succeeds(
-            author(&cargo, &rust).env("PATH", path).args([
-                "component",
-                "build",
-                "--release",
-                "--target",
-                "wasm32-wasip2",
-            ]),
-            "cargo component build of the scaffolded step",
-        );
-        assert!(built.is_file(), "cargo component wrote {}", built.display());
-        check_and_dry_run_a_load_step(&rust, "fare_guard");
-    }
-
-    // A Python load step: scaffolded, built with componentize-py.
-    let python_step = match componentize_py() {
-        Some(componentize_py) => {
-            let (code, out) = pipeline(home.path(), &["new-step", "py-guard", "--lang", "python"]);
-            assert_eq!(code, Some(0), "{out}");
-            let project = home.path().join("py-guard");
-            succeeds(
-                author(&componentize_py, &project).args([
-                    "-d",
-                    "wit",
-                    "-w",
-                    "step",
-                    "componentize",
-                    "app",
-                    "-o",
-                    "py_guard.wasm",
-                ]),
-                "componentize-py of the scaffolded step",
-            );
-            check_and_dry_run_a_load_step(&project, "py_guard");
-            Some(project.join("py_guard.wasm"))
-        }
-        None => None,
-    };
 
     // A Rust daily-run step, dry-run over a scratch lake seeded from the sample.
     let (code, out) = pipeline(home.path(), &["new-step", "trip-counts", "--daily"]);
@@ -259,9 +211,75 @@ async fn a_step_written_outside_the_repository_runs_in_an_orgs_commits() {
     let (code, out) = pipeline(&rust, &["check", "--daily", "manifest.toml"]);
     assert_eq!(code, Some(1), "{out}");
 
-    // The org's manifest on a server: the default steps with the author's
-    // steps after validate_parquet, their components copied beside it.
-    let server_dir = home.path().join("server");
+    runs_in_an_orgs_commits(home.path(), &rust, None).await;
+}
+
+/// The author's other tools: the same Rust project built with cargo
+/// component, and a Python load step built with componentize-py, checked,
+/// dry-run, then both on a server, in an org's commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(all(lakehost_has_cargo_component, lakehost_has_python)),
+    ignore = "needs cargo component and componentize-py: eval \"$(.ci/cargo-component)\" and \"$(.ci/python)\" first (README, Tests)"
+)]
+async fn steps_built_with_cargo_component_and_componentize_py_run_in_an_orgs_commits() {
+    let home = tempfile::tempdir().unwrap();
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let cargo_component = cargo_component();
+    let componentize_py = componentize_py();
+
+    // The Rust project with cargo component, from a clean target folder.
+    let (code, out) = pipeline(home.path(), &["new-step", "fare-guard"]);
+    assert_eq!(code, Some(0), "{out}");
+    let rust = home.path().join("fare-guard");
+    let path = std::env::join_paths(
+        std::iter::once(cargo_component.parent().unwrap().to_path_buf())
+            .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap())),
+    )
+    .unwrap();
+    succeeds(
+        author(&cargo, &rust).env("PATH", path).args([
+            "component",
+            "build",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+        ]),
+        "cargo component build of the scaffolded step",
+    );
+    let built = rust.join("target/wasm32-wasip2/release/fare_guard.wasm");
+    assert!(built.is_file(), "cargo component wrote {}", built.display());
+    check_and_dry_run_a_load_step(&rust, "fare_guard");
+
+    // A Python load step: scaffolded, built with componentize-py.
+    let (code, out) = pipeline(home.path(), &["new-step", "py-guard", "--lang", "python"]);
+    assert_eq!(code, Some(0), "{out}");
+    let project = home.path().join("py-guard");
+    succeeds(
+        author(&componentize_py, &project).args([
+            "-d",
+            "wit",
+            "-w",
+            "step",
+            "componentize",
+            "app",
+            "-o",
+            "py_guard.wasm",
+        ]),
+        "componentize-py of the scaffolded step",
+    );
+    check_and_dry_run_a_load_step(&project, "py_guard");
+
+    runs_in_an_orgs_commits(home.path(), &rust, Some(&project.join("py_guard.wasm"))).await;
+}
+
+/// The org's manifest on a server in `home`: the default steps with the
+/// author's Rust step (built in `rust`) after validate_parquet, and the
+/// Python one (`python_step`) when given, their components copied beside
+/// it; real commits run them.
+async fn runs_in_an_orgs_commits(home: &Path, rust: &Path, python_step: Option<&Path>) {
+    let built = rust.join("target/wasm32-wasip2/release/fare_guard.wasm");
+    let server_dir = home.join("server");
     let org_dir = server_dir.join("pipelines/orgs/demo");
     std::fs::create_dir_all(&org_dir).unwrap();
     std::fs::copy(&built, org_dir.join("fare_guard.wasm")).unwrap();
@@ -271,7 +289,7 @@ async fn a_step_written_outside_the_repository_runs_in_an_orgs_commits() {
             "target/wasm32-wasip2/release/fare_guard.wasm",
             "fare_guard.wasm",
         );
-    let manifest = match &python_step {
+    let manifest = match python_step {
         Some(wasm) => {
             std::fs::copy(wasm, org_dir.join("py_guard.wasm")).unwrap();
             manifest.replacen(
@@ -317,7 +335,7 @@ async fn a_step_written_outside_the_repository_runs_in_an_orgs_commits() {
     );
 
     // The Python step forbids `fare` (the Rust one only `email`): the sample
-    // passes the first and fails at the second; without Python it loads.
+    // passes the first and fails at the second; with the Rust step alone it loads.
     let trips = commit("trips.parquet", "trips").await;
     let status = load_outcome(&http, &base, &token, &trips).await;
     if python_step.is_some() {

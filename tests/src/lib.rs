@@ -709,56 +709,64 @@ pub async fn seed_demo_lake(app: &TestApp) {
 }
 
 /// The URL of a fresh, empty Postgres database on the server named by
-/// `LAKEHOST_TEST_DATABASE_URL` (`.ci/run` starts one), or `None` outside CI
-/// when it is not set. In CI a missing server is an error, never a skip.
-pub async fn fresh_postgres_url() -> Option<String> {
-    match std::env::var("LAKEHOST_TEST_DATABASE_URL") {
-        Ok(admin_url) => {
-            use sqlx::Connection as _;
-            let name = format!("lakehost_test_{}", lakehost::store::new_id());
-            let mut admin = sqlx::PgConnection::connect(&admin_url).await.unwrap();
-            sqlx::query(&format!("CREATE DATABASE {name}"))
-                .execute(&mut admin)
-                .await
-                .unwrap();
-            let base = admin_url.rsplit_once('/').unwrap().0;
-            Some(format!("{base}/{name}"))
-        }
-        Err(_) if std::env::var_os("CI").is_some() => {
-            panic!("LAKEHOST_TEST_DATABASE_URL must name a Postgres server in CI")
-        }
-        Err(_) => {
-            eprintln!("NOTE: Postgres tests not run: set LAKEHOST_TEST_DATABASE_URL (see .ci/run)");
-            None
-        }
-    }
+/// `LAKEHOST_TEST_DATABASE_URL` (`eval "$(.ci/postgres)"` starts one). Only
+/// tests marked `#[cfg_attr(not(lakehost_has_postgres), ignore = ...)]` call
+/// it: the cfg is on when the variable is set (tests/build.rs), so a missing
+/// variable here is a failure, never a skip.
+pub async fn fresh_postgres_url() -> String {
+    use sqlx::Connection as _;
+    let admin_url = needed_variable("LAKEHOST_TEST_DATABASE_URL", ".ci/postgres");
+    let name = format!("lakehost_test_{}", lakehost::store::new_id());
+    let mut admin = sqlx::PgConnection::connect(&admin_url)
+        .await
+        .unwrap_or_else(|e| panic!("the Postgres server at {admin_url} answers: {e}"));
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let base = admin_url.rsplit_once('/').unwrap().0;
+    format!("{base}/{name}")
 }
 
 /// The Python interpreter with the real upload clients (boto3, requests,
-/// pyarrow) and the Comotion SDK that `.ci/python` prepares, or `None` outside CI when
-/// `LAKEHOST_TEST_PYTHON` is not set. In CI a missing interpreter is an error.
-pub fn test_python() -> Option<PathBuf> {
-    python_named_by("LAKEHOST_TEST_PYTHON", "upload client tests")
+/// pyarrow) and the Comotion SDK that `.ci/python` prepares
+/// (`LAKEHOST_TEST_PYTHON`), for tests marked
+/// `#[cfg_attr(not(lakehost_has_python), ignore = ...)]`.
+pub fn test_python() -> PathBuf {
+    PathBuf::from(needed_variable("LAKEHOST_TEST_PYTHON", ".ci/python"))
 }
 
 /// The Python interpreter with Superset's Flight SQL driver (flightsql-dbapi
-/// on SQLAlchemy 1.4) that `.ci/python` prepares in a venv of its own, or
-/// `None` outside CI when `LAKEHOST_TEST_SUPERSET_PYTHON` is not set.
-pub fn superset_python() -> Option<PathBuf> {
-    python_named_by("LAKEHOST_TEST_SUPERSET_PYTHON", "Superset client tests")
+/// on SQLAlchemy 1.4) that `.ci/python` prepares in a venv of its own
+/// (`LAKEHOST_TEST_SUPERSET_PYTHON`), for tests marked
+/// `#[cfg_attr(not(lakehost_has_superset), ignore = ...)]`.
+pub fn superset_python() -> PathBuf {
+    PathBuf::from(needed_variable(
+        "LAKEHOST_TEST_SUPERSET_PYTHON",
+        ".ci/python",
+    ))
 }
 
-fn python_named_by(variable: &str, tests: &str) -> Option<PathBuf> {
-    match std::env::var(variable) {
-        Ok(path) => Some(PathBuf::from(path)),
-        Err(_) if std::env::var_os("CI").is_some() => {
-            panic!("{variable} must name a Python in CI (see .ci/run and .ci/python)")
-        }
-        Err(_) => {
-            eprintln!("NOTE: {tests} not run: eval \"$(.ci/python)\" first");
-            None
-        }
-    }
+/// The S3 endpoint of the throwaway S3 server `.ci/s3` starts
+/// (`LAKEHOST_TEST_S3_ENDPOINT`; the lake reads the standard `AWS_*`
+/// variables it exports too), for tests marked
+/// `#[cfg_attr(not(lakehost_has_s3), ignore = ...)]`.
+pub fn s3_endpoint() -> String {
+    needed_variable("LAKEHOST_TEST_S3_ENDPOINT", ".ci/s3")
+}
+
+/// The value of `variable`, which tests/build.rs saw set (or `CI` is set,
+/// where every part must be there): its absence fails the test that needs it.
+pub fn needed_variable(variable: &str, script: &str) -> String {
+    std::env::var(variable)
+        .ok()
+        .filter(|value| !value.is_empty())
+        .unwrap_or_else(|| {
+            panic!(
+                "{variable} is not set, but this build runs the tests that need it \
+                 (it was set when the tests were built, or CI is): eval \"$({script})\""
+            )
+        })
 }
 
 /// Runs one command of `tests/python/upload_client.py` (a real boto3,

@@ -3,10 +3,12 @@
 //! become `ApiError` here and only here.
 //!
 //! 5xx variants keep their source for the log; callers see only the spec's text.
-//! The generic 500 body gains the request code in `gateway::request_context`,
-//! which is also where it is logged, once.
+//! A 5xx is logged here and only here ([`ApiError::log_cause`], from
+//! `into_response`, which runs inside the request's span, so the line
+//! carries the request id), with its whole cause chain. The generic 500 body
+//! gains the request code in `gateway::request_context`.
 
-use std::sync::Arc;
+use std::fmt;
 
 use axum::{
     Json,
@@ -47,6 +49,9 @@ impl QueryOperation {
 pub const INTERNAL_MESSAGE: &str =
     "An Internal Server Error occurred. Please contact support if this error persists.";
 
+/// The cause of an unexpected failure, kept for the log.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     /// 401: no, malformed or invalid token.
@@ -69,7 +74,11 @@ pub enum ApiError {
     /// 500 of the identity endpoint.
     #[error("identity endpoint failed: {0}")]
     IdentityInternal(String),
-    /// Any other unexpected failure.
+    /// Any other unexpected failure, with its cause: the generic 500.
+    #[error("internal error")]
+    Unexpected(#[source] BoxError),
+    /// The generic 500 of a failure told in words only: the older form of
+    /// [`ApiError::Unexpected`], which its remaining call sites move to.
     #[error("internal error: {0}")]
     Internal(String),
     /// 400 with a message of its own (body not JSON, parameter missing).
@@ -118,6 +127,11 @@ pub enum ApiError {
 }
 
 impl ApiError {
+    /// The generic 500 for `cause`, which only the log sees.
+    pub fn unexpected(cause: impl std::error::Error + Send + Sync + 'static) -> Self {
+        ApiError::Unexpected(Box::new(cause))
+    }
+
     /// A query service outcome as the endpoint of `operation` reports it.
     pub fn query(error: QueryError, operation: QueryOperation) -> Self {
         let invalid = |message: String| ApiError::InvalidRequest { operation, message };
@@ -145,6 +159,7 @@ impl From<LoadError> for ApiError {
                 ApiError::BadRequest("InvalidParameter: Load Already Committed.".into())
             }
             LoadError::Internal(why) => ApiError::Internal(why),
+            e @ (LoadError::Store(_) | LoadError::Staging { .. }) => ApiError::unexpected(e),
         }
     }
 }
@@ -158,10 +173,30 @@ impl From<TokenError> for ApiError {
     }
 }
 
-/// Marks a generic 500 response so the gateway layer can log its cause and add
-/// the request code to the message.
-#[derive(Debug, Clone)]
-pub struct InternalErrorSource(pub Arc<str>);
+/// Marks a generic 500 response so the gateway layer adds the request code
+/// to its message.
+#[derive(Debug, Clone, Copy)]
+pub struct GenericInternalError;
+
+/// An error and its causes on one line, `: ` between them; a cause whose
+/// text is already shown (an error that prints its source) is not repeated.
+pub struct CauseChain<'a>(pub &'a (dyn std::error::Error + 'static));
+
+impl fmt::Display for CauseChain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut shown = self.0.to_string();
+        let mut cause = self.0.source();
+        while let Some(error) = cause {
+            let text = error.to_string();
+            if !shown.contains(&text) {
+                shown.push_str(": ");
+                shown.push_str(&text);
+            }
+            cause = error.source();
+        }
+        f.write_str(&shown)
+    }
+}
 
 fn message(status: StatusCode, message: &str) -> Response {
     let body = ErrorBody {
@@ -180,9 +215,10 @@ impl ApiError {
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Timeout => StatusCode::GATEWAY_TIMEOUT,
-            ApiError::IdentityInternal(_) | ApiError::Internal(_) | ApiError::CsvFailure(_) => {
-                StatusCode::INTERNAL_SERVER_ERROR
-            }
+            ApiError::IdentityInternal(_)
+            | ApiError::Unexpected(_)
+            | ApiError::Internal(_)
+            | ApiError::CsvFailure(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::BadRequest(_) | ApiError::InvalidRequest { .. } => StatusCode::BAD_REQUEST,
             ApiError::QueryNotFound { .. }
             | ApiError::LoadNotFound
@@ -196,9 +232,39 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// Logs what a failure the caller cannot fix came from, once, with its
+    /// cause chain: every 500 (a CSV link's at `warn`: most are a query
+    /// that is not there, which the spec answers with a 500). The 504 has
+    /// no cause beyond the request's own line.
+    fn log_cause(&self) {
+        match self {
+            ApiError::CsvFailure(_) => {
+                tracing::warn!(error = %CauseChain(self), "csv link refused");
+            }
+            ApiError::IdentityInternal(_)
+            | ApiError::Unexpected(_)
+            | ApiError::Internal(_)
+            | ApiError::DailyRunStore { .. } => {
+                tracing::error!(error = %CauseChain(self), "internal error");
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The generic 500: the spec's message, marked for the gateway to add the
+/// request code.
+fn generic_internal(status: StatusCode) -> Response {
+    let mut response = message(status, INTERNAL_MESSAGE);
+    response.extensions_mut().insert(GenericInternalError);
+    response
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
+        self.log_cause();
         match self {
             ApiError::Unauthorized(why) => {
                 tracing::debug!(reason = %why, "token refused");
@@ -236,8 +302,7 @@ impl IntoResponse for ApiError {
                 };
                 (status, Json(body)).into_response()
             }
-            ApiError::IdentityInternal(source) => {
-                tracing::error!(error = %source, "security metadata failed");
+            ApiError::IdentityInternal(_) => {
                 let body = ErrorBody {
                     message: "There was a problem returning the security metadata".into(),
                     error: Some("Error".into()),
@@ -275,28 +340,13 @@ impl IntoResponse for ApiError {
                 ),
             ),
             ApiError::DailyRunNotFound => message(status, "DailyRun not found"),
-            ApiError::DailyRunStore {
-                message: text,
-                cause,
-            } => {
-                tracing::error!(error = %cause, "daily run store failed");
-                message(status, text)
-            }
+            ApiError::DailyRunStore { message: text, .. } => message(status, text),
             ApiError::LoadNotFound => {
                 message(status, "NotFound: load_id does not exist for this user.")
             }
             ApiError::Denied(denial) => message(status, denial.message()),
-            ApiError::CsvFailure(source) => {
-                tracing::warn!(error = %source, "csv link refused");
-                message(status, "Internal Server Error")
-            }
-            ApiError::Internal(source) => {
-                let mut response = message(status, INTERNAL_MESSAGE);
-                response
-                    .extensions_mut()
-                    .insert(InternalErrorSource(source.into()));
-                response
-            }
+            ApiError::CsvFailure(_) => message(status, "Internal Server Error"),
+            ApiError::Unexpected(_) | ApiError::Internal(_) => generic_internal(status),
         }
     }
 }

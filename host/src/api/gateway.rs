@@ -1,10 +1,14 @@
 //! What the spec's gateway does before a request reaches a handler: request ids
 //! (in logs, in the `x-request-id` response header and in generic 500 messages
 //! as the "request code"), the one log line and the metrics of each request,
-//! the body-size limit (413), the gateway timeout (504), and JSON bodies for
-//! unknown paths and methods.
+//! the body-size limit (413), the gateway timeout (504), JSON bodies for
+//! unknown paths and methods, and the generic 500 for a handler that panics
+//! (the connection stays up).
 
-use std::time::{Duration, Instant};
+use std::{
+    any::Any,
+    time::{Duration, Instant},
+};
 
 use axum::{
     body::Body,
@@ -14,9 +18,10 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use serde_json::json;
+use tower_http::catch_panic::CatchPanicLayer;
 use tracing::Instrument as _;
 
-use super::error::{ApiError, INTERNAL_MESSAGE, InternalErrorSource};
+use super::error::{ApiError, GenericInternalError, INTERNAL_MESSAGE};
 use crate::observability::{
     labels::{ApiLabel, UNMATCHED_ROUTE},
     metrics,
@@ -77,7 +82,8 @@ pub async fn tag_route(State(api): State<ApiLabel>, request: Request, next: Next
 
 /// Gives each request its id, runs it in a span, logs its outcome once
 /// (method, route template, status, latency), counts it, and adds the
-/// request code to generic 500 messages.
+/// request code to generic 500 messages (whose causes `ApiError` logged,
+/// inside this span).
 pub async fn request_context(mut request: Request, next: Next) -> Response {
     let id = request_id(&request);
     request.extensions_mut().insert(RequestId(id.clone()));
@@ -91,8 +97,11 @@ pub async fn request_context(mut request: Request, next: Next) -> Response {
     let started = Instant::now();
     let mut response = next.run(request).instrument(span.clone()).await;
     let _entered = span.enter();
-    if let Some(source) = response.extensions_mut().remove::<InternalErrorSource>() {
-        tracing::error!(error = %source.0, "internal error");
+    if response
+        .extensions_mut()
+        .remove::<GenericInternalError>()
+        .is_some()
+    {
         let body = json!({ "message": format!("{INTERNAL_MESSAGE} Request code: {id}") });
         *response.body_mut() = Body::from(body.to_string());
         response.headers_mut().remove(header::CONTENT_LENGTH);
@@ -156,6 +165,35 @@ pub async fn json_rejections(request: Request, next: Next) -> Response {
     response
 }
 
+/// A handler that panicked: what it said, when it said it in words.
+#[derive(Debug, thiserror::Error)]
+#[error("the request's handler panicked: {0}")]
+pub struct Panicked(String);
+
+impl Panicked {
+    fn of(payload: &(dyn Any + Send)) -> Self {
+        let said = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "(no message)".into());
+        Panicked(said)
+    }
+}
+
+/// The generic 500 (logged once, as any other) for a request whose
+/// handler panicked.
+fn panicked(payload: Box<dyn Any + Send + 'static>) -> Response {
+    ApiError::unexpected(Panicked::of(payload.as_ref())).into_response()
+}
+
+/// Answers a request whose handler panics with the generic 500 instead of
+/// dropping its connection. Layered inside [`request_context`], so the
+/// answer has its request code and the log line its request id.
+pub fn catch_panics() -> CatchPanicLayer<fn(Box<dyn Any + Send + 'static>) -> Response> {
+    CatchPanicLayer::custom(panicked as fn(Box<dyn Any + Send + 'static>) -> Response)
+}
+
 pub async fn not_found() -> ApiError {
     ApiError::NotFound
 }
@@ -171,14 +209,11 @@ mod tests {
 
     use super::*;
 
-    #[tokio::test]
-    async fn internal_errors_carry_the_request_code() {
-        let app = Router::new()
-            .route(
-                "/boom",
-                get(|| async { ApiError::Internal("disk on fire".into()) }),
-            )
-            .layer(from_fn(request_context));
+    /// The body of `app`'s answer to GET /boom, layered as `api::app`
+    /// layers the gateway, checked to be the generic 500 with its request
+    /// code.
+    async fn generic_500(app: Router) -> serde_json::Value {
+        let app = app.layer(catch_panics()).layer(from_fn(request_context));
         let response = app
             .oneshot(Request::get("/boom").body(Body::empty()).unwrap())
             .await
@@ -194,9 +229,34 @@ mod tests {
             body,
             json!({ "message": format!("{INTERNAL_MESSAGE} Request code: {id}") })
         );
+        body
+    }
+
+    #[tokio::test]
+    async fn internal_errors_carry_the_request_code() {
+        let told = Router::new().route(
+            "/boom",
+            get(|| async { ApiError::Internal("disk on fire".into()) }),
+        );
+        let body = generic_500(told).await;
         assert!(
             !body.to_string().contains("disk on fire"),
             "the cause stays in the log"
         );
+        let caused = Router::new().route(
+            "/boom",
+            get(|| async { ApiError::unexpected(std::io::Error::other("disk on fire")) }),
+        );
+        let body = generic_500(caused).await;
+        assert!(!body.to_string().contains("disk on fire"));
+    }
+
+    #[tokio::test]
+    async fn a_handler_that_panics_answers_the_generic_500() {
+        async fn boom() -> &'static str {
+            panic!("disk on fire")
+        }
+        let body = generic_500(Router::new().route("/boom", get(boom))).await;
+        assert!(!body.to_string().contains("disk on fire"));
     }
 }

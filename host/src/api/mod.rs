@@ -170,5 +170,7 @@ pub fn app(state: AppState, idp: Option<Arc<Idp>>) -> Router {
             Duration::from_secs(config.server.request_timeout_s),
             gateway::timeout,
         ))
+        // Inside the request's span: a panic's 500 has its request code.
+        .layer(gateway::catch_panics())
         .layer(from_fn(gateway::request_context))
 }

@@ -2,21 +2,21 @@
 //! validated for this API (issuer = the org's realm, audience = this API's
 //! client) and carries the scope `S` names (prefixed `<zone>:` on a Zone API).
 //!
-//! Rejections: 401 `Unauthorized` for anything wrong with the token or the
-//! Authorization header, 403 `Forbidden` for a missing scope.
+//! The checks are `auth::authenticate`'s, as for every front end; this
+//! module maps its refusals to the spec's statuses once (`refused`): 401
+//! `Unauthorized` for anything wrong with the token or the Authorization
+//! header, 403 `Forbidden` for a missing scope, 500 for the claims a query
+//! or load endpoint reads.
 
 use std::marker::PhantomData;
 
 use axum::{extract::FromRequestParts, http::request::Parts};
 
 use super::{AppState, error::ApiError, routing::ApiTarget};
-use crate::{
-    auth::{
-        AccessClaims, LakeCaller,
-        caller::{bearer_token as bearer_token_of, scope_on},
-        validator::Expected,
-    },
-    observability::metrics::token_rejected,
+use crate::auth::{
+    AccessClaims, Api, Credentials, LakeCaller, Refusal, Verified,
+    authenticate::verify,
+    caller::{bearer_token, scope_on},
 };
 
 /// The scope an endpoint needs (spec "Scopes per endpoint").
@@ -63,20 +63,42 @@ pub struct Caller<S: RequiredScope> {
     pub target: ApiTarget,
     /// `svc_api` or `svc_api_<zone>`: whose roles count here.
     pub api_client: String,
+    verified: Verified,
     _scope: PhantomData<S>,
 }
 
-/// `Bearer <token>`: scheme case-insensitive, one space, a token without spaces.
-fn bearer_token(parts: &Parts) -> Result<&str, ApiError> {
-    let unauthorized = |why: &str| ApiError::Unauthorized(why.to_string());
-    let value = parts
-        .headers
-        .get(axum::http::header::AUTHORIZATION)
-        .ok_or_else(|| unauthorized("no Authorization header"))?
-        .to_str()
-        .map_err(|_| unauthorized("Authorization header is not ASCII"))?;
-    bearer_token_of(value)
-        .ok_or_else(|| unauthorized("Authorization header is not `Bearer <token>`"))
+/// A refusal of `auth::authenticate` as the REST APIs answer it (spec
+/// "Status codes"), the one place they do: anything wrong with the token or
+/// the `Authorization` header is 401 `{"message": "Unauthorized"}`, a
+/// missing scope 403 `{"message": "Forbidden"}`; a token whose claims a
+/// query or load endpoint reads are missing or malformed is the spec's 500
+/// ("tokens with missing or malformed claims on query endpoints"), as is an
+/// identity provider out of reach. Client secrets and their failure budget
+/// are not REST's (it takes bearer tokens only): a refusal of theirs is 401.
+fn refused(refusal: Refusal) -> ApiError {
+    match refusal {
+        Refusal::MissingScope { needed } => ApiError::Forbidden(needed),
+        Refusal::Claims(e) => ApiError::Internal(format!("token claims: {e}")),
+        Refusal::ProviderUnavailable(e) => ApiError::Internal(format!("token keys: {e}")),
+        unauthorized @ (Refusal::MissingCredentials
+        | Refusal::InvalidToken(_)
+        | Refusal::WrongIssuerOrAudience(_)
+        | Refusal::Expired
+        | Refusal::SecretRefused
+        | Refusal::Throttled(_)) => ApiError::Unauthorized(cause_chain(&unauthorized)),
+    }
+}
+
+/// `error` and its causes, for the debug log of a 401.
+fn cause_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 impl<S: RequiredScope> FromRequestParts<AppState> for Caller<S> {
@@ -88,46 +110,38 @@ impl<S: RequiredScope> FromRequestParts<AppState> for Caller<S> {
             .get::<ApiTarget>()
             .cloned()
             .ok_or_else(|| ApiError::Internal("request reached an API without a target".into()))?;
-        let token = bearer_token(parts).inspect_err(|_| token_rejected("missing_bearer"))?;
-        let api_client = target.api_client(&state.config);
-        let claims = state
-            .validator
-            .validate(
-                token,
-                Expected {
-                    org: &target.org,
-                    audience: &api_client,
-                },
-            )
-            .await?;
-        if let Some(base) = S::SCOPE {
-            let needed = scope_for(base, &target);
-            if !claims.scopes().contains(needed.as_str()) {
-                token_rejected("insufficient_scope");
-                return Err(ApiError::Forbidden(needed));
-            }
-        }
+        // `Bearer <token>`: scheme case-insensitive, one space, a token
+        // without spaces; anything else is no credentials.
+        let credentials = parts
+            .headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(bearer_token)
+            .map(Credentials::Bearer);
+        let api = Api {
+            org: &target.org,
+            zone: target.zone(),
+        };
+        let verified = verify(&state.validator, credentials, api, S::SCOPE)
+            .await
+            .map_err(refused)?;
         Ok(Self {
-            claims,
+            claims: verified.claims.clone(),
+            api_client: verified.api_client.clone(),
             target,
-            api_client,
+            verified,
             _scope: PhantomData,
         })
     }
 }
 
 impl<S: RequiredScope> Caller<S> {
-    /// The caller as the query and load services need it. Claims a query
-    /// endpoint cannot do without (service clients, resource access) missing
-    /// or malformed → 500, as the spec says; no roles on this API's client →
-    /// no recognised role.
+    /// The caller as the query and load services need it: the claims those
+    /// endpoints cannot do without (service clients, resource access)
+    /// missing or malformed are the spec's 500; no roles on this API's
+    /// client is no recognised role.
     pub fn lake_caller(&self) -> Result<LakeCaller, ApiError> {
-        LakeCaller::from_claims(
-            &self.claims,
-            (&self.target.org, self.target.zone()),
-            &self.api_client,
-        )
-        .map_err(|e| ApiError::Internal(format!("token claims: {e}")))
+        self.verified.caller().map_err(refused)
     }
 }
 

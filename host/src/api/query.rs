@@ -30,13 +30,14 @@ use super::{
 use crate::{
     auth::LakeCaller,
     lake::ResultFormat,
+    query::service::WaitLimit,
     store::queries::{Delivery, QueryJob, QueryState},
 };
 
 mod wait_answer;
 
 pub(super) use wait_answer::ended_answer_again;
-use wait_answer::{accepted, ended_answer};
+use wait_answer::{accepted, ended_answer_in_time};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -131,7 +132,10 @@ async fn submit_query(
         .await
 }
 
-/// POST /query's work, done once per Idempotency-Key.
+/// POST /query's work, done once per Idempotency-Key: the request read,
+/// the query submitted (and waited for, `Prefer: wait`) by
+/// `QueryService::submit_and_wait`, and the answer: the 202 with its id, or
+/// the 200 of a query that ended in time.
 async fn submit_once(
     state: AppState,
     caller: LakeCaller,
@@ -147,7 +151,29 @@ async fn submit_once(
         None => PageShape::Spec,
     };
     let body = body.object()?;
-    let sql = match body.get("query") {
+    let (sql, database) = (statement_of(&body)?, database_of(&body)?);
+    let wait = preferences.wait.map(|wanted| WaitLimit {
+        wanted,
+        answer_by: received + wait_limit(&state),
+    });
+    let submitted = state
+        .queries
+        .submit_and_wait(&caller, sql, database, preferences.reuse_max_age_s, wait)
+        .await
+        .map_err(|e| ApiError::query(e, QueryOperation::Start))?;
+    let mut response = match submitted.ended {
+        Some(job) => ended_answer_in_time(&state, &caller, &job, shape, received).await,
+        None => accepted(submitted.id),
+    };
+    if let Some(applied) = preferences.applied() {
+        response.headers_mut().insert(PREFERENCE_APPLIED, applied);
+    }
+    Ok(response)
+}
+
+/// The body's `query`: a string that is not blank.
+fn statement_of(body: &Map<String, Value>) -> Result<&str, ApiError> {
+    match body.get("query") {
         None | Some(Value::Null) => None,
         Some(Value::String(text)) if text.trim().is_empty() => None,
         Some(Value::String(text)) => Some(text.as_str()),
@@ -161,100 +187,30 @@ async fn submit_once(
         ApiError::BadRequest(
             "MissingParameterError: \"query\" parameter missing from request.".into(),
         )
-    })?;
-    let database = match body.get("database") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(name)) => Some(name.as_str()),
-        Some(_) => {
-            return Err(ApiError::BadRequest(
-                "InvalidParameterError: \"database\" must be a string.".into(),
-            ));
-        }
-    };
-    let submitted = state
-        .queries
-        .submit(
-            &caller,
-            sql,
-            database,
-            preferences.reuse_max_age_s,
-            preferences
-                .wait
-                .map(|wait| wait_budget(&state, wait, received)),
-        )
-        .await
-        .map_err(|e| ApiError::query(e, QueryOperation::Start))?;
-    let id = submitted.id;
-    // The job exists from here on: whatever goes wrong while waiting, the
-    // answer is at worst the 202 with its id (never an error that would
-    // hide it, or make a keyed retry submit it again).
-    let ended = match (preferences.wait, submitted.ended) {
-        (None, _) => None,
-        (Some(_), Some(job)) => Some(job),
-        (Some(wait), None) => {
-            let budget = wait_budget(&state, wait, received);
-            match state.queries.wait_for_end(&caller, &id, budget).await {
-                Ok(ended) => ended,
-                Err(e) => {
-                    tracing::warn!(query = %id, error = %e, "waiting for a query failed, answering 202");
-                    None
-                }
-            }
-        }
-    };
-    let ended = match ended {
-        // Reading the page (a wide one is measured first) must not run into
-        // the gateway's timeout either: a 504 would lose the queryId.
-        Some(job) => match tokio::time::timeout(
-            answer_budget(&state, received),
-            ended_answer(&state, &caller, &job, shape),
-        )
-        .await
-        {
-            Ok(Ok(answer)) => Some(answer),
-            Ok(Err(e)) => {
-                tracing::warn!(query = %id, error = %e, "waited for a query, answering 202");
-                None
-            }
-            Err(_) => {
-                tracing::warn!(query = %id, "reading the first page took too long, answering 202");
-                None
-            }
-        },
-        None => None,
-    };
-    let mut response = ended.unwrap_or_else(|| accepted(id));
-    if let Some(applied) = preferences.applied() {
-        response.headers_mut().insert(PREFERENCE_APPLIED, applied);
-    }
-    Ok(response)
+    })
 }
 
-/// How long a POST that arrived at `received` may wait: `wait`, cut so the
-/// answer (the 202 with the id, at worst) leaves a second before the
-/// gateway's request timeout. A client never loses its queryId to a 504.
-fn wait_budget(state: &AppState, wait: Duration, received: tokio::time::Instant) -> Duration {
-    let request_limit = Duration::from_secs(state.config.server.request_timeout_s);
-    let left = request_limit
-        .saturating_sub(WAIT_ANSWER_MARGIN)
-        .saturating_sub(received.elapsed());
-    wait.min(left)
+/// The body's `database`, when it names one.
+fn database_of(body: &Map<String, Value>) -> Result<Option<&str>, ApiError> {
+    match body.get("database") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(name)) => Ok(Some(name.as_str())),
+        Some(_) => Err(ApiError::BadRequest(
+            "InvalidParameterError: \"database\" must be a string.".into(),
+        )),
+    }
+}
+
+/// How long after it arrived a POST may still wait for its query: the
+/// gateway's request timeout less `WAIT_ANSWER_MARGIN`, so the answer (the
+/// 202 with the id, at worst) leaves before it. A client never loses its
+/// queryId to a 504.
+fn wait_limit(state: &AppState) -> Duration {
+    Duration::from_secs(state.config.server.request_timeout_s).saturating_sub(WAIT_ANSWER_MARGIN)
 }
 
 /// Time kept, from a wait, for reading the first page and answering.
 const WAIT_ANSWER_MARGIN: Duration = Duration::from_secs(1);
-
-/// How long a POST that arrived at `received` may spend reading the first
-/// page of the query it waited for: up to the gateway's request timeout,
-/// less `SEND_MARGIN` to answer the 202 instead.
-fn answer_budget(state: &AppState, received: tokio::time::Instant) -> Duration {
-    Duration::from_secs(state.config.server.request_timeout_s)
-        .saturating_sub(SEND_MARGIN)
-        .saturating_sub(received.elapsed())
-}
-
-/// Time kept, from reading a wait's page, for answering the 202 instead.
-const SEND_MARGIN: Duration = Duration::from_millis(250);
 
 /// GET /query/{query_id}: the Query resource.
 #[utoipa::path(

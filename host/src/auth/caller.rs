@@ -1,7 +1,7 @@
 //! The caller of the lake APIs (queries and loads) as the domain sees it:
 //! who, on which org and zone, with which roles and service clients. Built
-//! from a validated token by `api/`; stored with a job so any replica runs
-//! it with the same grant.
+//! from a validated token by `authenticate.rs` only; stored with a job so
+//! any replica runs it with the same grant.
 
 use serde::{Deserialize, Serialize};
 
@@ -20,9 +20,10 @@ pub struct LakeCaller {
 impl LakeCaller {
     /// The caller a validated token names on the Org API of `org` (`zone`
     /// `None`) or on a Zone API, whose roles are those on `api_client` (the
-    /// token's audience): every front end (REST, Flight SQL) builds its
-    /// callers here. No roles on that client is no recognised role; the
-    /// claims a lake call cannot do without, missing or malformed, are an error.
+    /// token's audience): `authenticate::Verified::caller` builds every
+    /// front end's callers here. No roles on that client is no recognised
+    /// role; the claims a lake call cannot do without, missing or
+    /// malformed, are an error.
     pub fn from_claims(
         claims: &AccessClaims,
         (org, zone): (&str, Option<&str>),

@@ -7,6 +7,8 @@
 
 use std::collections::BTreeSet;
 
+pub use crate::store::database_kind::DatabaseKind;
+
 /// Service client 901: public rows, readable by every role, added to every list.
 pub const PUBLIC_SERVICE_CLIENT: u32 = 901;
 /// Service client 0 in a claim: all service clients (for roles above PublicConsumer).
@@ -46,20 +48,6 @@ impl Role {
             Role::ZoneAdmin => "ZoneAdmin",
         }
     }
-}
-
-/// The families of databases an org or zone has; each has its own rules.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DatabaseKind {
-    /// `<org>_lake_v2` / `<zone>_lake`: loaded data.
-    Lake,
-    /// Derived, curated tables (the daily run refreshes them).
-    Insights,
-    /// Raw inputs; read like the lake. For writes the spec names only lake and
-    /// insights: we treat data-input like the lake there too.
-    DataInput,
-    /// The analysts' scratch space.
-    Sandbox,
 }
 
 /// Which service clients' rows a caller may touch in some database.

@@ -118,6 +118,9 @@ pub struct TokenValidator {
     /// (`client_credentials::exchange_from`), one budget for every front
     /// end that takes a password.
     exchange_failures: FailureBudget,
+    /// The API client of the Org API, whose name the zones' clients extend:
+    /// the audience a token of each API must carry.
+    api_clients: AuthConfig,
 }
 
 struct VerifiedToken {
@@ -159,7 +162,14 @@ impl TokenValidator {
             max_lifetime_s: config.max_token_lifetime_s as i64,
             verified: Mutex::new(HashMap::new()),
             exchange_failures: FailureBudget::new(clock.clone()),
+            api_clients: config.clone(),
         })
+    }
+
+    /// The audience of the Org API (`zone` `None`) or of a Zone API, and
+    /// the client whose roles count there (`AuthConfig::api_client_for`).
+    pub fn api_client_for(&self, zone: Option<&str>) -> String {
+        self.api_clients.api_client_for(zone)
     }
 
     /// Failed client-secret exchanges by client address.

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Subcommand;
 use lakehost::{
+    api::error::ApiError,
     config::LogFormat,
     dailyrun::dry_run::{DailyDryRunRequest, Seed, daily_dry_run},
     load::dry_run::{DryRunRequest, dry_run},
@@ -148,15 +149,7 @@ pub async fn run(command: PipelineCommand) -> std::process::ExitCode {
                 eprintln!("lakehost pipeline dry-run: --table and --check-sum are required");
                 return std::process::ExitCode::from(2);
             };
-            let check_sum = match serde_json::from_str(&check_sum)
-                .map_err(|e| e.to_string())
-                .and_then(|body: serde_json::Value| {
-                    let body = serde_json::json!({ "check_sum": body });
-                    lakehost::api::load_body::check_sums(Some(&body)).map_err(|e| match e {
-                        lakehost::api::error::ApiError::BadRequest(message) => message,
-                        other => other.to_string(),
-                    })
-                }) {
+            let check_sum = match check_sum_arg(&check_sum) {
                 Ok(pairs) => pairs,
                 Err(e) => {
                     eprintln!("lakehost pipeline dry-run: --check-sum: {e}");
@@ -174,6 +167,30 @@ pub async fn run(command: PipelineCommand) -> std::process::ExitCode {
             .await
         }
     }
+}
+
+/// Why `--check-sum` is refused.
+#[derive(Debug, thiserror::Error)]
+enum CheckSumArg {
+    #[error(transparent)]
+    NotJson(#[from] serde_json::Error),
+    /// What POST /load answers such a `check_sum` (its 400's message).
+    #[error("{}", refusal_text(.0))]
+    Refused(ApiError),
+}
+
+fn refusal_text(refused: &ApiError) -> String {
+    match refused {
+        ApiError::BadRequest(message) => message.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// `--check-sum` read as POST /load reads its `check_sum`.
+fn check_sum_arg(text: &str) -> Result<Vec<(String, String)>, CheckSumArg> {
+    let body: serde_json::Value = serde_json::from_str(text)?;
+    let body = serde_json::json!({ "check_sum": body });
+    lakehost::api::load_body::check_sums(Some(&body)).map_err(CheckSumArg::Refused)
 }
 
 /// For `check` and the dry runs, which compile steps: text logs (the guard

@@ -37,8 +37,11 @@ pub use self::{
     distributed::{DistributedConfig, MIN_SECRET_BYTES},
     idp::{IdpConfig, IdpPrincipal, ROLE_NAMES},
     orgs::OrgConfig,
-    pipeline::{ErrorMessagesShape, PipelineConfig},
-    query::{ArrowCompression, MAX_CSV_LINK_LIFETIME_S, MAX_REUSE_AGE_S, QueryConfig},
+    pipeline::{ErrorMessagesShape, HAS_TEST_STEPS, PipelineConfig},
+    query::{
+        ArrowCompression, JobCaps, MAX_CSV_LINK_LIFETIME_S, MAX_REUSE_AGE_S, QueryConfig,
+        SMALL_RESULT_BYTES,
+    },
     server::{LogFormat, ServerConfig},
     storage::StorageConfig,
     uploads::UploadsConfig,

@@ -81,10 +81,14 @@ impl Default for PipelineConfig {
     }
 }
 
+/// Whether this build holds the test steps (`pipeline.test_steps` needs
+/// them): the test suite's builds, with the `test-steps` feature.
+pub const HAS_TEST_STEPS: bool = cfg!(any(test, feature = "test-steps"));
+
 impl PipelineConfig {
     /// The fair-sharing caps of the commit workers.
-    pub fn caps(&self) -> crate::store::JobCaps {
-        crate::store::JobCaps {
+    pub fn caps(&self) -> super::JobCaps {
+        super::JobCaps {
             per_org: i64::try_from(self.max_commits_per_org).unwrap_or(i64::MAX),
             per_caller: i64::try_from(self.max_commits_per_caller).unwrap_or(i64::MAX),
         }
@@ -109,7 +113,7 @@ impl PipelineConfig {
                 return Err(ConfigError::new(key, "must be at least 1"));
             }
         }
-        if self.test_steps && !crate::pipeline::builtin::HAS_TEST_STEPS {
+        if self.test_steps && !HAS_TEST_STEPS {
             return Err(ConfigError::new(
                 "pipeline.test_steps",
                 "this build holds no test steps (they are built with the `test-steps` feature)",

@@ -9,7 +9,30 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
-use crate::query::result_writer::SMALL_RESULT_BYTES;
+
+/// Results up to this size are also kept in memory by the writer, so the
+/// replica that ran a query can serve its pages without reading the file.
+/// It is also the most a result kept in the store's row may be
+/// (`query.result_in_store_bytes`): the object store's buffered upload holds
+/// far more before it sends anything, so a result this small has sent
+/// nothing when it is kept in the row.
+pub const SMALL_RESULT_BYTES: usize = 256 * 1024;
+
+/// How many jobs of one org, and of one caller in it, a worker (a replica's
+/// pool) runs at once: fair sharing between orgs and callers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobCaps {
+    pub per_org: i64,
+    pub per_caller: i64,
+}
+
+impl JobCaps {
+    /// No cap beyond the pool's own size.
+    pub const NONE: JobCaps = JobCaps {
+        per_org: i64::MAX,
+        per_caller: i64::MAX,
+    };
+}
 
 /// The query engine's limits: how many queries run at once on this replica,
 /// and what one query may use.
@@ -121,8 +144,8 @@ pub const MAX_TARGET_PARTITIONS: usize = 256;
 
 impl QueryConfig {
     /// The fair-sharing caps of the query workers.
-    pub fn caps(&self) -> crate::store::JobCaps {
-        crate::store::JobCaps {
+    pub fn caps(&self) -> JobCaps {
+        JobCaps {
             per_org: i64::try_from(self.max_running_per_org).unwrap_or(i64::MAX),
             per_caller: i64::try_from(self.max_running_per_caller).unwrap_or(i64::MAX),
         }

@@ -30,6 +30,11 @@ use crate::{
 /// `dry_run_lake_v2` and its insights database).
 const ORG: &str = "dry-run";
 
+/// A seed that is not `TABLE=FILE`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}`: use TABLE=FILE.parquet")]
+pub struct SeedSyntax(String);
+
 /// One lake table to seed, from parquet files with a service_client_id column.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Seed {
@@ -39,13 +44,13 @@ pub struct Seed {
 
 impl Seed {
     /// `TABLE=FILE` as the command line gives it.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, SeedSyntax> {
         match text.split_once('=') {
             Some((table, file)) if !table.is_empty() && !file.is_empty() => Ok(Self {
                 table: table.to_string(),
                 files: vec![PathBuf::from(file)],
             }),
-            _ => Err(format!("`{text}`: use TABLE=FILE.parquet")),
+            _ => Err(SeedSyntax(text.to_string())),
         }
     }
 }
@@ -127,7 +132,7 @@ pub async fn daily_dry_run(request: &DailyDryRunRequest) -> anyhow::Result<Daily
     });
     let runner: Arc<dyn DailyData> = data.clone();
     let steps = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<StepReport>> {
-        let engine = PipelineEngine::shared().map_err(|e| anyhow::anyhow!(e))?;
+        let engine = PipelineEngine::shared()?;
         let control = RunControl::detached()?;
         let ran = run_steps_blocking(&manifest, |step| {
             engine.run_daily_step(step, &context, runner.clone(), &control)
@@ -166,8 +171,7 @@ async fn insights_tables(
             ),
             10_000,
         )
-        .await
-        .map_err(anyhow::Error::msg)?;
+        .await?;
     let mut tables = Vec::new();
     for name in names
         .into_iter()
@@ -175,8 +179,7 @@ async fn insights_tables(
     {
         let counted = data
             .query(&format!("SELECT count(*) FROM {insights}.{name}"), 1)
-            .await
-            .map_err(anyhow::Error::msg)?;
+            .await?;
         let rows = counted
             .first()
             .and_then(|row| row.first().cloned().flatten())

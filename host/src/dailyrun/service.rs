@@ -36,7 +36,6 @@ use crate::{
     clock::SharedClock,
     config::{Config, DailyRunConfig},
     drain::Drain,
-    engine::runtime::EngineRuntime,
     lake::Lake,
     lease::Lease,
     observability::jobs,
@@ -45,6 +44,7 @@ use crate::{
         PipelineEngine, PipelineKind, RunContext, RunControl, Stopped, files::PipelineFiles,
         manifest::org_manifest, run_steps,
     },
+    runtime::EngineRuntime,
     store::{
         self, Finished, Store,
         catalog::standard_databases,
@@ -344,7 +344,7 @@ impl DailyRunService {
             self.test_steps,
         ) {
             Ok(manifest) => manifest,
-            Err(e) => return failed("ManifestError", e),
+            Err(e) => return failed("ManifestError", e.to_string()),
         };
         // Every component is taken before the first step: the run keeps
         // them to its end, whatever replaces their files meanwhile.

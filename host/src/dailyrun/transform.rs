@@ -12,6 +12,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::{
+    arrow::error::ArrowError,
+    error::DataFusionError,
     physical_plan::{ExecutionPlan, execute_stream},
     prelude::SessionContext,
 };
@@ -24,15 +26,42 @@ use crate::{
         EngineError,
         layout::{StringColumns, TableLayout, check_table_name},
         plan_sql,
-        session::{SessionScope, session_for},
-        statement::{Action, StatementType, classify},
+        session::{SessionError, SessionScope, session_for},
+        statement::{Action, StatementError, StatementType, classify},
         table_writer::delete_paths,
         write::write_plan,
     },
     lake::Lake,
-    pipeline::{DailyData, rows_as_text},
-    store::{Store, new_id},
+    pipeline::{DailyData, DataError, TextRows, rows_as_text},
+    store::{self, Store, new_id},
 };
+
+/// Why a `lake-sql` call failed: the step is told this text.
+#[derive(Debug, thiserror::Error)]
+pub enum TransformError {
+    #[error(transparent)]
+    Statement(#[from] StatementError),
+    #[error("only a SELECT (or WITH ... SELECT) runs here")]
+    NotASelect,
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// The plan would not start (its text without a backtrace).
+    #[error("{}", .0.strip_backtrace())]
+    Start(#[source] DataFusionError),
+    /// The answer's rows could not be shown as text.
+    #[error(transparent)]
+    Rows(#[from] ArrowError),
+    #[error(transparent)]
+    Store(#[from] store::Error),
+    #[error("database {0} does not exist")]
+    NoDatabase(String),
+    #[error("the run ended (timed out or aborted) before the table was replaced")]
+    RunEnded,
+    #[error("replacing the table: {0}")]
+    Replace(#[source] store::Error),
+}
 
 /// The `lake-sql` answers for one execution of one org.
 pub struct LakeTransform {
@@ -57,10 +86,13 @@ fn org_access() -> Access {
 impl LakeTransform {
     /// Plans one read-only SELECT (or WITH) in an org-wide session (which
     /// the plan runs in: it holds the lake's object store and memory pool).
-    async fn plan(&self, sql: &str) -> Result<(SessionContext, Arc<dyn ExecutionPlan>), String> {
-        let classified = classify(sql).map_err(|e| e.to_string())?;
+    async fn plan(
+        &self,
+        sql: &str,
+    ) -> Result<(SessionContext, Arc<dyn ExecutionPlan>), TransformError> {
+        let classified = classify(sql)?;
         if classified.statement_type != StatementType::Dml || classified.action != Action::Read {
-            return Err("only a SELECT (or WITH ... SELECT) runs here".into());
+            return Err(TransformError::NotASelect);
         }
         let access = org_access();
         let scope = SessionScope {
@@ -75,46 +107,38 @@ impl LakeTransform {
             cluster: None,
             target_partitions: 0,
         };
-        let context = session_for(&self.store, &self.lake, &scope)
-            .await
-            .map_err(|e| e.to_string())?;
-        let plan = plan_sql(&context, sql).await.map_err(|e| e.to_string())?;
+        let context = session_for(&self.store, &self.lake, &scope).await?;
+        let plan = plan_sql(&context, sql).await?;
         Ok((context, plan))
     }
 
-    async fn run_query(
-        &self,
-        sql: &str,
-        max_rows: u32,
-    ) -> Result<Vec<Vec<Option<String>>>, String> {
+    async fn run_query(&self, sql: &str, max_rows: u32) -> Result<TextRows, TransformError> {
         let (context, plan) = self.plan(sql).await?;
-        let mut stream =
-            execute_stream(plan, context.task_ctx()).map_err(|e| e.strip_backtrace())?;
+        let mut stream = execute_stream(plan, context.task_ctx()).map_err(TransformError::Start)?;
         let mut batches = Vec::new();
         let mut rows = 0usize;
         while rows < max_rows as usize {
             let Some(batch) = stream.next().await else {
                 break;
             };
-            let batch = batch.map_err(|e| EngineError::run(e).to_string())?;
+            let batch = batch.map_err(EngineError::run)?;
             let keep = batch.num_rows().min(max_rows as usize - rows);
             rows += keep;
             batches.push(batch.slice(0, keep));
         }
-        rows_as_text(&batches)
+        Ok(rows_as_text(&batches)?)
     }
 
-    async fn refresh(&self, table: &str, sql: &str) -> Result<u64, String> {
-        check_table_name(table).map_err(|e| e.to_string())?;
+    async fn refresh(&self, table: &str, sql: &str) -> Result<u64, TransformError> {
+        check_table_name(table)?;
         let database = self
             .store
             .database(&self.org, None, &self.insights_database)
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("database {} does not exist", self.insights_database))?;
+            .await?
+            .ok_or_else(|| TransformError::NoDatabase(self.insights_database.clone()))?;
         let (context, plan) = self.plan(sql).await?;
         let schema = plan.schema();
-        let layout = TableLayout::for_rows(&schema).map_err(|e| e.to_string())?;
+        let layout = TableLayout::for_rows(&schema)?;
         let now = self.clock.now().timestamp_micros();
         let new_table = layout.catalog_entry(&database.id, table, now);
         // A fresh id per refresh: the new files never share a path with the
@@ -125,9 +149,7 @@ impl LakeTransform {
             &new_id(),
             ServiceClientScope::All,
         );
-        let written = write_plan(&context, plan, writer)
-            .await
-            .map_err(|e| e.to_string())?;
+        let written = write_plan(&context, plan, writer).await?;
         let (rows, paths) = (written.rows, written.paths());
         let swapped = self
             .store
@@ -145,11 +167,11 @@ impl LakeTransform {
             Ok(true) => Ok(rows),
             Ok(false) => {
                 delete_paths(store.as_ref(), &paths).await;
-                Err("the run ended (timed out or aborted) before the table was replaced".into())
+                Err(TransformError::RunEnded)
             }
             Err(e) => {
                 delete_paths(store.as_ref(), &paths).await;
-                Err(format!("replacing the table: {e}"))
+                Err(TransformError::Replace(e))
             }
         }
     }
@@ -157,11 +179,11 @@ impl LakeTransform {
 
 #[async_trait]
 impl DailyData for LakeTransform {
-    async fn query(&self, sql: &str, max_rows: u32) -> Result<Vec<Vec<Option<String>>>, String> {
-        self.run_query(sql, max_rows).await
+    async fn query(&self, sql: &str, max_rows: u32) -> Result<TextRows, DataError> {
+        self.run_query(sql, max_rows).await.map_err(DataError::new)
     }
 
-    async fn refresh_table(&self, table: &str, sql: &str) -> Result<u64, String> {
-        self.refresh(table, sql).await
+    async fn refresh_table(&self, table: &str, sql: &str) -> Result<u64, DataError> {
+        self.refresh(table, sql).await.map_err(DataError::new)
     }
 }

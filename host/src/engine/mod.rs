@@ -14,7 +14,6 @@ pub mod expression_limits;
 pub mod layout;
 pub mod plan_rules;
 pub mod provider;
-pub mod runtime;
 pub mod session;
 pub mod snapshot;
 pub mod statement;

@@ -26,7 +26,7 @@ use datafusion::{
 use object_store::ObjectStore;
 
 use super::{
-    distributed::Cluster, layout::StringColumns, plan_rules::lake_physical_rules,
+    distributed::Coordinator, layout::StringColumns, plan_rules::lake_physical_rules,
     provider::LakeTableProvider,
 };
 use crate::{
@@ -70,7 +70,7 @@ pub struct SessionScope<'a> {
     pub read_cache: Option<Arc<ReadCache>>,
     /// The cluster its reads may be distributed on (`[distributed]`):
     /// given for reads only, so writes always run here.
-    pub cluster: Option<&'a Cluster>,
+    pub cluster: Option<&'a dyn Coordinator>,
     /// `query.target_partitions`: 0 chooses (`partitions_for`).
     pub target_partitions: usize,
 }
@@ -86,7 +86,7 @@ pub fn partitions_for(configured: usize, lake: &Lake) -> usize {
     if configured > 0 {
         return configured;
     }
-    let cores = super::runtime::cores();
+    let cores = crate::runtime::cores();
     match lake.local_root() {
         Some(_) => cores,
         None => (cores * 2).max(8),
@@ -234,7 +234,7 @@ mod tests {
 
     #[test]
     fn a_configured_count_wins_else_the_cores_on_disk_and_more_on_s3() {
-        let cores = crate::engine::runtime::cores();
+        let cores = crate::runtime::cores();
         let dir = tempfile::tempdir().unwrap();
         let on_disk = Lake::local(dir.path()).unwrap();
         let on_s3 = Lake::from_url("s3://a-bucket/lake").unwrap();

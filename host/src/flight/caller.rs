@@ -1,7 +1,8 @@
 //! Who calls over Flight SQL: the org and zone a call is for, and its bearer
-//! token, validated exactly as the REST APIs validate theirs (the org realm's
-//! issuer, the API client as audience, the scope of the operation, `<zone>:`
-//! prefixed on a zone), then made a `LakeCaller` the way REST makes one.
+//! token, authenticated as every front end's are (`auth::authenticate`: the
+//! org realm's issuer, the API client as audience, the scope of the
+//! operation, `<zone>:` prefixed on a zone, the claims a lake call reads);
+//! `refused` maps its refusals to gRPC statuses, once.
 //!
 //! gRPC has no host per API, so the org and zone come from call metadata:
 //! `x-lakehost-org` (default: `server.default_org`) and `x-lakehost-zone`
@@ -15,13 +16,8 @@ use http::HeaderMap;
 use tonic::{Status, metadata::MetadataMap};
 
 use super::{FlightState, status::echo};
-use crate::{
-    auth::{
-        AccessClaims, LakeCaller, TokenError,
-        caller::{bearer_token as bearer_token_of, scope_on},
-        validator::Expected,
-    },
-    observability::metrics::token_rejected,
+use crate::auth::{
+    Api, Authenticated, Credentials, LakeCaller, Refusal, authenticate, caller::bearer_token,
 };
 
 /// Call metadata naming the org.
@@ -65,43 +61,59 @@ pub fn target_of(
     Ok((org, zone))
 }
 
-/// The token of `authorization: Bearer <token>` in a call's headers.
-pub fn bearer_token(metadata: &HeaderMap) -> Result<&str, Status> {
+/// The credentials of `authorization: Bearer <token>` in a call's headers
+/// (`None`: no such header).
+pub fn bearer_credentials(metadata: &HeaderMap) -> Option<Credentials<'_>> {
     metadata
         .get("authorization")
         .and_then(|value| value.to_str().ok())
-        .and_then(bearer_token_of)
-        .ok_or_else(|| {
-            token_rejected("missing_bearer");
-            Status::unauthenticated(UNAUTHORIZED)
-        })
+        .and_then(bearer_token)
+        .map(Credentials::Bearer)
 }
 
-/// `token` validated for the API of `org` (and `zone`), as REST validates
-/// it: refused is `Unauthenticated`, keys out of reach `Unavailable`.
-pub async fn validated_claims(
+/// A refusal of `auth::authenticate` as a gRPC status, the one place Flight
+/// maps one: anything wrong with the credentials, their claims included, is
+/// `UNAUTHENTICATED` with REST's 401 text; a missing scope
+/// `PERMISSION_DENIED` with REST's 403 text; an identity provider out of
+/// reach `UNAVAILABLE` (logged); an address past its failure budget
+/// `RESOURCE_EXHAUSTED`, with when to retry (gRPC's code for a spent quota:
+/// clients retry `UNAVAILABLE` on their own, which would only spend the
+/// wait).
+pub fn refused(refusal: Refusal) -> Status {
+    match refusal {
+        Refusal::MissingScope { .. } => Status::permission_denied("Forbidden"),
+        Refusal::ProviderUnavailable(e) => {
+            tracing::error!(error = %e, "identity provider unavailable");
+            Status::unavailable("the identity provider is unavailable")
+        }
+        Refusal::Throttled(throttled) => {
+            tracing::debug!(retry_after = ?throttled.retry_after, "flight credentials throttled");
+            Status::resource_exhausted(throttled.to_string())
+        }
+        unauthenticated @ (Refusal::MissingCredentials
+        | Refusal::InvalidToken(_)
+        | Refusal::WrongIssuerOrAudience(_)
+        | Refusal::Expired
+        | Refusal::SecretRefused
+        | Refusal::Claims(_)) => {
+            tracing::debug!(refusal = ?unauthenticated, "flight credentials refused");
+            Status::unauthenticated(UNAUTHORIZED)
+        }
+    }
+}
+
+/// `credentials` authenticated for the API of `org` (and `zone`) and, when
+/// given, the scope `scope` (`query:write`, `query:read`), as every front
+/// end authenticates: the caller and its token, or the refusal's status.
+pub async fn authenticated(
     state: &FlightState,
-    token: &str,
+    credentials: Option<Credentials<'_>>,
     (org, zone): (&str, Option<&str>),
-) -> Result<AccessClaims, Status> {
-    let audience = state.config.auth.api_client_for(zone);
-    state
-        .validator
-        .validate(
-            token,
-            Expected {
-                org,
-                audience: &audience,
-            },
-        )
+    scope: Option<&str>,
+) -> Result<Authenticated, Status> {
+    authenticate(&state.validator, credentials, Api { org, zone }, scope)
         .await
-        .map_err(|e| match e {
-            TokenError::KeysUnavailable(why) => {
-                tracing::error!(error = %why, "token keys unavailable");
-                Status::unavailable("the identity provider's keys are unavailable")
-            }
-            _ => Status::unauthenticated(UNAUTHORIZED),
-        })
+        .map_err(refused)
 }
 
 /// The caller of a call that needs `scope` (`query:write`, `query:read`).
@@ -111,16 +123,8 @@ pub async fn caller_of(
     scope: &str,
 ) -> Result<LakeCaller, Status> {
     let (org, zone) = target_of(state, metadata.as_ref())?;
-    let token = bearer_token(metadata.as_ref())?;
-    let claims = validated_claims(state, token, (&org, zone.as_deref())).await?;
-    let needed = scope_on(scope, zone.as_deref());
-    if !claims.scopes().contains(needed.as_str()) {
-        token_rejected("insufficient_scope");
-        return Err(Status::permission_denied("Forbidden"));
-    }
-    let api_client = state.config.auth.api_client_for(zone.as_deref());
-    LakeCaller::from_claims(&claims, (&org, zone.as_deref()), &api_client).map_err(|e| {
-        tracing::error!(error = %e, "token claims");
-        Status::internal(crate::api::error::INTERNAL_MESSAGE)
-    })
+    let credentials = bearer_credentials(metadata.as_ref());
+    let authenticated =
+        authenticated(state, credentials, (&org, zone.as_deref()), Some(scope)).await?;
+    Ok(authenticated.caller)
 }

@@ -1,6 +1,8 @@
 //! The door of every Flight call, before tonic routes it: a call carries a
-//! bearer token valid for the org (and zone) it names, or it is refused
-//! `UNAUTHENTICATED` and its connection is closed. Only `Handshake` passes
+//! bearer token valid for the org (and zone) it names, whose claims make a
+//! caller (`auth::authenticate`), or it is refused (`UNAUTHENTICATED`; an
+//! identity provider out of reach `UNAVAILABLE`) and its connection is
+//! closed. Only `Handshake` passes
 //! without one: it is where a client id and secret become a token
 //! (`handshake.rs`), and one that fails closes its connection the same way.
 //! So a client without credentials cannot hold a connection under the
@@ -67,17 +69,18 @@ fn ended_with_error(response: &Response) -> bool {
         .is_some_and(|code| code.as_bytes() != b"0")
 }
 
-/// The call's token validated for the org it names, and its connection
-/// counted against that org's share (`headers` and `extensions` are the
-/// call's: its body is not `Sync`, so the request is not held here).
+/// The call's token authenticated for the org it names (any scope), and
+/// its connection counted against that org's share (`headers` and
+/// `extensions` are the call's: its body is not `Sync`, so the request is
+/// not held here).
 async fn authenticated(
     state: &FlightState,
     headers: &HeaderMap,
     extensions: &Extensions,
 ) -> Result<(), Status> {
     let (org, zone) = caller::target_of(state, headers)?;
-    let token = caller::bearer_token(headers)?;
-    caller::validated_claims(state, token, (&org, zone.as_deref())).await?;
+    let credentials = caller::bearer_credentials(headers);
+    caller::authenticated(state, credentials, (&org, zone.as_deref()), None).await?;
     bind(extensions, &org)
 }
 

@@ -1,12 +1,14 @@
 //! `Handshake`: a client that has a client id and secret rather than a
 //! token (ADBC's `username` and `password`) sends them as
 //! `authorization: Basic base64(id:secret)`; they are exchanged through the
-//! org realm's client-credentials flow (`auth::client_credentials`), and the
-//! token comes back in the response's `authorization: Bearer` metadata (and
-//! as the payload), which the client then sends on every call. The token is
-//! validated for the org (or zone) API first, so a handshake only succeeds
-//! for credentials whose tokens that API accepts. A bearer token in the
-//! handshake is checked the same way and handed back.
+//! org realm's client-credentials flow, and the token comes back in the
+//! response's `authorization: Bearer` metadata (and as the payload), which
+//! the client then sends on every call. The credentials are authenticated
+//! for the org (or zone) API first (`auth::authenticate`, its refusals
+//! mapped by `caller::refused`), so a handshake only succeeds for
+//! credentials whose tokens that API accepts and whose claims make a
+//! caller. A bearer token in the handshake is checked the same way and
+//! handed back.
 //!
 //! Guessing secrets is bounded by the client address's failure budget
 //! (`auth::failure_budget`): an address that failed too often is answered
@@ -33,14 +35,11 @@ use tonic::{Response, Status, metadata::MetadataMap};
 
 use super::{
     FlightState,
-    caller::{UNAUTHORIZED, target_of, validated_claims},
+    caller::{UNAUTHORIZED, authenticated, target_of},
     gate,
 };
 use crate::{
-    auth::{
-        caller::bearer_token,
-        client_credentials::{ExchangeError, exchange_from},
-    },
+    auth::{Credentials, caller::bearer_token},
     listener::Peer,
 };
 
@@ -74,25 +73,6 @@ fn client_address(extensions: &Extensions) -> IpAddr {
         .map_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED), |peer| peer.0.ip())
 }
 
-/// A failed exchange as the handshake's status: a throttled address is told
-/// when to retry.
-fn exchange_refused(error: ExchangeError) -> Status {
-    match error {
-        ExchangeError::Refused => {
-            tracing::debug!("handshake: client credentials refused");
-            Status::unauthenticated(UNAUTHORIZED)
-        }
-        ExchangeError::Unavailable(why) => {
-            tracing::error!(error = %why, "client-credentials exchange");
-            Status::unavailable("the identity provider is unavailable")
-        }
-        ExchangeError::Throttled(throttled) => {
-            tracing::debug!(retry_after = ?throttled.retry_after, "handshake throttled");
-            Status::resource_exhausted(throttled.to_string())
-        }
-    }
-}
-
 /// The handshake: the call's token, or the one its credentials are
 /// exchanged for, validated and handed back (`metadata` and `extensions`
 /// are the call's).
@@ -102,28 +82,23 @@ pub async fn handshake(
     extensions: &Extensions,
 ) -> Result<Response<HandshakeStream>, Status> {
     let (org, zone) = target_of(state, metadata.as_ref())?;
-    let unauthorized = || Status::unauthenticated(UNAUTHORIZED);
-    let value = metadata
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .ok_or_else(unauthorized)?;
-    let token = match basic_credentials(value) {
-        Some((id, secret)) => exchange_from(
-            &state.validator,
-            client_address(extensions),
-            &org,
-            &id,
-            &secret,
-        )
-        .await
-        .map_err(exchange_refused)?,
-        None => bearer_token(value).ok_or_else(unauthorized)?.to_string(),
+    let value = metadata.get("authorization").and_then(|v| v.to_str().ok());
+    let basic = value.and_then(basic_credentials);
+    let credentials = match &basic {
+        Some((client_id, secret)) => Some(Credentials::ClientSecret {
+            client_id,
+            secret,
+            peer: Some(client_address(extensions)),
+        }),
+        None => value.and_then(bearer_token).map(Credentials::Bearer),
     };
-    validated_claims(state, &token, (&org, zone.as_deref())).await?;
+    let token = authenticated(state, credentials, (&org, zone.as_deref()), None)
+        .await?
+        .token;
     gate::bind(extensions, &org)?;
     let bearer = format!("Bearer {token}")
         .parse()
-        .map_err(|_| unauthorized())?;
+        .map_err(|_| Status::unauthenticated(UNAUTHORIZED))?;
     let answer = HandshakeResponse {
         protocol_version: 0,
         payload: token.into_bytes().into(),

@@ -15,7 +15,6 @@ mod local_disk;
 mod prefixed;
 pub mod presigned;
 mod read_cache;
-pub mod retired;
 pub mod signing;
 
 use std::{path::Path, str::FromStr as _, sync::Arc};

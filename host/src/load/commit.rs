@@ -39,7 +39,7 @@ use crate::{
     clock::SharedClock,
     config::PipelineConfig,
     drain::Drain,
-    engine::{runtime::EngineRuntime, table_writer::delete_paths},
+    engine::table_writer::delete_paths,
     lake::Lake,
     lease::Lease,
     observability::jobs,
@@ -47,6 +47,7 @@ use crate::{
         ErrorItem, PipelineEngine, PipelineKind, PipelineOutcome, RunControl, StepContext,
         StepMarker, files::PipelineFiles, manifest::org_manifest,
     },
+    runtime::EngineRuntime,
     store::{
         Finished, Store,
         catalog::standard_databases,

@@ -123,7 +123,7 @@ pub async fn dry_run(request: &DryRunRequest) -> anyhow::Result<DryRunOutcome> {
     };
     let runner = data.clone();
     let steps = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<StepReport>> {
-        let engine = PipelineEngine::shared().map_err(|e| anyhow::anyhow!(e))?;
+        let engine = PipelineEngine::shared()?;
         let control = RunControl::detached()?;
         let ran = run_steps_blocking(&manifest, |step| {
             engine.run_step(step, &context, runner.clone(), &control)

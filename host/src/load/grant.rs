@@ -1,6 +1,7 @@
 //! Upload grants: the temporary credentials and the presigned POST policy of an
-//! upload descriptor (spec "Upload descriptor"), and their verification by the
-//! upload endpoint.
+//! upload descriptor (spec "Upload descriptor"), and the one check of an
+//! upload against its grant (`LoadService::check_upload`), which both routes
+//! of the upload endpoint (`s3/form.rs`, `s3/staging.rs`) call.
 //!
 //! Nothing per grant is stored. The session token carries the grant (access
 //! key id, load, file, bucket, object key, expiry) signed with the server's
@@ -21,6 +22,7 @@ use serde_json::json;
 use sha1::Sha1;
 use subtle::ConstantTimeEq as _;
 
+use super::{LoadError, LoadService};
 use crate::lake::signing::LinkSigner;
 
 /// How long upload credentials and POST policies last (spec "Limits": 1 hour).
@@ -116,7 +118,8 @@ impl GrantSigner {
     }
 
     /// The grant a session token carries, if the token is ours, unexpired at
-    /// `now` and presented with its own access key.
+    /// `now` and presented with its own access key. Uploads are checked by
+    /// `LoadService::check_upload`, which asks this first.
     pub fn verify(
         &self,
         session_token: &str,
@@ -173,6 +176,57 @@ impl GrantSigner {
         let policy = STANDARD.encode(policy.to_string());
         let signature = form_signature(&credentials.secret_access_key, &policy);
         (policy, signature)
+    }
+}
+
+/// Why an upload may not write, found before a byte of it is taken.
+#[derive(Debug, thiserror::Error)]
+pub enum UploadRefusal {
+    /// The session token is not a grant of these credentials, has expired,
+    /// or grants another bucket or key.
+    #[error(transparent)]
+    Grant(#[from] GrantError),
+    /// The grant's load is no longer OPEN, or its file was not requested.
+    #[error("the load of these credentials no longer takes files")]
+    LoadClosed,
+    /// The grant's load could not be read: ours, not the uploader's.
+    #[error("the upload's load could not be read")]
+    Load(#[source] LoadError),
+}
+
+/// What an upload presents: its credentials' session token and access key,
+/// and the object it writes.
+#[derive(Debug, Clone, Copy)]
+pub struct UploadAttempt<'a> {
+    pub session_token: &'a str,
+    pub access_key_id: &'a str,
+    pub bucket: &'a str,
+    pub object_key: &'a str,
+}
+
+impl LoadService {
+    /// The grant an upload writes under: its session token a grant of its
+    /// access key, unexpired on the injected clock, for exactly this bucket
+    /// and key, of a load that still takes this file. The one check of both
+    /// upload routes; whatever else a route checks (its signature, its
+    /// policy, its operation) is its own.
+    pub async fn check_upload(
+        &self,
+        attempt: UploadAttempt<'_>,
+    ) -> Result<UploadGrant, UploadRefusal> {
+        let grant = self.grants().verify(
+            attempt.session_token,
+            attempt.access_key_id,
+            self.now_seconds(),
+        )?;
+        if grant.bucket != attempt.bucket || grant.object_key != attempt.object_key {
+            return Err(GrantError::OutsideGrant.into());
+        }
+        match self.accepts_upload(&grant).await {
+            Ok(true) => Ok(grant),
+            Ok(false) => Err(UploadRefusal::LoadClosed),
+            Err(e) => Err(UploadRefusal::Load(e)),
+        }
     }
 }
 

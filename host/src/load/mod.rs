@@ -54,14 +54,21 @@ pub enum LoadError {
     /// The load is no longer OPEN.
     #[error("load already committed")]
     AlreadyCommitted,
+    /// A failure told in words only: no code of the server makes it any
+    /// more (`s3/refusal.rs`'s test still does; it moves to `Store`).
     #[error("internal: {0}")]
     Internal(String),
-}
-
-impl From<store::Error> for LoadError {
-    fn from(e: store::Error) -> Self {
-        LoadError::Internal(e.to_string())
-    }
+    /// The metadata store failed.
+    #[error("internal: {0}")]
+    Store(#[from] store::Error),
+    /// The lake's object store failed while staged files were `what`
+    /// ("listing" or "removing").
+    #[error("internal: {what} staging: {source}")]
+    Staging {
+        what: &'static str,
+        #[source]
+        source: object_store::Error,
+    },
 }
 
 /// A POST /load request, checked at the edge (`api/load_body.rs`).
@@ -360,10 +367,18 @@ pub async fn delete_prefix(lake: &Lake, prefix: &ObjectPath) -> Result<(), LoadE
     let store = lake.object_store();
     let mut listing = store.list(Some(prefix));
     while let Some(meta) = listing.next().await {
-        let meta = meta.map_err(|e| LoadError::Internal(format!("listing staging: {e}")))?;
+        let meta = meta.map_err(|source| LoadError::Staging {
+            what: "listing",
+            source,
+        })?;
         match store.delete(&meta.location).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-            Err(e) => return Err(LoadError::Internal(format!("removing staging: {e}"))),
+            Err(source) => {
+                return Err(LoadError::Staging {
+                    what: "removing",
+                    source,
+                });
+            }
         }
     }
     Ok(())

@@ -10,10 +10,8 @@
 //! group giving its `num_children` (field 5). Everything else is skipped,
 //! with Thrift's own nesting capped too.
 
-/// Levels a schema may nest below its root: a flat file is 1, a struct
-/// column 2, a list column 3. BigQuery allows 15 levels of STRUCT; 32 leaves
-/// room for lists and maps around them.
-pub const MAX_SCHEMA_DEPTH: usize = 32;
+/// Levels a schema may nest below its root: the engine's type-depth cap.
+pub use crate::engine::expression_limits::MAX_TYPE_DEPTH as MAX_SCHEMA_DEPTH;
 /// Thrift structs nested inside the footer (the format itself nests a few).
 const MAX_THRIFT_NESTING: usize = 32;
 
@@ -35,30 +33,66 @@ const STRUCT: u8 = 12;
 const SCHEMA_FIELD: i16 = 2;
 const NUM_CHILDREN_FIELD: i16 = 5;
 
+/// Why a file's schema may not reach the readers.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SchemaProblem {
+    #[error("its schema nests more than {MAX_SCHEMA_DEPTH} levels deep")]
+    TooDeep,
+    #[error("its footer cannot be read: {0}")]
+    Unreadable(#[source] FooterError),
+}
+
+/// Why the footer's Thrift bytes are not a readable schema list.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FooterError {
+    #[error("it ends early")]
+    EndsEarly,
+    #[error("a number runs past 10 bytes")]
+    NumberTooLong,
+    #[error("a field id out of range")]
+    FieldIdOutOfRange,
+    #[error("a list claims more elements than bytes left")]
+    ListPastEnd,
+    #[error("a map claims more entries than bytes left")]
+    MapPastEnd,
+    #[error("a negative number of children")]
+    NegativeChildren,
+    #[error("its metadata nests more than {MAX_THRIFT_NESTING} levels")]
+    NestedTooDeep,
+    #[error("an unknown Thrift type {0}")]
+    UnknownType(u8),
+    #[error("no schema")]
+    NoSchema,
+    #[error("the schema is empty")]
+    EmptySchema,
+    #[error("the schema is not a list of elements")]
+    NotElements,
+    #[error("the schema lists more elements than its groups hold")]
+    MoreElementsThanGroupsHold,
+}
+
 /// Why the schema in `footer` (the metadata bytes before the footer length)
 /// cannot be read safely: too deep, or not a schema list at all.
-pub fn schema_depth_problem(footer: &[u8]) -> Option<String> {
+pub fn schema_depth_problem(footer: &[u8]) -> Option<SchemaProblem> {
     match schema_children(footer).and_then(|children| depth_of(&children)) {
-        Ok(depth) if depth > MAX_SCHEMA_DEPTH => Some(format!(
-            "its schema nests more than {MAX_SCHEMA_DEPTH} levels deep"
-        )),
+        Ok(depth) if depth > MAX_SCHEMA_DEPTH => Some(SchemaProblem::TooDeep),
         Ok(_) => None,
-        Err(problem) => Some(format!("its footer cannot be read: {problem}")),
+        Err(problem) => Some(SchemaProblem::Unreadable(problem)),
     }
 }
 
 /// The deepest level of the tree a depth-first list of `num_children`
 /// describes (the root is level 0), or the first level past the cap.
-fn depth_of(children: &[i64]) -> Result<usize, String> {
+fn depth_of(children: &[i64]) -> Result<usize, FooterError> {
     let Some((&root, rest)) = children.split_first() else {
-        return Err("the schema is empty".into());
+        return Err(FooterError::EmptySchema);
     };
     // Children still to come of each open group, the root's first.
     let mut open: Vec<i64> = vec![root];
     let mut deepest = 0;
     for &count in rest {
         let Some(remaining) = open.last_mut().filter(|r| **r > 0) else {
-            return Err("the schema lists more elements than its groups hold".into());
+            return Err(FooterError::MoreElementsThanGroupsHold);
         };
         *remaining -= 1;
         deepest = deepest.max(open.len());
@@ -76,7 +110,7 @@ fn depth_of(children: &[i64]) -> Result<usize, String> {
 }
 
 /// Each schema element's `num_children` (0 for a leaf), in the footer's order.
-fn schema_children(footer: &[u8]) -> Result<Vec<i64>, String> {
+fn schema_children(footer: &[u8]) -> Result<Vec<i64>, FooterError> {
     let mut reader = Reader {
         bytes: footer,
         at: 0,
@@ -89,7 +123,7 @@ fn schema_children(footer: &[u8]) -> Result<Vec<i64>, String> {
         }
         let (element, count) = reader.collection_header()?;
         if element != STRUCT {
-            return Err("the schema is not a list of elements".into());
+            return Err(FooterError::NotElements);
         }
         let mut children = Vec::new();
         for _ in 0..count {
@@ -97,7 +131,7 @@ fn schema_children(footer: &[u8]) -> Result<Vec<i64>, String> {
         }
         return Ok(children);
     }
-    Err("no schema".into())
+    Err(FooterError::NoSchema)
 }
 
 /// A cursor over Thrift compact-protocol bytes.
@@ -107,23 +141,23 @@ struct Reader<'a> {
 }
 
 impl Reader<'_> {
-    fn byte(&mut self) -> Result<u8, String> {
-        let byte = *self.bytes.get(self.at).ok_or("it ends early")?;
+    fn byte(&mut self) -> Result<u8, FooterError> {
+        let byte = *self.bytes.get(self.at).ok_or(FooterError::EndsEarly)?;
         self.at += 1;
         Ok(byte)
     }
 
-    fn advance(&mut self, count: u64) -> Result<(), String> {
+    fn advance(&mut self, count: u64) -> Result<(), FooterError> {
         let end = usize::try_from(count)
             .ok()
             .and_then(|n| self.at.checked_add(n))
             .filter(|end| *end <= self.bytes.len())
-            .ok_or("it ends early")?;
+            .ok_or(FooterError::EndsEarly)?;
         self.at = end;
         Ok(())
     }
 
-    fn varint(&mut self) -> Result<u64, String> {
+    fn varint(&mut self) -> Result<u64, FooterError> {
         let mut value = 0u64;
         for shift in (0..70).step_by(7) {
             let byte = self.byte()?;
@@ -132,23 +166,23 @@ impl Reader<'_> {
                 return Ok(value);
             }
         }
-        Err("a number runs past 10 bytes".into())
+        Err(FooterError::NumberTooLong)
     }
 
-    fn zigzag(&mut self) -> Result<i64, String> {
+    fn zigzag(&mut self) -> Result<i64, FooterError> {
         let raw = self.varint()?;
         Ok((raw >> 1) as i64 ^ -((raw & 1) as i64))
     }
 
     /// The next field's id and type, or `None` at the struct's end.
-    fn field_header(&mut self, last_id: &mut i16) -> Result<Option<(i16, u8)>, String> {
+    fn field_header(&mut self, last_id: &mut i16) -> Result<Option<(i16, u8)>, FooterError> {
         let header = self.byte()?;
         if header == STOP {
             return Ok(None);
         }
         let delta = i16::from(header >> 4);
         let id = if delta == 0 {
-            i16::try_from(self.zigzag()?).map_err(|_| "a field id out of range")?
+            i16::try_from(self.zigzag()?).map_err(|_| FooterError::FieldIdOutOfRange)?
         } else {
             last_id.saturating_add(delta)
         };
@@ -158,27 +192,27 @@ impl Reader<'_> {
 
     /// A list's or set's element type and size; each element takes at least
     /// one byte, so a size past the bytes left is refused here.
-    fn collection_header(&mut self) -> Result<(u8, u64), String> {
+    fn collection_header(&mut self) -> Result<(u8, u64), FooterError> {
         let header = self.byte()?;
         let size = match header >> 4 {
             15 => self.varint()?,
             short => u64::from(short),
         };
         if size > (self.bytes.len() - self.at) as u64 {
-            return Err("a list claims more elements than bytes left".into());
+            return Err(FooterError::ListPastEnd);
         }
         Ok((header & 0x0f, size))
     }
 
     /// One `SchemaElement`: its `num_children`, the rest skipped.
-    fn num_children(&mut self) -> Result<i64, String> {
+    fn num_children(&mut self) -> Result<i64, FooterError> {
         let mut children = 0;
         let mut last_id = 0;
         while let Some((id, kind)) = self.field_header(&mut last_id)? {
             if id == NUM_CHILDREN_FIELD && kind == I32 {
                 children = self.zigzag()?;
                 if children < 0 {
-                    return Err("a negative number of children".into());
+                    return Err(FooterError::NegativeChildren);
                 }
             } else {
                 self.skip(kind, 2)?;
@@ -188,7 +222,7 @@ impl Reader<'_> {
     }
 
     /// Skips one value of `kind`, `nesting` structs deep.
-    fn skip(&mut self, kind: u8, nesting: usize) -> Result<(), String> {
+    fn skip(&mut self, kind: u8, nesting: usize) -> Result<(), FooterError> {
         match kind {
             TRUE | FALSE => Ok(()),
             BYTE => self.advance(1),
@@ -215,7 +249,7 @@ impl Reader<'_> {
                     return Ok(());
                 }
                 if size > (self.bytes.len() - self.at) as u64 {
-                    return Err("a map claims more entries than bytes left".into());
+                    return Err(FooterError::MapPastEnd);
                 }
                 let types = self.byte()?;
                 for _ in 0..size {
@@ -226,9 +260,7 @@ impl Reader<'_> {
             }
             STRUCT => {
                 if nesting >= MAX_THRIFT_NESTING {
-                    return Err(format!(
-                        "its metadata nests more than {MAX_THRIFT_NESTING} levels"
-                    ));
+                    return Err(FooterError::NestedTooDeep);
                 }
                 let mut last_id = 0;
                 while let Some((_, field)) = self.field_header(&mut last_id)? {
@@ -236,7 +268,7 @@ impl Reader<'_> {
                 }
                 Ok(())
             }
-            other => Err(format!("an unknown Thrift type {other}")),
+            other => Err(FooterError::UnknownType(other)),
         }
     }
 }
@@ -305,7 +337,7 @@ mod tests {
         assert_eq!(schema_depth_problem(footer_of(&at_cap)), None);
         let past = nested_file(MAX_SCHEMA_DEPTH);
         assert_eq!(
-            schema_depth_problem(footer_of(&past)).unwrap(),
+            schema_depth_problem(footer_of(&past)).unwrap().to_string(),
             format!("its schema nests more than {MAX_SCHEMA_DEPTH} levels deep")
         );
         // Far past it: the walk stops at the cap, whatever the claim.
@@ -329,6 +361,7 @@ mod tests {
         assert!(
             schema_depth_problem(&deep)
                 .unwrap()
+                .to_string()
                 .contains("nests more than")
         );
         // More elements than the root's children.

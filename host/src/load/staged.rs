@@ -16,7 +16,10 @@
 //! the step, so the commit ends the load ParquetValidation (INVALID_PARQUET)
 //! whichever step met the file first, not InternalError.
 
-use std::sync::{Arc, Mutex};
+use std::{
+    num::ParseIntError,
+    sync::{Arc, Mutex},
+};
 
 use async_trait::async_trait;
 use datafusion::{
@@ -33,9 +36,9 @@ use datafusion::{
 use futures::TryStreamExt as _;
 
 use super::{
-    parquet_envelope::check_envelope,
+    parquet_envelope::{EnvelopeError, check_envelope},
     staged_scan::{EveryRowRead, staged_session_state},
-    staged_sql::{STAGED_TABLE, check_staged_sql, has_aggregate, has_group_by},
+    staged_sql::{STAGED_TABLE, StagedSqlError, check_staged_sql, has_aggregate, has_group_by},
     staging_path,
 };
 use crate::{
@@ -47,10 +50,10 @@ use crate::{
         layout::{SERVICE_CLIENT_COLUMN, TableLayout, partition_field},
         write::write_batches,
     },
-    lake::Lake,
-    pipeline::{ColumnInfo, LoadData, StagedFileInfo},
+    lake::{self, Lake},
+    pipeline::{ColumnInfo, DataError, LoadData, StagedFileInfo, TextRows},
     store::{
-        Store,
+        self, Store,
         catalog::{LakeDatabase, LakeTable, NewDataFile},
         loads::{LoadFile, LoadRecord},
     },
@@ -59,6 +62,49 @@ use crate::{
 /// Memory the staged SQL of one commit step may hold (check_sum aggregates,
 /// the insert), as a query's default limit.
 const STAGED_SQL_MEMORY_BYTES: usize = 1 << 30;
+
+/// Why a capability call over a load's staged files failed: the step is
+/// told this text.
+#[derive(Debug, thiserror::Error)]
+pub enum StagedError {
+    #[error("no uploaded file {0}")]
+    NoUploadedFile(String),
+    #[error("no files were uploaded")]
+    NoFilesUploaded,
+    #[error("database {0} does not exist")]
+    NoDatabase(String),
+    /// A staged file whose envelope is not parquet's, named.
+    #[error("file {file_key}: {source}")]
+    File {
+        file_key: String,
+        #[source]
+        source: EnvelopeError,
+    },
+    #[error(transparent)]
+    Envelope(#[from] EnvelopeError),
+    #[error(transparent)]
+    Sql(#[from] StagedSqlError),
+    #[error("only aggregate expressions over the staged rows are accepted here")]
+    NotAggregate,
+    #[error("load_as_service_client_id {text} is not a number")]
+    ServiceClientId {
+        text: String,
+        #[source]
+        source: ParseIntError,
+    },
+    #[error(transparent)]
+    Store(#[from] store::Error),
+    /// The stored table's schema does not read.
+    #[error(transparent)]
+    Table(#[from] lake::Error),
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error(transparent)]
+    DataFusion(#[from] DataFusionError),
+    /// The answer's rows could not be shown as text.
+    #[error(transparent)]
+    Rows(#[from] ArrowError),
+}
 
 /// The load a pipeline run is for: its record, its files at commit time and
 /// the database of its table.
@@ -111,43 +157,46 @@ impl StagedLoad {
         self.invalid_parquet.lock().expect("invalid lock").clone()
     }
 
-    /// A failed read of the staged rows, as the step is told it; one that
-    /// failed on a file's contents is kept for the commit's verdict.
-    fn read_error(&self, error: &DataFusionError) -> String {
-        let message = error.to_string();
+    /// Keeps a failed read of the staged rows that failed on a file's
+    /// contents, for the commit's verdict.
+    fn note_read_failure(&self, error: &DataFusionError) {
         if decodes_no_parquet(error) {
             self.invalid_parquet
                 .lock()
                 .expect("invalid lock")
-                .get_or_insert_with(|| message.clone());
+                .get_or_insert_with(|| error.to_string());
         }
-        message
     }
 
-    fn file(&self, file_key: &str) -> Result<&LoadFile, String> {
+    /// A failed read of the staged rows, as the step is told it (and kept
+    /// when it failed on a file's contents).
+    fn read_error(&self, error: DataFusionError) -> StagedError {
+        self.note_read_failure(&error);
+        StagedError::DataFusion(error)
+    }
+
+    fn file(&self, file_key: &str) -> Result<&LoadFile, StagedError> {
         self.files
             .iter()
             .find(|f| f.file_key == file_key && f.uploaded_at.is_some())
-            .ok_or_else(|| format!("no uploaded file {file_key}"))
+            .ok_or_else(|| StagedError::NoUploadedFile(file_key.to_string()))
     }
 
     /// The lake database the load writes to.
-    async fn target_database(&self) -> Result<LakeDatabase, String> {
+    async fn target_database(&self) -> Result<LakeDatabase, StagedError> {
         let load = &self.record.load;
         self.store
             .database(&load.org, load.zone.as_deref(), &self.database)
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("database {} does not exist", self.database))
+            .await?
+            .ok_or_else(|| StagedError::NoDatabase(self.database.clone()))
     }
 
     /// A session whose table `staged` is every uploaded file of the load.
-    async fn session(&self) -> Result<SessionContext, String> {
+    async fn session(&self) -> Result<SessionContext, StagedError> {
         // As a query's: memory bounded by a pool, growing functions bounded.
         let runtime = RuntimeEnvBuilder::new()
             .with_memory_pool(Arc::new(FairSpillPool::new(STAGED_SQL_MEMORY_BYTES)))
-            .build_arc()
-            .map_err(|e| e.to_string())?;
+            .build_arc()?;
         // Every answer read from the rows, never a footer's (`staged_scan`).
         let context =
             SessionContext::new_with_state(staged_session_state(SessionConfig::new(), runtime));
@@ -167,7 +216,10 @@ impl StagedLoad {
                 &staging_path(&file.object_key),
             )
             .await
-            .map_err(|e| format!("file {}: {e}", file.file_key))?;
+            .map_err(|source| StagedError::File {
+                file_key: file.file_key.clone(),
+                source,
+            })?;
         }
         let urls = uploaded
             .iter()
@@ -177,70 +229,41 @@ impl StagedLoad {
                     self.lake.object_store_url().as_str(),
                     staging_path(&f.object_key)
                 ))
-                .map_err(|e| e.to_string())
             })
             .collect::<Result<Vec<_>, _>>()?;
         if urls.is_empty() {
-            return Err("no files were uploaded".into());
+            return Err(StagedError::NoFilesUploaded);
         }
         let options =
             ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
         let config = ListingTableConfig::new_with_multi_paths(urls)
             .with_listing_options(options)
             .infer_schema(&context.state())
-            .await
-            .map_err(|e| e.to_string())?;
-        let table = ListingTable::try_new(config).map_err(|e| e.to_string())?;
+            .await?;
+        let table = ListingTable::try_new(config)?;
         let table = EveryRowRead {
             inner: Arc::new(table),
         };
-        context
-            .register_table(STAGED_TABLE, Arc::new(table))
-            .map_err(|e| e.to_string())?;
+        context.register_table(STAGED_TABLE, Arc::new(table))?;
         Ok(context)
     }
 
-    async fn run_query(
-        &self,
-        sql: &str,
-        max_rows: u32,
-    ) -> Result<Vec<Vec<Option<String>>>, String> {
+    async fn run_query(&self, sql: &str, max_rows: u32) -> Result<TextRows, StagedError> {
         check_staged_sql(sql)?;
         let context = self.session().await?;
-        let plan = context
-            .state()
-            .create_logical_plan(sql)
-            .await
-            .map_err(|e| e.to_string())?;
+        let plan = context.state().create_logical_plan(sql).await?;
         if !has_group_by(sql) && !has_aggregate(&plan) {
-            return Err("only aggregate expressions over the staged rows are accepted here".into());
+            return Err(StagedError::NotAggregate);
         }
         let frame = context
             .execute_logical_plan(plan)
-            .await
-            .map_err(|e| e.to_string())?
-            .limit(0, Some(max_rows as usize))
-            .map_err(|e| e.to_string())?;
-        let batches = frame.collect().await.map_err(|e| self.read_error(&e))?;
-        crate::pipeline::rows_as_text(&batches)
-    }
-}
-
-#[async_trait]
-impl LoadData for StagedLoad {
-    fn list_files(&self) -> Result<Vec<StagedFileInfo>, String> {
-        Ok(self
-            .files
-            .iter()
-            .map(|f| StagedFileInfo {
-                file_key: f.file_key.clone(),
-                size_bytes: f.size_bytes.unwrap_or(0).max(0) as u64,
-                uploaded: f.uploaded_at.is_some(),
-            })
-            .collect())
+            .await?
+            .limit(0, Some(max_rows as usize))?;
+        let batches = frame.collect().await.map_err(|e| self.read_error(e))?;
+        Ok(crate::pipeline::rows_as_text(&batches)?)
     }
 
-    async fn parquet_columns(&self, file_key: &str) -> Result<Vec<ColumnInfo>, String> {
+    async fn parquet_columns_of(&self, file_key: &str) -> Result<Vec<ColumnInfo>, StagedError> {
         let file = self.file(file_key)?;
         let path = staging_path(&file.object_key);
         let store = self.lake.object_store();
@@ -248,8 +271,7 @@ impl LoadData for StagedLoad {
         let state = SessionContext::new().state();
         let schema = ParquetFormat::default()
             .infer_schema(&state, &store, &[meta])
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         Ok(columns_of(&schema)
             .into_iter()
             .map(|c| ColumnInfo {
@@ -260,22 +282,17 @@ impl LoadData for StagedLoad {
             .collect())
     }
 
-    async fn query(&self, sql: &str, max_rows: u32) -> Result<Vec<Vec<Option<String>>>, String> {
-        self.run_query(sql, max_rows).await
-    }
-
-    async fn table_columns(&self) -> Result<Option<Vec<ColumnInfo>>, String> {
+    async fn table_columns_of(&self) -> Result<Option<Vec<ColumnInfo>>, StagedError> {
         let database = self.target_database().await?;
         let Some(table) = self
             .store
             .table(&database.id, &self.record.load.table_name)
-            .await
-            .map_err(|e| e.to_string())?
+            .await?
         else {
             return Ok(None);
         };
         // The file columns, then the partition columns as queries see them.
-        let layout = TableLayout::of(&table).map_err(|e| e.to_string())?;
+        let layout = TableLayout::of(&table)?;
         let mut fields: Vec<_> = layout.file_schema.fields().iter().cloned().collect();
         for partition in &layout.partition_columns {
             if !fields.iter().any(|f| f.name() == partition) {
@@ -292,9 +309,38 @@ impl LoadData for StagedLoad {
             .collect();
         Ok(Some(columns))
     }
+}
 
-    async fn append_staged(&self) -> Result<u64, String> {
-        self.append().await
+#[async_trait]
+impl LoadData for StagedLoad {
+    fn list_files(&self) -> Result<Vec<StagedFileInfo>, DataError> {
+        Ok(self
+            .files
+            .iter()
+            .map(|f| StagedFileInfo {
+                file_key: f.file_key.clone(),
+                size_bytes: f.size_bytes.unwrap_or(0).max(0) as u64,
+                uploaded: f.uploaded_at.is_some(),
+            })
+            .collect())
+    }
+
+    async fn parquet_columns(&self, file_key: &str) -> Result<Vec<ColumnInfo>, DataError> {
+        self.parquet_columns_of(file_key)
+            .await
+            .map_err(DataError::new)
+    }
+
+    async fn query(&self, sql: &str, max_rows: u32) -> Result<TextRows, DataError> {
+        self.run_query(sql, max_rows).await.map_err(DataError::new)
+    }
+
+    async fn table_columns(&self) -> Result<Option<Vec<ColumnInfo>>, DataError> {
+        self.table_columns_of().await.map_err(DataError::new)
+    }
+
+    async fn append_staged(&self) -> Result<u64, DataError> {
+        self.append().await.map_err(DataError::new)
     }
 }
 
@@ -315,38 +361,27 @@ impl StagedLoad {
         self.pending.lock().expect("pending lock").take()
     }
 
-    async fn append(&self) -> Result<u64, String> {
+    async fn append(&self) -> Result<u64, StagedError> {
         let load = &self.record.load;
         let context = self.session().await?;
-        let mut frame = context
-            .table(STAGED_TABLE)
-            .await
-            .map_err(|e| e.to_string())?;
+        let mut frame = context.table(STAGED_TABLE).await?;
         if let Some(text) = &load.load_as_service_client_id {
             let id: i64 = text
                 .trim()
                 .parse()
-                .map_err(|_| format!("load_as_service_client_id {text} is not a number"))?;
-            frame = frame
-                .with_column(SERVICE_CLIENT_COLUMN, lit(id))
-                .map_err(|e| e.to_string())?;
+                .map_err(|source| StagedError::ServiceClientId {
+                    text: text.clone(),
+                    source,
+                })?;
+            frame = frame.with_column(SERVICE_CLIENT_COLUMN, lit(id))?;
         }
         let database = self.target_database().await?;
-        let existing = self
-            .store
-            .table(&database.id, &load.table_name)
-            .await
-            .map_err(|e| e.to_string())?;
+        let existing = self.store.table(&database.id, &load.table_name).await?;
         let (layout, new_table, table_id) = match existing {
-            Some(table) => (
-                TableLayout::of(&table).map_err(|e| e.to_string())?,
-                None,
-                table.id,
-            ),
+            Some(table) => (TableLayout::of(&table)?, None, table.id),
             None => {
                 let staged = frame.schema().as_arrow().clone();
-                let layout =
-                    TableLayout::for_loads(&staged, &load.partitions).map_err(|e| e.to_string())?;
+                let layout = TableLayout::for_loads(&staged, &load.partitions)?;
                 let table = layout.catalog_entry(&database.id, &load.table_name, self.now_micros);
                 let id = table.id.clone();
                 (layout, Some(table), id)
@@ -363,14 +398,12 @@ impl StagedLoad {
         let stream = frame
             .execute_stream()
             .await
-            .map_err(|e| self.read_error(&e))?;
+            .map_err(|e| self.read_error(e))?;
         let rows = stream.map_err(|e| {
-            self.read_error(&e);
+            self.note_read_failure(&e);
             EngineError::run(e)
         });
-        let written = write_batches(rows, writer)
-            .await
-            .map_err(|e| e.to_string())?;
+        let written = write_batches(rows, writer).await?;
         let (files, rows) = (written.files, written.rows);
         *self.pending.lock().expect("pending lock") = Some(PendingAppend {
             new_table,

@@ -11,10 +11,24 @@ use datafusion::{
     sql::sqlparser::ast::{self, GroupByExpr, SetExpr, Statement, TableFactor, Visit, Visitor},
 };
 
-use crate::engine::expression_limits::{ParseFailure, parse_statements};
+use crate::engine::expression_limits::{ExpressionLimitError, ParseFailure, parse_statements};
 
 /// The table name of the staged rows in staged-sql.
 pub const STAGED_TABLE: &str = "staged";
+
+/// Why staged-sql refuses a statement; the step is told this text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StagedSqlError {
+    /// Past a cap of the expression limits.
+    #[error("refused: {0}")]
+    TooComplex(#[from] ExpressionLimitError),
+    /// Not SQL the parser reads: its own message.
+    #[error("{0}")]
+    Syntax(String),
+    /// SQL of a shape staged-sql does not run.
+    #[error("refused: {0}")]
+    Shape(&'static str),
+}
 
 /// Whether a plan aggregates anywhere.
 pub(super) fn has_aggregate(plan: &LogicalPlan) -> bool {
@@ -64,16 +78,16 @@ impl Visitor for SubqueryFinder {
 }
 
 /// The shape staged-sql accepts: one SELECT over `staged` alone.
-pub fn check_staged_sql(sql: &str) -> Result<(), String> {
-    let refuse = |why: &str| Err(format!("refused: {why}"));
+pub fn check_staged_sql(sql: &str) -> Result<(), StagedSqlError> {
+    let refuse = |why: &'static str| Err(StagedSqlError::Shape(why));
     let statements = parse_statements(sql).map_err(|failure| match failure {
-        ParseFailure::TooComplex(limit) => format!("refused: {limit}"),
-        ParseFailure::Syntax(message) => message,
+        ParseFailure::TooComplex(limit) => StagedSqlError::TooComplex(limit),
+        ParseFailure::Syntax(message) => StagedSqlError::Syntax(message),
     })?;
     let [statement @ Statement::Query(query)] = statements.as_slice() else {
         return refuse("exactly one SELECT statement is accepted");
     };
-    crate::engine::expression_limits::check(statement).map_err(|e| format!("refused: {e}"))?;
+    crate::engine::expression_limits::check(statement)?;
     if query.with.is_some() {
         return refuse("WITH is not accepted");
     }
@@ -139,7 +153,7 @@ mod tests {
     #[test]
     fn staged_sql_the_parser_would_backtrack_on_is_refused_within_its_budget() {
         let find = crate::engine::expression_limits::tests::fuzzer_find();
-        let refused = check_staged_sql(&find).expect_err("refused");
+        let refused = check_staged_sql(&find).expect_err("refused").to_string();
         assert!(
             refused.starts_with("refused: the statement takes the SQL parser more than"),
             "{refused}"

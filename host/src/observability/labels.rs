@@ -6,7 +6,7 @@
 
 use std::{collections::BTreeSet, sync::Mutex};
 
-use crate::pipeline::LOAD_ERROR_TYPES;
+use crate::store::loads::LOAD_ERROR_TYPES;
 
 /// What a label reads when its value is outside the set.
 pub const OTHER: &str = "other";

@@ -50,10 +50,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio_util::sync::CancellationToken;
 
 use super::labels::{self, ApiLabel, BoundedNames, MAX_STEP_NAMES};
-use crate::{
-    pipeline::PipelineKind,
-    store::{Store, dailyrun::RunStatus, queries::QueryState},
-};
+use crate::store::{Store, dailyrun::RunStatus, queries::QueryState};
 
 const HTTP_REQUESTS: &str = "lakehost_http_requests_total";
 const HTTP_DURATION: &str = "lakehost_http_request_duration_seconds";
@@ -420,11 +417,8 @@ impl StepTimer {
         }
     }
 
-    pub fn finish(self, pipeline: PipelineKind, step: &str, outcome: StepOutcome) {
-        let pipeline = match pipeline {
-            PipelineKind::Load => "load",
-            PipelineKind::Daily => "daily",
-        };
+    /// `pipeline` is the pipeline's label (`PipelineKind::label`).
+    pub fn finish(self, pipeline: &'static str, step: &str, outcome: StepOutcome) {
         let outcome = match outcome {
             StepOutcome::Passed => "passed",
             StepOutcome::Failed => "failed",

@@ -1,13 +1,15 @@
-//! Query outcomes as Postgres errors: one match on `QueryError`'s variants,
-//! as `api/error.rs` has for HTTP and `flight/status.rs` for gRPC. Refusals
-//! keep the spec's texts under SQLSTATE 42501, found at submission or while
-//! the job ran (`failed`); an internal error shows the REST API's generic
-//! text and is logged.
+//! Query outcomes and authentication refusals as Postgres errors: one match
+//! on `QueryError`'s variants, as `api/error.rs` has for HTTP and
+//! `flight/status.rs` for gRPC, and one on `auth::Refusal`'s (`refused`).
+//! Refusals keep the spec's texts under SQLSTATE 42501, found at submission
+//! or while the job ran (`failed`); an internal error shows the REST API's
+//! generic text and is logged.
 
 use pgwire::error::{ErrorInfo, PgWireError};
 
 use crate::{
     api::error::INTERNAL_MESSAGE,
+    auth::Refusal,
     query::{Denial, QueryError},
 };
 
@@ -70,6 +72,36 @@ pub fn error_of(error: QueryError) -> PgWireError {
         QueryError::Internal(why) => {
             tracing::error!(error = %why, "postgres statement failed");
             self::error("XX000", INTERNAL_MESSAGE)
+        }
+    }
+}
+
+/// A refusal of `auth::authenticate` (for the client id `client_id`) as
+/// the error a Postgres client sees, the one place the wire maps one: a
+/// refused secret is 28P01 as Postgres answers a wrong password; a token or
+/// claims the API does not accept end the connection with 28000 and REST's
+/// 401 text; a missing scope ends the statement with 42501 and REST's 403
+/// text; an address past its failure budget is 53400 with when to retry; an
+/// identity provider out of reach is 08006 (logged: ours to fix).
+pub fn refused(refusal: Refusal, client_id: &str) -> PgWireError {
+    match refusal {
+        Refusal::SecretRefused => fatal(
+            "28P01",
+            format!("password authentication failed for user \"{client_id}\""),
+        ),
+        Refusal::MissingScope { .. } => self::error("42501", "Forbidden"),
+        Refusal::Throttled(throttled) => fatal("53400", throttled.to_string()),
+        Refusal::ProviderUnavailable(e) => {
+            tracing::error!(error = %e, "identity provider unavailable");
+            fatal("08006", "the identity provider is unavailable")
+        }
+        unauthorized @ (Refusal::MissingCredentials
+        | Refusal::InvalidToken(_)
+        | Refusal::WrongIssuerOrAudience(_)
+        | Refusal::Expired
+        | Refusal::Claims(_)) => {
+            tracing::debug!(refusal = ?unauthorized, client_id, "postgres credentials refused");
+            fatal("28000", UNAUTHORIZED)
         }
     }
 }

@@ -4,9 +4,11 @@
 //!   its zone `lab` (orgs and zones are DNS labels, so the dot is free).
 //!   An unknown one is FATAL 3D000, before any password is asked for.
 //! - `user` is a client id of the org's realm and the password its secret,
-//!   exchanged for an access token with the realm's client-credentials flow
-//!   (`auth::client_credentials`), then validated as REST validates a bearer
-//!   token. A refused secret is FATAL 28P01.
+//!   authenticated as every front end authenticates (`auth::authenticate`:
+//!   exchanged for an access token with the realm's client-credentials flow,
+//!   validated, its claims made a caller); `sqlstate::refused` maps its
+//!   refusals: a refused secret is FATAL 28P01, a token or claims this API
+//!   does not accept FATAL 28000, an identity provider out of reach 08006.
 //! - Passwords cross TLS only: a plain connection is refused (FATAL 28000)
 //!   before the server asks for one. No SCRAM: lakehost holds no secrets to
 //!   salt, it can only check one by exchanging it.
@@ -39,14 +41,10 @@ use pgwire::{
 use super::{
     PgState,
     cancel::Cancels,
-    sqlstate::{UNAUTHORIZED, fatal},
+    sqlstate::{fatal, refused},
 };
 use crate::{
-    auth::{
-        TokenError,
-        client_credentials::{ExchangeError, exchange, exchange_from},
-        validator::Expected,
-    },
+    auth::{Api, Credentials, authenticate, authenticate::verify},
     listener::OrgShares,
 };
 
@@ -86,7 +84,14 @@ impl Session {
 
     /// The same session with a fresh token for its secret.
     pub async fn renewed(&self, state: &PgState) -> PgWireResult<Session> {
-        let token = token_for(state, None, &self.org, &self.client_id, &self.secret).await?;
+        let token = token_for(
+            state,
+            None,
+            (&self.org, self.zone.as_deref()),
+            &self.client_id,
+            &self.secret,
+        )
+        .await?;
         Ok(Session {
             org: self.org.clone(),
             zone: self.zone.clone(),
@@ -113,60 +118,49 @@ pub fn api_of(state: &PgState, database: &str) -> Option<(String, Option<String>
     Some((org, zone))
 }
 
-/// `client_id`'s secret exchanged for a token of `org`'s realm, within the
-/// failure budget of the client's address `peer` (none for a session that
-/// renews the token of a secret already accepted).
+/// `client_id`'s secret authenticated for the API of `org` (and `zone`)
+/// as every front end authenticates (`auth::authenticate`: exchanged for a
+/// token of the org's realm within the failure budget of the client's
+/// address `peer`, none for a session renewing the token of a secret
+/// accepted before; the token validated; its claims made a caller): the
+/// token, or the refusal as a Postgres error.
 async fn token_for(
     state: &PgState,
     peer: Option<IpAddr>,
-    org: &str,
+    (org, zone): (&str, Option<&str>),
     client_id: &str,
     secret: &str,
 ) -> PgWireResult<String> {
-    let exchanged = match peer {
-        Some(peer) => exchange_from(&state.validator, peer, org, client_id, secret).await,
-        None => exchange(&state.validator, org, client_id, secret).await,
+    let credentials = Credentials::ClientSecret {
+        client_id,
+        secret,
+        peer,
     };
-    exchanged.map_err(|e| match e {
-        ExchangeError::Refused => fatal(
-            "28P01",
-            format!("password authentication failed for user \"{client_id}\""),
-        ),
-        ExchangeError::Unavailable(why) => {
-            tracing::error!(error = %why, "client credentials exchange failed");
-            fatal("08006", "the identity provider is unavailable")
-        }
-        ExchangeError::Throttled(throttled) => fatal("53400", throttled.to_string()),
-    })
+    authenticate(&state.validator, Some(credentials), Api { org, zone }, None)
+        .await
+        .map(|authenticated| authenticated.token)
+        .map_err(|refusal| refused(refusal, client_id))
 }
 
-/// `session`'s token validated for its API, as REST validates a bearer
-/// token: a refused one is `Err(None)`, other failures `Err(Some(..))`.
+/// `session`'s token authenticated again for its API (its claims included):
+/// a refused token (expired, say: the session renews it) is `Err(None)`,
+/// other refusals `Err(Some(..))`, mapped by `sqlstate::refused`.
 pub async fn validated(
     state: &PgState,
     session: &Session,
 ) -> Result<crate::auth::AccessClaims, Option<PgWireError>> {
-    let audience = state.config.auth.api_client_for(session.zone.as_deref());
-    state
-        .validator
-        .validate(
-            &session.token,
-            Expected {
-                org: &session.org,
-                audience: &audience,
-            },
-        )
-        .await
-        .map_err(|e| match e {
-            TokenError::KeysUnavailable(why) => {
-                tracing::error!(error = %why, "token keys unavailable");
-                Some(fatal(
-                    "08006",
-                    "the identity provider's keys are unavailable",
-                ))
-            }
-            _ => None,
-        })
+    let api = Api {
+        org: &session.org,
+        zone: session.zone.as_deref(),
+    };
+    let credentials = Some(Credentials::Bearer(&session.token));
+    let checked = match verify(&state.validator, credentials, api, None).await {
+        Ok(verified) => verified.caller().map(|_| verified.claims),
+        Err(refusal) => Err(refusal),
+    };
+    checked.map_err(|refusal| {
+        (!refusal.is_token_refused()).then(|| refused(refusal, &session.client_id))
+    })
 }
 
 /// The startup handler: database, TLS, password.
@@ -250,7 +244,14 @@ impl StartupHandler for LakeStartup {
                     ));
                 };
                 let peer = client.socket_addr().ip();
-                let token = token_for(&self.state, Some(peer), &org, &client_id, &secret).await?;
+                let token = token_for(
+                    &self.state,
+                    Some(peer),
+                    (&org, zone.as_deref()),
+                    &client_id,
+                    &secret,
+                )
+                .await?;
                 let session = Session {
                     org,
                     zone,
@@ -258,9 +259,6 @@ impl StartupHandler for LakeStartup {
                     secret,
                     token,
                 };
-                if let Err(refused) = validated(&self.state, &session).await {
-                    return Err(refused.unwrap_or_else(|| fatal("28000", UNAUTHORIZED)));
-                }
                 let share = self.shares.claim(&session.org).map_err(|refused| {
                     fatal(
                         "53300",

@@ -42,8 +42,8 @@ const TEST_COMPONENTS: Components = components![
 #[cfg(not(any(test, feature = "test-steps")))]
 const TEST_COMPONENTS: Components = &[];
 
-/// Whether this build holds the test steps (`pipeline.test_steps` needs them).
-pub const HAS_TEST_STEPS: bool = !TEST_COMPONENTS.is_empty();
+// `config::HAS_TEST_STEPS` says which builds hold them; this holds it true.
+const _: () = assert!(crate::config::HAS_TEST_STEPS == !TEST_COMPONENTS.is_empty());
 
 /// The names of the test steps, in every build: a manifest names them only
 /// where `pipeline.test_steps` allows it.

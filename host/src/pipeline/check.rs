@@ -38,7 +38,10 @@ pub fn check_manifest(
         .map(|step| StepCheck {
             step: step.name.clone(),
             component: step.component.to_string(),
-            problem: engine.check_step(kind, &step.component).err(),
+            problem: engine
+                .check_step(kind, &step.component)
+                .err()
+                .map(|e| e.to_string()),
         })
         .collect())
 }

@@ -18,11 +18,12 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use datafusion::arrow::{
     array::{Array as _, RecordBatch},
+    error::ArrowError,
     util::display::{ArrayFormatter, FormatOptions},
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::runtime::EngineRuntime;
+use crate::runtime::EngineRuntime;
 
 pub mod builtin;
 pub mod check;
@@ -33,7 +34,7 @@ pub mod scaffold;
 mod sequence;
 pub mod wit_package;
 
-pub use engine::PipelineEngine;
+pub use engine::{ComponentError, EngineStartError, PipelineEngine, SharedCause};
 pub use sequence::{StepReport, StepsRun, Stopped, run_steps, run_steps_blocking};
 
 /// Which pipeline a manifest or a component belongs to: each is its own WIT
@@ -52,6 +53,14 @@ impl PipelineKind {
         match self {
             PipelineKind::Load => "load.toml",
             PipelineKind::Daily => "daily.toml",
+        }
+    }
+
+    /// Its name as a metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            PipelineKind::Load => "load",
+            PipelineKind::Daily => "daily",
         }
     }
 
@@ -80,20 +89,36 @@ pub struct StagedFileInfo {
     pub uploaded: bool,
 }
 
+/// Why the data work of a capability call failed: the step gets a `failed`
+/// answer with this error's text. It holds the data side's own typed error,
+/// cause and all, which the pipelines need only as text.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct DataError(Box<dyn std::error::Error + Send + Sync>);
+
+impl DataError {
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self(Box::new(error))
+    }
+}
+
+/// Rows as the WIT's SQL answers carry them: every value as text, NULL as none.
+pub type TextRows = Vec<Vec<Option<String>>>;
+
 /// The data work behind the capabilities, for one load. The engine awaits
 /// each call on the run's runtime and drops it, unfinished, when the step's
 /// time limit passes or its run is stopped: an implementation must leave
 /// nothing visible when dropped. An `Err` is a `failed` answer to the step,
-/// with the message.
+/// with the error's text.
 #[async_trait]
 pub trait LoadData: Send + Sync {
-    fn list_files(&self) -> Result<Vec<StagedFileInfo>, String>;
-    async fn parquet_columns(&self, file_key: &str) -> Result<Vec<ColumnInfo>, String>;
+    fn list_files(&self) -> Result<Vec<StagedFileInfo>, DataError>;
+    async fn parquet_columns(&self, file_key: &str) -> Result<Vec<ColumnInfo>, DataError>;
     /// Read-only SQL over the staged rows (table `staged`), at most `max_rows`.
-    async fn query(&self, sql: &str, max_rows: u32) -> Result<Vec<Vec<Option<String>>>, String>;
-    async fn table_columns(&self) -> Result<Option<Vec<ColumnInfo>>, String>;
+    async fn query(&self, sql: &str, max_rows: u32) -> Result<TextRows, DataError>;
+    async fn table_columns(&self) -> Result<Option<Vec<ColumnInfo>>, DataError>;
     /// Stages the rows for the lake table; returns the row count.
-    async fn append_staged(&self) -> Result<u64, String>;
+    async fn append_staged(&self) -> Result<u64, DataError>;
 }
 
 /// The data work behind the daily run's `lake-sql` capability, for one
@@ -101,9 +126,9 @@ pub trait LoadData: Send + Sync {
 #[async_trait]
 pub trait DailyData: Send + Sync {
     /// One read-only SELECT over the org's databases, at most `max_rows`.
-    async fn query(&self, sql: &str, max_rows: u32) -> Result<Vec<Vec<Option<String>>>, String>;
+    async fn query(&self, sql: &str, max_rows: u32) -> Result<TextRows, DataError>;
     /// Replaces an insights table with the rows of `sql`; returns the row count.
-    async fn refresh_table(&self, table: &str, sql: &str) -> Result<u64, String>;
+    async fn refresh_table(&self, table: &str, sql: &str) -> Result<u64, DataError>;
 }
 
 /// What a run's steps get from whoever runs them besides the data: the
@@ -220,11 +245,12 @@ pub enum StepError {
     #[error("step {step} reported an internal error: {message}")]
     Reported { step: String, message: String },
     /// Its component (`builtin:<name>`, or a file by its name alone).
-    #[error("step {step} ({component}) could not be loaded: {message}")]
+    #[error("step {step} ({component}) could not be loaded: {source}")]
     Component {
         step: String,
         component: String,
-        message: String,
+        #[source]
+        source: ComponentError,
     },
     #[error(
         "step {step} failed the load with ErrorType {error_type:?}, which is not one of the spec's"
@@ -232,18 +258,7 @@ pub enum StepError {
     UnknownErrorType { step: String, error_type: String },
 }
 
-/// The spec's ErrorType values (spec "Load failures"): what a load step's
-/// FAIL may name.
-pub const LOAD_ERROR_TYPES: &[&str] = &[
-    "NoFilesUploaded",
-    "ParquetValidation",
-    "ServiceClientError",
-    "CheckSumError",
-    "ValidationError",
-    "TooManyPartitions",
-    "PermissionsError",
-    "InternalError",
-];
+pub use crate::store::loads::LOAD_ERROR_TYPES;
 
 /// The most items of a step's FAIL report kept (one more says how many
 /// were left out), and the longest message or type kept of each.
@@ -261,8 +276,8 @@ impl StepError {
     }
 }
 
-/// Rows as the WIT's SQL answers carry them: every value as text, NULL as none.
-pub(crate) fn rows_as_text(batches: &[RecordBatch]) -> Result<Vec<Vec<Option<String>>>, String> {
+/// `batches` as [`TextRows`].
+pub(crate) fn rows_as_text(batches: &[RecordBatch]) -> Result<TextRows, ArrowError> {
     let options = FormatOptions::default();
     let mut rows = Vec::new();
     for batch in batches {
@@ -270,8 +285,7 @@ pub(crate) fn rows_as_text(batches: &[RecordBatch]) -> Result<Vec<Vec<Option<Str
             .columns()
             .iter()
             .map(|c| ArrayFormatter::try_new(c.as_ref(), &options).map(|f| (c, f)))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| e.to_string())?;
+            .collect::<Result<Vec<_>, _>>()?;
         for row in 0..batch.num_rows() {
             rows.push(
                 formatters

@@ -121,7 +121,7 @@ where
                     Ok(Err(_)) => StepOutcome::Error,
                     Err(_) => StepOutcome::Halted,
                 };
-                timer.finish(manifest.kind, &step.name, outcome);
+                timer.finish(manifest.kind.label(), &step.name, outcome);
                 match ran {
                     Ok(Ok(None)) => {
                         passed.push(step.name.clone());

@@ -22,10 +22,11 @@ use super::{QueryError, prepare::Prepared, result_writer::ResultWriter};
 use crate::{
     auth::Access,
     config::ArrowCompression,
+    distributed,
+    engine::distributed::finished_read,
     engine::{
         EngineError,
         columns::{ResultColumn, columns_of},
-        distributed,
         layout::{plain_batch, without_view_types},
         table_writer::delete_paths,
         write::write_plan,
@@ -48,7 +49,7 @@ pub struct Execution {
     pub staged: Vec<String>,
     /// A read's lake snapshot, when its result may be reused (`engine::snapshot`).
     pub snapshot: Option<String>,
-    /// How many workers a distributed read ran on (`engine::distributed`).
+    /// How many workers a distributed read ran on (`crate::distributed`).
     pub workers: Option<u32>,
 }
 
@@ -110,7 +111,7 @@ pub async fn execute(
                 .finish()
                 .await
                 .map_err(|e| QueryError::Internal(format!("result file: {e}")))?;
-            let ran = distributed::finished_read(plan).await;
+            let ran = finished_read(plan).await;
             crate::observability::metrics::query_scanned(bytes_scanned(ran.as_ref()));
             Ok(Execution {
                 columns: columns_of(&schema),
@@ -233,7 +234,7 @@ pub async fn stream_rows(
             }
         }
     }
-    let ran = distributed::finished_read(plan).await;
+    let ran = finished_read(plan).await;
     crate::observability::metrics::query_scanned(bytes_scanned(ran.as_ref()));
     Ok(Execution {
         columns: columns_of(&schema),
@@ -349,7 +350,7 @@ async fn count_result(
 
 /// The parquet bytes a finished plan read (reads, CREATE TABLE AS, INSERT):
 /// DataFusion's `bytes_scanned` metric summed over the plan's nodes (a
-/// distributed read's after `distributed::finished_read`), which
+/// distributed read's after `finished_read`), which
 /// its parquet scans keep anyway, so this costs one walk of the plan.
 fn bytes_scanned(plan: &dyn ExecutionPlan) -> u64 {
     let own = plan

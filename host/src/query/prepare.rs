@@ -4,14 +4,14 @@
 //! take their layout from `engine::layout`.
 //!
 //! Every write goes through our catalog: DataFusion never creates, drops or
-//! alters anything itself.
+//! alters anything itself. Statements that could reach files or settings
+//! never get here: `engine::statement::classify` refuses them first.
 
 use std::sync::Arc;
 
 use datafusion::{
-    arrow::datatypes::{Field, Schema},
     common::DataFusionError,
-    logical_expr::{DdlStatement, DmlStatement, LogicalPlan, WriteOp},
+    logical_expr::{CreateMemoryTable, DdlStatement, DmlStatement, LogicalPlan, WriteOp},
     physical_plan::ExecutionPlan,
     prelude::SessionContext,
 };
@@ -21,17 +21,19 @@ use crate::{
     auth::{Access, ServiceClientScope},
     engine::{
         EngineError,
-        layout::{TableLayout, check_column_names, check_table_name},
+        layout::{TableLayout, check_table_name},
         plan_read,
         snapshot::read_snapshot,
-        statement::{Action, AlterChange, Classified, TableName},
+        statement::{Action, Classified, TableName},
     },
-    lake,
     store::{
         Store,
         catalog::{LakeDatabase, LakeTable},
+        database_kind::DatabaseKind,
     },
 };
+
+mod alter;
 
 /// What a statement will do once run; built by `prepare`.
 pub enum Prepared {
@@ -83,6 +85,14 @@ fn plan_error(error: DataFusionError) -> QueryError {
     EngineError::plan(error).into()
 }
 
+/// The answer to a write naming a table its database does not hold.
+fn no_such_table(database: &LakeDatabase, table: &str) -> QueryError {
+    QueryError::Invalid(format!("Table '{}.{table}' does not exist", database.name))
+}
+
+/// A capability of `auth::Access` over one kind of database.
+type Capability = fn(&Access, DatabaseKind) -> bool;
+
 impl Target<'_> {
     async fn database(&self, name: &TableName) -> Result<LakeDatabase, QueryError> {
         let database = name.database.as_deref().unwrap_or(self.default_database);
@@ -92,12 +102,39 @@ impl Target<'_> {
             .ok_or_else(|| QueryError::Invalid(format!("Database '{database}' does not exist")))
     }
 
+    /// The database a write names, once the caller's roles allow `may` there
+    /// (else `denial`): the permission is decided before the table is looked
+    /// up, so a caller without the right learns nothing of its tables.
+    async fn database_allowing(
+        &self,
+        name: &TableName,
+        may: Capability,
+        denial: Denial,
+    ) -> Result<LakeDatabase, QueryError> {
+        let database = self.database(name).await?;
+        match may(self.access, database.kind) {
+            true => Ok(database),
+            false => Err(QueryError::Denied(denial)),
+        }
+    }
+
     async fn table(
         &self,
         database: &LakeDatabase,
         name: &str,
     ) -> Result<Option<LakeTable>, QueryError> {
         Ok(self.store.table(&database.id, name).await?)
+    }
+
+    /// The table a write changes, which must exist.
+    async fn existing_table(
+        &self,
+        database: &LakeDatabase,
+        name: &str,
+    ) -> Result<LakeTable, QueryError> {
+        self.table(database, name)
+            .await?
+            .ok_or_else(|| no_such_table(database, name))
     }
 
     /// DROP and ALTER change a whole table: the caller must be able to read
@@ -134,226 +171,215 @@ pub async fn prepare(
     classified: &Classified,
     now: i64,
 ) -> Result<Prepared, QueryError> {
-    let access = target.access;
     match &classified.action {
-        Action::Read => {
-            // One copy of the session's state for both plans (a copy
-            // clones every function registry).
-            let state = context.state();
-            let plan = state.create_logical_plan(sql).await.map_err(plan_error)?;
-            Ok(Prepared::Read {
-                snapshot: read_snapshot(&plan),
-                plan: plan_read(&state, &plan).await?,
-            })
-        }
+        Action::Read => plan_checked_read(context, sql).await,
         Action::CreateTable {
             table,
             as_select,
             if_not_exists,
         } => {
-            let database = target.database(table).await?;
-            if !access.can_create_table(database.kind) {
-                return Err(QueryError::Denied(Denial::CreateTable));
-            }
-            check_table_name(&table.table)?;
-            let existing = target.table(&database, &table.table).await?;
-            let plan = context
-                .state()
-                .create_logical_plan(sql)
-                .await
-                .map_err(plan_error)?;
-            let LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) = plan else {
-                return Err(QueryError::Internal(
-                    "CREATE TABLE did not plan as a table creation".into(),
-                ));
+            let form = CreateForm {
+                as_select: *as_select,
+                if_not_exists: *if_not_exists,
             };
-            let qualified = format!("{}.{}", database.name, table.table);
-            if let Some(existing) = existing {
-                if *as_select {
-                    let files = target.store.files(&existing.id).await?;
-                    return Err(QueryError::Conflict(if files.is_empty() {
-                        format!("Table '{qualified}' already exists")
-                    } else {
-                        format!(
-                            "Target location of table '{qualified}' already holds data \
-                             ({} files); drop the table first",
-                            files.len()
-                        )
-                    }));
-                }
-                if *if_not_exists {
-                    return Ok(Prepared::Nothing);
-                }
-                return Err(QueryError::Invalid(format!(
-                    "Table '{qualified}' already exists"
-                )));
-            }
-            let schema = create.input.schema().as_arrow().clone();
-            let layout = TableLayout::for_rows(&schema)?;
-            let new_table = layout.catalog_entry(&database.id, &table.table, now);
-            if !*as_select {
-                return Ok(Prepared::CreateTable { table: new_table });
-            }
-            let plan = context
-                .state()
-                .create_physical_plan(&create.input)
-                .await
-                .map_err(plan_error)?;
-            Ok(Prepared::CreateTableAs {
-                database,
-                table: new_table,
-                layout,
-                plan,
-            })
+            prepare_create_table(context, target, sql, table, form, now).await
         }
-        Action::Insert { table } => {
-            let database = target.database(table).await?;
-            if !access.can_write_data(database.kind) {
-                return Err(QueryError::Denied(Denial::Statement));
-            }
-            let Some(existing) = target.table(&database, &table.table).await? else {
-                return Err(QueryError::Invalid(format!(
-                    "Table '{}.{}' does not exist",
-                    database.name, table.table
-                )));
-            };
-            let plan = context
-                .state()
-                .create_logical_plan(sql)
-                .await
-                .map_err(plan_error)?;
-            let LogicalPlan::Dml(DmlStatement {
-                op: WriteOp::Insert(_),
-                input,
-                ..
-            }) = plan
-            else {
-                return Err(QueryError::Internal(
-                    "INSERT did not plan as an insert".into(),
-                ));
-            };
-            let plan = context
-                .state()
-                .create_physical_plan(&input)
-                .await
-                .map_err(plan_error)?;
-            let layout =
-                TableLayout::of(&existing).map_err(|e| QueryError::Internal(e.to_string()))?;
-            Ok(Prepared::Insert {
-                database,
-                table: existing,
-                layout,
-                plan,
-            })
-        }
+        Action::Insert { table } => prepare_insert(context, target, sql, table).await,
         Action::DropTables { tables, if_exists } => {
-            let mut dropped = Vec::new();
-            for table in tables {
-                let database = target.database(table).await?;
-                if !access.can_drop_or_alter(database.kind) {
-                    return Err(QueryError::Denied(Denial::Statement));
-                }
-                let Some(existing) = target.table(&database, &table.table).await? else {
-                    if *if_exists {
-                        continue;
-                    }
-                    return Err(QueryError::Invalid(format!(
-                        "Table '{}.{}' does not exist",
-                        database.name, table.table
-                    )));
-                };
-                target.check_reads_whole(&database, &existing).await?;
-                dropped.push((database.id.clone(), table.table.clone()));
-            }
-            Ok(Prepared::Drop { tables: dropped })
+            prepare_drop_tables(target, tables, *if_exists).await
         }
         Action::AlterTable { table, change } => {
-            let database = target.database(table).await?;
-            if !access.can_drop_or_alter(database.kind) {
-                return Err(QueryError::Denied(Denial::Statement));
-            }
-            let Some(existing) = target.table(&database, &table.table).await? else {
-                return Err(QueryError::Invalid(format!(
-                    "Table '{}.{}' does not exist",
-                    database.name, table.table
-                )));
-            };
-            target.check_reads_whole(&database, &existing).await?;
-            match change {
-                AlterChange::RenameTo(new) => {
-                    if new.database.as_ref().is_some_and(|d| *d != database.name) {
-                        return Err(QueryError::Invalid(
-                            "ALTER TABLE ... RENAME TO cannot move a table to another database"
-                                .into(),
-                        ));
-                    }
-                    check_table_name(&new.table)?;
-                    if target.table(&database, &new.table).await?.is_some() {
-                        return Err(QueryError::Invalid(format!(
-                            "Table '{}.{}' already exists",
-                            database.name, new.table
-                        )));
-                    }
-                    Ok(Prepared::Alter {
-                        table_id: existing.id,
-                        new_name: Some(new.table.clone()),
-                        new_schema_json: None,
-                    })
-                }
-                AlterChange::AddColumn(definition) => {
-                    let added = column_from_definition(context, definition).await?;
-                    let schema = lake::schema_from_json(&existing.schema_json)
-                        .map_err(|e| QueryError::Internal(e.to_string()))?;
-                    let taken = schema.field_with_name(added.name()).is_ok()
-                        || existing.partition_columns.contains(added.name());
-                    if taken {
-                        return Err(QueryError::Invalid(format!(
-                            "column '{}' already exists",
-                            added.name()
-                        )));
-                    }
-                    // Files written before the change read the new column as NULL.
-                    let added = added.with_nullable(true);
-                    check_column_names(&Schema::new(vec![added.clone()]))?;
-                    let mut fields: Vec<Field> =
-                        schema.fields().iter().map(|f| f.as_ref().clone()).collect();
-                    fields.push(added);
-                    let new_schema = Schema::new(fields);
-                    Ok(Prepared::Alter {
-                        table_id: existing.id,
-                        new_name: None,
-                        new_schema_json: Some(lake::schema_to_json(&new_schema)),
-                    })
-                }
-                AlterChange::Unsupported(_) => Err(QueryError::Invalid(
-                    "ALTER TABLE supports RENAME TO <table> and ADD COLUMN <column> <type>".into(),
-                )),
-            }
+            alter::prepare_alter_table(context, target, table, change).await
         }
     }
 }
 
-/// The Arrow field of a SQL column definition, typed by DataFusion's planner.
-async fn column_from_definition(
+/// A read, planned down to its physical plan: the session's table providers
+/// decide the caller's access while it is planned, so a refused read fails
+/// here rather than when it runs.
+async fn plan_checked_read(context: &SessionContext, sql: &str) -> Result<Prepared, QueryError> {
+    // One copy of the session's state for both plans (a copy clones every
+    // function registry).
+    let state = context.state();
+    let plan = state.create_logical_plan(sql).await.map_err(plan_error)?;
+    Ok(Prepared::Read {
+        snapshot: read_snapshot(&plan),
+        plan: plan_read(&state, &plan).await?,
+    })
+}
+
+/// The CREATE TABLE forms that change what an existing table means.
+#[derive(Debug, Clone, Copy)]
+struct CreateForm {
+    as_select: bool,
+    if_not_exists: bool,
+}
+
+/// CREATE TABLE [AS]: the caller may create tables in the database, the
+/// name is allowed, the statement plans; then either the existing table
+/// decides (`when_table_exists`) or a new catalog entry is made, with the
+/// plan of its rows for CREATE TABLE AS.
+async fn prepare_create_table(
     context: &SessionContext,
-    definition: &str,
-) -> Result<Field, QueryError> {
+    target: &Target<'_>,
+    sql: &str,
+    table: &TableName,
+    form: CreateForm,
+    now: i64,
+) -> Result<Prepared, QueryError> {
+    let database = target
+        .database_allowing(table, Access::can_create_table, Denial::CreateTable)
+        .await?;
+    check_table_name(&table.table)?;
+    let existing = target.table(&database, &table.table).await?;
+    // Planned before an existing table is answered: a statement that cannot
+    // plan says so whether or not its table exists.
+    let create = plan_table_creation(context, sql).await?;
+    if let Some(existing) = existing {
+        return when_table_exists(target, &database, &existing, &table.table, form).await;
+    }
+    let schema = create.input.schema().as_arrow().clone();
+    let layout = TableLayout::for_rows(&schema)?;
+    let new_table = layout.catalog_entry(&database.id, &table.table, now);
+    if !form.as_select {
+        return Ok(Prepared::CreateTable { table: new_table });
+    }
     let plan = context
         .state()
-        .create_logical_plan(&format!("CREATE TABLE column_probe ({definition})"))
+        .create_physical_plan(&create.input)
+        .await
+        .map_err(plan_error)?;
+    Ok(Prepared::CreateTableAs {
+        database,
+        table: new_table,
+        layout,
+        plan,
+    })
+}
+
+/// The logical plan of a CREATE TABLE statement (its rows' plan for AS, its
+/// columns otherwise).
+async fn plan_table_creation(
+    context: &SessionContext,
+    sql: &str,
+) -> Result<CreateMemoryTable, QueryError> {
+    let plan = context
+        .state()
+        .create_logical_plan(sql)
         .await
         .map_err(plan_error)?;
     match plan {
-        LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) => {
-            let schema = create.input.schema().as_arrow().clone();
-            schema
-                .fields()
-                .first()
-                .map(|f| f.as_ref().clone())
-                .ok_or_else(|| QueryError::Invalid("ADD COLUMN needs a column".into()))
-        }
+        LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) => Ok(create),
         _ => Err(QueryError::Internal(
-            "column definition did not plan".into(),
+            "CREATE TABLE did not plan as a table creation".into(),
         )),
     }
 }
+
+/// CREATE TABLE of a table that exists: CREATE TABLE AS is a conflict (that
+/// names the files when the table holds data), IF NOT EXISTS does nothing,
+/// and a plain CREATE TABLE is invalid.
+async fn when_table_exists(
+    target: &Target<'_>,
+    database: &LakeDatabase,
+    existing: &LakeTable,
+    name: &str,
+    form: CreateForm,
+) -> Result<Prepared, QueryError> {
+    let qualified = format!("{}.{name}", database.name);
+    if form.as_select {
+        let files = target.store.files(&existing.id).await?;
+        return Err(QueryError::Conflict(if files.is_empty() {
+            format!("Table '{qualified}' already exists")
+        } else {
+            format!(
+                "Target location of table '{qualified}' already holds data \
+                 ({} files); drop the table first",
+                files.len()
+            )
+        }));
+    }
+    if form.if_not_exists {
+        return Ok(Prepared::Nothing);
+    }
+    Err(QueryError::Invalid(format!(
+        "Table '{qualified}' already exists"
+    )))
+}
+
+/// INSERT: the caller may write data in the database, the table exists, and
+/// its rows plan; they are written in the table's own layout.
+async fn prepare_insert(
+    context: &SessionContext,
+    target: &Target<'_>,
+    sql: &str,
+    table: &TableName,
+) -> Result<Prepared, QueryError> {
+    let database = target
+        .database_allowing(table, Access::can_write_data, Denial::Statement)
+        .await?;
+    let existing = target.existing_table(&database, &table.table).await?;
+    let plan = plan_inserted_rows(context, sql).await?;
+    let layout = TableLayout::of(&existing).map_err(|e| QueryError::Internal(e.to_string()))?;
+    Ok(Prepared::Insert {
+        database,
+        table: existing,
+        layout,
+        plan,
+    })
+}
+
+/// The physical plan of the rows an INSERT statement adds.
+async fn plan_inserted_rows(
+    context: &SessionContext,
+    sql: &str,
+) -> Result<Arc<dyn ExecutionPlan>, QueryError> {
+    let plan = context
+        .state()
+        .create_logical_plan(sql)
+        .await
+        .map_err(plan_error)?;
+    let LogicalPlan::Dml(DmlStatement {
+        op: WriteOp::Insert(_),
+        input,
+        ..
+    }) = plan
+    else {
+        return Err(QueryError::Internal(
+            "INSERT did not plan as an insert".into(),
+        ));
+    };
+    context
+        .state()
+        .create_physical_plan(&input)
+        .await
+        .map_err(plan_error)
+}
+
+/// DROP TABLE, table by table in the statement's order: the caller may drop
+/// in its database, the table exists (or IF EXISTS skips it) and the caller
+/// reads every row of it. The first refusal refuses the whole statement.
+async fn prepare_drop_tables(
+    target: &Target<'_>,
+    tables: &[TableName],
+    if_exists: bool,
+) -> Result<Prepared, QueryError> {
+    let mut dropped = Vec::new();
+    for table in tables {
+        let database = target
+            .database_allowing(table, Access::can_drop_or_alter, Denial::Statement)
+            .await?;
+        let Some(existing) = target.table(&database, &table.table).await? else {
+            if if_exists {
+                continue;
+            }
+            return Err(no_such_table(&database, &table.table));
+        };
+        target.check_reads_whole(&database, &existing).await?;
+        dropped.push((database.id.clone(), table.table.clone()));
+    }
+    Ok(Prepared::Drop { tables: dropped })
+}
+
+#[cfg(test)]
+mod tests;

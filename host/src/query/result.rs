@@ -270,7 +270,7 @@ pub(super) mod tests {
     };
 
     use super::*;
-    use crate::query::result_writer::{CsvResultWriter, SMALL_RESULT_BYTES};
+    use crate::{config::SMALL_RESULT_BYTES, query::result_writer::CsvResultWriter};
     use object_store::{ObjectStoreExt as _, memory::InMemory};
 
     /// A sink that keeps the rows it is given (tests only: pages are never

@@ -27,17 +27,10 @@ use super::{
     result_arrow::{TypedCopy, TypedCopyTask},
 };
 use crate::{
-    config::ArrowCompression,
+    config::{ArrowCompression, SMALL_RESULT_BYTES},
     lake::{ResultFormat, result_file_path},
     store::queries::ResultInRow,
 };
-
-/// Results up to this size are also kept in memory by the writer, so the
-/// replica that ran a query can serve its pages without reading the file.
-/// It is also the most a result kept in the store's row may be: the
-/// object store's buffered upload holds far more before it sends anything,
-/// so a result this small has sent nothing when it is kept in the row.
-pub const SMALL_RESULT_BYTES: usize = 256 * 1024;
 
 /// Batches being made text at once, ahead of the one written next.
 const ENCODING_AHEAD: usize = 4;

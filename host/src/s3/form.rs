@@ -6,9 +6,10 @@
 //! shape, the policy's signature (with the secret of its access key), the
 //! policy's expiry (on the injected clock), every policy condition, that
 //! every form field is covered by a condition, and the session token's grant
-//! (this bucket and key, unexpired, a load that takes files). The file then
-//! streams into the staging area, bounded by the policy's content-length-range
-//! and `uploads.max_file_bytes`. Errors are S3's XML with S3's status codes.
+//! (`LoadService::check_upload`: this bucket and key, unexpired, a load that
+//! takes files). The file then streams into the staging area, bounded by the
+//! policy's content-length-range and `uploads.max_file_bytes`. Errors are
+//! S3's XML with S3's status codes (`refusal.rs`).
 //!
 //! The policy language itself (decoding the document, checking its
 //! conditions) is `post_policy.rs`; this module owns the form, the checks'
@@ -26,10 +27,13 @@ use object_store::ObjectStore;
 
 // Re-exported: the fuzz harness (`fuzzing.rs`) reaches the policy parser here.
 pub(crate) use super::post_policy::{check_conditions, parse_policy};
-use super::staged_object::{StreamError, stream_to_object};
+use super::{
+    refusal::{LOAD_CLOSED, S3Refusal, denied, error, internal, upload_refused, xml_escape},
+    staged_object::{StreamError, stream_to_object},
+};
 use crate::load::{
     LoadService,
-    grant::{GrantError, form_signature_matches},
+    grant::{UploadAttempt, form_signature_matches},
     staging_path,
 };
 
@@ -44,55 +48,8 @@ pub struct FormState {
 const MAX_FIELD_BYTES: usize = 64 * 1024;
 const MAX_FIELDS: usize = 50;
 
-/// An S3 error: its code, status and message, rendered as S3's XML.
-#[derive(Debug)]
-pub struct S3FormError {
-    status: StatusCode,
-    code: &'static str,
-    pub(super) message: String,
-}
-
-pub(super) fn error(
-    status: StatusCode,
-    code: &'static str,
-    message: impl Into<String>,
-) -> S3FormError {
-    S3FormError {
-        status,
-        code,
-        message: message.into(),
-    }
-}
-
-pub(super) fn denied(message: impl Into<String>) -> S3FormError {
-    error(StatusCode::FORBIDDEN, "AccessDenied", message)
-}
-
-fn xml_escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
-impl IntoResponse for S3FormError {
-    fn into_response(self) -> Response {
-        let body = format!(
-            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{}</Code><Message>{}</Message></Error>",
-            self.code,
-            xml_escape(&self.message)
-        );
-        let mut response = (self.status, body).into_response();
-        response.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/xml"),
-        );
-        response
-    }
-}
-
 /// Reads a text field, refusing one longer than `MAX_FIELD_BYTES`.
-async fn field_text(mut field: Field<'_>) -> Result<String, S3FormError> {
+async fn field_text(mut field: Field<'_>) -> Result<String, S3Refusal> {
     let mut bytes = Vec::new();
     while let Some(chunk) = field.chunk().await.map_err(|e| {
         error(
@@ -119,7 +76,7 @@ async fn field_text(mut field: Field<'_>) -> Result<String, S3FormError> {
     })
 }
 
-fn required<'a>(fields: &'a BTreeMap<String, String>, name: &str) -> Result<&'a str, S3FormError> {
+fn required<'a>(fields: &'a BTreeMap<String, String>, name: &str) -> Result<&'a str, S3Refusal> {
     fields.get(name).map(String::as_str).ok_or_else(|| {
         error(
             StatusCode::BAD_REQUEST,
@@ -134,7 +91,7 @@ pub async fn post_object(
     State(state): State<FormState>,
     Path(bucket): Path<String>,
     mut form: Multipart,
-) -> Result<Response, S3FormError> {
+) -> Result<Response, S3Refusal> {
     let malformed = |e: axum::extract::multipart::MultipartError| {
         error(
             StatusCode::BAD_REQUEST,
@@ -196,34 +153,14 @@ pub async fn post_object(
     })?;
     let grant = state
         .loads
-        .grants()
-        .verify(token, access_key, now)
-        // S3's statuses for these codes, as the SigV4 route (s3s) answers.
-        .map_err(|e| match e {
-            GrantError::Expired => error(
-                StatusCode::BAD_REQUEST,
-                "ExpiredToken",
-                "The provided token has expired.",
-            ),
-            other => error(StatusCode::BAD_REQUEST, "InvalidToken", other.to_string()),
-        })?;
-    if grant.bucket != bucket || grant.object_key != key {
-        return Err(denied(
-            "Upload credentials do not allow access to this bucket or key.",
-        ));
-    }
-    let open = state.loads.accepts_upload(&grant).await.map_err(|e| {
-        error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "InternalError",
-            e.to_string(),
-        )
-    })?;
-    if !open {
-        return Err(denied(
-            "The load of these credentials no longer takes files.",
-        ));
-    }
+        .check_upload(UploadAttempt {
+            session_token: token,
+            access_key_id: access_key,
+            bucket: &bucket,
+            object_key: key,
+        })
+        .await
+        .map_err(upload_refused)?;
 
     let limit = max.min(state.loads.config().max_file_bytes);
     let path = staging_path(&grant.object_key);
@@ -233,7 +170,7 @@ pub async fn post_object(
     let size = stream_to_object(&state.store, &path, file, min..=limit, takes_files)
         .await
         .map_err(|e| match e {
-            StreamError::LoadNotOpen => denied(e.to_string()),
+            StreamError::LoadNotOpen => denied(LOAD_CLOSED),
             StreamError::TooLarge => error(
                 StatusCode::BAD_REQUEST,
                 "EntityTooLarge",
@@ -245,30 +182,19 @@ pub async fn post_object(
                 "Your proposed upload is smaller than the minimum allowed size.",
             ),
             StreamError::Body(why) => error(StatusCode::BAD_REQUEST, "IncompleteBody", why),
-            StreamError::Store(why) => {
-                error(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", why)
+            failed @ (StreamError::Store(_) | StreamError::Load(_)) => {
+                internal("writing a form upload", &failed)
             }
         })?;
-    let recorded = state.loads.record_upload(&grant, size).await.map_err(|e| {
-        error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "InternalError",
-            e.to_string(),
-        )
-    })?;
+    let recorded = state
+        .loads
+        .record_upload(&grant, size)
+        .await
+        .map_err(|e| internal("recording a form upload", &e))?;
     if !recorded {
-        return Err(denied(
-            "The load of these credentials no longer takes files.",
-        ));
+        return Err(denied(LOAD_CLOSED));
     }
     Ok(success(&fields, &bucket, key))
-}
-
-impl S3FormError {
-    fn with_code(mut self, code: &'static str) -> Self {
-        self.code = code;
-        self
-    }
 }
 
 /// S3's answer to a POST: 204 by default, or `success_action_status` 200/201

@@ -13,11 +13,14 @@
 //! It also serves presigned GETs of query results (`results.rs`): the CSV
 //! links of `GET /query/{id}/csv` when the lake is on local disk.
 //!
-//! This module knows HTTP (like `api/`) but never the catalog: it asks
-//! `LoadService` whether a grant's load still takes files.
+//! This module knows HTTP (like `api/`) but never the catalog: both upload
+//! routes ask `LoadService::check_upload` whether a grant lets an upload
+//! write, and answer its refusals and every failure of ours as S3 does
+//! (`refusal.rs`: a failure's cause is logged, never shown).
 
 pub mod form;
 mod post_policy;
+mod refusal;
 pub mod results;
 pub mod staged_object;
 pub mod staging;
@@ -69,13 +72,8 @@ async fn dispatch(State(dispatch): State<Dispatch>, request: Request) -> Respons
     match tower::Service::call(&mut s3, request).await {
         Ok(response) => response.map(Body::new),
         Err(e) => {
-            tracing::warn!(error = ?e, "upload endpoint failed");
-            (
-                axum::http::StatusCode::INTERNAL_SERVER_ERROR,
-                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>InternalError</Code>\
-                 <Message>We encountered an internal error. Please try again.</Message></Error>",
-            )
-                .into_response()
+            let cause: s3s::StdError = e.into();
+            refusal::internal("serving an S3 request", &*cause).into_response()
         }
     }
 }

@@ -13,7 +13,7 @@ use base64::{Engine as _, engine::general_purpose::STANDARD};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use super::form::{S3FormError, denied, error};
+use super::refusal::{S3Refusal, denied, error};
 
 /// A policy condition (S3's POST policy language).
 #[derive(Debug, PartialEq, Eq)]
@@ -28,7 +28,7 @@ pub(crate) struct Policy {
     conditions: Vec<Condition>,
 }
 
-fn invalid_policy(why: &str) -> S3FormError {
+fn invalid_policy(why: &str) -> S3Refusal {
     error(
         StatusCode::BAD_REQUEST,
         "InvalidPolicyDocument",
@@ -36,7 +36,7 @@ fn invalid_policy(why: &str) -> S3FormError {
     )
 }
 
-pub(crate) fn parse_policy(encoded: &str) -> Result<Policy, S3FormError> {
+pub(crate) fn parse_policy(encoded: &str) -> Result<Policy, S3Refusal> {
     let bytes = STANDARD
         .decode(encoded.trim())
         .map_err(|_| invalid_policy("not base64"))?;
@@ -118,7 +118,7 @@ pub(crate) fn check_conditions(
     policy: &Policy,
     fields: &BTreeMap<String, String>,
     bucket: &str,
-) -> Result<(u64, u64), S3FormError> {
+) -> Result<(u64, u64), S3Refusal> {
     let value_of = |name: &str| -> Option<&str> {
         if name == "bucket" {
             Some(bucket)

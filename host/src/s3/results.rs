@@ -136,12 +136,7 @@ fn refusal(error: &PresignError) -> Response {
 }
 
 fn internal(error: &object_store::Error) -> Response {
-    tracing::warn!(error = %error, "reading a result for a presigned link failed");
-    s3_error(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "InternalError",
-        "We encountered an internal error. Please try again.",
-    )
+    super::refusal::internal("reading a result for a presigned link", error).into_response()
 }
 
 /// S3's error document.

@@ -29,7 +29,7 @@ impl StagedObject {
         let upload = store
             .put_multipart(path)
             .await
-            .map_err(|e| StreamError::Store(e.to_string()))?;
+            .map_err(StreamError::Store)?;
         Ok(Self {
             writer: WriteMultipart::new_with_chunk_size(upload, 8 * 1024 * 1024),
             size: 0,
@@ -46,7 +46,7 @@ impl StagedObject {
         self.writer
             .wait_for_capacity(4)
             .await
-            .map_err(|e| StreamError::Store(e.to_string()))?;
+            .map_err(StreamError::Store)?;
         self.writer.put(chunk);
         Ok(())
     }
@@ -71,13 +71,10 @@ impl StagedObject {
             }
             Err(e) => {
                 self.abort().await;
-                return Err(StreamError::Store(e.to_string()));
+                return Err(StreamError::Load(e));
             }
         }
-        self.writer
-            .finish()
-            .await
-            .map_err(|e| StreamError::Store(e.to_string()))?;
+        self.writer.finish().await.map_err(StreamError::Store)?;
         Ok(self.size)
     }
 }
@@ -115,6 +112,7 @@ where
     object.finish_while(load_takes_files).await
 }
 
+/// Why an upload's object was not written.
 #[derive(Debug, thiserror::Error)]
 pub enum StreamError {
     #[error("the body could not be read: {0}")]
@@ -123,8 +121,12 @@ pub enum StreamError {
     TooLarge,
     #[error("the object is smaller than allowed")]
     TooSmall,
-    #[error("The load of these credentials no longer takes files.")]
+    #[error("the load of these credentials no longer takes files")]
     LoadNotOpen,
-    #[error("storage: {0}")]
-    Store(String),
+    /// The lake's store failed: ours, never shown to the uploader.
+    #[error("the lake's store failed")]
+    Store(#[source] object_store::Error),
+    /// The load could not be read: ours, never shown to the uploader.
+    #[error("the upload's load could not be read")]
+    Load(#[source] LoadError),
 }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use futures::StreamExt as _;
 use object_store::{ObjectStore, ObjectStoreExt as _, path::Path as ObjectPath};
 use s3s::{
-    S3, S3Request, S3Response, S3Result,
+    S3, S3Error, S3Request, S3Response, S3Result,
     access::{S3Access, S3AccessContext},
     auth::{S3Auth, SecretKey},
     dto::{
@@ -26,8 +26,15 @@ use s3s::{
     s3_error,
 };
 
-use super::staged_object::{StagedObject, StreamError, stream_to_object};
-use crate::load::{LoadService, grant::UploadGrant, parts_prefix, staging_path};
+use super::{
+    refusal::{LOAD_CLOSED, internal, upload_refused},
+    staged_object::{StagedObject, StreamError, stream_to_object},
+};
+use crate::load::{
+    LoadService,
+    grant::{UploadAttempt, UploadGrant},
+    parts_prefix, staging_path,
+};
 
 /// The operations upload credentials allow.
 const ALLOWED_OPERATIONS: &[&str] = &[
@@ -65,9 +72,11 @@ impl S3Auth for GrantAuth {
     }
 }
 
-/// Decides every request before its body is read: signed credentials, a valid
-/// unexpired session token of those credentials, an allowed operation, and
-/// the token's own bucket and key, on a load that still takes files.
+/// Decides every request before its body is read: signed credentials (s3s
+/// checked their signature), an allowed operation on one object, and the
+/// upload check of its session token (`LoadService::check_upload`: a valid
+/// unexpired grant of those credentials, for its own bucket and key, on a
+/// load that still takes files).
 pub struct GrantAccess {
     pub loads: Arc<LoadService>,
 }
@@ -90,16 +99,6 @@ impl S3Access for GrantAccess {
                     "These credentials need their session token (x-amz-security-token)."
                 )
             })?;
-        let grant = self
-            .loads
-            .grants()
-            .verify(&token, &credentials.access_key, self.loads.now_seconds())
-            .map_err(|e| match e {
-                crate::load::grant::GrantError::Expired => {
-                    s3_error!(ExpiredToken, "The provided token has expired.")
-                }
-                other => s3_error!(InvalidToken, "{other}"),
-            })?;
         let operation = cx.s3_op().name();
         if !ALLOWED_OPERATIONS.contains(&operation) {
             return Err(s3_error!(
@@ -113,23 +112,16 @@ impl S3Access for GrantAccess {
                 "Upload credentials allow one key only."
             ));
         };
-        if **bucket != *grant.bucket || **key != *grant.object_key {
-            return Err(s3_error!(
-                AccessDenied,
-                "Upload credentials do not allow access to this bucket or key."
-            ));
-        }
-        let open = self
+        let grant = self
             .loads
-            .accepts_upload(&grant)
+            .check_upload(UploadAttempt {
+                session_token: &token,
+                access_key_id: &credentials.access_key,
+                bucket,
+                object_key: key,
+            })
             .await
-            .map_err(|e| s3_error!(InternalError, "{e}"))?;
-        if !open {
-            return Err(s3_error!(
-                AccessDenied,
-                "The load of these credentials no longer takes files."
-            ));
-        }
+            .map_err(|refused| S3Error::from(upload_refused(refused)))?;
         cx.extensions_mut().insert(grant);
         Ok(())
     }
@@ -180,7 +172,7 @@ fn part_path(grant: &UploadGrant, upload_id: &str, part_number: i32) -> ObjectPa
     part_folder(grant, upload_id).join(format!("{part_number:05}").as_str())
 }
 
-fn s3_stream_error(e: StreamError) -> s3s::S3Error {
+fn s3_stream_error(e: StreamError) -> S3Error {
     match e {
         StreamError::TooLarge => s3_error!(
             EntityTooLarge,
@@ -190,9 +182,11 @@ fn s3_stream_error(e: StreamError) -> s3s::S3Error {
             EntityTooSmall,
             "Your proposed upload is smaller than the minimum allowed object size."
         ),
-        StreamError::LoadNotOpen => s3_error!(AccessDenied, "{}", StreamError::LoadNotOpen),
+        StreamError::LoadNotOpen => s3_error!(AccessDenied, "{LOAD_CLOSED}"),
         StreamError::Body(why) => s3_error!(IncompleteBody, "{why}"),
-        StreamError::Store(why) => s3_error!(InternalError, "{why}"),
+        failed @ (StreamError::Store(_) | StreamError::Load(_)) => {
+            internal("writing an upload", &failed).into()
+        }
     }
 }
 
@@ -206,14 +200,11 @@ impl StagingBucket {
             .loads
             .record_upload(grant, size)
             .await
-            .map_err(|e| s3_error!(InternalError, "{e}"))?;
+            .map_err(|e| S3Error::from(internal("recording an upload", &e)))?;
         if recorded {
             Ok(())
         } else {
-            Err(s3_error!(
-                AccessDenied,
-                "The load of these credentials no longer takes files."
-            ))
+            Err(s3_error!(AccessDenied, "{LOAD_CLOSED}"))
         }
     }
 }
@@ -387,7 +378,7 @@ impl StagingBucket {
             let failure = match copied {
                 Ok(Ok(())) => continue,
                 Ok(Err(e)) => s3_stream_error(e),
-                Err(e) => s3_error!(InternalError, "reading part {number}: {e}"),
+                Err(e) => internal("reading an upload's part", &e).into(),
             };
             object.abort().await;
             return Err(failure);

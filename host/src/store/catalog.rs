@@ -7,8 +7,11 @@ use std::collections::BTreeMap;
 
 use sqlx::Row as _;
 
-use super::{Error, Result, Store, new_id};
-use crate::auth::DatabaseKind;
+use super::{
+    Error, Result, Store,
+    database_kind::{DatabaseKind, kind_name, parse_kind},
+    new_id,
+};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LakeDatabase {
@@ -49,25 +52,6 @@ pub struct DataFile {
     pub table_id: String,
     pub file: NewDataFile,
     pub committed_at: i64,
-}
-
-pub fn kind_name(kind: DatabaseKind) -> &'static str {
-    match kind {
-        DatabaseKind::Lake => "lake",
-        DatabaseKind::Insights => "insights",
-        DatabaseKind::DataInput => "data_input",
-        DatabaseKind::Sandbox => "sandbox",
-    }
-}
-
-fn parse_kind(name: &str) -> Result<DatabaseKind> {
-    Ok(match name {
-        "lake" => DatabaseKind::Lake,
-        "insights" => DatabaseKind::Insights,
-        "data_input" => DatabaseKind::DataInput,
-        "sandbox" => DatabaseKind::Sandbox,
-        other => return Err(Error::Corrupt(format!("database kind {other:?}"))),
-    })
 }
 
 /// The databases every org (zone `None`) or zone has: `<org>_lake_v2` or

@@ -1,6 +1,6 @@
 //! Loads (spec "Load", "Load states"): a durable row per load, visible to its
 //! creator only, and the files requested for it. A load is OPEN while it takes
-//! files; the commit pipeline (a later module) moves it to PROCESSING, then
+//! files; a commit (`load::commit`) moves it to PROCESSING, then
 //! SUCCESS or FAIL. Every state change is a conditional UPDATE, so two
 //! replicas can never both move the same load.
 
@@ -10,6 +10,19 @@ use super::{
     Backend, Error, Finished, JobCaps, Result, Store,
     catalog::{self, LakeTable, NewDataFile},
 };
+
+/// The spec's ErrorType values (spec "Load failures"): what a load step's
+/// FAIL may name.
+pub const LOAD_ERROR_TYPES: &[&str] = &[
+    "NoFilesUploaded",
+    "ParquetValidation",
+    "ServiceClientError",
+    "CheckSumError",
+    "ValidationError",
+    "TooManyPartitions",
+    "PermissionsError",
+    "InternalError",
+];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LoadState {

@@ -9,6 +9,7 @@
 
 pub mod catalog;
 pub mod dailyrun;
+pub mod database_kind;
 pub mod idempotency;
 pub mod job_counts;
 pub mod loads;
@@ -16,6 +17,10 @@ pub mod queries;
 pub mod secrets;
 
 use std::{path::Path, str::FromStr as _};
+
+/// The jobs' fair-sharing caps are set in `config` (the floor below); the
+/// store's claims obey them.
+pub use crate::config::JobCaps;
 
 use sqlx::{
     AnyPool,
@@ -29,8 +34,16 @@ pub enum Error {
     AlreadyExists { what: String },
     #[error("{what} does not exist")]
     NotFound { what: String },
+    /// A stored value out of its domain (a state no code writes).
     #[error("stored value is not valid: {0}")]
     Corrupt(String),
+    /// A stored value that does not parse: which one, and why.
+    #[error("stored value is not valid: {what}: {source}")]
+    Unreadable {
+        what: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
     #[error("migration failed: {0}")]
@@ -38,6 +51,19 @@ pub enum Error {
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    /// The stored `what` does not parse, because of `source`.
+    pub fn unreadable(
+        what: &'static str,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Error::Unreadable {
+            what,
+            source: Box::new(source),
+        }
+    }
+}
 
 /// How the end of a job (a query, a load commit, a daily run) went: every
 /// end is conditional on its holder still holding the job.
@@ -49,22 +75,6 @@ pub enum Finished {
     /// The holder no longer holds the job (cancelled, ended or taken over):
     /// nothing was written.
     Lost,
-}
-
-/// How many jobs of one org, and of one caller in it, a worker (a replica's
-/// pool) runs at once: fair sharing between orgs and callers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct JobCaps {
-    pub per_org: i64,
-    pub per_caller: i64,
-}
-
-impl JobCaps {
-    /// No cap beyond the pool's own size.
-    pub const NONE: JobCaps = JobCaps {
-        per_org: i64::MAX,
-        per_caller: i64::MAX,
-    };
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

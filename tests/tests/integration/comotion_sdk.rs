@@ -83,8 +83,8 @@ fn principal(
     }
 }
 
-async fn sdk_deployment(daily_manifest: Option<String>) -> Option<SdkDeployment> {
-    let python = test_python()?;
+async fn sdk_deployment(daily_manifest: Option<String>) -> SdkDeployment {
+    let python = test_python();
     let dir = tempfile::tempdir().unwrap();
     let cert = rcgen::generate_simple_self_signed(vec![
         "localhost".into(),
@@ -165,13 +165,13 @@ async fn sdk_deployment(daily_manifest: Option<String>) -> Option<SdkDeployment>
     ]
     .map(|(k, v)| (k.to_string(), v))
     .to_vec();
-    Some(SdkDeployment {
+    SdkDeployment {
         app,
         python,
         certificate: cert.cert.pem(),
         env,
         dir,
-    })
+    }
 }
 
 fn make_executable(path: &Path) {
@@ -302,10 +302,12 @@ fn assert_million_rows(csv: &[u8]) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn the_sdk_downloads_a_million_row_result_byte_for_byte() {
-    let Some(sdk) = sdk_deployment(None).await else {
-        return;
-    };
+    let sdk = sdk_deployment(None).await;
     let csv_path = sdk.path("result.csv");
     let out = sdk
         .run("query", json!({"sql": MILLION_ROWS, "csv_path": csv_path}))
@@ -327,10 +329,12 @@ async fn the_sdk_downloads_a_million_row_result_byte_for_byte() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn the_cli_logs_in_through_the_browser_and_downloads_a_million_rows() {
-    let Some(sdk) = sdk_deployment(None).await else {
-        return;
-    };
+    let sdk = sdk_deployment(None).await;
     // Before any login the CLI has no credentials and says so.
     let anonymous = sdk.cli(&["get-access-token"]).await;
     assert!(!anonymous.status.success());
@@ -452,10 +456,12 @@ fn assert_failed_with(load: &Value, error_type: &str) -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn the_sdk_loads_and_reads_every_outcome_of_a_load() {
-    let Some(sdk) = sdk_deployment(None).await else {
-        return;
-    };
+    let sdk = sdk_deployment(None).await;
     let rows = trips(&[(1, 2.5, 1), (2, 4.0, 2), (3, 1.5, 1)]);
     let many: Vec<(i64, f64, i64)> = (1..=101).map(|i| (i, 1.0, 1)).collect();
     let loads = sdk
@@ -511,10 +517,12 @@ async fn the_sdk_loads_and_reads_every_outcome_of_a_load() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn the_sdk_uploads_files_and_bulk_loads_several_tables() {
-    let Some(sdk) = sdk_deployment(None).await else {
-        return;
-    };
+    let sdk = sdk_deployment(None).await;
     let csv = sdk.path("trips.csv");
     std::fs::write(&csv, "trip_id,fare,service_client_id\n1,2.5,1\n2,4.0,2\n").unwrap();
     // A parquet file, written by pyarrow through the SDK's own pandas.
@@ -616,10 +624,12 @@ async fn cli_load_outcome(sdk: &SdkDeployment, load_id: &str) -> (String, String
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn the_cli_creates_uploads_commits_and_reads_loads() {
-    let Some(sdk) = sdk_deployment(None).await else {
-        return;
-    };
+    let sdk = sdk_deployment(None).await;
     let parquet = sdk.path("trips.parquet");
     sdk.run(
         "write_parquet",
@@ -691,10 +701,12 @@ async fn the_cli_creates_uploads_commits_and_reads_loads() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn the_sdk_and_the_cli_drive_the_daily_run() {
-    let Some(sdk) = sdk_deployment(Some(pause_manifest(12000))).await else {
-        return;
-    };
+    let sdk = sdk_deployment(Some(pause_manifest(12000))).await;
     let calls = sdk
         .run(
             "dailyrun",

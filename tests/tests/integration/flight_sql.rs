@@ -41,8 +41,12 @@ fn error_of(answer: &Value) -> &str {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn adbc_reads_what_rest_reads_with_the_engines_types() {
-    let Some(python) = test_python() else { return };
+    let python = test_python();
     let app = flight_app().await;
     let token = app.token_for(&["ZoneAdmin"], "[0]");
     let answer = flight_client(
@@ -89,8 +93,12 @@ async fn adbc_reads_what_rest_reads_with_the_engines_types() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn a_statement_is_a_query_job_that_rest_shows() {
-    let Some(python) = test_python() else { return };
+    let python = test_python();
     let app = flight_app().await;
     let token = app.token_for(&["ZoneAdmin"], "[0]");
     let sql = "SELECT count(*) AS n FROM demo_lake_v2.trips";
@@ -195,8 +203,12 @@ async fn a_statement_is_a_query_job_that_rest_shows() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn rows_stream_while_the_query_runs_and_a_short_end_is_an_error() {
-    let Some(python) = test_python() else { return };
+    let python = test_python();
     let app = flight_app().await;
     let token = app.token_for(&["ZoneAdmin"], "[0]");
     let stream = |sql: &str, leave_after: Option<u32>| {
@@ -242,8 +254,12 @@ async fn rows_stream_while_the_query_runs_and_a_short_end_is_an_error() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn cancel_flight_info_stops_a_streaming_query() {
-    let Some(python) = test_python() else { return };
+    let python = test_python();
     let app = flight_app().await;
     let token = app.token_for(&["ZoneAdmin"], "[0]");
     let endless = "SELECT count(*) FROM generate_series(1, 1000000000000)";
@@ -266,8 +282,12 @@ async fn cancel_flight_info_stops_a_streaming_query() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn a_read_ticket_grants_nothing_and_its_run_keeps_the_time_limit() {
-    let Some(python) = test_python() else { return };
+    let python = test_python();
     let app = spawn_app_with(|config| {
         config.server.flight_listen = Some("127.0.0.1:0".parse().unwrap());
         config.query.time_limit_s = 1;
@@ -329,8 +349,12 @@ async fn a_read_ticket_grants_nothing_and_its_run_keeps_the_time_limit() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn refusals_keep_the_specs_texts_and_the_filter_reads() {
-    let Some(python) = test_python() else { return };
+    let python = test_python();
     let app = flight_app().await;
     let analyst = app.token_for(&["OwnServiceClientAnalyst"], "[1]");
     let query = |token: &str, sql: &str| with_uri(&app, json!({ "token": token, "sql": sql }));
@@ -381,8 +405,12 @@ async fn refusals_keep_the_specs_texts_and_the_filter_reads() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn prepared_statements_are_checked_when_prepared_and_run_as_jobs() {
-    let Some(python) = test_python() else { return };
+    let python = test_python();
     let app = flight_app().await;
     let analyst = app.token_for(&["OwnServiceClientAnalyst"], "[1]");
     let filtered = "SELECT trip_id, city FROM demo_lake_v2.trips WHERE service_client_id = 1 \
@@ -405,8 +433,12 @@ async fn prepared_statements_are_checked_when_prepared_and_run_as_jobs() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn parameters_bound_to_a_prepared_statement_run_with_their_values() {
-    let Some(python) = test_python() else { return };
+    let python = test_python();
     let app = flight_app().await;
     let analyst = app.token_for(&["OwnServiceClientAnalyst"], "[1]");
     let run = |sql: &str, params: Value| {
@@ -440,8 +472,12 @@ async fn parameters_bound_to_a_prepared_statement_run_with_their_values() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn bad_parameter_bindings_are_refused_clearly() {
-    let Some(python) = test_python() else { return };
+    let python = test_python();
     let app = flight_app().await;
     let token = app.token_for(&["ZoneAdmin"], "[0]");
     let bind = |sql: &str, types: Value, batches: Value| {
@@ -485,8 +521,12 @@ async fn bad_parameter_bindings_are_refused_clearly() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn cancel_flight_info_cancels_the_query_job() {
-    let Some(python) = test_python() else { return };
+    let python = test_python();
     let app = flight_app().await;
     let token = app.token_for(&["ZoneAdmin"], "[0]");
     let endless = "SELECT count(*) FROM generate_series(1, 1000000000000)";
@@ -552,8 +592,12 @@ async fn cancel_flight_info_cancels_the_query_job() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn tokens_are_checked_like_rest_and_credentials_are_exchanged() {
-    let Some(python) = test_python() else { return };
+    let python = test_python();
     let app = flight_app().await;
     let count = "SELECT count(*) AS n FROM demo_insights.summary";
     // No token, a token of another org, a token without query:write.
@@ -623,8 +667,12 @@ async fn tokens_are_checked_like_rest_and_credentials_are_exchanged() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn over_tls_with_the_servers_certificate() {
-    let Some(python) = test_python() else { return };
+    let python = test_python();
     let dir = tempfile::tempdir().unwrap();
     let (cert_pem, cert_path, key_path) = localhost_certificate(dir.path());
     let app = spawn_app_with(|config| {
@@ -665,8 +713,12 @@ async fn over_tls_with_the_servers_certificate() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn a_zone_caller_reads_its_zone_and_only_with_a_zone_token() {
-    let Some(python) = test_python() else { return };
+    let python = test_python();
     let app = flight_app().await;
     let zone_token = app.zone_token_for("lab", &["ZoneAdmin"], "[0]");
     let lab = json!({ "x-lakehost-zone": "lab" });
@@ -705,8 +757,12 @@ async fn a_zone_caller_reads_its_zone_and_only_with_a_zone_token() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn catalog_listings_hide_what_the_caller_may_not_read() {
-    let Some(python) = test_python() else { return };
+    let python = test_python();
     let app = flight_app().await;
     let admin = app.token_for(&["ZoneAdmin"], "[0]");
     let listing = flight_client(
@@ -742,8 +798,12 @@ async fn catalog_listings_hide_what_the_caller_may_not_read() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn xdbc_type_info_lists_the_engines_types_to_a_caller_with_a_token() {
-    let Some(python) = test_python() else { return };
+    let python = test_python();
     let app = flight_app().await;
     let token = app.token_for(&["PublicConsumer"], "[1]");
     let all = flight_client(
@@ -804,8 +864,12 @@ async fn xdbc_type_info_lists_the_engines_types_to_a_caller_with_a_token() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn garbage_bytes_close_the_connection_and_the_server_goes_on() {
-    let Some(python) = test_python() else { return };
+    let python = test_python();
     // Short timeouts: a connection left half-way through HTTP/2's opening
     // is closed by the idle timeout, as on every listener.
     let app = spawn_app_with(|config| {
@@ -844,8 +908,12 @@ async fn garbage_bytes_close_the_connection_and_the_server_goes_on() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn a_drain_ends_a_streaming_query_failed_since_no_replica_can_go_on() {
-    let Some(python) = test_python() else { return };
+    let python = test_python();
     let mut app = spawn_app_with(|config| {
         config.server.flight_listen = Some("127.0.0.1:0".parse().unwrap());
         config.server.drain_s = 2;
@@ -884,10 +952,12 @@ async fn a_drain_ends_a_streaming_query_failed_since_no_replica_can_go_on() {
 /// caller sees and reads only what REST lets it, refusals keep the spec's
 /// texts, and client credentials go through the handshake.
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_superset),
+    ignore = "needs Superset's Flight SQL driver: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn superset_lists_and_queries_through_its_flight_sql_dialect() {
-    let Some(python) = superset_python() else {
-        return;
-    };
+    let python = superset_python();
     let app = flight_app().await;
     let port = app.flight_addr.expect("flight listener").port();
     let superset = |auth: Value, more: Value| {

@@ -804,10 +804,12 @@ async fn replicas_on_one_sqlite_file_answer_a_retry_alike() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(
+    not(lakehost_has_postgres),
+    ignore = "needs Postgres: eval \"$(.ci/postgres)\" first (README, Tests)"
+)]
 async fn replicas_on_one_postgres_database_answer_a_retry_alike() {
-    let Some(url) = fresh_postgres_url().await else {
-        return;
-    };
+    let url = fresh_postgres_url().await;
     let first = spawn_app_with(|c| c.storage.database_url = Some(url.clone())).await;
     let second = spawn_app_with(|c| c.storage.database_url = Some(url.clone())).await;
     let db = Db::connect(&url).await;

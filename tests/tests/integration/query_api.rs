@@ -906,10 +906,12 @@ async fn a_query_running_when_its_server_died_ends_failed_and_is_not_run_again()
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_postgres),
+    ignore = "needs Postgres: eval \"$(.ci/postgres)\" first (README, Tests)"
+)]
 async fn the_query_api_runs_on_a_postgres_store() {
-    let Some(url) = fresh_postgres_url().await else {
-        return;
-    };
+    let url = fresh_postgres_url().await;
     let app = spawn_app_with(|c| c.storage.database_url = Some(url)).await;
     seed_demo_lake(&app).await;
     let analyst = app.token_for(&["OwnServiceClientAnalyst"], "[1]");

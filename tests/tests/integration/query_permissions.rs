@@ -1140,7 +1140,7 @@ async fn a_dropped_tables_files_are_deleted_after_the_query_time_limit() {
 /// fresh temporary ones stay.
 #[tokio::test]
 async fn interrupted_writes_are_swept_from_a_local_lake() {
-    use lakehost::lake::retired::INTERRUPTED_WRITE_AGE;
+    use lakehost::retired::INTERRUPTED_WRITE_AGE;
     use std::time::{Duration, SystemTime};
     let app = spawn_app().await;
     let dir = app

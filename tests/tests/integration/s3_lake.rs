@@ -1,29 +1,17 @@
 //! The lake on S3 (`storage.lake_url = "s3://bucket/prefix"`): data files,
 //! results and CSV links live in a real S3-compatible server (moto's, started
-//! by `.ci/run`; credentials and endpoint from the standard `AWS_*` variables).
+//! by `.ci/s3`; credentials and endpoint from the standard `AWS_*` variables).
 
 use lakehost_tests::*;
 use serde_json::json;
 
-/// The S3 endpoint of the test server, or `None` outside CI when unset.
-fn s3_endpoint() -> Option<String> {
-    match std::env::var("LAKEHOST_TEST_S3_ENDPOINT") {
-        Ok(url) => Some(url),
-        Err(_) if std::env::var_os("CI").is_some() => {
-            panic!("LAKEHOST_TEST_S3_ENDPOINT must name an S3 server in CI (see .ci/run)")
-        }
-        Err(_) => {
-            eprintln!("NOTE: S3 lake tests not run: set LAKEHOST_TEST_S3_ENDPOINT (see .ci/run)");
-            None
-        }
-    }
-}
-
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_s3),
+    ignore = "needs an S3 server: eval \"$(.ci/s3)\" first (README, Tests)"
+)]
 async fn queries_read_and_write_a_lake_on_s3_and_csv_links_are_presigned() {
-    let Some(endpoint) = s3_endpoint() else {
-        return;
-    };
+    let endpoint = s3_endpoint();
     let bucket = format!("lakehost-test-{}", &lakehost::store::new_id()[..12]);
     let http = reqwest::Client::new();
     let created = http

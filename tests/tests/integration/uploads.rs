@@ -17,8 +17,8 @@ struct Upload {
 }
 
 /// A server, an OPEN load of the admin, and a scratch directory.
-async fn setup(adjust: impl FnOnce(&mut lakehost::Config)) -> Option<Upload> {
-    let python = test_python()?;
+async fn setup(adjust: impl FnOnce(&mut lakehost::Config)) -> Upload {
+    let python = test_python();
     let app = spawn_app_with(adjust).await;
     let token = app.token_for(&["ZoneAdmin"], "[0]");
     let load_id = app
@@ -27,13 +27,13 @@ async fn setup(adjust: impl FnOnce(&mut lakehost::Config)) -> Option<Upload> {
             &json!({"load_type": "APPEND_ONLY", "table_name": "trips"}),
         )
         .await;
-    Some(Upload {
+    Upload {
         app,
         python,
         token,
         load_id,
         dir: tempfile::tempdir().unwrap(),
-    })
+    }
 }
 
 impl Upload {
@@ -88,10 +88,12 @@ fn refused(reply: &Value, status: u16, code: &str) {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn a_form_post_with_requests_stages_the_file_and_a_second_overwrites_it() {
-    let Some(up) = setup(|_| {}).await else {
-        return;
-    };
+    let up = setup(|_| {}).await;
     let descriptor = up.descriptor("part_1").await;
     let first = up.parquet("first.parquet", 100).await;
     let reply = up.form_post(&descriptor, &first, json!({})).await;
@@ -137,10 +139,12 @@ async fn a_form_post_with_requests_stages_the_file_and_a_second_overwrites_it() 
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn boto3_puts_and_uploads_in_parts_with_the_temporary_credentials() {
-    let Some(up) = setup(|_| {}).await else {
-        return;
-    };
+    let up = setup(|_| {}).await;
     let descriptor = up.descriptor("small").await;
     let file = up.parquet("small.parquet", 500).await;
     let reply = up
@@ -181,10 +185,12 @@ async fn list(app: &TestApp, prefix: &object_store::path::Path) -> Vec<String> {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn the_credentials_allow_their_own_key_and_upload_operations_only() {
-    let Some(up) = setup(|_| {}).await else {
-        return;
-    };
+    let up = setup(|_| {}).await;
     let descriptor = up.descriptor("part_1").await;
     let file = up.parquet("a.parquet", 10).await;
 
@@ -243,10 +249,12 @@ async fn the_credentials_allow_their_own_key_and_upload_operations_only() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn expired_policies_and_credentials_are_refused() {
-    let Some(up) = setup(|_| {}).await else {
-        return;
-    };
+    let up = setup(|_| {}).await;
     let descriptor = up.descriptor("part_1").await;
     let file = up.parquet("a.parquet", 10).await;
     up.app.clock.advance(chrono::Duration::minutes(61));
@@ -275,10 +283,12 @@ async fn expired_policies_and_credentials_are_refused() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn tampered_or_widened_forms_are_refused() {
-    let Some(up) = setup(|_| {}).await else {
-        return;
-    };
+    let up = setup(|_| {}).await;
     let descriptor = up.descriptor("part_1").await;
     let file = up.parquet("a.parquet", 10).await;
 
@@ -360,10 +370,12 @@ async fn tampered_or_widened_forms_are_refused() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn an_upload_over_the_size_range_is_refused_and_leaves_nothing() {
-    let Some(up) = setup(|config| config.uploads.max_file_bytes = 4096).await else {
-        return;
-    };
+    let up = setup(|config| config.uploads.max_file_bytes = 4096).await;
     let descriptor = up.descriptor("part_1").await;
     let big = up.bytes("big.bin", 10_000);
     let reply = up.form_post(&descriptor, &big, json!({})).await;
@@ -384,10 +396,12 @@ async fn an_upload_over_the_size_range_is_refused_and_leaves_nothing() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn staged_files_of_loads_that_never_commit_are_removed() {
-    let Some(up) = setup(|config| config.uploads.staging_ttl_s = 3600 * 24).await else {
-        return;
-    };
+    let up = setup(|config| config.uploads.staging_ttl_s = 3600 * 24).await;
     let descriptor = up.descriptor("part_1").await;
     let file = up.parquet("a.parquet", 10).await;
     assert_eq!(

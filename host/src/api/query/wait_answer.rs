@@ -1,5 +1,6 @@
 //! The answer of `POST /query` with `Prefer: wait=N` when the query ended
-//! in time (the Query resource with its first page), and that answer
+//! in time (the Query resource with its first page, read within what is
+//! left of the gateway's request timeout, else the 202), and that answer
 //! rendered again for an Idempotency-Key that did not keep it whole
 //! (`idempotency::ReplayFromResult`). It never builds a large page in
 //! memory: pages come from `result_page::read_page`.
@@ -10,6 +11,8 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use serde_json::Value;
+use std::time::Duration;
+use tokio::time::Instant;
 
 use super::query_resource;
 use crate::{
@@ -33,6 +36,48 @@ pub(super) fn accepted(id: String) -> Response {
         .into_response()
 }
 
+/// The answer of a POST that arrived at `received` and whose query ended
+/// while it waited: `ended_answer`, or the 202 with its id when that fails
+/// or reading the page (a wide one is measured first) would run into the
+/// gateway's timeout (a 504 would lose the queryId).
+pub(super) async fn ended_answer_in_time(
+    state: &AppState,
+    caller: &LakeCaller,
+    job: &QueryJob,
+    shape: PageShape,
+    received: Instant,
+) -> Response {
+    let id = &job.query.id;
+    match tokio::time::timeout(
+        answer_budget(state, received),
+        ended_answer(state, caller, job, shape),
+    )
+    .await
+    {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(e)) => {
+            tracing::warn!(query = %id, error = %e, "waited for a query, answering 202");
+            accepted(id.clone())
+        }
+        Err(_) => {
+            tracing::warn!(query = %id, "reading the first page took too long, answering 202");
+            accepted(id.clone())
+        }
+    }
+}
+
+/// How long a POST that arrived at `received` may spend reading the first
+/// page of the query it waited for: up to the gateway's request timeout,
+/// less `SEND_MARGIN` to answer the 202 instead.
+fn answer_budget(state: &AppState, received: Instant) -> Duration {
+    Duration::from_secs(state.config.server.request_timeout_s)
+        .saturating_sub(SEND_MARGIN)
+        .saturating_sub(received.elapsed())
+}
+
+/// Time kept, from reading a wait's page, for answering the 202 instead.
+const SEND_MARGIN: Duration = Duration::from_millis(250);
+
 /// The 200 of a query that ended while its POST waited: the Query resource
 /// and, when it SUCCEEDED, its first result page (`resultSet`, `nextToken`)
 /// beside it, as `GET /query/{id}/result` would answer (streamed when
@@ -40,7 +85,7 @@ pub(super) fn accepted(id: String) -> Response {
 /// into its 202). An answer longer than an Idempotency-Key keeps
 /// (`MAX_KEPT_ANSWER_BYTES`) is marked `ReplayFromResult`: the key keeps
 /// the mark, and a replay renders the answer again (`ended_answer_again`).
-pub(super) async fn ended_answer(
+async fn ended_answer(
     state: &AppState,
     caller: &LakeCaller,
     job: &QueryJob,

@@ -1,44 +1,45 @@
-//! Reads bigger than one process, run on several lakehost processes by
-//! datafusion-distributed (docs/design/distributed-queries.md; the choice
-//! in docs/decisions.md). Built with the cargo feature `distributed`.
+//! The planner's side of reads bigger than one process
+//! (datafusion-distributed; docs/design/distributed-queries.md). The
+//! transport (the worker service, the cluster secret, which workers answer)
+//! is `crate::distributed`, a floor above: the engine knows no wire format.
 //!
-//! - `planner.rs`: the size gate; a read is planned and access-checked
-//!   here first, and only a plan past `distributed.min_scan_bytes` or
+//! - `planner.rs`: the size gate; a read is planned and access-checked here
+//!   first, and only a plan past `distributed.min_scan_bytes` or
 //!   `min_scan_files` is cut into stages.
-//! - `worker.rs`: the stages other replicas send, run in a session like a
-//!   query's (memory limit, bounded functions, the lake and nothing else).
-//! - `secret.rs`: the cluster secret, checked before any plan is decoded,
-//!   and carried on every call between processes.
-//! - `members.rs`: which configured workers answer; stages go to those.
-//! - `cluster.rs`: `Cluster`, which ties them to a replica's sessions and
-//!   listener; `failure.rs`: a worker's death as a query's reason;
-//!   `report.rs`: what a finished read's workers scanned and moved.
+//! - `report.rs`: what a finished read's workers scanned and moved.
 //!
-//! Without the feature `Cluster` has no value, so callers hold an
-//! `Option<Arc<Cluster>>` that is always `None`.
+//! A session is made to distribute by a [`Coordinator`] (the cluster), and
+//! the planner asks a [`WorkerPool`] whether any worker answers.
 
-#[cfg(feature = "distributed")]
-mod cluster;
-#[cfg(not(feature = "distributed"))]
-mod disabled;
-#[cfg(feature = "distributed")]
-mod failure;
-#[cfg(feature = "distributed")]
-mod members;
+use datafusion::{common::Result, execution::SessionStateBuilder};
+
 #[cfg(feature = "distributed")]
 mod planner;
 #[cfg(feature = "distributed")]
 mod report;
-#[cfg(feature = "distributed")]
-mod secret;
-#[cfg(feature = "distributed")]
-mod worker;
 
 #[cfg(feature = "distributed")]
-pub use cluster::{Cluster, workers_reached};
-#[cfg(not(feature = "distributed"))]
-pub use disabled::{Cluster, finished_read, worker_failure, workers_reached};
-#[cfg(feature = "distributed")]
-pub use failure::worker_failure;
+pub use planner::{HandedPlan, ScanGate, SizeGatedPlanner};
 #[cfg(feature = "distributed")]
 pub use report::finished_read;
+
+/// What makes a read session's state distribute its reads (the cluster of
+/// `crate::distributed`).
+pub trait Coordinator: std::fmt::Debug + Send + Sync {
+    /// `builder`, made to distribute reads past the size gate.
+    fn coordinate(&self, builder: SessionStateBuilder) -> Result<SessionStateBuilder>;
+}
+
+/// The workers stages may go to.
+pub trait WorkerPool: std::fmt::Debug + Send + Sync {
+    /// Whether any worker answered the last probe.
+    fn any_live(&self) -> bool;
+}
+
+/// A build without the feature `distributed`: no read runs elsewhere.
+#[cfg(not(feature = "distributed"))]
+pub async fn finished_read(
+    plan: std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>,
+) -> std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan> {
+    plan
+}

@@ -9,7 +9,7 @@
 //! plan is the answer. Over either, that same plan (not a second planning)
 //! is handed to the crate's planner, which cuts it into stages; it may still
 //! leave it local when it finds nothing worth sending. With no worker
-//! answering (`members.rs`), the read runs here.
+//! answering (the `WorkerPool`), the read runs here.
 
 use std::{cell::RefCell, sync::Arc};
 
@@ -28,7 +28,7 @@ use datafusion::{
 };
 use datafusion_distributed::DistributedExec;
 
-use super::members::Members;
+use super::WorkerPool;
 use crate::observability::metrics::{self, ReadPlan};
 
 tokio::task_local! {
@@ -82,7 +82,7 @@ impl ScanGate {
 pub struct SizeGatedPlanner {
     gate: ScanGate,
     /// No worker answering: the read runs here.
-    members: Arc<Members>,
+    members: Arc<dyn WorkerPool>,
     /// datafusion-distributed's planner, over [`HandedPlan`].
     distributed: Arc<dyn QueryPlanner + Send + Sync>,
 }
@@ -90,7 +90,7 @@ pub struct SizeGatedPlanner {
 impl SizeGatedPlanner {
     pub fn new(
         gate: ScanGate,
-        members: Arc<Members>,
+        members: Arc<dyn WorkerPool>,
         distributed: Arc<dyn QueryPlanner + Send + Sync>,
     ) -> Self {
         Self {
@@ -115,7 +115,7 @@ impl QueryPlanner for SizeGatedPlanner {
         if !self.gate.distributes(size) {
             return Ok(local);
         }
-        if self.members.live().is_empty() {
+        if !self.members.any_live() {
             metrics::read_planned(ReadPlan::NoWorkers);
             tracing::warn!("no distributed worker answers: the read runs here");
             return Ok(local);

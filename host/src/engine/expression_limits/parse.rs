@@ -38,24 +38,22 @@ pub enum ParseFailure {
 
 /// Parses caller SQL into sqlparser statements, within the caps.
 pub fn parse_statements(sql: &str) -> Result<Vec<Statement>, ParseFailure> {
-    metered(sql, |dialect| {
-        Parser::parse_sql(dialect, sql).map_err(|e| e.to_string())
-    })
+    metered(sql, |dialect| Parser::parse_sql(dialect, sql))
 }
 
 /// Parses caller SQL into DataFusion's statements (which add `COPY`,
 /// `CREATE EXTERNAL TABLE` and `EXPLAIN`'s options), within the caps.
 pub fn parse_datafusion_statements(sql: &str) -> Result<VecDeque<DfStatement>, ParseFailure> {
     metered(sql, |dialect| {
-        DFParser::parse_sql_with_dialect(sql, dialect).map_err(|e| e.to_string())
+        DFParser::parse_sql_with_dialect(sql, dialect)
     })
 }
 
 /// Checks the text, then runs `parse` with a [`MeteredDialect`] of
-/// [`PARSER_STEPS`].
-fn metered<T>(
+/// [`PARSER_STEPS`]; a parser's error is the caller's message.
+fn metered<T, E: std::fmt::Display>(
     sql: &str,
-    parse: impl FnOnce(&dyn Dialect) -> Result<T, String>,
+    parse: impl FnOnce(&dyn Dialect) -> Result<T, E>,
 ) -> Result<T, ParseFailure> {
     check_text(sql).map_err(ParseFailure::TooComplex)?;
     let dialect = MeteredDialect::with_budget(PARSER_STEPS);
@@ -63,7 +61,7 @@ fn metered<T>(
     if dialect.spent() {
         return Err(ParseFailure::TooComplex(ExpressionLimitError::ParseTooLong));
     }
-    parsed.map_err(ParseFailure::Syntax)
+    parsed.map_err(|e| ParseFailure::Syntax(e.to_string()))
 }
 
 /// The generic dialect, counting the parser's steps (see the module's

@@ -17,6 +17,7 @@
 
 use std::{
     collections::HashMap,
+    fmt,
     path::PathBuf,
     sync::{Arc, Mutex, OnceLock},
 };
@@ -44,7 +45,75 @@ pub(super) struct ComponentCache<P> {
 }
 
 /// A component compiled once (or the reason it does not compile).
-type CompiledCell<P> = OnceLock<Result<P, String>>;
+type CompiledCell<P> = OnceLock<Result<P, ComponentError>>;
+
+/// Why a step's component cannot be had. Its text reaches the caller (in a
+/// load's or run's failure), so it names no server directory.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ComponentError {
+    /// Its file was refused or could not be read (`files.rs`).
+    #[error("{0}")]
+    File(#[source] SharedCause),
+    #[error("built-in {name} is not one of the {steps}")]
+    OtherPipeline { name: String, steps: &'static str },
+    #[error("no built-in component {0}")]
+    NoBuiltin(String),
+    #[error("not a usable component: {0:#}")]
+    NotUsable(#[source] SharedCause),
+    #[error("imports do not match the {world} world: {source:#}")]
+    Imports {
+        world: &'static str,
+        #[source]
+        source: SharedCause,
+    },
+    #[error("exports do not match the {world} world: {source:#}")]
+    Exports {
+        world: &'static str,
+        #[source]
+        source: SharedCause,
+    },
+    /// A step of a run that is not among the components pinned for it.
+    #[error("not among the components pinned for this run")]
+    NotPinned,
+}
+
+/// The cause of an error that is cloned (a component's failure is cached
+/// and handed to every run that asks for it): shows and chains as the
+/// error it holds, and is equal to its clones only.
+#[derive(Debug, Clone)]
+pub struct SharedCause(Arc<dyn std::error::Error + Send + Sync>);
+
+impl SharedCause {
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self(Arc::new(error))
+    }
+
+    /// A wasmtime error, its chain kept (`{:#}` shows it whole).
+    pub(super) fn of_wasmtime(error: wasmtime::Error) -> Self {
+        let boxed: Box<dyn std::error::Error + Send + Sync> = error.into();
+        Self(Arc::from(boxed))
+    }
+}
+
+impl fmt::Display for SharedCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&*self.0, f)
+    }
+}
+
+impl std::error::Error for SharedCause {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+impl PartialEq for SharedCause {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for SharedCause {}
 
 impl<P: Clone> ComponentCache<P> {
     pub(super) fn new() -> Self {
@@ -56,8 +125,8 @@ impl<P: Clone> ComponentCache<P> {
     fn get_or_compile(
         &self,
         key: ComponentKey,
-        compile: impl FnOnce() -> Result<P, String>,
-    ) -> Result<P, String> {
+        compile: impl FnOnce() -> Result<P, ComponentError>,
+    ) -> Result<P, ComponentError> {
         let cell = self
             .cells
             .lock()
@@ -79,14 +148,16 @@ impl PipelineEngine {
         cache: &ComponentCache<P>,
         linker: &Linker<T>,
         finish: impl FnOnce(InstancePre<T>) -> wasmtime::Result<P>,
-    ) -> Result<P, String> {
+    ) -> Result<P, ComponentError> {
         // Callers name the file (never the server's directories).
         let (key, bytes) = match source {
             ComponentSource::Builtin(name) => {
                 (ComponentKey::Builtin(name.clone()), Bytes::Builtin(name))
             }
             ComponentSource::File(file) => {
-                let opened = file.open().map_err(|e| e.to_string())?;
+                let opened = file
+                    .open()
+                    .map_err(|e| ComponentError::File(SharedCause::new(e)))?;
                 let (real, len, modified) = opened.identity();
                 let key = ComponentKey::File(real.to_path_buf(), len, modified);
                 (key, Bytes::File(opened))
@@ -97,31 +168,39 @@ impl PipelineEngine {
                 Bytes::Builtin(name) => match builtin::component(name) {
                     Some((builtin_kind, bytes)) if builtin_kind == kind => self.compile(bytes),
                     Some(_) => {
-                        return Err(format!(
-                            "built-in {name} is not one of the {}",
-                            kind.steps_name()
-                        ));
+                        return Err(ComponentError::OtherPipeline {
+                            name: name.to_string(),
+                            steps: kind.steps_name(),
+                        });
                     }
-                    None => return Err(format!("no built-in component {name}")),
+                    None => return Err(ComponentError::NoBuiltin(name.to_string())),
                 },
                 Bytes::File(opened) => {
-                    let bytes = opened.read().map_err(|e| e.to_string())?;
+                    let bytes = opened
+                        .read()
+                        .map_err(|e| ComponentError::File(SharedCause::new(e)))?;
                     self.compile(&bytes)
                 }
             }
-            .map_err(|e| format!("not a usable component: {e:#}"))?;
-            let instance_pre = linker
-                .instantiate_pre(&component)
-                .map_err(|e| format!("imports do not match the {} world: {e:#}", world(kind)))?;
-            finish(instance_pre)
-                .map_err(|e| format!("exports do not match the {} world: {e:#}", world(kind)))
+            .map_err(|e| ComponentError::NotUsable(SharedCause::of_wasmtime(e)))?;
+            let instance_pre =
+                linker
+                    .instantiate_pre(&component)
+                    .map_err(|e| ComponentError::Imports {
+                        world: world(kind),
+                        source: SharedCause::of_wasmtime(e),
+                    })?;
+            finish(instance_pre).map_err(|e| ComponentError::Exports {
+                world: world(kind),
+                source: SharedCause::of_wasmtime(e),
+            })
         })
     }
 
     pub(super) fn load_step(
         &self,
         source: &ComponentSource,
-    ) -> Result<bindings::StepPre<LoadState>, String> {
+    ) -> Result<bindings::StepPre<LoadState>, ComponentError> {
         self.prepared(
             PipelineKind::Load,
             source,
@@ -134,7 +213,7 @@ impl PipelineEngine {
     pub(super) fn daily_step(
         &self,
         source: &ComponentSource,
-    ) -> Result<daily_bindings::DailyStepPre<DailyState>, String> {
+    ) -> Result<daily_bindings::DailyStepPre<DailyState>, ComponentError> {
         self.prepared(
             PipelineKind::Daily,
             source,

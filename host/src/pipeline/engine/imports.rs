@@ -19,7 +19,7 @@ use super::{
     sandbox::{DailyState, LoadState, StepState},
     verdict::cut,
 };
-use crate::pipeline::{ColumnInfo, manifest::Capability};
+use crate::pipeline::{ColumnInfo, DataError, manifest::Capability};
 
 /// What one run of a step may write to the server's log, and the longest
 /// line kept: a step cannot fill the server's disk.
@@ -38,6 +38,12 @@ fn wit_column(column: ColumnInfo) -> types::Column {
 /// trap (`Err`) that ends the step.
 type Answer<T> = wasmtime::Result<Result<T, CapabilityError>>;
 
+/// A failed data call as the step is told it: the error's text (the WIT
+/// carries no more).
+fn failed(error: DataError) -> CapabilityError {
+    CapabilityError::Failed(error.to_string())
+}
+
 impl<D: ?Sized> StepState<D> {
     /// The answer of a capability call: the grant checked, then the data
     /// side's work, which the step's time limit or its run's stop ends.
@@ -47,13 +53,13 @@ impl<D: ?Sized> StepState<D> {
         work: impl FnOnce(&'a D) -> F,
     ) -> Answer<T>
     where
-        F: Future<Output = Result<T, String>> + 'a,
+        F: Future<Output = Result<T, DataError>> + 'a,
     {
         if let Err(refused) = self.grant(capability) {
             return Ok(Err(refused));
         }
         let answer = self.host_call(work(self.data.as_ref()))?;
-        Ok(answer.map_err(CapabilityError::Failed))
+        Ok(answer.map_err(failed))
     }
 }
 
@@ -64,7 +70,7 @@ impl staged_files::Host for LoadState {
         if let Err(refused) = self.grant(Capability::StagedFiles) {
             return Ok(Err(refused));
         }
-        let files = self.data.list_files().map_err(CapabilityError::Failed);
+        let files = self.data.list_files().map_err(failed);
         Ok(files.map(|files| {
             files
                 .into_iter()

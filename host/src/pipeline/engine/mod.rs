@@ -59,6 +59,7 @@ mod verdict;
 
 use compiled_on_disk::{CompiledOnDisk, Readied};
 use components::ComponentCache;
+pub use components::{ComponentError, SharedCause};
 use instantiation::instantiate_in_fresh_store;
 use sandbox::{DailyState, LoadState, TICK};
 use verdict::{log_step_ran, verdict};
@@ -128,7 +129,7 @@ pub struct PinnedDailySteps(HashMap<String, daily_bindings::DailyStepPre<DailySt
 /// first that cannot be had is the run's error, before any step ran.
 fn pin<P>(
     manifest: &Manifest,
-    load: impl Fn(&ComponentSource) -> Result<P, String>,
+    load: impl Fn(&ComponentSource) -> Result<P, ComponentError>,
 ) -> Result<HashMap<String, P>, StepError> {
     manifest
         .steps
@@ -136,7 +137,7 @@ fn pin<P>(
         .map(|step| {
             load(&step.component)
                 .map(|pre| (step.name.clone(), pre))
-                .map_err(|message| unloadable(step, message))
+                .map_err(|source| unloadable(step, source))
         })
         .collect()
 }
@@ -144,17 +145,23 @@ fn pin<P>(
 /// A step of a run that is not among its pinned ones (a manifest other
 /// than the one pinned): an error of the host, never a step run unpinned.
 fn not_pinned(step: &Step) -> StepError {
-    unloadable(step, "not among the components pinned for this run".into())
+    unloadable(step, ComponentError::NotPinned)
 }
 
 /// Why `step`'s component could not be had, naming it.
-fn unloadable(step: &Step, message: String) -> StepError {
+fn unloadable(step: &Step, source: ComponentError) -> StepError {
     StepError::Component {
         step: step.name.clone(),
         component: step.component.to_string(),
-        message,
+        source,
     }
 }
+
+/// The process's WebAssembly engine did not start (kept: every later ask
+/// gets the same answer).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("starting the WebAssembly engine: {0:#}")]
+pub struct EngineStartError(#[source] SharedCause);
 
 /// Compiles and runs steps. One per process ([`PipelineEngine::shared`]).
 pub struct PipelineEngine {
@@ -178,13 +185,13 @@ impl std::fmt::Debug for PipelineEngine {
 
 impl PipelineEngine {
     /// The process's engine, created on first use (with its epoch thread).
-    pub fn shared() -> Result<Arc<Self>, String> {
-        static SHARED: OnceLock<Result<Arc<PipelineEngine>, String>> = OnceLock::new();
+    pub fn shared() -> Result<Arc<Self>, EngineStartError> {
+        static SHARED: OnceLock<Result<Arc<PipelineEngine>, EngineStartError>> = OnceLock::new();
         SHARED
             .get_or_init(|| {
                 Self::new()
                     .map(Arc::new)
-                    .map_err(|e| format!("starting the WebAssembly engine: {e:#}"))
+                    .map_err(|e| EngineStartError(SharedCause::of_wasmtime(e)))
             })
             .clone()
     }
@@ -275,7 +282,11 @@ impl PipelineEngine {
 
     /// Whether `source` is a usable step of a `kind` pipeline: it compiles,
     /// and its imports and exports match the pipeline's world.
-    pub fn check_step(&self, kind: PipelineKind, source: &ComponentSource) -> Result<(), String> {
+    pub fn check_step(
+        &self,
+        kind: PipelineKind,
+        source: &ComponentSource,
+    ) -> Result<(), ComponentError> {
         match kind {
             PipelineKind::Load => self.load_step(source).map(drop),
             PipelineKind::Daily => self.daily_step(source).map(drop),
@@ -284,7 +295,7 @@ impl PipelineEngine {
 
     /// Compiles every built-in component now (or loads it compiled from
     /// disk), so no run waits for it; logs how many of each and how long.
-    pub fn precompile_builtins(&self) -> Result<(), String> {
+    pub fn precompile_builtins(&self) -> Result<(), ComponentError> {
         let began = Instant::now();
         let before = (
             self.compiled.load(Ordering::Relaxed),
@@ -313,7 +324,7 @@ impl PipelineEngine {
     ) -> Result<StepVerdict, StepError> {
         let pre = self
             .load_step(&step.component)
-            .map_err(|message| unloadable(step, message))?;
+            .map_err(|source| unloadable(step, source))?;
         self.run_load_pre(&pre, step, context, data, control)
     }
 
@@ -358,7 +369,7 @@ impl PipelineEngine {
     ) -> Result<StepVerdict, StepError> {
         let pre = self
             .daily_step(&step.component)
-            .map_err(|message| unloadable(step, message))?;
+            .map_err(|source| unloadable(step, source))?;
         self.run_daily_pre(&pre, step, context, data, control)
     }
 

@@ -8,12 +8,17 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 use super::{imports::LOG_BUDGET_BYTES, *};
-use crate::pipeline::{ColumnInfo, ErrorItem, StagedFileInfo};
+use crate::pipeline::{ColumnInfo, DataError, ErrorItem, StagedFileInfo, TextRows};
+
+/// What a fixed load's columns answer when they are not given.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("{0}")]
+struct NoColumns(&'static str);
 
 /// A load of two uploaded files whose columns and SQL answers are given.
 struct FixedLoad {
     files: Vec<StagedFileInfo>,
-    columns: Result<Vec<ColumnInfo>, String>,
+    columns: Result<Vec<ColumnInfo>, NoColumns>,
     answer: Vec<Vec<Option<String>>>,
     /// Whether `query` never answers (SQL slower than any time limit),
     /// after cancelling this token when there is one.
@@ -50,13 +55,13 @@ fn column(name: &str, sql_type: &str) -> ColumnInfo {
 
 #[async_trait]
 impl LoadData for FixedLoad {
-    fn list_files(&self) -> Result<Vec<StagedFileInfo>, String> {
+    fn list_files(&self) -> Result<Vec<StagedFileInfo>, DataError> {
         Ok(self.files.clone())
     }
-    async fn parquet_columns(&self, _file_key: &str) -> Result<Vec<ColumnInfo>, String> {
-        self.columns.clone()
+    async fn parquet_columns(&self, _file_key: &str) -> Result<Vec<ColumnInfo>, DataError> {
+        self.columns.clone().map_err(DataError::new)
     }
-    async fn query(&self, _sql: &str, _max_rows: u32) -> Result<Vec<Vec<Option<String>>>, String> {
+    async fn query(&self, _sql: &str, _max_rows: u32) -> Result<TextRows, DataError> {
         if let Some(stop) = &self.query_stalls {
             if let Some(run) = stop {
                 run.cancel();
@@ -65,10 +70,10 @@ impl LoadData for FixedLoad {
         }
         Ok(self.answer.clone())
     }
-    async fn table_columns(&self) -> Result<Option<Vec<ColumnInfo>>, String> {
+    async fn table_columns(&self) -> Result<Option<Vec<ColumnInfo>>, DataError> {
         Ok(None)
     }
-    async fn append_staged(&self) -> Result<u64, String> {
+    async fn append_staged(&self) -> Result<u64, DataError> {
         *self.appended.lock().unwrap() += 1;
         Ok(100)
     }
@@ -254,7 +259,7 @@ fn validate_parquet_reports_missing_files_and_bad_columns() {
     assert_eq!(items[0].error_type, "INVALID_PARQUET");
 
     let mut load = FixedLoad::new();
-    load.columns = Err("not a parquet file".into());
+    load.columns = Err(NoColumns("not a parquet file"));
     let (error_type, _) = validate(load).unwrap().unwrap();
     assert_eq!(error_type, "ParquetValidation");
 

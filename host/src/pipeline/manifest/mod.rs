@@ -35,7 +35,7 @@ use std::{collections::BTreeSet, path::Path};
 use serde::Deserialize;
 
 use super::{
-    PipelineKind,
+    PipelineKind, SharedCause,
     files::{ComponentFile, PipelineFiles, folder_of, read_manifest},
 };
 
@@ -147,6 +147,9 @@ pub struct ManifestError {
     pub file: String,
     pub key: String,
     pub problem: String,
+    /// Why the file could not be read, when that is the problem.
+    #[source]
+    pub cause: Option<SharedCause>,
 }
 
 #[derive(Deserialize)]
@@ -189,6 +192,7 @@ impl Manifest {
             file: origin.clone(),
             key: "<file>".into(),
             problem: format!("cannot read: {e}"),
+            cause: Some(SharedCause::new(e)),
         })?;
         Self::parse_in(kind, &text, &origin, folder_of(path), files)
     }
@@ -217,6 +221,7 @@ impl Manifest {
             file: origin.to_string(),
             key: key.to_string(),
             problem,
+            cause: None,
         };
         let document: toml::Value = toml::from_str(text)
             .map_err(|e| error("<toml>", format!("not valid TOML: {}", e.message())))?;

@@ -26,13 +26,12 @@ pub fn org_manifest(
     files: &PipelineFiles,
     org: &str,
     test_steps: bool,
-) -> Result<Manifest, String> {
+) -> Result<Manifest, ManifestError> {
     let dir = files.dir.as_path();
     let path = manifest_path(dir, org, kind);
     if !path.exists() {
         let origin = format!("built-in pipelines/{}", kind.file_name());
-        return Manifest::parse(kind, builtin::manifest(kind), &origin, Path::new("."))
-            .map_err(|e| e.to_string());
+        return Manifest::parse(kind, builtin::manifest(kind), &origin, Path::new("."));
     }
     let shown = path
         .strip_prefix(dir)
@@ -42,10 +41,10 @@ pub fn org_manifest(
     let manifest = Manifest::load_in(kind, &path, files).map_err(|mut e| {
         tracing::warn!(%org, error = %e, "a pipeline manifest is broken");
         e.file = shown.clone();
-        e.to_string()
+        e
     })?;
     if !test_steps && let Some(refused) = test_step_refused(&manifest, &shown) {
-        return Err(refused.to_string());
+        return Err(refused);
     }
     Ok(manifest)
 }
@@ -66,6 +65,7 @@ pub fn test_step_refused(manifest: &Manifest, file: &str) -> Option<ManifestErro
                     problem: format!(
                         "`{name}` is a test step; this server runs it only with pipeline.test_steps = true"
                     ),
+                    cause: None,
                 })
             }
             _ => None,

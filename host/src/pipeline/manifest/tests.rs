@@ -225,6 +225,7 @@ fn an_org_runs_its_own_manifest_else_the_shared_one_else_the_built_in() {
             test_steps,
         )
         .map(|m| m.steps.into_iter().map(|s| s.name).collect::<Vec<_>>())
+        .map_err(|e| e.to_string())
     };
     assert_eq!(names("other", false), Ok(vec!["shared".to_string()]));
     assert_eq!(names("demo", true), Ok(vec!["own".to_string()]));
@@ -274,7 +275,8 @@ fn a_manifest_that_is_no_regular_file_or_too_big_or_outside_is_refused() {
     let org = dir.path().join("orgs/demo");
     std::fs::create_dir_all(&org).unwrap();
     let files = PipelineFiles::new(dir.path());
-    let load = |org: &str| org_manifest(PipelineKind::Load, &files, org, false);
+    let load =
+        |org: &str| org_manifest(PipelineKind::Load, &files, org, false).map_err(|e| e.to_string());
 
     let fifo = org.join("load.toml");
     files_tests::mkfifo(&fifo);
@@ -313,5 +315,7 @@ fn a_manifest_that_is_no_regular_file_or_too_big_or_outside_is_refused() {
 /// The FIFO case's reader, on its own thread (a hang fails the test).
 fn load_fifo(fifo: &Path) -> String {
     let dir = fifo.parent().unwrap().parent().unwrap().parent().unwrap();
-    org_manifest(PipelineKind::Load, &PipelineFiles::new(dir), "demo", false).unwrap_err()
+    org_manifest(PipelineKind::Load, &PipelineFiles::new(dir), "demo", false)
+        .unwrap_err()
+        .to_string()
 }

@@ -19,7 +19,7 @@
 
 use sha2::{Digest as _, Sha256};
 
-use super::{Planned, QueryService};
+use super::{QueryJobs, jobs::Planned};
 use crate::{
     engine::statement::canonical_sql,
     observability::jobs,
@@ -55,7 +55,7 @@ impl Planned {
     }
 }
 
-impl QueryService {
+impl QueryJobs {
     /// How old a result `query` may reuse: the request's own preference,
     /// else its org's setting; `None` when it must run (also for 0).
     pub(super) fn reuse_max_age_s(&self, query: &NewQuery, requested: Option<u64>) -> Option<u64> {

@@ -29,7 +29,9 @@ use datafusion::arrow::{array::RecordBatch, datatypes::SchemaRef};
 use futures::{StreamExt as _, stream::BoxStream};
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 
-use super::{POLL_INTERVAL, Planned, QueryService, runs_here::CountedRun, waiting::END_WAIT};
+use super::{
+    QueryJobs, jobs::Planned, owns, results::not_kept, runs_here::CountedRun, worker::POLL_INTERVAL,
+};
 use crate::{
     auth::LakeCaller,
     engine::{
@@ -48,25 +50,9 @@ use crate::{
 /// Batches between the engine and a client that reads slower than it scans.
 const BATCHES_IN_FLIGHT: usize = 4;
 
-/// Why a streamed query ends when its replica stops under it.
-pub const STOPPED_WHILE_STREAMING: &str =
-    "The server stopped while it sent this query's rows; run the statement again.";
-
 /// Why a streamed statement does not start on a stopping replica.
 const STOPPING: &str = "The server is stopping and starts no new statements; run the statement \
      again (another server will run it).";
-
-/// The answer for a streamed query's result, which was not kept.
-pub fn not_kept(id: &str, delivery: Delivery) -> QueryError {
-    let client = match delivery {
-        Delivery::PgWire => "Postgres",
-        Delivery::FlightSql | Delivery::Stored => "Flight SQL",
-    };
-    QueryError::FormatUnavailable(format!(
-        "Query {id} was streamed to its {client} client as it ran; its result was not kept. \
-         Run the statement again to read its rows."
-    ))
-}
 
 /// A statement checked and planned for streaming.
 pub struct StreamPlan {
@@ -102,7 +88,7 @@ pub enum StreamStop {
     Failed(String),
 }
 
-impl QueryService {
+impl QueryJobs {
     /// Checks and plans `sql` for `caller` as `submit` does (refusals
     /// included), storing nothing: its columns and, for a read, the id its
     /// streamed run will have.
@@ -292,7 +278,7 @@ impl QueryService {
 
     /// What asking again for the rows of `job` answers.
     fn asked_again(caller: &LakeCaller, job: &QueryJob) -> Result<StreamStart, QueryError> {
-        if !Self::owns(caller, job) {
+        if !owns(caller, job) {
             return Err(QueryError::NotFound(job.query.id.clone()));
         }
         match (job.delivery, job.state) {
@@ -353,20 +339,17 @@ impl QueryService {
     /// How the streamed query `id` ended once its last batch was sent: none
     /// when it SUCCEEDED (the client has every row).
     async fn end_of_stream(&self, caller: &LakeCaller, id: &str) -> Option<StreamStop> {
-        loop {
-            let job = match self.wait_for_end(caller, id, END_WAIT).await {
-                Ok(Some(job)) => job,
-                Ok(None) => continue,
-                Err(e) => return Some(StreamStop::Failed(e.reason())),
-            };
-            return match job.state {
-                QueryState::Succeeded => None,
-                QueryState::Cancelled => Some(StreamStop::Cancelled),
-                _ => Some(StreamStop::Failed(
-                    job.state_change_reason
-                        .unwrap_or_else(|| format!("query {id} failed")),
-                )),
-            };
+        let job = match self.wait_for_final(caller, id).await {
+            Ok(job) => job,
+            Err(e) => return Some(StreamStop::Failed(e.reason())),
+        };
+        match job.state {
+            QueryState::Succeeded => None,
+            QueryState::Cancelled => Some(StreamStop::Cancelled),
+            _ => Some(StreamStop::Failed(
+                job.state_change_reason
+                    .unwrap_or_else(|| format!("query {id} failed")),
+            )),
         }
     }
 }

@@ -14,38 +14,32 @@
 //! on another replica is seen through the store, read every
 //! `OTHER_REPLICA_POLL`.
 //!
-//! The wire front ends (Flight SQL, Postgres) wait for a statement's end with
-//! no deadline of their own (`typed_result_at_end`): their client is there
-//! until it goes away, and the query's time limit bounds the wait.
+//! `submit_and_wait` is the whole of such a POST below HTTP: the wait comes
+//! as a `WaitLimit` (what the caller asked, and when the answer must leave
+//! at the latest), and once the job exists an error while waiting answers
+//! as no end (the caller gets its id, never an error that would hide it).
+//!
+//! The wire front ends (Flight SQL, Postgres) and a streamed read's last
+//! batch wait for a statement's end with no deadline of their own
+//! (`wait_for_final`): their client is there until it goes away, and the
+//! query's time limit bounds the wait.
 
-use std::{io, time::Duration};
+use std::{sync::Arc, time::Duration};
 
-use bytes::Bytes;
-use futures::stream::BoxStream;
 use tokio::time::Instant;
 
-use super::{QueryService, Started, worker::RunEnd};
+use super::{QueryJobs, jobs::Started, worker::RunEnd};
 use crate::{
     auth::LakeCaller,
     engine::table_writer::delete_paths,
-    lake::ResultFormat,
     observability::jobs,
     query::QueryError,
     store::queries::{CatalogWrite, NewQuery, QueryJob, QueryState},
 };
 
 /// How long one look for a query's end lasts before the next, in
-/// `typed_result_at_end`.
-pub(super) const END_WAIT: Duration = Duration::from_secs(30);
-
-/// How a statement sent over a wire protocol ended.
-pub enum WireEnd {
-    /// SUCCEEDED: the bytes of its typed (Arrow IPC stream) result.
-    Rows(BoxStream<'static, io::Result<Bytes>>),
-    Cancelled,
-    /// FAILED (or TIMED_OUT), with the job's reason.
-    Failed(String),
-}
+/// `wait_for_final`.
+const END_WAIT: Duration = Duration::from_secs(30);
 
 /// How often a waiter reads the store for a query another replica runs.
 const OTHER_REPLICA_POLL: Duration = Duration::from_millis(100);
@@ -53,7 +47,7 @@ const OTHER_REPLICA_POLL: Duration = Duration::from_millis(100);
 /// How long a waited query runs before it is stored, at most.
 pub const RUN_BEFORE_STORING: Duration = Duration::from_millis(200);
 
-impl QueryService {
+impl QueryJobs {
     /// Runs a waited query that is not stored yet for up to
     /// `RUN_BEFORE_STORING` (or `wait`, if shorter), and stores it once it
     /// ended: the job in its final state. `None` when it still runs: the
@@ -146,30 +140,81 @@ impl QueryService {
         }
     }
 
-    /// Waits for the caller's query `id` to end, however long it runs (the
-    /// waiting call is dropped when its client goes away), and opens its
-    /// typed result.
-    pub async fn typed_result_at_end(
+    /// The caller's query once it is final, however long it runs (the
+    /// waiting call is dropped when its client goes away).
+    pub async fn wait_for_final(
         &self,
         caller: &LakeCaller,
         id: &str,
-    ) -> Result<WireEnd, QueryError> {
-        let job = loop {
+    ) -> Result<QueryJob, QueryError> {
+        loop {
             if let Some(job) = self.wait_for_end(caller, id, END_WAIT).await? {
-                break job;
-            }
-        };
-        match job.state {
-            QueryState::Succeeded => {}
-            QueryState::Cancelled => return Ok(WireEnd::Cancelled),
-            _ => {
-                let reason = job
-                    .state_change_reason
-                    .unwrap_or_else(|| format!("query {id} failed"));
-                return Ok(WireEnd::Failed(reason));
+                return Ok(job);
             }
         }
-        let file = self.result_file(caller, id, ResultFormat::Arrow).await?;
-        Ok(WireEnd::Rows(file.bytes(None).await?))
     }
+
+    /// POST /query with or without `Prefer: wait`: `submit`, then, when the
+    /// caller waits and the query did not end within `submit`, a wait for
+    /// its end. `reuse_max_age_s` is the caller's `Prefer: reuse=N`.
+    pub async fn submit_and_wait(
+        self: &Arc<Self>,
+        caller: &LakeCaller,
+        sql: &str,
+        database: Option<&str>,
+        reuse_max_age_s: Option<u64>,
+        wait: Option<WaitLimit>,
+    ) -> Result<WaitedSubmission, QueryError> {
+        let submitted = self
+            .submit(
+                caller,
+                sql,
+                database,
+                reuse_max_age_s,
+                wait.map(|wait| wait.left()),
+            )
+            .await?;
+        let id = submitted.id;
+        // The job exists from here on: whatever goes wrong while waiting, the
+        // answer is at worst its id (never an error that would hide it, or
+        // make a keyed retry submit it again).
+        let ended = match (wait, submitted.ended) {
+            (None, _) => None,
+            (Some(_), Some(job)) => Some(job),
+            (Some(wait), None) => match self.wait_for_end(caller, &id, wait.left()).await {
+                Ok(ended) => ended,
+                Err(e) => {
+                    tracing::warn!(query = %id, error = %e, "waiting for a query failed, answering 202");
+                    None
+                }
+            },
+        };
+        Ok(WaitedSubmission { id, ended })
+    }
+}
+
+/// How long a submission may wait for its query's end: what its caller
+/// asked (`Prefer: wait=N`), cut so that its answer leaves by `answer_by`.
+#[derive(Debug, Clone, Copy)]
+pub struct WaitLimit {
+    pub wanted: Duration,
+    pub answer_by: Instant,
+}
+
+impl WaitLimit {
+    /// What is left of the wait now.
+    fn left(self) -> Duration {
+        self.wanted
+            .min(self.answer_by.saturating_duration_since(Instant::now()))
+    }
+}
+
+/// What `submit_and_wait` made.
+#[derive(Debug)]
+pub struct WaitedSubmission {
+    pub id: String,
+    /// The job in its final state, when its caller waited and it ended in
+    /// time (ran before it was stored, was answered with a reused result, or
+    /// ended while waited for); `None` without a wait.
+    pub ended: Option<QueryJob>,
 }

@@ -3,6 +3,10 @@
 //! its end with the catalog changes it made (or deleting what it wrote);
 //! handing jobs back at a drain's end, and ending the jobs of replicas that
 //! died.
+//!
+//! The reasons such ends give (`ABANDONED_QUERY`, `STOPPED_WHILE_STREAMING`)
+//! and the pool's intervals live here, where they are used; a streamed
+//! read waiting for room polls at the workers' `POLL_INTERVAL`.
 
 use std::{sync::Arc, time::Duration};
 
@@ -13,7 +17,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use super::{
-    POLL_INTERVAL, Planned, QueryService, Started, reuse::reuse_key, runs_here::CountedRun,
+    QueryJobs,
+    jobs::{Planned, Started},
+    reuse::reuse_key,
+    runs_here::CountedRun,
 };
 use crate::{
     auth::AccessGrant,
@@ -26,12 +33,24 @@ use crate::{
     },
 };
 
+/// How often idle workers look for jobs submitted to other replicas and for
+/// expired leases (jobs submitted here wake a worker at once).
+pub(super) const POLL_INTERVAL: Duration = Duration::from_millis(250);
+
+/// How often a replica looks for queries whose replica died.
+const ABANDONED_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
 /// The reason a query whose replica died ends with.
 pub const ABANDONED_QUERY: &str = "The server running this query stopped before the query ended \
      (it was killed, ran out of memory or crashed, or lost its metadata store for longer than \
      its lease). The query was not run again, in case it was the cause; submit it again.";
 
-/// What the end of a run stores (`QueryService::end_of`).
+/// Why a streamed query ends when its replica stops under it (its client
+/// reads from that replica: no other can go on).
+const STOPPED_WHILE_STREAMING: &str =
+    "The server stopped while it sent this query's rows; run the statement again.";
+
+/// What the end of a run stores (`QueryJobs::end_of`).
 pub(super) struct RunEnd {
     pub outcome: QueryOutcome,
     pub write: CatalogWrite,
@@ -51,10 +70,30 @@ enum Ended {
     HandedBack,
 }
 
-impl QueryService {
+impl QueryJobs {
+    /// Starts the worker pool, and the round that ends the queries of
+    /// replicas that died; both stop when `stop` is cancelled.
+    pub fn start(self: &Arc<Self>, stop: CancellationToken) {
+        for _ in 0..self.limits.workers {
+            let service = self.clone();
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = stop.cancelled() => {}
+                    _ = service.work() => {}
+                }
+            });
+        }
+        let service = self.clone();
+        crate::periodic::spawn_every(ABANDONED_CHECK_INTERVAL, stop, move || {
+            let service = service.clone();
+            async move { service.end_abandoned().await }
+        });
+    }
+
     /// One worker: wait for a free slot, claim, run, repeat; sleep when there
     /// is nothing to do. Stops claiming once the replica drains.
-    pub(super) async fn work(self: Arc<Self>) {
+    async fn work(self: Arc<Self>) {
         loop {
             let slot: OwnedSemaphorePermit = tokio::select! {
                 slot = self.slots.clone().acquire_owned() => match slot {
@@ -175,7 +214,7 @@ impl QueryService {
             }
             Ended::HandedBack if job.delivery != Delivery::Stored => {
                 // Its client reads from this replica: no other can go on.
-                let stopped = QueryError::Failed(super::streamed::STOPPED_WHILE_STREAMING.into());
+                let stopped = QueryError::Failed(STOPPED_WHILE_STREAMING.into());
                 self.record(&job.query, Err(stopped), None).await;
             }
             Ended::HandedBack => {
@@ -196,7 +235,7 @@ impl QueryService {
     /// Ends FAILED the queries whose replica died while running them (their
     /// lease ran out), and deletes what their run wrote of a result. They are
     /// not run again: the query may be what killed the replica.
-    pub(super) async fn end_abandoned(&self) {
+    async fn end_abandoned(&self) {
         let ended = match self
             .store
             .end_abandoned_queries(self.now(), ABANDONED_QUERY)
@@ -234,9 +273,7 @@ impl QueryService {
             }
             // Its rows had a client on the replica that started it.
             (None, None) => {
-                return Err(QueryError::Failed(
-                    super::streamed::STOPPED_WHILE_STREAMING.into(),
-                ));
+                return Err(QueryError::Failed(STOPPED_WHILE_STREAMING.into()));
             }
         };
         started.outcome().await
@@ -305,14 +342,11 @@ impl QueryService {
         }
     }
 
-    /// Keeps a small result in memory before its end is recorded, so the
-    /// first page read after SUCCEEDED finds it.
+    /// Hands a small result to `QueryResults` before its end is recorded,
+    /// so the first page read after SUCCEEDED finds it in memory.
     pub(super) fn keep_small_result(&self, small_result: Option<Bytes>, result_path: Option<&str>) {
         if let (Some(csv), Some(path)) = (small_result, result_path) {
-            self.recent_results
-                .lock()
-                .expect("recent results lock")
-                .insert(path.to_string(), csv);
+            self.results.keep_small_result(path, csv);
         }
     }
 

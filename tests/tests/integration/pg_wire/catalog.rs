@@ -6,7 +6,7 @@
 use lakehost_tests::*;
 use serde_json::{Value, json};
 
-use super::{admin, have_psql, pg_app, psql};
+use super::{admin, pg_app, psql};
 
 /// The four databases of the embedded default's org.
 pub(super) const DEMO_DATABASES: [&str; 4] = [
@@ -39,8 +39,12 @@ fn lake_schemas(schemas: &Value) -> Vec<&str> {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn sqlalchemy_connects_and_inspects_only_what_the_caller_may_read() {
-    let Some(python) = test_python() else { return };
+    let python = test_python();
     let pg = pg_app().await;
     let answer = sqlalchemy(
         &python,
@@ -82,8 +86,12 @@ async fn sqlalchemy_connects_and_inspects_only_what_the_caller_may_read() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn catalog_queries_answer_from_the_visible_catalog_and_never_read_the_lake() {
-    let Some(python) = test_python() else { return };
+    let python = test_python();
     let pg = pg_app().await;
     let public = pg.conn("demo-public", "demo-public-secret", "demo");
     // Each call doubles the quotes: the 7th would return 384 MB, past the
@@ -237,11 +245,11 @@ async fn catalog_queries_answer_from_the_visible_catalog_and_never_read_the_lake
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_psql),
+    ignore = "needs psql: apt-get install postgresql-client (README, Tests)"
+)]
 async fn psql_lists_and_describes_only_what_the_caller_may_read() {
-    if !have_psql() {
-        eprintln!("NOTE: psql tests not run: no psql");
-        return;
-    }
     let pg = pg_app().await;
     let admin = ("demo-admin", "demo-admin-secret", "demo");
     let lines = |out: &str| out.lines().map(str::to_string).collect::<Vec<_>>();

@@ -91,8 +91,12 @@ fn go_files(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn one_callers_slow_catalog_statements_leave_room_for_another_orgs_lookup() {
-    let Some(python) = test_python() else { return };
+    let python = test_python();
     let pg: PgApp = pg_app().await;
     let dir = tempfile::tempdir().unwrap();
     let (ended_tx, mut ended) = mpsc::unbounded_channel();
@@ -177,8 +181,12 @@ async fn one_callers_slow_catalog_statements_leave_room_for_another_orgs_lookup(
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn a_write_refused_while_it_runs_is_the_specs_refusal_under_42501() {
-    let Some(python) = test_python() else { return };
+    let python = test_python();
     let pg = pg_app().await;
     // The analyst writes the sandbox, with service clients 1 and 2 only.
     let analyst = pg.conn("demo-own-analyst", "demo-own-analyst-secret", "demo");

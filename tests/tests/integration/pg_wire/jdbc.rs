@@ -14,26 +14,22 @@ use serde_json::{Value, json};
 use super::{LAB_TRIPS, PgApp, TRIPS, catalog::DEMO_DATABASES, pg_app};
 
 /// The pgjdbc jar (`LAKEHOST_TEST_JDBC_JAR`, which `.ci/jdbc` installs and
-/// sets) when it and `java` are there; `None` outside CI otherwise. In CI a
-/// missing one is an error, never a skip.
-fn jdbc_jar() -> Option<PathBuf> {
-    let java = std::process::Command::new("java")
-        .arg("-version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    let jar = std::env::var_os("LAKEHOST_TEST_JDBC_JAR")
-        .map(PathBuf::from)
-        .filter(|jar| jar.is_file());
-    match (java, jar) {
-        (true, Some(jar)) => Some(jar),
-        _ if std::env::var_os("CI").is_some() => {
-            panic!("java and LAKEHOST_TEST_JDBC_JAR must be there in CI (see .ci/jdbc)")
-        }
-        _ => {
-            eprintln!("NOTE: JDBC tests not run: no java, or eval \"$(.ci/jdbc)\" first");
-            None
-        }
-    }
+/// sets with a JDK), for tests marked
+/// `#[cfg_attr(not(lakehost_has_jdbc), ignore = ...)]`: a missing jar or
+/// `java` fails them.
+fn jdbc_jar() -> PathBuf {
+    let jar = PathBuf::from(needed_variable("LAKEHOST_TEST_JDBC_JAR", ".ci/jdbc"));
+    assert!(
+        jar.is_file(),
+        "LAKEHOST_TEST_JDBC_JAR names no file: {}",
+        jar.display()
+    );
+    let java = std::process::Command::new("java").arg("-version").output();
+    assert!(
+        java.is_ok_and(|o| o.status.success()),
+        "java does not run (.ci/jdbc installs a JDK)"
+    );
+    jar
 }
 
 /// What JdbcClient.java prints for `args`, connected to `database` as
@@ -96,8 +92,12 @@ fn lake_schemas(rows: &Value) -> Vec<String> {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_jdbc),
+    ignore = "needs java and pgjdbc: eval \"$(.ci/jdbc)\" first (README, Tests)"
+)]
 async fn pgjdbc_database_metadata_lists_only_what_the_caller_may_read() {
-    let Some(jar) = jdbc_jar() else { return };
+    let jar = jdbc_jar();
     let pg = pg_app().await;
     let browse = json!({ "browse": { "schema": "demo_lake_v2", "table": "trips" } });
     let answer = jdbc(&jar, &pg, ADMIN, browse.clone()).await;
@@ -214,8 +214,12 @@ async fn pgjdbc_database_metadata_lists_only_what_the_caller_may_read() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_jdbc),
+    ignore = "needs java and pgjdbc: eval \"$(.ci/jdbc)\" first (README, Tests)"
+)]
 async fn pgjdbc_runs_statements_binds_parameters_and_gets_the_specs_refusals() {
-    let Some(jar) = jdbc_jar() else { return };
+    let jar = jdbc_jar();
     let pg = pg_app().await;
     let by_client = "SELECT trip_id, city FROM demo_lake_v2.trips \
                      WHERE service_client_id = ? AND city = ? ORDER BY trip_id";
@@ -370,8 +374,12 @@ fn column<'a>(result: &'a Value, name: &str) -> Vec<&'a Value> {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_jdbc),
+    ignore = "needs java and pgjdbc: eval \"$(.ci/jdbc)\" first (README, Tests)"
+)]
 async fn dbeavers_catalog_queries_answer_from_the_visible_catalog() {
-    let Some(jar) = jdbc_jar() else { return };
+    let jar = jdbc_jar();
     let pg = pg_app().await;
     let namespace_of = "SELECT n.oid FROM pg_catalog.pg_namespace n WHERE n.nspname = ?";
     let table_of = "SELECT c.oid FROM pg_catalog.pg_class c WHERE c.relname = ? \
@@ -515,8 +523,12 @@ const METABASE_TABLES: &str = "SELECT n.nspname AS schema, c.relname AS name, \
     ORDER BY type ASC, schema ASC, name ASC";
 
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_jdbc),
+    ignore = "needs java and pgjdbc: eval \"$(.ci/jdbc)\" first (README, Tests)"
+)]
 async fn metabases_sync_queries_answer_with_the_callers_grants() {
-    let Some(jar) = jdbc_jar() else { return };
+    let jar = jdbc_jar();
     let pg = pg_app().await;
     let sync = json!({ "statements": [
         { "sql": METABASE_PRIVILEGES },

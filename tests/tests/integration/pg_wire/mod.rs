@@ -94,8 +94,12 @@ fn admin(pg: &PgApp) -> Value {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn psycopg_reads_what_rest_reads_and_each_statement_is_a_job() {
-    let Some(python) = test_python() else { return };
+    let python = test_python();
     let pg = pg_app().await;
     let results = pg
         .run(
@@ -177,8 +181,12 @@ async fn psycopg_reads_what_rest_reads_and_each_statement_is_a_job() {
 /// channel of batches, none of it kept), and a read failing after its first
 /// rows ends the statement with the job's reason; writes stay stored jobs.
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn reads_stream_their_rows_and_a_failure_midway_ends_the_statement() {
-    let Some(python) = test_python() else { return };
+    let python = test_python();
     let pg = pg_app().await;
     let results = pg
         .run(
@@ -254,8 +262,12 @@ async fn reads_stream_their_rows_and_a_failure_midway_ends_the_statement() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn a_bind_with_the_wrong_number_of_values_is_refused_with_08p01() {
-    let Some(python) = test_python() else { return };
+    let python = test_python();
     let pg = pg_app().await;
     let results = pg
         .run(
@@ -285,8 +297,12 @@ async fn a_bind_with_the_wrong_number_of_values_is_refused_with_08p01() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn refusals_keep_the_specs_texts_under_sqlstate_42501() {
-    let Some(python) = test_python() else { return };
+    let python = test_python();
     let pg = pg_app().await;
     // Zone lab's trips hold service clients 1 and 3; the analyst has 1 and 2.
     let analyst = pg.conn("demo-own-analyst", "demo-own-analyst-secret", "lab.demo");
@@ -351,8 +367,12 @@ async fn scrape(app: &TestApp) -> String {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn bad_passwords_databases_and_plain_connections_are_refused_clearly() {
-    let Some(python) = test_python() else { return };
+    let python = test_python();
     let pg = pg_app().await;
     // libpq reports a refused connection by its text (psycopg has no SQLSTATE
     // for it); psql shows the same below.
@@ -437,23 +457,12 @@ async fn psql(
     )
 }
 
-fn have_psql() -> bool {
-    let found = std::process::Command::new("psql")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found && std::env::var_os("CI").is_some() {
-        panic!("psql must be installed in CI (.ci/postgres installs it)");
-    }
-    found
-}
-
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_psql),
+    ignore = "needs psql: apt-get install postgresql-client (README, Tests)"
+)]
 async fn psql_runs_statements_and_shows_refusals() {
-    if !have_psql() {
-        eprintln!("NOTE: psql tests not run: no psql");
-        return;
-    }
     let pg = pg_app().await;
     let admin = ("demo-admin", "demo-admin-secret", "demo");
     let (ok, out, err) = psql(
@@ -498,8 +507,12 @@ async fn psql_runs_statements_and_shows_refusals() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn garbage_bytes_close_the_connection_and_the_server_goes_on() {
-    let Some(python) = test_python() else { return };
+    let python = test_python();
     let pg = pg_app().await;
     let addr = pg.app.pg_addr.unwrap();
     let garbage: [&[u8]; 4] = [
@@ -530,8 +543,12 @@ async fn garbage_bytes_close_the_connection_and_the_server_goes_on() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn a_session_outlives_its_token_by_exchanging_the_secret_again() {
-    let Some(python) = test_python() else { return };
+    let python = test_python();
     let pg = pg_app().await;
     let dir = tempfile::tempdir().unwrap();
     let go = dir.path().join("go");
@@ -570,8 +587,12 @@ async fn a_session_outlives_its_token_by_exchanging_the_secret_again() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn a_cancel_request_cancels_the_statements_job() {
-    let Some(python) = test_python() else { return };
+    let python = test_python();
     let pg = pg_app().await;
     let answer = pg_client(
         &python,
@@ -593,8 +614,12 @@ async fn a_cancel_request_cancels_the_statements_job() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
 async fn idle_sessions_are_closed_and_connections_are_capped() {
-    let Some(python) = test_python() else { return };
+    let python = test_python();
     let dir = tempfile::tempdir().unwrap();
     let (_, cert_path, key_path) = localhost_certificate(dir.path());
     let app = spawn_app_with(|config| {

@@ -6,12 +6,6 @@ pub fn workers_reached(_context: &datafusion::prelude::SessionContext) -> Option
     None
 }
 
-pub async fn finished_read(
-    plan: std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>,
-) -> std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan> {
-    plan
-}
-
 pub fn worker_failure(_error: &datafusion::common::DataFusionError) -> Option<String> {
     None
 }
@@ -27,13 +21,6 @@ impl Cluster {
         Ok(None)
     }
 
-    pub fn coordinate(
-        &self,
-        _builder: datafusion::execution::SessionStateBuilder,
-    ) -> datafusion::common::Result<datafusion::execution::SessionStateBuilder> {
-        match *self {}
-    }
-
     pub fn start(&self, _stop: tokio_util::sync::CancellationToken) {
         match *self {}
     }
@@ -45,6 +32,15 @@ impl Cluster {
             datafusion::execution::cache::cache_manager::FileMetadataCache,
         >,
     ) -> axum::Router {
+        match *self {}
+    }
+}
+
+impl crate::engine::distributed::Coordinator for Cluster {
+    fn coordinate(
+        &self,
+        _builder: datafusion::execution::SessionStateBuilder,
+    ) -> datafusion::common::Result<datafusion::execution::SessionStateBuilder> {
         match *self {}
     }
 }

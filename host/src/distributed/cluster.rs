@@ -13,11 +13,14 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     members::{LiveWorkers, Members},
-    planner::{HandedPlan, ScanGate, SizeGatedPlanner},
     secret::{ClusterSecret, RecordingChannels, SecretChannels, WorkersReached},
     worker::LakeWorker,
 };
-use crate::{config::Config, lake::Lake};
+use crate::{
+    config::Config,
+    engine::distributed::{Coordinator, HandedPlan, ScanGate, SizeGatedPlanner},
+    lake::Lake,
+};
 
 /// This replica's part in a cluster: the secret, the workers it sends
 /// stages to, and when it does.
@@ -66,8 +69,26 @@ impl Cluster {
         }
     }
 
+    /// The worker service for this replica's worker listener.
+    pub fn worker_router(
+        &self,
+        lake: &Lake,
+        metadata_cache: Arc<FileMetadataCache>,
+    ) -> axum::Router {
+        LakeWorker::new(
+            lake.object_store_url().clone(),
+            lake.object_store(),
+            metadata_cache,
+            self.memory_limit,
+            &self.secret,
+        )
+        .router(self.secret.clone())
+    }
+}
+
+impl Coordinator for Cluster {
     /// A read session's state, made to distribute past the size gate.
-    pub fn coordinate(&self, builder: SessionStateBuilder) -> Result<SessionStateBuilder> {
+    fn coordinate(&self, builder: SessionStateBuilder) -> Result<SessionStateBuilder> {
         if !self.coordinates() {
             return Ok(builder);
         }
@@ -90,22 +111,6 @@ impl Cluster {
         })?;
         let gated = SizeGatedPlanner::new(self.gate, self.members.clone(), distributed);
         Ok(builder.with_query_planner(Arc::new(gated)))
-    }
-
-    /// The worker service for this replica's worker listener.
-    pub fn worker_router(
-        &self,
-        lake: &Lake,
-        metadata_cache: Arc<FileMetadataCache>,
-    ) -> axum::Router {
-        LakeWorker::new(
-            lake.object_store_url().clone(),
-            lake.object_store(),
-            metadata_cache,
-            self.memory_limit,
-            &self.secret,
-        )
-        .router(self.secret.clone())
     }
 }
 

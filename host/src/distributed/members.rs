@@ -25,6 +25,12 @@ pub struct Members {
     live: RwLock<Vec<Url>>,
 }
 
+impl crate::engine::distributed::WorkerPool for Members {
+    fn any_live(&self) -> bool {
+        !self.live.read().expect("members lock").is_empty()
+    }
+}
+
 impl Members {
     /// All configured workers count as live until the first probe says
     /// otherwise.

@@ -20,8 +20,7 @@ use std::{
 use object_store::{ObjectStoreExt as _, path::Path as ObjectPath};
 use tokio_util::sync::CancellationToken;
 
-use super::Lake;
-use crate::{clock::SharedClock, periodic::spawn_every, store::Store};
+use crate::{clock::SharedClock, lake::Lake, periodic::spawn_every, store::Store};
 
 /// Retired files looked at per store round trip.
 const BATCH: i64 = 500;

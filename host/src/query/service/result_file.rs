@@ -1,0 +1,214 @@
+//! A SUCCEEDED query's whole result in each format (CSV, Arrow, Parquet):
+//! as a stored file to stream (`result_file`), or as a signed link to that
+//! file (`result_link`).
+//!
+//! A small result's CSV and Arrow copy may be kept in its job's row instead
+//! of the lake (`query.result_in_store_bytes`): pages and downloads read
+//! them from the store; a link, or the Parquet copy, first writes the form
+//! it needs to the lake at the path it would have had (once; any replica
+//! can, the bytes are in the store), and then goes on as for any result.
+
+use std::{ops::Range, sync::Arc, time::Duration};
+
+use bytes::Bytes;
+use futures::{StreamExt as _, stream::BoxStream};
+use object_store::{ObjectStore, ObjectStoreExt as _, path::Path};
+use url::Url;
+
+use super::QueryResults;
+use crate::{
+    auth::LakeCaller,
+    lake::{self, ResultFormat, result_file_path},
+    query::{QueryError, result_parquet::TypedResultError},
+    store::queries::{QueryJob, RowForm},
+};
+
+/// A finished query's whole result in one format: a file of known size,
+/// streamed from the lake, or a small result's bytes from its job's row.
+pub struct ResultFile {
+    pub format: ResultFormat,
+    pub size: u64,
+    /// Its lake path (where a link finds it, once written for one).
+    path: String,
+    source: ResultSource,
+}
+
+/// Where a `ResultFile`'s bytes are.
+enum ResultSource {
+    Lake(Arc<dyn ObjectStore>),
+    Row(Bytes),
+}
+
+impl ResultFile {
+    /// The file's name, `<query>-<attempt>.<extension>`.
+    pub fn name(&self) -> &str {
+        self.path.rsplit('/').next().unwrap_or(&self.path)
+    }
+
+    /// The file's bytes, or those of `range` (within `0..size`).
+    pub async fn bytes(
+        &self,
+        range: Option<Range<u64>>,
+    ) -> Result<BoxStream<'static, std::io::Result<Bytes>>, QueryError> {
+        match &self.source {
+            ResultSource::Lake(store) => lake::object_bytes(store.as_ref(), &self.path, range)
+                .await
+                .map_err(|e| QueryError::Internal(format!("reading the result: {e}"))),
+            ResultSource::Row(bytes) => {
+                let end = bytes.len();
+                let (start, end) = range.map_or((0, end), |r| {
+                    let clamp = |at: u64| usize::try_from(at).unwrap_or(end).min(end);
+                    (clamp(r.start), clamp(r.end))
+                });
+                let part = bytes.slice(start..end.max(start));
+                Ok(futures::stream::once(async move { Ok(part) }).boxed())
+            }
+        }
+    }
+}
+
+/// Why a typed format of query `id` is not there.
+fn no_typed_copy(id: &str) -> QueryError {
+    QueryError::FormatUnavailable(format!(
+        "Query {id} has no typed copy of its result: it ran before typed results were kept, \
+         or while this service kept none. Its result is available as CSV and as JSON pages; \
+         run the query again for Arrow or Parquet."
+    ))
+}
+
+impl QueryResults {
+    /// The result of `job`, the caller's, in `format`: the CSV; the Arrow
+    /// copy written with it; the Parquet copy, made from the Arrow copy on
+    /// first request (`result_parquet.rs`). Each from the job's row when it
+    /// keeps it.
+    pub async fn result_file(
+        &self,
+        caller: &LakeCaller,
+        job: &QueryJob,
+        format: ResultFormat,
+    ) -> Result<ResultFile, QueryError> {
+        Self::check_readable(caller, job)?;
+        let id = job.query.id.as_str();
+        let csv_path = job
+            .result_path
+            .clone()
+            .ok_or_else(|| QueryError::Internal(format!("query {id} has no result")))?;
+        let path = result_file_path(&csv_path, format);
+        if let Some(bytes) = self.result_in_row(job, format).await? {
+            return Ok(ResultFile {
+                format,
+                size: bytes.len() as u64,
+                path,
+                source: ResultSource::Row(bytes),
+            });
+        }
+        let store = self.lake.object_store();
+        let size = match (format, job.result_bytes) {
+            (ResultFormat::Csv, Some(bytes)) => u64::try_from(bytes).unwrap_or(0),
+            (ResultFormat::Csv, None) | (ResultFormat::Arrow, _) => {
+                match store.head(&Path::from(path.as_str())).await {
+                    Ok(meta) => meta.size,
+                    Err(object_store::Error::NotFound { .. }) if format == ResultFormat::Arrow => {
+                        return Err(no_typed_copy(id));
+                    }
+                    Err(e) => return Err(QueryError::Internal(format!("result file: {e}"))),
+                }
+            }
+            (ResultFormat::Parquet, _) => {
+                if let Some(arrow) = self.result_in_row(job, ResultFormat::Arrow).await? {
+                    let arrow_path = result_file_path(&csv_path, ResultFormat::Arrow);
+                    self.write_to_lake(&arrow_path, arrow).await?;
+                }
+                self.parquet_conversions
+                    .ensure(self.engine.handle(), store.clone(), &csv_path)
+                    .await
+                    .map_err(|e| match e {
+                        TypedResultError::NoTypedCopy => no_typed_copy(id),
+                        TypedResultError::Failed(why) => QueryError::Internal(why),
+                    })?
+            }
+        };
+        Ok(ResultFile {
+            format,
+            size,
+            path,
+            source: ResultSource::Lake(store),
+        })
+    }
+
+    /// The form of `job`'s result in `format` that its row keeps, read from
+    /// the store (the CSV from memory when this replica kept it); `None`
+    /// when the lake keeps it (or it is Parquet, which the lake always keeps).
+    pub(super) async fn result_in_row(
+        &self,
+        job: &QueryJob,
+        format: ResultFormat,
+    ) -> Result<Option<Bytes>, QueryError> {
+        let form = match format {
+            ResultFormat::Csv if job.in_row.csv_bytes.is_some() => RowForm::Csv,
+            ResultFormat::Arrow if job.in_row.arrow_bytes.is_some() => RowForm::Arrow,
+            _ => return Ok(None),
+        };
+        if form == RowForm::Csv
+            && let Some(path) = &job.result_path
+            && let Some(csv) = self.recent(path)
+        {
+            return Ok(Some(csv));
+        }
+        let id = &job.query.id;
+        match self.store.result_in_row(id, form).await? {
+            Some(bytes) => Ok(Some(bytes)),
+            None => Err(QueryError::Internal(format!(
+                "query {id}'s row lost its result"
+            ))),
+        }
+    }
+
+    /// Writes a result kept in a row to the lake at `path`, unless it is
+    /// there already (another request, or replica, wrote it): the same
+    /// bytes either way.
+    async fn write_to_lake(&self, path: &str, bytes: Bytes) -> Result<(), QueryError> {
+        let store = self.lake.object_store();
+        let at = Path::from(path);
+        match store.head(&at).await {
+            Ok(_) => return Ok(()),
+            Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(QueryError::Internal(format!("result file: {e}"))),
+        }
+        store
+            .put(&at, bytes.into())
+            .await
+            .map_err(|e| QueryError::Internal(format!("writing the result: {e}")))?;
+        Ok(())
+    }
+
+    /// GET /query/{id}/csv (`format` CSV, or another with `?format=`): a
+    /// signed link to `job`'s whole result, valid for
+    /// `query.csv_link_lifetime_s`: S3's own presigned GET when the lake is
+    /// on S3, else the storage endpoint's presigned GET (`lake::presigned`).
+    pub async fn result_link(
+        &self,
+        caller: &LakeCaller,
+        job: &QueryJob,
+        format: ResultFormat,
+    ) -> Result<Url, QueryError> {
+        let file = self.result_file(caller, job, format).await?;
+        if let ResultSource::Row(bytes) = file.source {
+            self.write_to_lake(&file.path, bytes).await?;
+        }
+        let path = file.path;
+        let lifetime = Duration::from_secs(self.link_lifetime_s);
+        let presigned = self
+            .lake
+            .presigned_get(&path, lifetime)
+            .await
+            .map_err(|e| QueryError::Internal(format!("presigning the result: {e}")))?;
+        match presigned {
+            Some(url) => Ok(url),
+            None => self
+                .result_links
+                .sign(&path, self.link_lifetime_s, self.clock.now())
+                .map_err(|e| QueryError::Internal(format!("presigning the result: {e}"))),
+        }
+    }
+}
