@@ -6,10 +6,11 @@
 pub mod api;
 pub mod auth;
 pub mod clock;
+pub mod cluster;
 pub mod config;
 pub mod dailyrun;
-pub mod distributed;
 pub mod drain;
+pub mod edge;
 pub mod engine;
 #[cfg(feature = "flight-sql")]
 pub mod flight;

@@ -5,8 +5,9 @@
 //! disagree; the imports are read from the source as text (`crate::name`,
 //! `crate::{a, b::c}` and `super::` paths that climb out of a folder).
 //!
-//! It also fails when a module of `host/src` is on no floor, and when
-//! modules of one floor import each other in a circle.
+//! It also fails when a module of `host/src` is on no floor, when modules
+//! of one floor import each other in a circle, and when modules of a floor
+//! marked `apart` (the front ends) import each other at all.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -14,24 +15,40 @@ use std::{
     path::{Path, PathBuf},
 };
 
-/// Floor number of each top-level module, from ARCHITECTURE.md.
-fn floors(architecture: &str) -> BTreeMap<String, usize> {
+/// The floors of ARCHITECTURE.md's block: each top-level module's floor
+/// number, and the floors whose modules never import each other (a line
+/// `N apart: ...`).
+struct Floors {
+    of: BTreeMap<String, usize>,
+    apart: BTreeSet<usize>,
+}
+
+fn floors(architecture: &str) -> Floors {
     let block = architecture
         .split("```floors\n")
         .nth(1)
         .and_then(|rest| rest.split("```").next())
         .expect("ARCHITECTURE.md has a ```floors block");
-    let mut floors = BTreeMap::new();
+    let mut floors = Floors {
+        of: BTreeMap::new(),
+        apart: BTreeSet::new(),
+    };
     for line in block.lines().filter(|line| !line.trim().is_empty()) {
-        let (number, modules) = line
+        let (head, modules) = line
             .split_once(':')
             .unwrap_or_else(|| panic!("a floors line is `N: module, module`: {line:?}"));
+        let (number, apart) = match head.trim().strip_suffix(" apart") {
+            Some(number) => (number, true),
+            None => (head.trim(), false),
+        };
         let number: usize = number
-            .trim()
             .parse()
             .unwrap_or_else(|_| panic!("a floor's number: {line:?}"));
+        if apart {
+            floors.apart.insert(number);
+        }
         for module in modules.split(',').map(str::trim) {
-            let previous = floors.insert(module.to_string(), number);
+            let previous = floors.of.insert(module.to_string(), number);
             assert!(previous.is_none(), "{module} is on two floors");
         }
     }
@@ -156,24 +173,28 @@ fn no_module_imports_a_floor_above_its_own() {
     let graph = imports(&host.join("src"));
     let mut problems = Vec::new();
     for (module, named) in &graph {
-        let Some(own) = floors.get(module) else {
+        let Some(own) = floors.of.get(module) else {
             problems.push(format!("{module} is on no floor of ARCHITECTURE.md"));
             continue;
         };
         for (name, files) in named {
             // Names that are not modules of the crate (macros, items of
             // lib.rs) have no floor; only modules are checked.
-            let Some(theirs) = floors.get(name) else {
+            let Some(theirs) = floors.of.get(name) else {
                 continue;
             };
             if theirs > own {
                 problems.push(format!(
                     "{module} (floor {own}) imports {name} (floor {theirs}) in {files:?}"
                 ));
+            } else if theirs == own && floors.apart.contains(own) {
+                problems.push(format!(
+                    "{module} imports {name}, both on floor {own}, whose modules stand apart, in {files:?}"
+                ));
             }
         }
     }
-    for module in floors.keys() {
+    for module in floors.of.keys() {
         let exists = host.join("src").join(module).is_dir()
             || host.join("src").join(format!("{module}.rs")).is_file();
         if !exists {
@@ -195,7 +216,7 @@ fn modules_of_one_floor_import_each_other_in_no_circle() {
             let next = named
                 .keys()
                 .filter(|name| {
-                    floors.get(*name).is_some() && floors.get(*name) == floors.get(module)
+                    floors.of.contains_key(*name) && floors.of.get(*name) == floors.of.get(module)
                 })
                 .map(String::as_str)
                 .collect();

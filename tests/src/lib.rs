@@ -27,8 +27,9 @@ use lakehost::{
     dailyrun::DailyRunService,
     idp::{Idp, StoredKey, generate_key, key_file_path, write_key_file},
     import::{ImportRequest, ImportSummary, import_parquet},
-    lake::{Lake, retired::RetiredFileSweeper},
+    lake::Lake,
     load::LoadService,
+    retired::RetiredFileSweeper,
     store::Store,
 };
 use serde_json::{Value, json};

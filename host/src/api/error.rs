@@ -8,8 +8,6 @@
 //! carries the request id), with its whole cause chain. The generic 500 body
 //! gains the request code in `gateway::request_context`.
 
-use std::fmt;
-
 use axum::{
     Json,
     http::StatusCode,
@@ -18,6 +16,7 @@ use axum::{
 
 use super::schemas::ErrorBody;
 use crate::{
+    edge::{CauseChain, INTERNAL_MESSAGE},
     auth::{ClaimError, TokenError},
     engine::Denial,
     load::LoadError,
@@ -44,10 +43,6 @@ impl QueryOperation {
         }
     }
 }
-
-/// The generic 500 message of the spec, before the request code is added.
-pub const INTERNAL_MESSAGE: &str =
-    "An Internal Server Error occurred. Please contact support if this error persists.";
 
 /// The cause of an unexpected failure, kept for the log.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -178,26 +173,6 @@ impl From<TokenError> for ApiError {
 #[derive(Debug, Clone, Copy)]
 pub struct GenericInternalError;
 
-/// An error and its causes on one line, `: ` between them; a cause whose
-/// text is already shown (an error that prints its source) is not repeated.
-pub struct CauseChain<'a>(pub &'a (dyn std::error::Error + 'static));
-
-impl fmt::Display for CauseChain<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut shown = self.0.to_string();
-        let mut cause = self.0.source();
-        while let Some(error) = cause {
-            let text = error.to_string();
-            if !shown.contains(&text) {
-                shown.push_str(": ");
-                shown.push_str(&text);
-            }
-            cause = error.source();
-        }
-        f.write_str(&shown)
-    }
-}
-
 fn message(status: StatusCode, message: &str) -> Response {
     let body = ErrorBody {
         message: message.to_string(),
@@ -314,7 +289,7 @@ impl IntoResponse for ApiError {
             | ApiError::NotAcceptable(text) => message(status, &text),
             ApiError::RangeNotSatisfiable(size) => {
                 let mut response = message(status, "The requested range is not satisfiable");
-                let unsatisfiable = super::object_response::Unsatisfiable { size };
+                let unsatisfiable = crate::edge::object_response::Unsatisfiable { size };
                 response.headers_mut().insert(
                     axum::http::header::CONTENT_RANGE,
                     unsatisfiable.content_range(),

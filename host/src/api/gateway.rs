@@ -21,7 +21,11 @@ use serde_json::json;
 use tower_http::catch_panic::CatchPanicLayer;
 use tracing::Instrument as _;
 
-use super::error::{ApiError, GenericInternalError, INTERNAL_MESSAGE};
+use super::error::{ApiError, GenericInternalError};
+use crate::edge::{
+    INTERNAL_MESSAGE,
+    request_id::{REQUEST_ID_HEADER, request_id},
+};
 use crate::observability::{
     labels::{ApiLabel, UNMATCHED_ROUTE},
     metrics,
@@ -30,31 +34,6 @@ use crate::observability::{
 /// The id of one request, as logged and returned.
 #[derive(Debug, Clone)]
 pub struct RequestId(pub String);
-
-pub const REQUEST_ID_HEADER: &str = "x-request-id";
-
-/// The longest caller-sent request id kept.
-pub const MAX_REQUEST_ID_BYTES: usize = 64;
-
-/// The caller's `x-request-id` when it is a short token (letters, digits,
-/// `-`, `_`, `.`; at most 64 bytes), so a proxy's id follows the request
-/// into our logs; anything else (spaces, quotes, control characters, JSON,
-/// long values) is replaced by a fresh id and never logged.
-pub(crate) fn request_id(request: &Request) -> String {
-    request
-        .headers()
-        .get(REQUEST_ID_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .filter(|id| {
-            !id.is_empty()
-                && id.len() <= MAX_REQUEST_ID_BYTES
-                && id
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-        })
-        .map(str::to_string)
-        .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string())
-}
 
 /// Which API and route template answered a request: set on the response by
 /// `tag_route` inside the API routers, read by `request_context` outside

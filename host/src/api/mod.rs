@@ -1,6 +1,10 @@
-//! The HTTP surface: the Org, Zone and DailyRun APIs, chosen by Host header, with
-//! the gateway behaviour around them. Handlers are thin: extract, call one
-//! domain function, return. Only this module (with `idp/`) knows HTTP.
+//! The REST front end: the Org, Zone and DailyRun APIs, chosen by Host
+//! header, with the gateway behaviour around them. Handlers read the
+//! request (the spec's rules on bodies and headers, the caller), call the
+//! services of `query`, `load` and `dailyrun`, and shape the spec's answer;
+//! `error.rs` maps every outcome to its status once. The other front ends
+//! that speak HTTP (`s3`, `flight`, `idp`, `cluster`) stand beside it and
+//! share only what `edge` holds.
 
 mod accept;
 pub mod dailyrun;
@@ -15,7 +19,6 @@ pub mod load;
 pub mod load_body;
 pub mod metrics;
 pub mod migration;
-pub mod object_response;
 pub mod openapi;
 mod prefer;
 pub mod principal;
@@ -40,7 +43,6 @@ use crate::{
     auth::TokenValidator,
     clock::SharedClock,
     config::Config,
-    idp::Idp,
     load::{LoadService, commit::LoadCommitter},
     observability::labels::ApiLabel,
     query::QueryService,
@@ -114,8 +116,10 @@ fn finish(router: Router<AppState>, doc: &Arc<serde_json::Value>, state: &AppSta
         .with_state(state.clone())
 }
 
-/// The whole HTTP application: host routing, APIs, identity provider, gateway.
-pub fn app(state: AppState, idp: Option<Arc<Idp>>) -> Router {
+/// The whole HTTP application: host routing, the APIs and the gateway, with
+/// `provider` (the embedded identity provider's routes, `idp::router`)
+/// answered on the default host.
+pub fn app(state: AppState, provider: Option<Router>) -> Router {
     let config = state.config.clone();
     // Each host's document lists the paths that host answers: the bare host
     // serves the default org's Org and DailyRun APIs together.
@@ -142,8 +146,8 @@ pub fn app(state: AppState, idp: Option<Arc<Idp>>) -> Router {
         org_routes.clone().merge(dailyrun_routes.clone()),
         &default_doc,
     );
-    if let Some(idp) = idp {
-        default = default.merge(crate::idp::router(idp));
+    if let Some(provider) = provider {
+        default = default.merge(provider);
     }
     // Each router tags its responses with the API and route template that
     // answered, for the request's log line and metrics.

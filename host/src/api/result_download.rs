@@ -13,10 +13,13 @@ use axum::{
 use super::{
     accept::{self, Offer},
     error::ApiError,
-    object_response::{StoredFile, requested_range, stored_file_response, wants_body},
     result_page::{NATIVE_PARAMS, PageShape},
 };
-use crate::{lake::ResultFormat, query::service::ResultFile};
+use crate::{
+    edge::object_response::{StoredFile, requested_range, stored_file_response, wants_body},
+    lake::ResultFormat,
+    query::service::ResultFile,
+};
 
 /// An answer of `GET /query/{id}/result`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 //! The `[distributed]` section: reads too big for one process run on
-//! several lakehost processes (`distributed`, cargo feature
+//! several lakehost processes (`cluster`, cargo feature
 //! `distributed`). A replica with `enabled` serves a worker listener; one
 //! that also names `workers` coordinates: its reads whose scan after pruning
 //! passes `min_scan_bytes` or `min_scan_files` run on those workers.

@@ -22,7 +22,7 @@ pub fn state_machine(org: &str) -> String {
     format!("DailyScheduledETL_{org}")
 }
 
-/// An execution's name: DailyScheduledETL_<org>_<timestamp>, the timestamp
+/// An execution's name: `DailyScheduledETL_<org>_<timestamp>`, the timestamp
 /// UTC to the microsecond (`20261122T020000123456Z`).
 pub fn execution_name(org: &str, at: DateTime<Utc>) -> String {
     format!("{}_{}", state_machine(org), at.format("%Y%m%dT%H%M%S%6fZ"))

@@ -1,6 +1,6 @@
 //! What a lake table looks like: its naming rules, its partition columns,
 //! how its columns are stored and read, and `TableLayout`, the one way a new
-//! table's layout is made (CREATE TABLE [AS], loads, imports, daily
+//! table's layout is made (`CREATE TABLE [AS]`, loads, imports, daily
 //! refreshes) or an existing table's is read back from the catalog.
 //!
 //! Every lake table is partitioned by `service_client_id` first (the access

@@ -128,3 +128,66 @@ pub async fn caller_of(
         authenticated(state, credentials, (&org, zone.as_deref()), Some(scope)).await?;
     Ok(authenticated.caller)
 }
+
+#[cfg(test)]
+mod tests {
+    use tonic::Code;
+
+    use super::*;
+    use crate::auth::{
+        ClaimError, TokenError, authenticate::Unreachable, failure_budget::Throttled,
+    };
+
+    #[test]
+    fn each_refusal_has_its_grpc_code_and_never_its_causes_text() {
+        let claim = ClaimError::MalformedServiceClient {
+            claim: "1,2".into(),
+        };
+        let cases = [
+            (
+                Refusal::MissingCredentials,
+                Code::Unauthenticated,
+                UNAUTHORIZED,
+            ),
+            (
+                Refusal::InvalidToken(TokenError::Malformed),
+                Code::Unauthenticated,
+                UNAUTHORIZED,
+            ),
+            (
+                Refusal::WrongIssuerOrAudience(TokenError::WrongIssuer),
+                Code::Unauthenticated,
+                UNAUTHORIZED,
+            ),
+            (Refusal::Expired, Code::Unauthenticated, UNAUTHORIZED),
+            (Refusal::SecretRefused, Code::Unauthenticated, UNAUTHORIZED),
+            (Refusal::Claims(claim), Code::Unauthenticated, UNAUTHORIZED),
+            (
+                Refusal::MissingScope {
+                    needed: "query:write".into(),
+                },
+                Code::PermissionDenied,
+                "Forbidden",
+            ),
+            (
+                Refusal::ProviderUnavailable(Unreachable::Keys(TokenError::KeysUnavailable(
+                    "connection refused".into(),
+                ))),
+                Code::Unavailable,
+                "the identity provider is unavailable",
+            ),
+            (
+                Refusal::Throttled(Throttled {
+                    retry_after: std::time::Duration::from_secs(7),
+                }),
+                Code::ResourceExhausted,
+                "too many failed attempts from this address; retry in 7 s",
+            ),
+        ];
+        for (refusal, code, message) in cases {
+            let what = format!("{refusal:?}");
+            let status = refused(refusal);
+            assert_eq!((status.code(), status.message()), (code, message), "{what}");
+        }
+    }
+}

@@ -16,7 +16,7 @@ use axum::{
 use tracing::Instrument as _;
 
 use crate::{
-    api::gateway::{REQUEST_ID_HEADER, request_id},
+    edge::request_id::{REQUEST_ID_HEADER, request_id},
     observability::metrics,
 };
 

@@ -18,7 +18,7 @@ use std::borrow::Cow;
 use http::HeaderMap;
 use tonic::{Code, Status};
 
-use crate::{api::error::INTERNAL_MESSAGE, query::QueryError};
+use crate::{edge::INTERNAL_MESSAGE, query::QueryError};
 
 /// The most characters of caller input a message repeats.
 pub const ECHO_CHARS: usize = 200;

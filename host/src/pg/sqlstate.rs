@@ -8,7 +8,7 @@
 use pgwire::error::{ErrorInfo, PgWireError};
 
 use crate::{
-    api::error::INTERNAL_MESSAGE,
+    edge::INTERNAL_MESSAGE,
     auth::Refusal,
     query::{Denial, QueryError},
 };
@@ -152,6 +152,78 @@ mod tests {
             PgWireError::UserError(info) => (info.code.as_str(), info.message.as_str()),
             other => panic!("not a statement's error: {other}"),
         }
+    }
+
+    #[test]
+    fn each_refusal_has_its_sqlstate_and_never_its_causes_text() {
+        use crate::auth::{
+            ClaimError, TokenError, authenticate::Unreachable, failure_budget::Throttled,
+        };
+        let severity = |error: &PgWireError| match error {
+            PgWireError::UserError(info) => info.severity.clone(),
+            other => panic!("not a user error: {other}"),
+        };
+        let claim = ClaimError::MalformedServiceClient {
+            claim: "1,2".into(),
+        };
+        let cases = [
+            (Refusal::MissingCredentials, "FATAL", "28000", UNAUTHORIZED),
+            (
+                Refusal::InvalidToken(TokenError::Malformed),
+                "FATAL",
+                "28000",
+                UNAUTHORIZED,
+            ),
+            (
+                Refusal::WrongIssuerOrAudience(TokenError::WrongIssuer),
+                "FATAL",
+                "28000",
+                UNAUTHORIZED,
+            ),
+            (Refusal::Expired, "FATAL", "28000", UNAUTHORIZED),
+            (Refusal::Claims(claim), "FATAL", "28000", UNAUTHORIZED),
+            (
+                Refusal::SecretRefused,
+                "FATAL",
+                "28P01",
+                "password authentication failed for user \"demo-admin\"",
+            ),
+            (
+                Refusal::MissingScope {
+                    needed: "query:write".into(),
+                },
+                "ERROR",
+                "42501",
+                "Forbidden",
+            ),
+            (
+                Refusal::ProviderUnavailable(Unreachable::Keys(TokenError::KeysUnavailable(
+                    "connection refused".into(),
+                ))),
+                "FATAL",
+                "08006",
+                "the identity provider is unavailable",
+            ),
+        ];
+        for (refusal, level, code, text) in cases {
+            let what = format!("{refusal:?}");
+            let error = refused(refusal, "demo-admin");
+            assert_eq!(severity(&error), level, "{what}");
+            assert_eq!(code_and_text(&error), (code, text), "{what}");
+        }
+        let throttled = refused(
+            Refusal::Throttled(Throttled {
+                retry_after: std::time::Duration::from_secs(7),
+            }),
+            "demo-admin",
+        );
+        assert_eq!(
+            code_and_text(&throttled),
+            (
+                "53400",
+                "too many failed attempts from this address; retry in 7 s"
+            )
+        );
     }
 
     #[test]

@@ -44,7 +44,7 @@ use super::{
     sqlstate::{fatal, refused},
 };
 use crate::{
-    auth::{Api, Credentials, authenticate, authenticate::verify},
+    auth::{Api, Credentials, LakeCaller, authenticate},
     listener::OrgShares,
 };
 
@@ -142,25 +142,24 @@ async fn token_for(
         .map_err(|refusal| refused(refusal, client_id))
 }
 
-/// `session`'s token authenticated again for its API (its claims included):
-/// a refused token (expired, say: the session renews it) is `Err(None)`,
+/// `session`'s token authenticated again for its API and `scope` (when
+/// given), made its caller: a refused token (expired, say: the session renews it) is `Err(None)`,
 /// other refusals `Err(Some(..))`, mapped by `sqlstate::refused`.
 pub async fn validated(
     state: &PgState,
     session: &Session,
-) -> Result<crate::auth::AccessClaims, Option<PgWireError>> {
+    scope: Option<&str>,
+) -> Result<LakeCaller, Option<PgWireError>> {
     let api = Api {
         org: &session.org,
         zone: session.zone.as_deref(),
     };
     let credentials = Some(Credentials::Bearer(&session.token));
-    let checked = match verify(&state.validator, credentials, api, None).await {
-        Ok(verified) => verified.caller().map(|_| verified.claims),
-        Err(refusal) => Err(refusal),
-    };
-    checked.map_err(|refusal| {
-        (!refusal.is_token_refused()).then(|| refused(refusal, &session.client_id))
-    })
+    match authenticate(&state.validator, credentials, api, scope).await {
+        Ok(authenticated) => Ok(authenticated.caller),
+        Err(refusal) => Err((!refusal.is_token_refused())
+            .then(|| refused(refusal, &session.client_id))),
+    }
 }
 
 /// The startup handler: database, TLS, password.

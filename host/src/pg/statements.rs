@@ -42,7 +42,7 @@ use super::{
     startup::{Session, validated},
 };
 use crate::{
-    auth::{LakeCaller, caller::scope_on},
+    auth::LakeCaller,
     observability::metrics::{self, token_rejected},
     query::{
         ipc_batches::IpcBatches,
@@ -67,40 +67,28 @@ impl LakeStatements {
         }
     }
 
-    /// The session's caller for a statement: its token validated again
+    /// The session's caller for a statement: its token authenticated again
     /// (renewed from the secret once it expired), with the scope to run
     /// queries.
     async fn caller<C: ClientInfo>(&self, client: &C, scope: &str) -> PgWireResult<LakeCaller> {
         let Some(session) = client.session_extensions().get::<Session>() else {
             return Err(fatal("28000", UNAUTHORIZED));
         };
-        let (session, claims) = match validated(&self.state, &session).await {
-            Ok(claims) => (session, claims),
-            Err(Some(e)) => return Err(e),
+        match validated(&self.state, &session, Some(scope)).await {
+            Ok(caller) => Ok(caller),
+            Err(Some(e)) => Err(e),
             Err(None) => {
                 let renewed = session.renewed(&self.state).await.map_err(|_| {
                     token_rejected("renewal_refused");
                     fatal("28000", UNAUTHORIZED)
                 })?;
-                let claims = validated(&self.state, &renewed)
+                let caller = validated(&self.state, &renewed, Some(scope))
                     .await
                     .map_err(|e| e.unwrap_or_else(|| fatal("28000", UNAUTHORIZED)))?;
                 client.session_extensions().insert(renewed);
-                let session = client
-                    .session_extensions()
-                    .get::<Session>()
-                    .expect("just inserted");
-                (session, claims)
+                Ok(caller)
             }
-        };
-        let zone = session.zone.as_deref();
-        if !claims.scopes().contains(scope_on(scope, zone).as_str()) {
-            token_rejected("insufficient_scope");
-            return Err(error("42501", "Forbidden"));
         }
-        let api_client = self.state.config.auth.api_client_for(zone);
-        LakeCaller::from_claims(&claims, (&session.org, zone), &api_client)
-            .map_err(|e| error("42501", e.to_string()))
     }
 
     /// One statement, with a request id (its span), a log line and a count

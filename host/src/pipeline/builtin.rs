@@ -43,7 +43,7 @@ const TEST_COMPONENTS: Components = components![
 const TEST_COMPONENTS: Components = &[];
 
 // `config::HAS_TEST_STEPS` says which builds hold them; this holds it true.
-const _: () = assert!(crate::config::HAS_TEST_STEPS == !TEST_COMPONENTS.is_empty());
+const _: () = assert!(crate::config::HAS_TEST_STEPS != TEST_COMPONENTS.is_empty());
 
 /// The names of the test steps, in every build: a manifest names them only
 /// where `pipeline.test_steps` allows it.

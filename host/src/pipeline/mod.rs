@@ -240,8 +240,12 @@ pub enum StepError {
     Stopped { step: String },
     #[error("step {step} needed more than its memory limit of {limit_bytes} bytes")]
     MemoryLimit { step: String, limit_bytes: u64 },
-    #[error("step {step} trapped: {message}")]
-    Trapped { step: String, message: String },
+    #[error("step {step} trapped: {source:#}")]
+    Trapped {
+        step: String,
+        #[source]
+        source: SharedCause,
+    },
     #[error("step {step} reported an internal error: {message}")]
     Reported { step: String, message: String },
     /// Its component (`builtin:<name>`, or a file by its name alone).

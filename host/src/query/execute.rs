@@ -22,8 +22,7 @@ use super::{QueryError, prepare::Prepared, result_writer::ResultWriter};
 use crate::{
     auth::Access,
     config::ArrowCompression,
-    distributed,
-    engine::distributed::finished_read,
+    engine::distributed::{finished_read, worker_failure, workers_reached},
     engine::{
         EngineError,
         columns::{ResultColumn, columns_of},
@@ -49,7 +48,7 @@ pub struct Execution {
     pub staged: Vec<String>,
     /// A read's lake snapshot, when its result may be reused (`engine::snapshot`).
     pub snapshot: Option<String>,
-    /// How many workers a distributed read ran on (`crate::distributed`).
+    /// How many workers a distributed read ran on (`engine::distributed`).
     pub workers: Option<u32>,
 }
 
@@ -93,14 +92,14 @@ pub async fn execute(
                 .writer(lake, &schema)
                 .await
                 .map_err(|e| QueryError::Internal(format!("result file: {e}")))?;
-            let mut stream = execute_stream(plan.clone(), context.task_ctx()).map_err(run_error)?;
+            let mut stream = execute_stream(plan.clone(), context.task_ctx()).map_err(|e| run_error(context, e))?;
             while let Some(batch) = stream.next().await {
                 let written = match batch {
                     Ok(batch) => writer
                         .write(&batch)
                         .await
                         .map_err(|e| QueryError::Internal(format!("result file: {e}"))),
-                    Err(e) => Err(run_error(e)),
+                    Err(e) => Err(run_error(context, e)),
                 };
                 if let Err(e) = written {
                     writer.abort().await;
@@ -122,7 +121,7 @@ pub async fn execute(
                 write: CatalogWrite::None,
                 staged: Vec::new(),
                 snapshot,
-                workers: distributed::workers_reached(context),
+                workers: workers_reached(context),
             })
         }
         Prepared::Nothing => empty_result(lake, target, CatalogWrite::None).await,
@@ -210,7 +209,7 @@ pub async fn stream_rows(
 ) -> Result<Execution, QueryError> {
     let schema = plan.schema();
     let plain = Arc::new(without_view_types(&schema));
-    let mut stream = execute_stream(plan.clone(), context.task_ctx()).map_err(run_error)?;
+    let mut stream = execute_stream(plan.clone(), context.task_ctx()).map_err(|e| run_error(context, e))?;
     let (mut sent_rows, mut sent_bytes) = (0u64, 0u64);
     let gone = || QueryError::Failed(CLIENT_GONE.into());
     loop {
@@ -219,7 +218,7 @@ pub async fn stream_rows(
             () = rows.closed() => return Err(gone()),
         };
         let Some(batch) = next else { break };
-        let batch = plain_batch(&batch.map_err(run_error)?, &plain)
+        let batch = plain_batch(&batch.map_err(|e| run_error(context, e))?, &plain)
             .map_err(|e| QueryError::Internal(format!("result batch: {e}")))?;
         sent_rows += batch.num_rows() as u64;
         sent_bytes += batch.get_array_memory_size() as u64;
@@ -245,14 +244,14 @@ pub async fn stream_rows(
         write: CatalogWrite::None,
         staged: Vec::new(),
         snapshot: None,
-        workers: distributed::workers_reached(context),
+        workers: workers_reached(context),
     })
 }
 
 /// A failure while running: permission refusals keep their friendly message,
 /// anything else is the engine's message.
-fn run_error(error: DataFusionError) -> QueryError {
-    if let Some(reason) = distributed::worker_failure(&error) {
+fn run_error(context: &SessionContext, error: DataFusionError) -> QueryError {
+    if let Some(reason) = worker_failure(context, &error) {
         return QueryError::Failed(reason);
     }
     EngineError::run(error).into()

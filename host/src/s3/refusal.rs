@@ -146,7 +146,11 @@ mod tests {
     fn grant_refusals_are_s3s_codes_with_s3s_statuses() {
         let cases = [
             (GrantError::Expired, "ExpiredToken", StatusCode::BAD_REQUEST),
-            (GrantError::BadToken, "InvalidToken", StatusCode::BAD_REQUEST),
+            (
+                GrantError::BadToken,
+                "InvalidToken",
+                StatusCode::BAD_REQUEST,
+            ),
             (
                 GrantError::WrongAccessKey,
                 "InvalidToken",
@@ -166,6 +170,9 @@ mod tests {
             assert_eq!(s3.code().status_code(), Some(status));
         }
         let closed = upload_refused(UploadRefusal::LoadClosed);
-        assert_eq!((closed.code, closed.message.as_str()), ("AccessDenied", LOAD_CLOSED));
+        assert_eq!(
+            (closed.code, closed.message.as_str()),
+            ("AccessDenied", LOAD_CLOSED)
+        );
     }
 }

@@ -2,7 +2,7 @@
 //! its media type) on the storage endpoint (`lake::presigned` makes and
 //! checks the links): the whole file with its `Content-Length`, one byte
 //! range (206, `Content-Range`), or only the headers, as
-//! `api::object_response` answers stored files; refusals in S3's XML error
+//! `edge::object_response` answers stored files; refusals in S3's XML error
 //! shape. A request carrying an `Authorization` header beside the link's
 //! signature is refused as S3 refuses it.
 
@@ -17,7 +17,7 @@ use axum::{
 use object_store::{ObjectStore, ObjectStoreExt as _, path::Path as ObjectPath};
 
 use crate::{
-    api::object_response::{StoredFile, requested_range, stored_file_response, wants_body},
+    edge::object_response::{StoredFile, requested_range, stored_file_response, wants_body},
     clock::SharedClock,
     lake::{
         ResultFormat, object_bytes,

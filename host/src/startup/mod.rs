@@ -159,7 +159,7 @@ impl Application {
             + u64::from(flight.is_some())
             + u64::from(pg.is_some())
             + u64::from(services.cluster_worker.is_some());
-        let router = api::app(state, idp.clone());
+        let router = api::app(state, idp.clone().map(crate::idp::router));
         Ok(Self {
             listener: bound.api,
             addr: bound.api_addr,

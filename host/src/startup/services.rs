@@ -18,7 +18,7 @@ use crate::{
     clock::SharedClock,
     config::Config,
     dailyrun::DailyRunService,
-    distributed::Cluster,
+    cluster::Cluster,
     drain::Drain,
     engine::distributed::Coordinator,
     lake::Lake,

@@ -43,7 +43,7 @@ pub(super) struct ClusterWorkerListener {
 /// `lake`, sharing the query service's parquet footer cache.
 pub(super) fn cluster_worker_listener_of(
     listener: TcpListener,
-    cluster: &crate::distributed::Cluster,
+    cluster: &crate::cluster::Cluster,
     lake: &crate::lake::Lake,
     queries: &crate::query::QueryService,
     limits: &crate::config::QueryConfig,

@@ -1,6 +1,7 @@
 //! The integration tests: one binary, the real server on port 0, HTTP as a
 //! client speaks it. Helpers live in `lakehost_tests` (tests/src/lib.rs).
 
+mod auth_refusals;
 mod commits;
 mod comotion_sdk;
 mod connections;

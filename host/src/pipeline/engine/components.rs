@@ -79,7 +79,8 @@ pub enum ComponentError {
 
 /// The cause of an error that is cloned (a component's failure is cached
 /// and handed to every run that asks for it): shows and chains as the
-/// error it holds, and is equal to its clones only.
+/// error it holds, and is equal to its clones only. `{:#}` shows the
+/// whole chain, `: ` between causes, as wasmtime's errors do.
 #[derive(Debug, Clone)]
 pub struct SharedCause(Arc<dyn std::error::Error + Send + Sync>);
 
@@ -88,16 +89,22 @@ impl SharedCause {
         Self(Arc::new(error))
     }
 
-    /// A wasmtime error, its chain kept (`{:#}` shows it whole).
     pub(super) fn of_wasmtime(error: wasmtime::Error) -> Self {
-        let boxed: Box<dyn std::error::Error + Send + Sync> = error.into();
-        Self(Arc::from(boxed))
+        Self(Arc::from(error.into_boxed_dyn_error()))
     }
 }
 
 impl fmt::Display for SharedCause {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&*self.0, f)
+        write!(f, "{}", self.0)?;
+        if f.alternate() {
+            let mut cause = self.0.source();
+            while let Some(error) = cause {
+                write!(f, ": {error}")?;
+                cause = error.source();
+            }
+        }
+        Ok(())
     }
 }
 
@@ -235,5 +242,34 @@ fn world(kind: PipelineKind) -> &'static str {
     match kind {
         PipelineKind::Load => "step",
         PipelineKind::Daily => "daily-step",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::*;
+
+    #[test]
+    fn a_cached_failure_shows_its_whole_chain_and_equals_its_clones_only() {
+        let failed = || {
+            SharedCause::of_wasmtime(
+                wasmtime::Error::msg("cannot add seals").context("instantiating a component"),
+            )
+        };
+        let error = ComponentError::NotUsable(failed());
+        assert_eq!(
+            error.to_string(),
+            "not a usable component: instantiating a component: cannot add seals"
+        );
+        let cause = error.source().expect("its cause");
+        assert_eq!(cause.to_string(), "instantiating a component");
+        assert_eq!(
+            cause.source().map(|c| c.to_string()).as_deref(),
+            Some("cannot add seals")
+        );
+        assert_eq!(error.clone(), error);
+        assert_ne!(error, ComponentError::NotUsable(failed()));
     }
 }

@@ -12,7 +12,9 @@ use std::time::Instant;
 
 use wasmtime::Store;
 
-use super::{bindings::lakehost::pipeline::types, interrupt::Interrupted, sandbox::StepState};
+use super::{
+    SharedCause, bindings::lakehost::pipeline::types, interrupt::Interrupted, sandbox::StepState,
+};
 use crate::pipeline::{
     ErrorItem, MAX_REPORT_ITEMS, MAX_REPORT_TEXT_BYTES, StepError, StepVerdict, manifest::Step,
 };
@@ -119,7 +121,7 @@ pub(super) fn verdict<D: ?Sized>(
             } else {
                 Err(StepError::Trapped {
                     step: step.name.clone(),
-                    message: format!("{error:#}"),
+                    source: SharedCause::of_wasmtime(error),
                 })
             }
         }

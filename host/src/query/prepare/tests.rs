@@ -92,7 +92,7 @@ fn table() -> Vec<(&'static str, PerRole)> {
     vec![
         // Reads: the session's scan decides by database kind and by the
         // service clients of the files a read keeps.
-        ("SELECT 1", all(Insert)),
+        ("SELECT 1", all(Read)),
         ("SHOW TABLES", all(Read)),
         (
             "SELECT count(*) FROM demo_lake_v2.trips",
@@ -218,7 +218,7 @@ fn table() -> Vec<(&'static str, PerRole)> {
                 CREATE,
                 conflict(
                     "Target location of table 'demo_sandbox.mine' already holds data \
-                     (2 files); drop the table first",
+                     (1 files); drop the table first",
                 ),
             ),
         ),
@@ -296,7 +296,7 @@ fn table() -> Vec<(&'static str, PerRole)> {
         ),
         (
             "ALTER TABLE demo_sandbox.mine ADD COLUMN n BIGINT",
-            analysts(STATEMENT, invalid("column n already exists")),
+            analysts(STATEMENT, invalid("column 'n' already exists")),
         ),
         (
             "ALTER TABLE demo_sandbox.mine RENAME TO shared",

@@ -21,7 +21,8 @@
 //!   has not started, so asking for its rows later finds it cancelled.
 //!
 //! An id runs once: asking again finds the job and answers that its rows
-//! were not kept (`not_kept`), as REST's `/result` and `/csv` do for it.
+//! were not kept (`results::not_kept`), as REST's `/result` and `/csv` do
+//! for it.
 
 use std::sync::Arc;
 

@@ -2,14 +2,6 @@
 //! (`Config::validate` refuses `distributed.enabled` first), so every
 //! caller's `Option<Arc<Cluster>>` is `None` and these are never reached.
 
-pub fn workers_reached(_context: &datafusion::prelude::SessionContext) -> Option<u32> {
-    None
-}
-
-pub fn worker_failure(_error: &datafusion::common::DataFusionError) -> Option<String> {
-    None
-}
-
 /// A build without distributed queries: no cluster can exist.
 #[derive(Debug)]
 pub enum Cluster {}

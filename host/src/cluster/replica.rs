@@ -18,7 +18,9 @@ use super::{
 };
 use crate::{
     config::Config,
-    engine::distributed::{Coordinator, HandedPlan, ScanGate, SizeGatedPlanner},
+    engine::distributed::{
+        Coordinator, HandedPlan, ReadWorkers, ScanGate, SizeGatedPlanner, WorkerReport,
+    },
     lake::Lake,
 };
 
@@ -103,7 +105,7 @@ impl Coordinator for Cluster {
             builder = builder.with_distributed_max_tasks_per_stage(self.max_tasks_per_stage)?;
         }
         if let Some(config) = builder.config().as_mut() {
-            config.set_extension(reached);
+            config.set_extension(Arc::new(ReadWorkers(Arc::new(Reached(reached)))));
         }
         let mut builder = builder.with_distributed_planner();
         let distributed = builder.query_planner().take().ok_or_else(|| {
@@ -114,11 +116,17 @@ impl Coordinator for Cluster {
     }
 }
 
-/// How many workers the reads of `context` sent stages to; `None` when
-/// none (a read that ran here alone).
-pub fn workers_reached(context: &datafusion::prelude::SessionContext) -> Option<u32> {
-    let state = context.state_ref();
-    let state = state.read();
-    let reached = state.config().get_extension::<WorkersReached>()?;
-    u32::try_from(reached.count()).ok().filter(|n| *n > 0)
+/// What a coordinated session's reads did on their workers: the workers
+/// its channels reached, and the transport's failures as reasons.
+#[derive(Debug)]
+struct Reached(Arc<WorkersReached>);
+
+impl WorkerReport for Reached {
+    fn reached(&self) -> usize {
+        self.0.count()
+    }
+
+    fn failure(&self, error: &DataFusionError) -> Option<String> {
+        super::failure::worker_failure(error)
+    }
 }

@@ -9,14 +9,14 @@
 //! - `secret.rs`: the cluster secret, checked before any plan is decoded,
 //!   and carried on every call between processes.
 //! - `members.rs`: which configured workers answer; stages go to those.
-//! - `cluster.rs`: `Cluster`, which ties them to a replica's sessions and
-//!   listener; `failure.rs`: a worker's death as a query's reason.
+//! - `replica.rs`: `Cluster`, this replica's part, which ties them to its
+//!   read sessions (the `engine::distributed::Coordinator`) and its worker
+//!   listener; `failure.rs`: a worker's death as a query's reason, which
+//!   the sessions report through `engine::distributed::worker_failure`.
 //!
 //! Without the feature `Cluster` has no value, so callers hold an
 //! `Option<Arc<Cluster>>` that is always `None`.
 
-#[cfg(feature = "distributed")]
-mod cluster;
 #[cfg(not(feature = "distributed"))]
 mod disabled;
 #[cfg(feature = "distributed")]
@@ -24,13 +24,13 @@ mod failure;
 #[cfg(feature = "distributed")]
 mod members;
 #[cfg(feature = "distributed")]
+mod replica;
+#[cfg(feature = "distributed")]
 mod secret;
 #[cfg(feature = "distributed")]
 mod worker;
 
-#[cfg(feature = "distributed")]
-pub use cluster::{Cluster, workers_reached};
 #[cfg(not(feature = "distributed"))]
-pub use disabled::{Cluster, worker_failure, workers_reached};
+pub use disabled::Cluster;
 #[cfg(feature = "distributed")]
-pub use failure::worker_failure;
+pub use replica::Cluster;
