@@ -1,3 +1,6 @@
+//! Unit tests of the read cache: ranges kept, evicted least recently used
+//! first, and counted under the cap.
+
 use object_store::{ObjectStoreExt as _, memory::InMemory};
 
 use super::*;

@@ -13,7 +13,7 @@
 //! - a status never echoes caller input whole (a 3 MB ticket came back in
 //!   the message, and gRPC clients dropped the answer).
 
-mod grpc;
+pub(crate) mod grpc;
 
 use std::time::Duration;
 

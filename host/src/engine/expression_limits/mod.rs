@@ -47,8 +47,14 @@
 //! nest, before any parser sees them. But no cap on the text names every
 //! shape that backtracks (the fuzzer's own find mixes parentheses into 10
 //! brackets: 244 bytes, 6 s), so the parser also runs on a budget of steps
-//! ([`PARSER_STEPS`], `parse.rs`), and every parse of caller SQL goes
-//! through [`parse_statements`] or [`parse_datafusion_statements`].
+//! ([`PARSER_STEPS`], `parse.rs`). Caller SQL is first parsed through
+//! [`parse_statements`] or [`parse_datafusion_statements`] (`classify`, the
+//! staged-SQL check, the Postgres listener's split); the planner's own parse
+//! of the same text afterwards (`query::prepare`) takes no more steps, since
+//! the metered dialect parses as the generic one does (a unit test holds
+//! it). The Postgres catalog statements are the exception: they are parsed
+//! by datafusion-pg-catalog's parser behind caps of their own on the text
+//! (`pg::catalog`: its length and its parentheses' depth).
 //!
 //! `text.rs` holds the checks on the token stream, `parse.rs` the metered
 //! parse, `tree.rs` the checks on the parsed statement.

@@ -1,3 +1,6 @@
+//! Unit tests of the scaffold: what `lakehost pipeline new-step` writes,
+//! kept in step with the plugins and the WIT.
+
 use std::path::Path;
 
 use super::*;

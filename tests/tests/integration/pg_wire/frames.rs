@@ -417,3 +417,26 @@ async fn a_client_that_stops_reading_a_result_loses_its_connection() {
         "the whole result was kept for a client that did not read it"
     );
 }
+
+#[tokio::test]
+async fn a_client_whose_claims_make_no_caller_is_refused_28000() {
+    use crate::auth_refusals::{NO_CLIENTS, client_without_service_clients};
+    let pg = app_with(|config| config.idp.clients.push(client_without_service_clients())).await;
+    // Its secret is right, its token valid: its claims make no caller.
+    let (user, secret) = NO_CLIENTS;
+    assert_eq!(
+        login(&pg, user, secret, "demo").await.err(),
+        Some(("FATAL".into(), "28000".into(), "Unauthorized".into()))
+    );
+    // A wrong secret stays Postgres's wrong password, and a good client
+    // logs in.
+    assert_eq!(
+        login(&pg, "demo-admin", "not-the-secret", "demo").await.err(),
+        Some((
+            "FATAL".into(),
+            "28P01".into(),
+            "password authentication failed for user \"demo-admin\"".into()
+        ))
+    );
+    assert!(login(&pg, "demo-admin", "demo-admin-secret", "demo").await.is_ok());
+}
