@@ -16,9 +16,9 @@ use super::{
 use crate::{
     api,
     clock::SharedClock,
+    cluster::Cluster,
     config::Config,
     dailyrun::DailyRunService,
-    cluster::Cluster,
     drain::Drain,
     engine::distributed::Coordinator,
     lake::Lake,

@@ -7,8 +7,6 @@
 //! for any refused credential), FATAL 28000 over Postgres (`pg_wire::frames`): never
 //! `INTERNAL`, never 42501 with the error's own text.
 
-use std::time::Duration;
-
 use lakehost::config::IdpPrincipal;
 use lakehost_tests::*;
 use serde_json::{Value, json};
@@ -209,5 +207,3 @@ async fn flight_answers_an_identity_provider_out_of_reach_unavailable() {
         );
     }
 }
-
-/// How long any one Postgres answer may take before the test calls it a hang.

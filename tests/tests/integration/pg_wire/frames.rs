@@ -431,12 +431,18 @@ async fn a_client_whose_claims_make_no_caller_is_refused_28000() {
     // A wrong secret stays Postgres's wrong password, and a good client
     // logs in.
     assert_eq!(
-        login(&pg, "demo-admin", "not-the-secret", "demo").await.err(),
+        login(&pg, "demo-admin", "not-the-secret", "demo")
+            .await
+            .err(),
         Some((
             "FATAL".into(),
             "28P01".into(),
             "password authentication failed for user \"demo-admin\"".into()
         ))
     );
-    assert!(login(&pg, "demo-admin", "demo-admin-secret", "demo").await.is_ok());
+    assert!(
+        login(&pg, "demo-admin", "demo-admin-secret", "demo")
+            .await
+            .is_ok()
+    );
 }
