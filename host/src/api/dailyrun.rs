@@ -63,7 +63,7 @@ async fn get_flag(
         .await
         .map_err(|e| ApiError::DailyRunStore {
             message: "Error reading ClientMetaData",
-            cause: e.to_string(),
+            cause: Box::new(e),
         })?
         .ok_or(ApiError::DailyRunNotFound)?;
     Ok(Json(schemas::DailyRunFlag { daily_run: flag }))
@@ -98,7 +98,7 @@ async fn set_flag(
         .await
         .map_err(|e| ApiError::DailyRunStore {
             message: "Error updating ClientMetaData",
-            cause: e.to_string(),
+            cause: Box::new(e),
         })?;
     Ok(Json(schemas::DailyRunFlag { daily_run: flag }))
 }
@@ -141,7 +141,7 @@ async fn execution_status(
     let org = &caller.target.org;
     let read_error = |e: crate::store::Error| ApiError::DailyRunStore {
         message: "Error reading DailyRun executions",
-        cause: e.to_string(),
+        cause: Box::new(e),
     };
     let body = match mode {
         StatusMode::List => {
@@ -200,7 +200,7 @@ async fn start_execution(
             .await
             .map_err(|e| ApiError::DailyRunStore {
                 message: "Error starting Daily ETL pipeline execution",
-                cause: e.to_string(),
+                cause: Box::new(e),
             })?;
     Ok(match started {
         StartResult::Started(run) => Json(json!({

@@ -3,7 +3,7 @@
 //! become `ApiError` here and only here.
 //!
 //! 5xx variants keep their source for the log; callers see only the spec's text.
-//! A 5xx is logged here and only here ([`ApiError::log_cause`], from
+//! A 5xx is logged here and only here (`ApiError::log_cause`, from
 //! `into_response`, which runs inside the request's span, so the line
 //! carries the request id), with its whole cause chain. The generic 500 body
 //! gains the request code in `gateway::request_context`.
@@ -16,8 +16,8 @@ use axum::{
 
 use super::schemas::ErrorBody;
 use crate::{
-    edge::{CauseChain, INTERNAL_MESSAGE},
     auth::{ClaimError, TokenError},
+    edge::{CauseChain, INTERNAL_MESSAGE},
     engine::Denial,
     load::LoadError,
     query::QueryError,
@@ -47,6 +47,21 @@ impl QueryOperation {
 /// The cause of an unexpected failure, kept for the log.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
+/// An unexpected failure while doing `what`, with its cause.
+#[derive(Debug, thiserror::Error)]
+#[error("{what}")]
+pub struct Failed {
+    what: &'static str,
+    #[source]
+    source: BoxError,
+}
+
+/// A broken assumption of the server's own (a handler that panicked, a
+/// request without its API target): nothing caused it but a bug.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Broken(pub &'static str);
+
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     /// 401: no, malformed or invalid token.
@@ -66,16 +81,12 @@ pub enum ApiError {
     /// 403 of the identity endpoint: a claim it needs is missing or malformed.
     #[error("identity claim: {0}")]
     IdentityClaim(ClaimError),
-    /// 500 of the identity endpoint.
+    /// 500 of the identity endpoint, with its cause.
     #[error("identity endpoint failed: {0}")]
-    IdentityInternal(String),
+    IdentityInternal(#[source] BoxError),
     /// Any other unexpected failure, with its cause: the generic 500.
     #[error("internal error")]
     Unexpected(#[source] BoxError),
-    /// The generic 500 of a failure told in words only: the older form of
-    /// [`ApiError::Unexpected`], which its remaining call sites move to.
-    #[error("internal error: {0}")]
-    Internal(String),
     /// 400 with a message of its own (body not JSON, parameter missing).
     #[error("bad request: {0}")]
     BadRequest(String),
@@ -98,10 +109,11 @@ pub enum ApiError {
     #[error("daily run flag not set")]
     DailyRunNotFound,
     /// 500 of the DailyRun API with the spec's message for the endpoint.
-    #[error("daily run store: {cause}")]
+    #[error("daily run store")]
     DailyRunStore {
         message: &'static str,
-        cause: String,
+        #[source]
+        cause: BoxError,
     },
     /// 404 of the load endpoints: unknown load, or another user's.
     #[error("load not found")]
@@ -111,7 +123,7 @@ pub enum ApiError {
     Conflict(String),
     /// Any failure of GET /query/{id}/csv: 500 {"message":"Internal Server Error"}.
     #[error("csv link failed: {0}")]
-    CsvFailure(String),
+    CsvFailure(#[source] BoxError),
     /// 406: the `Accept` header names nothing the endpoint serves (the
     /// message lists what it does).
     #[error("not acceptable: {0}")]
@@ -127,6 +139,22 @@ impl ApiError {
         ApiError::Unexpected(Box::new(cause))
     }
 
+    /// The generic 500 for a failure while doing `what`, caused by `cause`.
+    pub fn failed(
+        what: &'static str,
+        cause: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        ApiError::unexpected(Failed {
+            what,
+            source: Box::new(cause),
+        })
+    }
+
+    /// The generic 500 for a broken assumption of the server's own.
+    pub fn broken(what: &'static str) -> Self {
+        ApiError::unexpected(Broken(what))
+    }
+
     /// A query service outcome as the endpoint of `operation` reports it.
     pub fn query(error: QueryError, operation: QueryOperation) -> Self {
         let invalid = |message: String| ApiError::InvalidRequest { operation, message };
@@ -140,7 +168,7 @@ impl ApiError {
                 ApiError::Conflict(message)
             }
             QueryError::NotFound(id) => ApiError::QueryNotFound { operation, id },
-            QueryError::Internal(why) => ApiError::Internal(why),
+            e @ QueryError::Internal(_) => ApiError::unexpected(e),
         }
     }
 }
@@ -153,7 +181,6 @@ impl From<LoadError> for ApiError {
             LoadError::AlreadyCommitted => {
                 ApiError::BadRequest("InvalidParameter: Load Already Committed.".into())
             }
-            LoadError::Internal(why) => ApiError::Internal(why),
             e @ (LoadError::Store(_) | LoadError::Staging { .. }) => ApiError::unexpected(e),
         }
     }
@@ -162,7 +189,7 @@ impl From<LoadError> for ApiError {
 impl From<TokenError> for ApiError {
     fn from(e: TokenError) -> Self {
         match e {
-            TokenError::KeysUnavailable(why) => ApiError::Internal(format!("token keys: {why}")),
+            e @ TokenError::KeysUnavailable(_) => ApiError::failed("token keys", e),
             other => ApiError::Unauthorized(other.to_string()),
         }
     }
@@ -190,10 +217,9 @@ impl ApiError {
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Timeout => StatusCode::GATEWAY_TIMEOUT,
-            ApiError::IdentityInternal(_)
-            | ApiError::Unexpected(_)
-            | ApiError::Internal(_)
-            | ApiError::CsvFailure(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::IdentityInternal(_) | ApiError::Unexpected(_) | ApiError::CsvFailure(_) => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
             ApiError::BadRequest(_) | ApiError::InvalidRequest { .. } => StatusCode::BAD_REQUEST,
             ApiError::QueryNotFound { .. }
             | ApiError::LoadNotFound
@@ -219,7 +245,6 @@ impl ApiError {
             }
             ApiError::IdentityInternal(_)
             | ApiError::Unexpected(_)
-            | ApiError::Internal(_)
             | ApiError::DailyRunStore { .. } => {
                 tracing::error!(error = %CauseChain(self), "internal error");
             }
@@ -321,7 +346,7 @@ impl IntoResponse for ApiError {
             }
             ApiError::Denied(denial) => message(status, denial.message()),
             ApiError::CsvFailure(_) => message(status, "Internal Server Error"),
-            ApiError::Unexpected(_) | ApiError::Internal(_) => generic_internal(status),
+            ApiError::Unexpected(_) => generic_internal(status),
         }
     }
 }

@@ -215,7 +215,7 @@ mod tests {
     async fn internal_errors_carry_the_request_code() {
         let told = Router::new().route(
             "/boom",
-            get(|| async { ApiError::Internal("disk on fire".into()) }),
+            get(|| async { ApiError::failed("disk", std::io::Error::other("disk on fire")) }),
         );
         let body = generic_500(told).await;
         assert!(

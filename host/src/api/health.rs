@@ -75,7 +75,7 @@ async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<ReadinessBod
     let answer = |part: &str| -> String {
         match report.parts.iter().find(|(p, _)| *p == part) {
             Some((_, Ok(()))) => "ok".into(),
-            Some((_, Err(why))) => why.clone(),
+            Some((_, Err(why))) => why.to_string(),
             None => "not checked".into(),
         }
     };

@@ -244,7 +244,7 @@ struct Keyed {
 }
 
 fn store_failed(e: crate::store::Error) -> ApiError {
-    ApiError::Internal(format!("idempotency key: {e}"))
+    ApiError::failed("idempotency key", e)
 }
 
 impl IdempotentRequest {
@@ -282,7 +282,7 @@ impl IdempotentRequest {
         };
         tokio::spawn(first.in_current_span())
             .await
-            .map_err(|e| ApiError::Internal(format!("idempotent request: {e}")))?
+            .map_err(|e| ApiError::failed("idempotent request", e))?
     }
 }
 
@@ -374,7 +374,7 @@ impl Keyed {
             }
             Err(_) => {
                 self.release(store, claim).await;
-                return Err(ApiError::Internal("the request's handler panicked".into()));
+                return Err(ApiError::broken("the request's handler panicked"));
             }
         };
         let (parts, body) = response.into_parts();
@@ -399,7 +399,7 @@ impl Keyed {
             None => {
                 let bytes = axum::body::to_bytes(body, usize::MAX)
                     .await
-                    .map_err(|e| ApiError::Internal(format!("idempotent answer body: {e}")))?;
+                    .map_err(|e| ApiError::failed("idempotent answer body", e))?;
                 (bytes.to_vec(), Body::from(bytes))
             }
         };

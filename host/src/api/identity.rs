@@ -34,7 +34,7 @@ async fn get_security_metadata(
 ) -> Result<Json<SecurityMetadata>, ApiError> {
     let caller = caller.map_err(|e| match e {
         // Unexpected failures of this endpoint answer with its own 500 body.
-        ApiError::Internal(why) => ApiError::IdentityInternal(why),
+        ApiError::Unexpected(cause) => ApiError::IdentityInternal(cause),
         other => other,
     })?;
     security_metadata(&caller.claims, &caller.api_client)

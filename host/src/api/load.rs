@@ -53,7 +53,7 @@ fn load_resource(record: &LoadRecord, shape: ErrorMessagesShape) -> Result<Value
         let error_type = record.error_type.clone().unwrap_or_default();
         let details: Vec<Value> = match &record.error_messages_json {
             Some(text) => serde_json::from_str(text)
-                .map_err(|e| ApiError::Internal(format!("stored error messages: {e}")))?,
+                .map_err(|e| ApiError::failed("stored error messages", e))?,
             None => Vec::new(),
         };
         let messages: Vec<Value> = details

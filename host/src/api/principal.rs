@@ -78,8 +78,8 @@ pub struct Caller<S: RequiredScope> {
 fn refused(refusal: Refusal) -> ApiError {
     match refusal {
         Refusal::MissingScope { needed } => ApiError::Forbidden(needed),
-        Refusal::Claims(e) => ApiError::Internal(format!("token claims: {e}")),
-        Refusal::ProviderUnavailable(e) => ApiError::Internal(format!("token keys: {e}")),
+        Refusal::Claims(e) => ApiError::failed("token claims", e),
+        Refusal::ProviderUnavailable(e) => ApiError::failed("token keys", e),
         unauthorized @ (Refusal::MissingCredentials
         | Refusal::InvalidToken(_)
         | Refusal::WrongIssuerOrAudience(_)
@@ -109,7 +109,7 @@ impl<S: RequiredScope> FromRequestParts<AppState> for Caller<S> {
             .extensions
             .get::<ApiTarget>()
             .cloned()
-            .ok_or_else(|| ApiError::Internal("request reached an API without a target".into()))?;
+            .ok_or_else(|| ApiError::broken("request reached an API without a target"))?;
         // `Bearer <token>`: scheme case-insensitive, one space, a token
         // without spaces; anything else is no credentials.
         let credentials = parts

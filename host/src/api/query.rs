@@ -406,7 +406,7 @@ async fn get_csv(
         .await
         .map_err(|e| ApiError::query(e, QueryOperation::Results))?
         .to_string();
-    found(location).map_err(|e| ApiError::Internal(e.to_string()))
+    found(location).map_err(ApiError::unexpected)
 }
 
 /// The spec's GET /query/{query_id}/csv: every failure is 500 {"message":
@@ -417,19 +417,19 @@ async fn spec_csv_link(
     query_id: &str,
 ) -> Result<Response, ApiError> {
     let caller = caller.map_err(|e| match e {
-        ApiError::Internal(why) => ApiError::CsvFailure(why),
+        ApiError::Unexpected(cause) => ApiError::CsvFailure(cause),
         other => other,
     })?;
     let caller = caller
         .lake_caller()
-        .map_err(|e| ApiError::CsvFailure(e.to_string()))?;
+        .map_err(|e| ApiError::CsvFailure(Box::new(e)))?;
     let location = state
         .queries
         .result_link(&caller, query_id, ResultFormat::Csv)
         .await
-        .map_err(|e| ApiError::CsvFailure(e.to_string()))?
+        .map_err(|e| ApiError::CsvFailure(Box::new(e)))?
         .to_string();
-    found(location).map_err(|e| ApiError::CsvFailure(format!("link: {e}")))
+    found(location).map_err(|e| ApiError::CsvFailure(Box::new(e)))
 }
 
 /// 302 to `location`, which the body repeats.

@@ -102,7 +102,7 @@ pub async fn whole_result(
         let bytes = file
             .bytes(range.map(|(start, end)| start..end + 1))
             .await
-            .map_err(|e| ApiError::Internal(e.to_string()))?;
+            .map_err(ApiError::unexpected)?;
         Body::from_stream(bytes)
     } else {
         Body::empty()

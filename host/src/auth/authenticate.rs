@@ -307,7 +307,11 @@ mod tests {
             Refusal::from(ExchangeError::Throttled(throttled)),
             Refusal::Throttled(t) if t == throttled
         ));
-        let unavailable = Refusal::from(ExchangeError::Unavailable("down".into()));
+        let unavailable = Refusal::from(ExchangeError::Unavailable(
+            crate::auth::client_credentials::EndpointError::Status(
+                reqwest::StatusCode::BAD_GATEWAY,
+            ),
+        ));
         assert!(matches!(
             unavailable,
             Refusal::ProviderUnavailable(Unreachable::TokenEndpoint(_))
@@ -316,7 +320,9 @@ mod tests {
         let source = std::error::Error::source(&unavailable).map(ToString::to_string);
         assert_eq!(
             source.as_deref(),
-            Some("the identity provider could not be reached: down")
+            Some(
+                "the identity provider could not be reached: token endpoint answered 502 Bad Gateway"
+            )
         );
     }
 

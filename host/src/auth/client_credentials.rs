@@ -24,10 +24,24 @@ pub enum ExchangeError {
     Refused,
     /// The identity provider could not be asked, or answered nonsense.
     #[error("the identity provider could not be reached: {0}")]
-    Unavailable(String),
+    Unavailable(#[source] EndpointError),
     /// The client's address failed too often: not asked, try again later.
     #[error(transparent)]
     Throttled(#[from] Throttled),
+}
+
+/// What went wrong asking the identity provider's token endpoint.
+#[derive(Debug, thiserror::Error)]
+pub enum EndpointError {
+    /// The request got no answer.
+    #[error("{0}")]
+    Request(#[source] reqwest::Error),
+    /// An answer with a status neither a token nor a refusal.
+    #[error("token endpoint answered {0}")]
+    Status(reqwest::StatusCode),
+    /// An answer that is not a token.
+    #[error("token endpoint answer: {0}")]
+    Answer(#[source] reqwest::Error),
 }
 
 #[derive(Deserialize)]
@@ -77,19 +91,17 @@ pub async fn exchange(
         ])
         .send()
         .await
-        .map_err(|e| ExchangeError::Unavailable(e.to_string()))?;
+        .map_err(|e| ExchangeError::Unavailable(EndpointError::Request(e)))?;
     let status = response.status();
     if status.is_client_error() {
         return Err(ExchangeError::Refused);
     }
     if !status.is_success() {
-        return Err(ExchangeError::Unavailable(format!(
-            "token endpoint answered {status}"
-        )));
+        return Err(ExchangeError::Unavailable(EndpointError::Status(status)));
     }
     let body: TokenResponse = response
         .json()
         .await
-        .map_err(|e| ExchangeError::Unavailable(format!("token endpoint answer: {e}")))?;
+        .map_err(|e| ExchangeError::Unavailable(EndpointError::Answer(e)))?;
     Ok(body.access_token)
 }

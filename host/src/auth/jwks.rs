@@ -33,7 +33,50 @@ pub enum KeyError {
     #[error("no key with this kid in the realm's JWKS")]
     UnknownKid,
     #[error("the realm's keys cannot be fetched: {0}")]
-    Unavailable(String),
+    Unavailable(#[source] NoKeysYet),
+}
+
+/// A realm none of whose keys were ever fetched, with why the last fetch
+/// failed (none when no fetch was tried: the cooldown holds it back).
+#[derive(Debug, thiserror::Error)]
+#[error("no keys fetched yet for realm {org}")]
+pub struct NoKeysYet {
+    org: String,
+    #[source]
+    last_failure: Option<Arc<JwksError>>,
+}
+
+/// Why discovery or the JWKS of a realm could not be fetched.
+#[derive(Debug, thiserror::Error)]
+pub enum JwksError {
+    #[error("discovery names issuer {found:?}, expected {expected:?}")]
+    IssuerMismatch { found: String, expected: String },
+    #[error("bad jwks_uri: {0}")]
+    BadJwksUri(#[source] url::ParseError),
+    #[error("jwks_uri {0} is not on the identity provider's origin")]
+    WrongOrigin(Url),
+    /// reqwest's own text ("error sending request") hides why (a
+    /// certificate nobody trusts, a refused connection): the text names
+    /// its causes too, which is what an operator needs.
+    #[error("GET {url}: {}", with_causes(source))]
+    RequestFailed {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("GET {url}: status {status}")]
+    BadStatus {
+        url: String,
+        status: reqwest::StatusCode,
+    },
+    #[error("GET {url}: document larger than {MAX_DOCUMENT_BYTES} bytes")]
+    TooLarge { url: String },
+    #[error("GET {url}: not the expected JSON: {source}")]
+    NotJson {
+        url: String,
+        #[source]
+        source: serde_json::Error,
+    },
 }
 
 /// A key that may verify tokens, with the algorithm its JWK pins (if any).
@@ -54,6 +97,8 @@ struct RealmKeys {
     /// A failed fetch was logged as a warning since the last success: the
     /// next ones go to the debug log (one warning per outage, with why).
     warned: bool,
+    /// Why the last fetch failed, since the last success.
+    last_failure: Option<Arc<JwksError>>,
 }
 
 /// The cache of all realms' keys.
@@ -138,9 +183,10 @@ impl JwksCache {
             }
         }
         if realm.fetched_at.is_none() {
-            return Err(KeyError::Unavailable(format!(
-                "no keys fetched yet for realm {org}"
-            )));
+            return Err(KeyError::Unavailable(NoKeysYet {
+                org: org.to_string(),
+                last_failure: realm.last_failure.clone(),
+            }));
         }
         Err(KeyError::UnknownKid)
     }
@@ -156,18 +202,21 @@ impl JwksCache {
                 realm.keys = keys;
                 realm.fetched_at = Some(self.clock.now());
                 realm.warned = false;
-            }
-            Err(e) if realm.warned => {
-                tracing::debug!(realm = org, error = %e, "fetching signing keys failed again")
+                realm.last_failure = None;
             }
             Err(e) => {
-                realm.warned = true;
-                tracing::warn!(
-                    realm = org,
-                    error = %e,
-                    "fetching signing keys failed: tokens of this realm are refused until it \
-                     succeeds (later failures are logged at debug level)"
-                );
+                if realm.warned {
+                    tracing::debug!(realm = org, error = %e, "fetching signing keys failed again")
+                } else {
+                    realm.warned = true;
+                    tracing::warn!(
+                        realm = org,
+                        error = %e,
+                        "fetching signing keys failed: tokens of this realm are refused until \
+                         it succeeds (later failures are logged at debug level)"
+                    );
+                }
+                realm.last_failure = Some(Arc::new(e));
             }
         }
     }
@@ -176,7 +225,7 @@ impl JwksCache {
         &self,
         org: &str,
         known_jwks_uri: Option<Url>,
-    ) -> Result<(Url, HashMap<String, VerifyingKey>), String> {
+    ) -> Result<(Url, HashMap<String, VerifyingKey>), JwksError> {
         let issuer = self.issuer(org);
         let jwks_uri = match known_jwks_uri {
             Some(uri) => uri,
@@ -184,16 +233,14 @@ impl JwksCache {
                 let discovery_url = format!("{issuer}/.well-known/openid-configuration");
                 let doc: Discovery = self.get_json(&discovery_url).await?;
                 if doc.issuer != issuer {
-                    return Err(format!(
-                        "discovery names issuer {:?}, expected {issuer:?}",
-                        doc.issuer
-                    ));
+                    return Err(JwksError::IssuerMismatch {
+                        found: doc.issuer,
+                        expected: issuer,
+                    });
                 }
-                let uri = Url::parse(&doc.jwks_uri).map_err(|e| format!("bad jwks_uri: {e}"))?;
+                let uri = Url::parse(&doc.jwks_uri).map_err(JwksError::BadJwksUri)?;
                 if uri.origin() != self.auth_url.origin() {
-                    return Err(format!(
-                        "jwks_uri {uri} is not on the identity provider's origin"
-                    ));
+                    return Err(JwksError::WrongOrigin(uri));
                 }
                 uri
             }
@@ -207,30 +254,31 @@ impl JwksCache {
         Ok((jwks_uri, keys))
     }
 
-    async fn get_json<T: serde::de::DeserializeOwned>(&self, url: &str) -> Result<T, String> {
-        let mut response = self
-            .http
-            .get(url)
-            .send()
-            .await
-            .map_err(|e| format!("GET {url}: {}", with_causes(&e)))?;
+    async fn get_json<T: serde::de::DeserializeOwned>(&self, url: &str) -> Result<T, JwksError> {
+        let failed = |source| JwksError::RequestFailed {
+            url: url.to_string(),
+            source,
+        };
+        let mut response = self.http.get(url).send().await.map_err(failed)?;
         if !response.status().is_success() {
-            return Err(format!("GET {url}: status {}", response.status()));
+            return Err(JwksError::BadStatus {
+                url: url.to_string(),
+                status: response.status(),
+            });
         }
         let mut body = Vec::new();
-        while let Some(chunk) = response
-            .chunk()
-            .await
-            .map_err(|e| format!("GET {url}: {e}"))?
-        {
+        while let Some(chunk) = response.chunk().await.map_err(failed)? {
             body.extend_from_slice(&chunk);
             if body.len() > MAX_DOCUMENT_BYTES {
-                return Err(format!(
-                    "GET {url}: document larger than {MAX_DOCUMENT_BYTES} bytes"
-                ));
+                return Err(JwksError::TooLarge {
+                    url: url.to_string(),
+                });
             }
         }
-        serde_json::from_slice(&body).map_err(|e| format!("GET {url}: not the expected JSON: {e}"))
+        serde_json::from_slice(&body).map_err(|source| JwksError::NotJson {
+            url: url.to_string(),
+            source,
+        })
     }
 }
 
@@ -256,9 +304,7 @@ fn usable_key(jwk: &Jwk) -> Option<VerifyingKey> {
     Some(VerifyingKey { key, algorithm })
 }
 
-/// `error` and each of its causes, as one line: reqwest's own text ("error
-/// sending request") hides why (a certificate nobody trusts, a refused
-/// connection), which is what an operator needs.
+/// `error` and each of its causes, as one line.
 fn with_causes(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut cause = error.source();

@@ -66,7 +66,7 @@ pub enum TokenError {
     #[error("token type {0:?} is not an access token")]
     WrongType(String),
     #[error("signing keys unavailable: {0}")]
-    KeysUnavailable(String),
+    KeysUnavailable(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
 }
 
 impl TokenError {
@@ -271,7 +271,7 @@ impl TokenValidator {
             .await
             .map_err(|e| match e {
                 KeyError::UnknownKid => TokenError::UnknownKey,
-                KeyError::Unavailable(why) => TokenError::KeysUnavailable(why),
+                KeyError::Unavailable(why) => TokenError::KeysUnavailable(Box::new(why)),
             })?;
         if key.algorithm.is_some_and(|pinned| pinned != header.alg) {
             return Err(TokenError::AlgorithmMismatch);

@@ -190,8 +190,8 @@ async fn visible(state: &FlightState, caller: &LakeCaller) -> Result<VisibleCata
         .map_err(super::status::status_of)
 }
 
-fn build_error(e: impl std::fmt::Display) -> Status {
-    super::status::status_of(crate::query::QueryError::Internal(e.to_string()))
+fn build_error(e: impl std::error::Error + Send + Sync + 'static) -> Status {
+    super::status::status_of(crate::query::QueryError::internal("", e))
 }
 
 /// `GetCatalogs`: the one catalog every session has.

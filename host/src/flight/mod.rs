@@ -148,7 +148,7 @@ impl LakeFlightSql {
         let ticket = Ticket::new(command.as_any().encode_to_vec());
         let info = FlightInfo::new()
             .try_with_schema(schema)
-            .map_err(|e| status::status_of(QueryError::Internal(e.to_string())))?
+            .map_err(|e| status::status_of(QueryError::internal("", e)))?
             .with_endpoint(FlightEndpoint::new().with_ticket(ticket))
             .with_descriptor(request.into_inner());
         Ok(Response::new(info))
@@ -214,7 +214,7 @@ impl FlightSqlService for LakeFlightSql {
         let IpcMessage(dataset_schema) = SchemaAsIpc::new(&schema, &IpcWriteOptions::default())
             .try_into()
             .map_err(|e: datafusion::arrow::error::ArrowError| {
-                status::status_of(QueryError::Internal(e.to_string()))
+                status::status_of(QueryError::internal("", e))
             })?;
         Ok(ActionCreatePreparedStatementResult {
             prepared_statement_handle: query.query.into(),
@@ -360,7 +360,7 @@ impl FlightSqlService for LakeFlightSql {
         let batch = query
             .into_builder(&metadata::SQL_INFO)
             .build()
-            .map_err(|e| status::status_of(QueryError::Internal(e.to_string())))?;
+            .map_err(|e| status::status_of(QueryError::internal("", e)))?;
         Ok(one_batch(batch))
     }
 

@@ -79,7 +79,8 @@ impl TicketRows {
 /// A failure reading or framing a result: logged, and the client gets the
 /// generic text (the error may name lake paths).
 pub fn internal(error: FlightError) -> Status {
-    super::status::status_of(crate::query::QueryError::Internal(format!(
-        "sending flight data: {error}"
-    )))
+    super::status::status_of(crate::query::QueryError::internal(
+        "sending flight data",
+        error,
+    ))
 }

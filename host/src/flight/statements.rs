@@ -164,7 +164,7 @@ impl LakeFlightSql {
         let schema = without_view_types(&plan.schema);
         let info = FlightInfo::new()
             .try_with_schema(&schema)
-            .map_err(|e| status::status_of(QueryError::Internal(e.to_string())))?
+            .map_err(|e| status::status_of(QueryError::internal("", e)))?
             .with_endpoint(FlightEndpoint::new().with_ticket(ticket))
             .with_descriptor(request.into_inner())
             .with_app_metadata(serde_json::json!({ "queryId": id }).to_string());

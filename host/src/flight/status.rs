@@ -18,7 +18,10 @@ use std::borrow::Cow;
 use http::HeaderMap;
 use tonic::{Code, Status};
 
-use crate::{edge::INTERNAL_MESSAGE, query::QueryError};
+use crate::{
+    edge::{CauseChain, INTERNAL_MESSAGE},
+    query::QueryError,
+};
 
 /// The most characters of caller input a message repeats.
 pub const ECHO_CHARS: usize = 200;
@@ -85,8 +88,8 @@ pub fn status_of(error: QueryError) -> Status {
         }
         e @ QueryError::BadPageToken => Status::invalid_argument(e.to_string()),
         QueryError::Failed(why) => bounded(Code::Aborted, why),
-        QueryError::Internal(why) => {
-            tracing::error!(error = %why, "flight sql call failed");
+        e @ QueryError::Internal(_) => {
+            tracing::error!(error = %CauseChain(&e), "flight sql call failed");
             Status::internal(INTERNAL_MESSAGE)
         }
     }

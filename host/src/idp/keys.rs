@@ -27,10 +27,49 @@ const RSA_BITS: usize = 2048;
 
 #[derive(Debug, thiserror::Error)]
 pub enum KeyStoreError {
-    #[error("signing key file {path}: {problem}")]
-    File { path: PathBuf, problem: String },
+    #[error("signing key file {path}: {source}")]
+    File {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("signing key file {path}: not a key file: {source}")]
+    NotKeyFile {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("signing key file {path}: {source}")]
+    Key {
+        path: PathBuf,
+        #[source]
+        source: KeyError,
+    },
     #[error("generating an RSA key failed: {0}")]
-    Generate(String),
+    Generate(#[source] rsa::Error),
+    #[error("generating an RSA key failed: {0}")]
+    Pem(#[source] rsa::pkcs8::Error),
+    #[error("generating an RSA key failed: {0}")]
+    NewKey(#[source] KeyError),
+    #[error("generating an RSA key failed: signing failed: {0}")]
+    Sign(#[source] jsonwebtoken::errors::Error),
+}
+
+/// Why a stored key cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error("key {kid}: not a PKCS#8 RSA key: {source}")]
+    NotPkcs8 {
+        kid: String,
+        #[source]
+        source: rsa::pkcs8::Error,
+    },
+    #[error("key {kid}: {source}")]
+    DerEncoding {
+        kid: String,
+        #[source]
+        source: rsa::pkcs1::Error,
+    },
 }
 
 #[derive(Serialize, Deserialize)]
@@ -55,12 +94,19 @@ pub struct SigningKey {
 }
 
 impl SigningKey {
-    fn from_stored(stored: &StoredKey) -> Result<Self, String> {
-        let private = RsaPrivateKey::from_pkcs8_pem(&stored.private_key_pem)
-            .map_err(|e| format!("key {}: not a PKCS#8 RSA key: {e}", stored.kid))?;
+    fn from_stored(stored: &StoredKey) -> Result<Self, KeyError> {
+        let private = RsaPrivateKey::from_pkcs8_pem(&stored.private_key_pem).map_err(|source| {
+            KeyError::NotPkcs8 {
+                kid: stored.kid.clone(),
+                source,
+            }
+        })?;
         let der = private
             .to_pkcs1_der()
-            .map_err(|e| format!("key {}: {e}", stored.kid))?;
+            .map_err(|source| KeyError::DerEncoding {
+                kid: stored.kid.clone(),
+                source,
+            })?;
         let public = RsaPublicKey::from(&private);
         let n = public.n().to_bytes_be();
         let e = public.e().to_bytes_be();
@@ -84,11 +130,10 @@ impl SigningKey {
 /// Makes a new stored key (2048-bit RSA, random kid).
 pub fn generate_key(created_at: DateTime<Utc>) -> Result<StoredKey, KeyStoreError> {
     let mut rng = rand::thread_rng();
-    let private = RsaPrivateKey::new(&mut rng, RSA_BITS)
-        .map_err(|e| KeyStoreError::Generate(e.to_string()))?;
+    let private = RsaPrivateKey::new(&mut rng, RSA_BITS).map_err(KeyStoreError::Generate)?;
     let pem = private
         .to_pkcs8_pem(LineEnding::LF)
-        .map_err(|e| KeyStoreError::Generate(e.to_string()))?;
+        .map_err(KeyStoreError::Pem)?;
     Ok(StoredKey {
         kid: uuid::Uuid::new_v4().simple().to_string(),
         created_at,
@@ -112,24 +157,31 @@ impl RealmKeyStore {
         rotate_after: Duration,
         retain_after_retirement: Duration,
     ) -> Result<Self, KeyStoreError> {
-        let file_error = |problem: String| KeyStoreError::File {
-            path: path.to_path_buf(),
-            problem,
-        };
         let stored = match std::fs::read(path) {
             Ok(bytes) => {
-                let file: KeyFile = serde_json::from_slice(&bytes)
-                    .map_err(|e| file_error(format!("not a key file: {e}")))?;
+                let file: KeyFile =
+                    serde_json::from_slice(&bytes).map_err(|source| KeyStoreError::NotKeyFile {
+                        path: path.to_path_buf(),
+                        source,
+                    })?;
                 file.keys
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(file_error(e.to_string())),
+            Err(source) => {
+                return Err(KeyStoreError::File {
+                    path: path.to_path_buf(),
+                    source,
+                });
+            }
         };
         let keys = stored
             .iter()
             .map(SigningKey::from_stored)
             .collect::<Result<Vec<_>, _>>()
-            .map_err(file_error)?;
+            .map_err(|source| KeyStoreError::Key {
+                path: path.to_path_buf(),
+                source,
+            })?;
         let mut store = Self {
             path: path.to_path_buf(),
             stored,
@@ -166,7 +218,7 @@ impl RealmKeyStore {
 
     fn add_key(&mut self, now: DateTime<Utc>) -> Result<(), KeyStoreError> {
         let stored = generate_key(now)?;
-        let key = SigningKey::from_stored(&stored).map_err(KeyStoreError::Generate)?;
+        let key = SigningKey::from_stored(&stored).map_err(KeyStoreError::NewKey)?;
         self.stored.push(stored);
         self.keys.push(key);
         self.save()
@@ -200,11 +252,10 @@ impl RealmKeyStore {
 
     /// Writes the file atomically (temp file + rename), readable by the owner only.
     fn save(&self) -> Result<(), KeyStoreError> {
-        let file_error = |problem: String| KeyStoreError::File {
+        write_key_file(&self.path, &self.stored).map_err(|source| KeyStoreError::File {
             path: self.path.clone(),
-            problem,
-        };
-        write_key_file(&self.path, &self.stored).map_err(|e| file_error(e.to_string()))
+            source,
+        })
     }
 }
 

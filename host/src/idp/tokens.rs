@@ -58,8 +58,7 @@ impl Minter<'_> {
         let mut header = Header::new(Algorithm::RS256);
         header.kid = Some(key.kid.clone());
         header.typ = Some("JWT".into());
-        jsonwebtoken::encode(&header, claims, &key.encoding)
-            .map_err(|e| KeyStoreError::Generate(format!("signing failed: {e}")))
+        jsonwebtoken::encode(&header, claims, &key.encoding).map_err(KeyStoreError::Sign)
     }
 
     pub fn access_token(

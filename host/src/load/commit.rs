@@ -25,13 +25,14 @@
 use std::{sync::Arc, time::Duration};
 
 use futures::StreamExt as _;
-use object_store::{ObjectStoreExt as _, path::Path as ObjectPath};
+use object_store::path::Path as ObjectPath;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::{
     delete_prefix, load_prefix, parts_prefix,
     staged::{PendingAppend, StagedLoad, StagedTarget},
+    staged_versions::StagedVersions,
     staging_path,
 };
 use crate::{
@@ -51,7 +52,7 @@ use crate::{
     store::{
         Finished, Store,
         catalog::standard_databases,
-        loads::{LoadEnd, LoadFile, LoadRecord},
+        loads::{LoadEnd, LoadRecord},
     },
 };
 
@@ -379,7 +380,7 @@ impl LoadCommitter {
             Ok(files) => files,
             Err(e) => return (internal(format!("load files: {e}")), None),
         };
-        let versions = staged_versions(&self.lake, &files).await;
+        let versions = StagedVersions::of(&self.lake, &files).await;
         let scope = grant.access().load_scope();
         let (allowed, any) = match &scope {
             ServiceClientScope::All => (Vec::new(), true),
@@ -426,7 +427,7 @@ impl LoadCommitter {
         // not slip rows past them.
         if pending.is_some()
             && matches!(outcome, Ok(Ok(PipelineOutcome::Passed)))
-            && let Some(key) = first_replaced(&self.lake, &versions).await
+            && let Some(key) = versions.first_replaced(&self.lake).await
         {
             let message = format!(
                 "file {key} was replaced while the commit ran (an upload finished after the \
@@ -467,34 +468,4 @@ impl LoadCommitter {
         };
         (end, pending)
     }
-}
-
-/// Each uploaded file's staged object and its version (size, ETag, time),
-/// `None` where it is gone.
-type StagedVersions = Vec<(String, ObjectPath, Option<ObjectVersion>)>;
-type ObjectVersion = (u64, Option<String>, i64);
-
-async fn version_of(lake: &Lake, path: &ObjectPath) -> Option<ObjectVersion> {
-    let meta = lake.object_store().head(path).await.ok()?;
-    Some((meta.size, meta.e_tag, meta.last_modified.timestamp_micros()))
-}
-
-async fn staged_versions(lake: &Lake, files: &[LoadFile]) -> StagedVersions {
-    let mut versions = Vec::with_capacity(files.len());
-    for file in files.iter().filter(|f| f.uploaded_at.is_some()) {
-        let path = staging_path(&file.object_key);
-        let version = version_of(lake, &path).await;
-        versions.push((file.file_key.clone(), path, version));
-    }
-    versions
-}
-
-/// The first file whose staged object is no longer the version `before` saw.
-async fn first_replaced(lake: &Lake, before: &StagedVersions) -> Option<String> {
-    for (key, path, version) in before {
-        if &version_of(lake, path).await != version {
-            return Some(key.clone());
-        }
-    }
-    None
 }

@@ -17,6 +17,7 @@ pub mod parquet_schema_depth;
 pub mod staged;
 mod staged_scan;
 pub mod staged_sql;
+mod staged_versions;
 
 use std::sync::Arc;
 
@@ -54,10 +55,6 @@ pub enum LoadError {
     /// The load is no longer OPEN.
     #[error("load already committed")]
     AlreadyCommitted,
-    /// A failure told in words only: no code of the server makes it any
-    /// more (`s3/refusal.rs`'s test still does; it moves to `Store`).
-    #[error("internal: {0}")]
-    Internal(String),
     /// The metadata store failed.
     #[error("internal: {0}")]
     Store(#[from] store::Error),

@@ -8,8 +8,8 @@
 use pgwire::error::{ErrorInfo, PgWireError};
 
 use crate::{
-    edge::INTERNAL_MESSAGE,
     auth::Refusal,
+    edge::{CauseChain, INTERNAL_MESSAGE},
     query::{Denial, QueryError},
 };
 
@@ -69,8 +69,8 @@ pub fn error_of(error: QueryError) -> PgWireError {
         QueryError::NoResult(why) | QueryError::FormatUnavailable(why) => self::error("55000", why),
         e @ QueryError::BadPageToken => self::error("22023", e.to_string()),
         QueryError::Failed(why) => self::error("XX000", why),
-        QueryError::Internal(why) => {
-            tracing::error!(error = %why, "postgres statement failed");
+        e @ QueryError::Internal(_) => {
+            tracing::error!(error = %CauseChain(&e), "postgres statement failed");
             self::error("XX000", INTERNAL_MESSAGE)
         }
     }

@@ -157,8 +157,9 @@ pub async fn validated(
     let credentials = Some(Credentials::Bearer(&session.token));
     match authenticate(&state.validator, credentials, api, scope).await {
         Ok(authenticated) => Ok(authenticated.caller),
-        Err(refusal) => Err((!refusal.is_token_refused())
-            .then(|| refused(refusal, &session.client_id))),
+        Err(refusal) => {
+            Err((!refusal.is_token_refused()).then(|| refused(refusal, &session.client_id)))
+        }
     }
 }
 

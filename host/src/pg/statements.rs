@@ -15,7 +15,7 @@
 use std::{fmt::Debug, sync::Arc, time::Instant};
 
 use async_trait::async_trait;
-use datafusion::arrow::{datatypes::Schema, record_batch::RecordBatch};
+use datafusion::arrow::{datatypes::Schema, error::ArrowError, record_batch::RecordBatch};
 use futures::{Sink, Stream, StreamExt as _, stream};
 use pgwire::api::Type;
 use pgwire::{
@@ -208,15 +208,12 @@ impl LakeStatements {
             WireEnd::Failed(reason) => return Err(sqlstate::failed(reason)),
         };
         let mut batches = IpcBatches::new(bytes);
-        let unreadable = |e: &dyn std::fmt::Display| {
-            error_of(crate::query::QueryError::Internal(format!(
-                "reading the result: {e}"
-            )))
-        };
-        let schema = batches.schema().await.map_err(|e| unreadable(&e))?;
+        let unreadable =
+            |e: ArrowError| error_of(crate::query::QueryError::internal("reading the result", e));
+        let schema = batches.schema().await.map_err(unreadable)?;
         let batches = batches
             .into_stream()
-            .map(move |batch| batch.map_err(|e| unreadable(&e)));
+            .map(move |batch| batch.map_err(unreadable));
         rows_response(&schema, batches, format)
     }
 }

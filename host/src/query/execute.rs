@@ -91,14 +91,15 @@ pub async fn execute(
             let mut writer = target
                 .writer(lake, &schema)
                 .await
-                .map_err(|e| QueryError::Internal(format!("result file: {e}")))?;
-            let mut stream = execute_stream(plan.clone(), context.task_ctx()).map_err(|e| run_error(context, e))?;
+                .map_err(|e| QueryError::internal("result file", e))?;
+            let mut stream = execute_stream(plan.clone(), context.task_ctx())
+                .map_err(|e| run_error(context, e))?;
             while let Some(batch) = stream.next().await {
                 let written = match batch {
                     Ok(batch) => writer
                         .write(&batch)
                         .await
-                        .map_err(|e| QueryError::Internal(format!("result file: {e}"))),
+                        .map_err(|e| QueryError::internal("result file", e)),
                     Err(e) => Err(run_error(context, e)),
                 };
                 if let Err(e) = written {
@@ -109,7 +110,7 @@ pub async fn execute(
             let written = writer
                 .finish()
                 .await
-                .map_err(|e| QueryError::Internal(format!("result file: {e}")))?;
+                .map_err(|e| QueryError::internal("result file", e))?;
             let ran = finished_read(plan).await;
             crate::observability::metrics::query_scanned(bytes_scanned(ran.as_ref()));
             Ok(Execution {
@@ -209,7 +210,8 @@ pub async fn stream_rows(
 ) -> Result<Execution, QueryError> {
     let schema = plan.schema();
     let plain = Arc::new(without_view_types(&schema));
-    let mut stream = execute_stream(plan.clone(), context.task_ctx()).map_err(|e| run_error(context, e))?;
+    let mut stream =
+        execute_stream(plan.clone(), context.task_ctx()).map_err(|e| run_error(context, e))?;
     let (mut sent_rows, mut sent_bytes) = (0u64, 0u64);
     let gone = || QueryError::Failed(CLIENT_GONE.into());
     loop {
@@ -219,7 +221,7 @@ pub async fn stream_rows(
         };
         let Some(batch) = next else { break };
         let batch = plain_batch(&batch.map_err(|e| run_error(context, e))?, &plain)
-            .map_err(|e| QueryError::Internal(format!("result batch: {e}")))?;
+            .map_err(|e| QueryError::internal("result batch", e))?;
         sent_rows += batch.num_rows() as u64;
         sent_bytes += batch.get_array_memory_size() as u64;
         match tokio::time::timeout(CLIENT_STALL_LIMIT, rows.send(batch)).await {
@@ -268,11 +270,11 @@ async fn empty_result(
     let writer = target
         .writer(lake, &schema)
         .await
-        .map_err(|e| QueryError::Internal(format!("result file: {e}")))?;
+        .map_err(|e| QueryError::internal("result file", e))?;
     let written = writer
         .finish()
         .await
-        .map_err(|e| QueryError::Internal(format!("result file: {e}")))?;
+        .map_err(|e| QueryError::internal("result file", e))?;
     Ok(Execution {
         columns: Vec::new(),
         rows: written.rows,
@@ -321,7 +323,7 @@ async fn count_result(
         schema.clone(),
         vec![Arc::new(Int64Array::from(vec![rows as i64]))],
     )
-    .map_err(|e| QueryError::Internal(e.to_string()))?;
+    .map_err(|e| QueryError::internal("", e))?;
     let outcome = async {
         let mut writer = target.writer(lake, &schema).await?;
         writer.write(&batch).await?;
@@ -342,7 +344,7 @@ async fn count_result(
         }),
         Err(e) => {
             delete_paths(lake.object_store().as_ref(), &staged).await;
-            Err(QueryError::Internal(format!("result file: {e}")))
+            Err(QueryError::internal("result file", e))
         }
     }
 }

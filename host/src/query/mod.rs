@@ -9,6 +9,7 @@
 
 mod csv_text;
 pub mod execute;
+mod internal;
 pub mod ipc_batches;
 pub(crate) mod page_tokens;
 pub mod parameters;
@@ -22,6 +23,7 @@ pub mod service;
 
 pub use crate::engine::Denial;
 use crate::engine::{EngineError, session::SessionError};
+pub use internal::InternalCause;
 pub use service::QueryService;
 
 /// Everything that can go wrong with a query, grouped by what the caller
@@ -52,11 +54,25 @@ pub enum QueryError {
     /// The query failed while running (reason for `stateChangeReason`).
     #[error("{0}")]
     Failed(String),
+    /// Ours to fix: the cause is logged, the caller sees a generic text.
     #[error("internal error: {0}")]
-    Internal(String),
+    Internal(#[source] InternalCause),
 }
 
 impl QueryError {
+    /// An internal error: `cause`, which happened while doing `context`.
+    pub fn internal(
+        context: impl Into<std::borrow::Cow<'static, str>>,
+        cause: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        QueryError::Internal(InternalCause::new(context, cause))
+    }
+
+    /// An internal error with no error behind it: a broken expectation.
+    pub fn unexpected(what: impl Into<std::borrow::Cow<'static, str>>) -> Self {
+        QueryError::Internal(InternalCause::unexpected(what))
+    }
+
     /// The text a FAILED query shows as `stateChangeReason`.
     pub fn reason(&self) -> String {
         match self {
@@ -79,13 +95,13 @@ impl From<EngineError> for QueryError {
             EngineError::Session(SessionError::UnknownDatabase(name)) => {
                 QueryError::Invalid(format!("Database '{name}' does not exist"))
             }
-            EngineError::Session(other) => QueryError::Internal(other.to_string()),
+            EngineError::Session(other) => QueryError::internal("", other),
         }
     }
 }
 
 impl From<crate::store::Error> for QueryError {
     fn from(e: crate::store::Error) -> Self {
-        QueryError::Internal(format!("store: {e}"))
+        QueryError::internal("store", e)
     }
 }

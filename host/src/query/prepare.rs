@@ -270,8 +270,8 @@ async fn plan_table_creation(
         .map_err(plan_error)?;
     match plan {
         LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) => Ok(create),
-        _ => Err(QueryError::Internal(
-            "CREATE TABLE did not plan as a table creation".into(),
+        _ => Err(QueryError::unexpected(
+            "CREATE TABLE did not plan as a table creation",
         )),
     }
 }
@@ -320,7 +320,7 @@ async fn prepare_insert(
         .await?;
     let existing = target.existing_table(&database, &table.table).await?;
     let plan = plan_inserted_rows(context, sql).await?;
-    let layout = TableLayout::of(&existing).map_err(|e| QueryError::Internal(e.to_string()))?;
+    let layout = TableLayout::of(&existing).map_err(|e| QueryError::internal("", e))?;
     Ok(Prepared::Insert {
         database,
         table: existing,
@@ -345,9 +345,7 @@ async fn plan_inserted_rows(
         ..
     }) = plan
     else {
-        return Err(QueryError::Internal(
-            "INSERT did not plan as an insert".into(),
-        ));
+        return Err(QueryError::unexpected("INSERT did not plan as an insert"));
     };
     context
         .state()

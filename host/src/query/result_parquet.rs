@@ -32,6 +32,7 @@ use futures::{
 };
 use object_store::{ObjectStore, ObjectStoreExt as _, buffered::BufWriter, path::Path};
 
+use super::InternalCause;
 use crate::lake::{ResultFormat, result_file_path};
 
 /// Rows per row group: DuckDB's own default, small enough that a reader
@@ -45,24 +46,24 @@ pub enum TypedResultError {
     #[error("the result has no typed copy")]
     NoTypedCopy,
     #[error("{0}")]
-    Failed(String),
+    Failed(#[source] InternalCause),
 }
 
 impl From<object_store::Error> for TypedResultError {
     fn from(e: object_store::Error) -> Self {
-        TypedResultError::Failed(format!("object store: {e}"))
+        TypedResultError::Failed(InternalCause::new("object store", e))
     }
 }
 
 impl From<ArrowError> for TypedResultError {
     fn from(e: ArrowError) -> Self {
-        TypedResultError::Failed(format!("arrow copy: {e}"))
+        TypedResultError::Failed(InternalCause::new("arrow copy", e))
     }
 }
 
 impl From<ParquetError> for TypedResultError {
     fn from(e: ParquetError) -> Self {
-        TypedResultError::Failed(format!("parquet: {e}"))
+        TypedResultError::Failed(InternalCause::new("parquet", e))
     }
 }
 
@@ -122,9 +123,9 @@ pub async fn convert(
             writer.close().await?;
             Ok(store.head(&target).await?.size)
         }
-        (Ok(()), None) => Err(TypedResultError::Failed(
-            "the Arrow copy holds no schema".into(),
-        )),
+        (Ok(()), None) => Err(TypedResultError::Failed(InternalCause::unexpected(
+            "the Arrow copy holds no schema",
+        ))),
         // The writer is dropped unfinished: its upload is never completed,
         // so no file appears at `parquet_path`.
         (Err(e), _) => Err(e),
@@ -173,7 +174,10 @@ impl ParquetConversions {
                     });
                     async move {
                         task.await.unwrap_or_else(|e| {
-                            Err(TypedResultError::Failed(format!("parquet copy task: {e}")))
+                            Err(TypedResultError::Failed(InternalCause::new(
+                                "parquet copy task",
+                                e,
+                            )))
                         })
                     }
                     .boxed()

@@ -181,7 +181,9 @@ pub async fn post_object(
                 "EntityTooSmall",
                 "Your proposed upload is smaller than the minimum allowed size.",
             ),
-            StreamError::Body(why) => error(StatusCode::BAD_REQUEST, "IncompleteBody", why),
+            StreamError::Body(why) => {
+                error(StatusCode::BAD_REQUEST, "IncompleteBody", why.to_string())
+            }
             failed @ (StreamError::Store(_) | StreamError::Load(_)) => {
                 internal("writing a form upload", &failed)
             }

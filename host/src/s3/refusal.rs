@@ -130,8 +130,8 @@ mod tests {
 
     #[test]
     fn a_failure_of_ours_never_shows_its_cause() {
-        let refusal = upload_refused(UploadRefusal::Load(LoadError::Internal(
-            "database is locked at /srv/lakehost/catalog.db".into(),
+        let refusal = upload_refused(UploadRefusal::Load(LoadError::Store(
+            crate::store::Error::Corrupt("database is locked at /srv/lakehost/catalog.db".into()),
         )));
         assert_eq!(refusal.status, StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(refusal.code, "InternalError");

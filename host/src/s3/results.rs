@@ -17,8 +17,8 @@ use axum::{
 use object_store::{ObjectStore, ObjectStoreExt as _, path::Path as ObjectPath};
 
 use crate::{
-    edge::object_response::{StoredFile, requested_range, stored_file_response, wants_body},
     clock::SharedClock,
+    edge::object_response::{StoredFile, requested_range, stored_file_response, wants_body},
     lake::{
         ResultFormat, object_bytes,
         presigned::{PresignError, ResultLinks},

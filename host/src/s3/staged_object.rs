@@ -92,13 +92,13 @@ pub async fn stream_to_object<S, E>(
 ) -> Result<u64, StreamError>
 where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
-    E: std::fmt::Display,
+    E: Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
 {
     let mut object = StagedObject::create(store, path, *sizes.end()).await?;
     while let Some(chunk) = body.next().await {
         let written = match chunk {
             Ok(chunk) => object.write(chunk).await,
-            Err(e) => Err(StreamError::Body(e.to_string())),
+            Err(e) => Err(StreamError::Body(e.into())),
         };
         if let Err(e) = written {
             object.abort().await;
@@ -116,7 +116,7 @@ where
 #[derive(Debug, thiserror::Error)]
 pub enum StreamError {
     #[error("the body could not be read: {0}")]
-    Body(String),
+    Body(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
     #[error("the object is larger than allowed")]
     TooLarge,
     #[error("the object is smaller than allowed")]

@@ -124,7 +124,7 @@ fn table_from_row(row: &sqlx::any::AnyRow) -> Result<LakeTable> {
 }
 
 fn parse_partition_columns(json: &str) -> Result<Vec<String>> {
-    serde_json::from_str(json).map_err(|e| Error::Corrupt(format!("partition columns: {e}")))
+    serde_json::from_str(json).map_err(|e| Error::unreadable("partition columns", e))
 }
 
 fn file_from_row(row: &sqlx::any::AnyRow) -> Result<DataFile> {
@@ -136,7 +136,7 @@ fn file_from_row(row: &sqlx::any::AnyRow) -> Result<DataFile> {
             path: row.try_get("path")?,
             service_client_id: row.try_get("service_client_id")?,
             partition_values: serde_json::from_str(&values)
-                .map_err(|e| Error::Corrupt(format!("partition values: {e}")))?,
+                .map_err(|e| Error::unreadable("partition values", e))?,
             row_count: row.try_get("row_count")?,
             size_bytes: row.try_get("size_bytes")?,
             load_id: row.try_get("load_id")?,

@@ -89,7 +89,7 @@ fn record_from_row(row: &sqlx::any::AnyRow) -> Result<KeyRecord> {
                 .map_err(|_| Error::Corrupt(format!("idempotency answer status {status}")))?;
             let headers: Option<String> = row.try_get("headers_json")?;
             let headers = serde_json::from_str(headers.as_deref().unwrap_or("[]"))
-                .map_err(|e| Error::Corrupt(format!("idempotency answer headers: {e}")))?;
+                .map_err(|e| Error::unreadable("idempotency answer headers", e))?;
             let body: Option<Vec<u8>> = row.try_get("body")?;
             Some(StoredAnswer {
                 status,

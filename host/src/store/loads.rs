@@ -124,7 +124,7 @@ fn load_from_row(row: &sqlx::any::AnyRow) -> Result<LoadRecord> {
     let zone: String = row.try_get("zone")?;
     let partitions_json: String = row.try_get("partitions_json")?;
     let partitions = serde_json::from_str(&partitions_json)
-        .map_err(|e| Error::Corrupt(format!("load partitions: {e}")))?;
+        .map_err(|e| Error::unreadable("load partitions", e))?;
     Ok(LoadRecord {
         load: NewLoad {
             id: row.try_get("id")?,

@@ -58,26 +58,28 @@ pub(super) async fn replay(
     caller: &LakeCaller,
     answer: StoredAnswer,
 ) -> Result<Response, ApiError> {
-    let corrupt = |what: &str| ApiError::Internal(format!("stored idempotent answer: {what}"));
     let marked = answer
         .headers
         .iter()
         .any(|(name, _)| name == REPLAY_FROM_RESULT);
     let mut response = if marked {
-        let mark = ReplayFromResult::from_bytes(&answer.body).ok_or_else(|| corrupt("mark"))?;
+        let mark = ReplayFromResult::from_bytes(&answer.body)
+            .ok_or_else(|| ApiError::broken("stored idempotent answer: a bad mark"))?;
         crate::api::query::ended_answer_again(state, caller, &mark.query_id, mark.shape).await
     } else {
         let mut response = Response::new(Body::from(answer.body));
-        *response.status_mut() =
-            StatusCode::from_u16(answer.status).map_err(|_| corrupt("status"))?;
+        *response.status_mut() = StatusCode::from_u16(answer.status)
+            .map_err(|e| ApiError::failed("stored idempotent answer: status", e))?;
         response
     };
     for (name, value) in &answer.headers {
         if marked && (name == REPLAY_FROM_RESULT || name == header::CONTENT_TYPE.as_str()) {
             continue;
         }
-        let name = HeaderName::try_from(name.as_str()).map_err(|_| corrupt("header name"))?;
-        let value = HeaderValue::try_from(value.as_str()).map_err(|_| corrupt("header value"))?;
+        let name = HeaderName::try_from(name.as_str())
+            .map_err(|e| ApiError::failed("stored idempotent answer: header name", e))?;
+        let value = HeaderValue::try_from(value.as_str())
+            .map_err(|e| ApiError::failed("stored idempotent answer: header value", e))?;
         response.headers_mut().append(name, value);
     }
     response

@@ -110,8 +110,8 @@ async fn ended_answer(
         }
         page.into_body(&resource)?
     } else {
-        let bytes = serde_json::to_vec(&resource)
-            .map_err(|e| ApiError::Internal(format!("query resource: {e}")))?;
+        let bytes =
+            serde_json::to_vec(&resource).map_err(|e| ApiError::failed("query resource", e))?;
         PageBody::whole(bytes)
     };
     let kept_whole = !body.is_streamed() && body.length() <= MAX_KEPT_ANSWER_BYTES as u64;

@@ -96,7 +96,7 @@ impl FirstReading {
     ) -> Result<Self, ApiError> {
         let header = if source.first && !source.columns.is_empty() {
             serde_json::to_vec(&header_row(&source.columns, shape))
-                .map_err(|e| ApiError::Internal(format!("result page: {e}")))?
+                .map_err(|e| ApiError::failed("result page header", e))?
         } else {
             Vec::new()
         };
@@ -187,13 +187,13 @@ impl PageRows {
     /// `object` serialized, cut where the rows go: what comes before them
     /// (up to the header row) and after.
     fn around_rows(&self, object: &Value) -> Result<(Vec<u8>, Vec<u8>), ApiError> {
-        let failed = |why: String| ApiError::Internal(format!("result page envelope: {why}"));
-        let text = serde_json::to_vec(object).map_err(|e| failed(e.to_string()))?;
+        let text =
+            serde_json::to_vec(object).map_err(|e| ApiError::failed("result page envelope", e))?;
         let stand_in = format!("\"Rows\":{}", Value::String(ROWS_STAND_IN.into()));
         let at = text
             .windows(stand_in.len())
             .position(|window| window == stand_in.as_bytes())
-            .ok_or_else(|| failed("no place for the rows".into()))?;
+            .ok_or_else(|| ApiError::broken("result page envelope: no place for the rows"))?;
         let prefix = [
             &text[..at],
             b"\"Rows\":[".as_slice(),

@@ -330,7 +330,7 @@ async fn plan(
         }
         Ok(TreeNodeRecursion::Continue)
     })
-    .map_err(|e| error_of(QueryError::Internal(e.to_string())))?;
+    .map_err(|e| error_of(QueryError::internal("", e)))?;
     if reads_lake {
         return Err(error("0A000", READS_LAKE));
     }
@@ -369,9 +369,7 @@ async fn on_engine<T: Send + 'static>(
     });
     let _abort = AbortOnDrop(task.abort_handle());
     match tokio::time::timeout(limit, task).await {
-        Ok(answer) => {
-            answer.map_err(|e| error_of(QueryError::Internal(format!("catalog statement: {e}"))))?
-        }
+        Ok(answer) => answer.map_err(|e| error_of(QueryError::internal("catalog statement", e)))?,
         Err(_) => Err(error("57014", STATEMENT_TIMEOUT)),
     }
 }

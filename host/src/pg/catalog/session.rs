@@ -187,7 +187,7 @@ fn session(
     privileges: Arc<Privileges>,
     memory_limit: usize,
 ) -> Result<SessionContext, QueryError> {
-    let internal = |e: DataFusionError| QueryError::Internal(format!("catalog session: {e}"));
+    let internal = |e: DataFusionError| QueryError::internal("catalog session", e);
     let config = SessionConfig::new()
         .with_default_catalog_and_schema(database, "public")
         .with_create_default_catalog_and_schema(false)

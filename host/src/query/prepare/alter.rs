@@ -76,8 +76,8 @@ async fn add_column(
     definition: &str,
 ) -> Result<Prepared, QueryError> {
     let added = column_from_definition(context, definition).await?;
-    let schema = lake::schema_from_json(&existing.schema_json)
-        .map_err(|e| QueryError::Internal(e.to_string()))?;
+    let schema =
+        lake::schema_from_json(&existing.schema_json).map_err(|e| QueryError::internal("", e))?;
     let taken = schema.field_with_name(added.name()).is_ok()
         || existing.partition_columns.contains(added.name());
     if taken {
@@ -117,8 +117,6 @@ async fn column_from_definition(
                 .map(|f| f.as_ref().clone())
                 .ok_or_else(|| QueryError::Invalid("ADD COLUMN needs a column".into()))
         }
-        _ => Err(QueryError::Internal(
-            "column definition did not plan".into(),
-        )),
+        _ => Err(QueryError::unexpected("column definition did not plan")),
     }
 }

@@ -109,7 +109,7 @@ impl Started {
     pub(super) async fn wait(&mut self) -> Result<Execution, QueryError> {
         match (&mut self.task).await {
             Ok(outcome) => outcome,
-            Err(e) => Err(QueryError::Internal(format!("query task: {e}"))),
+            Err(e) => Err(QueryError::internal("query task", e)),
         }
     }
 }

@@ -53,7 +53,7 @@ impl ResultFile {
         match &self.source {
             ResultSource::Lake(store) => lake::object_bytes(store.as_ref(), &self.path, range)
                 .await
-                .map_err(|e| QueryError::Internal(format!("reading the result: {e}"))),
+                .map_err(|e| QueryError::internal("reading the result", e)),
             ResultSource::Row(bytes) => {
                 let end = bytes.len();
                 let (start, end) = range.map_or((0, end), |r| {
@@ -92,7 +92,7 @@ impl QueryResults {
         let csv_path = job
             .result_path
             .clone()
-            .ok_or_else(|| QueryError::Internal(format!("query {id} has no result")))?;
+            .ok_or_else(|| QueryError::unexpected(format!("query {id} has no result")))?;
         let path = result_file_path(&csv_path, format);
         if let Some(bytes) = self.result_in_row(job, format).await? {
             return Ok(ResultFile {
@@ -111,7 +111,7 @@ impl QueryResults {
                     Err(object_store::Error::NotFound { .. }) if format == ResultFormat::Arrow => {
                         return Err(no_typed_copy(id));
                     }
-                    Err(e) => return Err(QueryError::Internal(format!("result file: {e}"))),
+                    Err(e) => return Err(QueryError::internal("result file", e)),
                 }
             }
             (ResultFormat::Parquet, _) => {
@@ -124,7 +124,7 @@ impl QueryResults {
                     .await
                     .map_err(|e| match e {
                         TypedResultError::NoTypedCopy => no_typed_copy(id),
-                        TypedResultError::Failed(why) => QueryError::Internal(why),
+                        TypedResultError::Failed(cause) => QueryError::Internal(cause),
                     })?
             }
         };
@@ -158,7 +158,7 @@ impl QueryResults {
         let id = &job.query.id;
         match self.store.result_in_row(id, form).await? {
             Some(bytes) => Ok(Some(bytes)),
-            None => Err(QueryError::Internal(format!(
+            None => Err(QueryError::unexpected(format!(
                 "query {id}'s row lost its result"
             ))),
         }
@@ -173,12 +173,12 @@ impl QueryResults {
         match store.head(&at).await {
             Ok(_) => return Ok(()),
             Err(object_store::Error::NotFound { .. }) => {}
-            Err(e) => return Err(QueryError::Internal(format!("result file: {e}"))),
+            Err(e) => return Err(QueryError::internal("result file", e)),
         }
         store
             .put(&at, bytes.into())
             .await
-            .map_err(|e| QueryError::Internal(format!("writing the result: {e}")))?;
+            .map_err(|e| QueryError::internal("writing the result", e))?;
         Ok(())
     }
 
@@ -202,13 +202,13 @@ impl QueryResults {
             .lake
             .presigned_get(&path, lifetime)
             .await
-            .map_err(|e| QueryError::Internal(format!("presigning the result: {e}")))?;
+            .map_err(|e| QueryError::internal("presigning the result", e))?;
         match presigned {
             Some(url) => Ok(url),
             None => self
                 .result_links
                 .sign(&path, self.link_lifetime_s, self.clock.now())
-                .map_err(|e| QueryError::Internal(format!("presigning the result: {e}"))),
+                .map_err(|e| QueryError::internal("presigning the result", e)),
         }
     }
 }

@@ -166,10 +166,10 @@ impl QueryResults {
             job.result_bytes,
             job.result_columns_json.as_deref(),
         ) else {
-            return Err(QueryError::Internal(format!("query {id} has no result")));
+            return Err(QueryError::unexpected(format!("query {id} has no result")));
         };
-        let columns: Vec<ResultColumn> = serde_json::from_str(columns)
-            .map_err(|e| QueryError::Internal(format!("result columns: {e}")))?;
+        let columns: Vec<ResultColumn> =
+            serde_json::from_str(columns).map_err(|e| QueryError::internal("result columns", e))?;
         let cursor = match next_token {
             Some(token) => self.page_tokens.cursor(id, token)?,
             None => PageCursor { row: 0, offset: 0 },
@@ -203,7 +203,7 @@ impl QueryResults {
     ) -> Result<PageExtent, QueryError> {
         let scan = scan_page(page.csv(), page.cursor(), PAGE_ROWS, sink)
             .await
-            .map_err(|e| QueryError::Internal(format!("result page: {e}")))?;
+            .map_err(|e| QueryError::internal("result page", e))?;
         let next_token = scan
             .next
             .map(|next| self.page_tokens.token(&page.query_id, next));

@@ -144,7 +144,7 @@ impl QueryJobs {
         {
             StreamStart::Rows(rows) => Ok(Some(rows)),
             // Nobody else knows a new id, so nobody can have cancelled it.
-            StreamStart::Cancelled => Err(QueryError::Internal(format!(
+            StreamStart::Cancelled => Err(QueryError::unexpected(format!(
                 "the new streamed query {id} was found cancelled"
             ))),
         }
@@ -317,7 +317,7 @@ impl QueryJobs {
             }
             let slot = tokio::select! {
                 slot = self.slots.clone().acquire_owned() => slot
-                    .map_err(|_| QueryError::Internal("the query slots are closed".into()))?,
+                    .map_err(|_| QueryError::unexpected("the query slots are closed"))?,
                 () = self.drain.began() => continue,
             };
             let caps = self.limits.caps();

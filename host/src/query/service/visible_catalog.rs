@@ -52,7 +52,7 @@ impl QueryService {
 /// results have.
 pub fn columns_of(table: &LakeTable) -> Result<Schema, QueryError> {
     let files = lake::schema_from_json(&table.schema_json)
-        .map_err(|e| QueryError::Internal(format!("table {}: {e}", table.name)))?;
+        .map_err(|e| QueryError::internal(format!("table {}", table.name), e))?;
     Ok(without_view_types(&table_schema(
         &files,
         &table.partition_columns,

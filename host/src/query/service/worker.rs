@@ -283,7 +283,7 @@ impl QueryJobs {
     async fn plan_job(&self, job: &QueryJob) -> Result<Planned, QueryError> {
         let q = &job.query;
         let grant: AccessGrant = serde_json::from_str(&q.access_json)
-            .map_err(|e| QueryError::Internal(format!("stored access: {e}")))?;
+            .map_err(|e| QueryError::internal("stored access", e))?;
         let (planned, _) = self
             .plan(
                 (&q.org, q.zone.as_deref()),
@@ -327,8 +327,8 @@ impl QueryJobs {
                 small_result: execution.small_result,
             },
             Err(error) => {
-                if let QueryError::Internal(why) = &error {
-                    tracing::error!(error = %why, "query failed unexpectedly");
+                if let QueryError::Internal(cause) = &error {
+                    tracing::error!(error = %cause, "query failed unexpectedly");
                 }
                 RunEnd {
                     outcome: QueryOutcome::Failed {
