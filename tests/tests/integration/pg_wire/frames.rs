@@ -405,9 +405,18 @@ async fn a_client_that_stops_reading_a_result_loses_its_connection() {
     // About 50 MB of rows, far more than the sockets' buffers hold.
     let sql = "SELECT repeat('x', 10000) AS s FROM generate_series(1, 5000)";
     stream.write_all(&typed(b'Q', &cstring(sql))).await.unwrap();
-    // The client reads nothing for longer than the stall budget (the short
-    // idle timeout; the statement's own time limit is 30 minutes).
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    // The rows start coming (how soon depends on the machine's load: the
+    // 50 MB are made and encoded first) ...
+    loop {
+        match next(&mut stream).await {
+            Some((b'D', _)) => break,
+            Some((b'Z', _)) | None => panic!("the statement ended before any row"),
+            Some(_) => {}
+        }
+    }
+    // ... then the client reads nothing for longer than the stall budget
+    // (the short idle timeout; the statement's own time limit is 30 minutes).
+    tokio::time::sleep(Duration::from_secs(12)).await;
     let mut ended_with_ready = false;
     while let Some((kind, _)) = next(&mut stream).await {
         ended_with_ready = kind == b'Z';
