@@ -16,7 +16,7 @@ use axum::{
 
 use super::schemas::ErrorBody;
 use crate::{
-    auth::{ClaimError, TokenError},
+    auth::ClaimError,
     edge::{CauseChain, INTERNAL_MESSAGE},
     engine::Denial,
     load::LoadError,
@@ -182,15 +182,6 @@ impl From<LoadError> for ApiError {
                 ApiError::BadRequest("InvalidParameter: Load Already Committed.".into())
             }
             e @ (LoadError::Store(_) | LoadError::Staging { .. }) => ApiError::unexpected(e),
-        }
-    }
-}
-
-impl From<TokenError> for ApiError {
-    fn from(e: TokenError) -> Self {
-        match e {
-            e @ TokenError::KeysUnavailable(_) => ApiError::failed("token keys", e),
-            other => ApiError::Unauthorized(other.to_string()),
         }
     }
 }
