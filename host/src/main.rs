@@ -13,6 +13,8 @@ use lakehost::{
     startup::open_store,
 };
 
+#[path = "cli/deploy.rs"]
+mod deploy_cli;
 #[path = "cli/pipeline.rs"]
 mod pipeline_cli;
 

@@ -20,6 +20,7 @@ use crate::{
     edge::{CauseChain, INTERNAL_MESSAGE},
     engine::Denial,
     load::LoadError,
+    pipeline::deployed::DeployError,
     query::QueryError,
 };
 
@@ -131,6 +132,9 @@ pub enum ApiError {
     /// 416: a `Range` outside a result file of this many bytes.
     #[error("range not satisfiable in {0} bytes")]
     RangeNotSatisfiable(u64),
+    /// 404 of the pipeline endpoints: the component or version named.
+    #[error("{0}")]
+    PipelineNotFound(String),
 }
 
 impl ApiError {
@@ -186,6 +190,26 @@ impl From<LoadError> for ApiError {
     }
 }
 
+impl From<DeployError> for ApiError {
+    fn from(e: DeployError) -> Self {
+        match e {
+            DeployError::BadDigest(_)
+            | DeployError::DigestMismatch { .. }
+            | DeployError::NotUsable(_)
+            | DeployError::Manifest(_) => ApiError::BadRequest(e.to_string()),
+            DeployError::TooLarge { .. } => ApiError::PayloadTooLarge,
+            DeployError::ComponentNotFound(_) | DeployError::VersionNotFound(_) => {
+                ApiError::PipelineNotFound(e.to_string())
+            }
+            DeployError::Files(_)
+            | DeployError::Store(_)
+            | DeployError::Lake(_)
+            | DeployError::Damaged(_)
+            | DeployError::Compiler(_) => ApiError::unexpected(e),
+        }
+    }
+}
+
 /// Marks a generic 500 response so the gateway layer adds the request code
 /// to its message.
 #[derive(Debug, Clone, Copy)]
@@ -214,7 +238,8 @@ impl ApiError {
             ApiError::BadRequest(_) | ApiError::InvalidRequest { .. } => StatusCode::BAD_REQUEST,
             ApiError::QueryNotFound { .. }
             | ApiError::LoadNotFound
-            | ApiError::DailyRunNotFound => StatusCode::NOT_FOUND,
+            | ApiError::DailyRunNotFound
+            | ApiError::PipelineNotFound(_) => StatusCode::NOT_FOUND,
             ApiError::DailyRunStore { .. } => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Denied(_) => StatusCode::FORBIDDEN,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
@@ -301,6 +326,7 @@ impl IntoResponse for ApiError {
                 (status, Json(body)).into_response()
             }
             ApiError::BadRequest(text)
+            | ApiError::PipelineNotFound(text)
             | ApiError::Conflict(text)
             | ApiError::NotAcceptable(text) => message(status, &text),
             ApiError::RangeNotSatisfiable(size) => {

@@ -110,7 +110,14 @@ pub async fn request_context(mut request: Request, next: Next) -> Response {
 
 /// 413 for a declared body above the limit, before anything reads it. Bodies
 /// without a length are capped by `DefaultBodyLimit` where they are read.
-pub async fn limit_body(State(max): State<u64>, request: Request, next: Next) -> Response {
+pub async fn limit_body(State(caps): State<BodyCaps>, request: Request, next: Next) -> Response {
+    let max = if request.method() == axum::http::Method::PUT
+        && request.uri().path().starts_with(COMPONENT_PATH)
+    {
+        caps.component
+    } else {
+        caps.body
+    };
     let declared = request
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -121,6 +128,18 @@ pub async fn limit_body(State(max): State<u64>, request: Request, next: Next) ->
     }
     next.run(request).await
 }
+
+/// The largest bodies: `server.max_body_bytes` for every request but a
+/// component's upload (`PUT /v2/pipeline/components/...`), which has
+/// `pipeline.max_component_bytes` (and reads its body within it itself).
+#[derive(Debug, Clone, Copy)]
+pub struct BodyCaps {
+    pub body: u64,
+    pub component: u64,
+}
+
+/// Where components are uploaded.
+const COMPONENT_PATH: &str = "/v2/pipeline/components/";
 
 /// 504 when the request runs longer than the gateway timeout; the work is dropped.
 pub async fn timeout(State(limit): State<Duration>, request: Request, next: Next) -> Response {

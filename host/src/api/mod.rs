@@ -20,6 +20,7 @@ pub mod load_body;
 pub mod metrics;
 pub mod migration;
 pub mod openapi;
+pub mod pipeline;
 mod prefer;
 pub mod principal;
 pub mod query;
@@ -62,6 +63,8 @@ pub struct AppState {
     pub loads: Arc<LoadService>,
     pub commits: Arc<LoadCommitter>,
     pub daily_runs: Arc<crate::dailyrun::DailyRunService>,
+    /// The pipelines deployed over the API.
+    pub deployments: Arc<crate::pipeline::deployed::Deployments>,
     /// What `/readyz` checks.
     pub readiness: crate::readiness::Readiness,
 }
@@ -73,14 +76,17 @@ fn org_api() -> OpenApiRouter<AppState> {
         .merge(query::router())
         .merge(load::router())
         .merge(migration::router())
+        .merge(pipeline::router())
 }
 
-/// The Zone API's routes: the Org API's query and load paths, without identity.
+/// The Zone API's routes: the Org API's query, load and pipeline paths,
+/// without identity.
 fn zone_api() -> OpenApiRouter<AppState> {
     described()
         .merge(query::router())
         .merge(load::router())
         .merge(migration::router())
+        .merge(pipeline::router())
 }
 
 /// The DailyRun API's routes (paths under `/dailyRun`).
@@ -167,7 +173,10 @@ pub fn app(state: AppState, provider: Option<Router>) -> Router {
         .layer(from_fn(gateway::json_rejections))
         .layer(DefaultBodyLimit::max(config.server.max_body_bytes as usize))
         .layer(from_fn_with_state(
-            config.server.max_body_bytes,
+            gateway::BodyCaps {
+                body: config.server.max_body_bytes,
+                component: config.pipeline.max_component_bytes,
+            },
             gateway::limit_body,
         ))
         .layer(from_fn_with_state(

@@ -49,6 +49,9 @@ scopes! {
     DailyRunEnabledWrite => Some("dailyrun:enabled:write"),
     DailyRunExecutionRead => Some("dailyrun:execution:read"),
     DailyRunExecutionWrite => Some("dailyrun:execution:write"),
+    /// The pipelines deployed over the API (docs/pipeline-deploy.md).
+    PipelineRead => Some("pipeline:read"),
+    PipelineWrite => Some("pipeline:write"),
 }
 
 /// The scope string a token must carry for `base` on `target`'s API.

@@ -1,10 +1,12 @@
 //! `lakehost pipeline ...`, part of the binary: each subcommand's arguments
 //! (clap), and the printing and exit codes around the library's work
 //! (`load::dry_run`, `dailyrun::dry_run`, `pipeline::check`,
-//! `pipeline::scaffold`, `pipeline::wit_package`).
+//! `pipeline::scaffold`, `pipeline::wit_package`; `deploy`, `versions` and
+//! `activate` call a server's API through `deploy.rs`).
 
 use std::path::{Path, PathBuf};
 
+use crate::deploy_cli::{self, ApiArgs};
 use clap::Subcommand;
 use lakehost::{
     api::error::ApiError,
@@ -93,6 +95,41 @@ pub enum PipelineCommand {
         #[arg(long, default_value = "wit")]
         out: PathBuf,
     },
+    /// Deploys a manifest to an org's (or zone's) API: uploads each .wasm
+    /// file it names (by path, relative to the manifest), posts the manifest
+    /// with their digests in place of the paths, and prints the new
+    /// version's number. Exit code 0 when deployed, 1 when the server (or
+    /// the manifest's size cap) refused, 2 on an error.
+    Deploy {
+        /// The manifest to deploy.
+        manifest: PathBuf,
+        /// A daily-run manifest; else a load manifest.
+        #[arg(long)]
+        daily: bool,
+        /// Then make the new version the active one.
+        #[arg(long)]
+        activate: bool,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Lists a pipeline's deployed versions, newest first, and the active one.
+    Versions {
+        /// The daily-run pipeline; else the load pipeline.
+        #[arg(long)]
+        daily: bool,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Makes a deployed version the active one (an older one: a rollback).
+    Activate {
+        /// The version's number.
+        version: u64,
+        /// The daily-run pipeline; else the load pipeline.
+        #[arg(long)]
+        daily: bool,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
 }
 
 /// `--lang`'s values.
@@ -105,6 +142,20 @@ pub enum Lang {
 /// Runs one pipeline subcommand; its exit code.
 pub async fn run(command: PipelineCommand) -> std::process::ExitCode {
     match command {
+        PipelineCommand::Deploy {
+            manifest,
+            daily,
+            activate,
+            api,
+        } => deploy_cli::deploy(&api, kind_of(daily), &manifest, activate).await,
+        PipelineCommand::Versions { daily, api } => {
+            deploy_cli::versions(&api, kind_of(daily)).await
+        }
+        PipelineCommand::Activate {
+            version,
+            daily,
+            api,
+        } => deploy_cli::activate(&api, kind_of(daily), version).await,
         PipelineCommand::Wit { out } => pipeline_wit(&out),
         PipelineCommand::NewStep {
             name,

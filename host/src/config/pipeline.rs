@@ -49,7 +49,29 @@ pub struct PipelineConfig {
     /// (`loop_forever`, `grow_memory`, `ungranted_import`, `pause`,
     /// `daily_pause`): for tests and for trying limits, never in production.
     pub test_steps: bool,
+    /// The capabilities an org's (or zone's) steps deployed over the API may
+    /// be granted (docs/pipeline-deploy.md); every one by default. A
+    /// version granting another is refused. The operator's own manifests in
+    /// `dir` are not bound by it.
+    pub org_grants: Vec<String>,
+    /// The longest time limit and the largest memory limit a step of a
+    /// version deployed over the API may ask for.
+    pub max_step_time_limit_ms: u64,
+    pub max_step_memory_bytes: u64,
+    /// How often a replica looks for components stored through another one
+    /// and compiles them in the background, in milliseconds.
+    pub deploy_poll_ms: u64,
 }
+
+/// The capabilities steps can be granted, by their manifest names.
+pub const CAPABILITY_NAMES: &[&str] = &[
+    "staged-files",
+    "staged-sql",
+    "lake-schema",
+    "lake-append",
+    "lake-sql",
+    "log",
+];
 
 /// How GET /load/{id} shows a FAIL's `ErrorMessages` (each item's full detail
 /// is in `ErrorDetails` either way).
@@ -77,6 +99,10 @@ impl Default for PipelineConfig {
             max_attempts: 5,
             error_messages: ErrorMessagesShape::Spec,
             test_steps: false,
+            org_grants: CAPABILITY_NAMES.iter().map(|&c| c.into()).collect(),
+            max_step_time_limit_ms: 3_600_000,
+            max_step_memory_bytes: 1024 * 1024 * 1024,
+            deploy_poll_ms: 1_000,
         }
     }
 }
@@ -108,6 +134,9 @@ impl PipelineConfig {
             ),
             ("pipeline.max_attempts", u64::from(self.max_attempts)),
             ("pipeline.max_component_bytes", self.max_component_bytes),
+            ("pipeline.max_step_time_limit_ms", self.max_step_time_limit_ms),
+            ("pipeline.max_step_memory_bytes", self.max_step_memory_bytes),
+            ("pipeline.deploy_poll_ms", self.deploy_poll_ms),
         ] {
             if value == 0 {
                 return Err(ConfigError::new(key, "must be at least 1"));
@@ -117,6 +146,19 @@ impl PipelineConfig {
             return Err(ConfigError::new(
                 "pipeline.test_steps",
                 "this build holds no test steps (they are built with the `test-steps` feature)",
+            ));
+        }
+        if let Some(unknown) = self
+            .org_grants
+            .iter()
+            .find(|grant| !CAPABILITY_NAMES.contains(&grant.as_str()))
+        {
+            return Err(ConfigError::new(
+                "pipeline.org_grants",
+                format!(
+                    "`{unknown}` is no capability; they are {}",
+                    CAPABILITY_NAMES.join(", ")
+                ),
             ));
         }
         if self.lease_s < 3 {

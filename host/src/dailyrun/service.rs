@@ -41,8 +41,9 @@ use crate::{
     observability::jobs,
     periodic::spawn_every,
     pipeline::{
-        PipelineEngine, PipelineKind, RunContext, RunControl, Stopped, files::PipelineFiles,
-        manifest::org_manifest, run_steps,
+        PipelineEngine, PipelineKind, Pipelines, RunContext, RunControl, Stopped,
+        deployed::{DeployError, Deployments},
+        run_steps,
     },
     runtime::EngineRuntime,
     store::{
@@ -78,9 +79,8 @@ pub struct DailyRunService {
     runtime: Arc<EngineRuntime>,
     config: DailyRunConfig,
     lease: Lease,
-    pipeline_files: PipelineFiles,
-    /// `pipeline.test_steps`: whether manifests may name the test steps.
-    test_steps: bool,
+    /// Which manifest each org's runs run.
+    deployments: Arc<Deployments>,
     schedules: Vec<(String, Cron)>,
     memory_limit: usize,
     /// Who holds the runs this server started.
@@ -107,7 +107,7 @@ impl DailyRunService {
         store: Store,
         lake: Lake,
         clock: SharedClock,
-        (engine, runtime): (Arc<PipelineEngine>, Arc<EngineRuntime>),
+        pipelines: Pipelines,
         config: &Config,
         (stop, drain): (CancellationToken, Drain),
     ) -> Arc<Self> {
@@ -124,11 +124,10 @@ impl DailyRunService {
             lake,
             lease: Lease::new(clock.clone(), config.dailyrun.lease_s),
             clock,
-            engine,
-            runtime,
+            engine: pipelines.engine,
+            runtime: pipelines.runtime,
+            deployments: pipelines.deployments,
             config: config.dailyrun.clone(),
-            pipeline_files: PipelineFiles::of(&config.pipeline),
-            test_steps: config.pipeline.test_steps,
             schedules,
             memory_limit: usize::try_from(config.query.memory_limit_bytes).unwrap_or(usize::MAX),
             holder: format!("dailyrun-{}", store::new_id()),
@@ -337,14 +336,14 @@ impl DailyRunService {
             error: Some(error.to_string()),
             cause: Some(cause),
         };
-        let manifest = match org_manifest(
-            PipelineKind::Daily,
-            &self.pipeline_files,
-            &run.org,
-            self.test_steps,
-        ) {
-            Ok(manifest) => manifest,
-            Err(e) => return failed("ManifestError", e.to_string()),
+        let manifest = match self
+            .deployments
+            .manifest_for(PipelineKind::Daily, &run.org, None)
+            .await
+        {
+            Ok(judged) => judged.manifest,
+            Err(e @ DeployError::Files(_)) => return failed("ManifestError", e.to_string()),
+            Err(e) => return failed("InternalError", format!("the run's pipeline: {e}")),
         };
         // Every component is taken before the first step: the run keeps
         // them to its end, whatever replaces their files meanwhile.

@@ -45,8 +45,9 @@ use crate::{
     lease::Lease,
     observability::jobs,
     pipeline::{
-        ErrorItem, PipelineEngine, PipelineKind, PipelineOutcome, RunControl, StepContext,
-        StepMarker, files::PipelineFiles, manifest::org_manifest,
+        ErrorItem, PipelineEngine, PipelineKind, PipelineOutcome, Pipelines, RunControl,
+        StepContext, StepMarker,
+        deployed::{Deployments, Judged},
     },
     runtime::EngineRuntime,
     store::{
@@ -67,6 +68,8 @@ pub struct LoadCommitter {
     engine: Arc<PipelineEngine>,
     /// Where the steps' SQL runs.
     runtime: Arc<EngineRuntime>,
+    /// Which manifest each org's commits run, and what judged each load.
+    deployments: Arc<Deployments>,
     config: PipelineConfig,
     lease: Lease,
     holder: String,
@@ -132,7 +135,7 @@ impl LoadCommitter {
         store: Store,
         lake: Lake,
         clock: SharedClock,
-        (engine, runtime): (Arc<PipelineEngine>, Arc<EngineRuntime>),
+        pipelines: Pipelines,
         config: PipelineConfig,
         drain: Drain,
     ) -> Arc<Self> {
@@ -140,8 +143,9 @@ impl LoadCommitter {
             store,
             lake,
             lease: Lease::new(clock, config.lease_s),
-            engine,
-            runtime,
+            engine: pipelines.engine,
+            runtime: pipelines.runtime,
+            deployments: pipelines.deployments,
             config,
             holder: format!("commit-{}", crate::store::new_id()),
             wake: Notify::new(),
@@ -367,13 +371,12 @@ impl LoadCommitter {
             Ok(None) => Vec::new(),
             Err(e) => return (internal(format!("stored check_sum: {e}")), None),
         };
-        let manifest = match org_manifest(
-            PipelineKind::Load,
-            &PipelineFiles::of(&self.config),
-            &load.org,
-            self.config.test_steps,
-        ) {
-            Ok(manifest) => manifest,
+        let Judged { manifest, by } = match self
+            .deployments
+            .manifest_for(PipelineKind::Load, &load.org, load.zone.as_deref())
+            .await
+        {
+            Ok(judged) => judged,
             Err(e) => return (internal(format!("pipeline manifest: {e}")), None),
         };
         let files = match self.store.load_files(&load.id).await {
@@ -417,10 +420,19 @@ impl LoadCommitter {
             RunControl::new(self.runtime.clone(), stop).with_step_marker(self.step_marker(record));
         let engine = self.engine.clone();
         let runner = data.clone();
-        let outcome = tokio::task::spawn_blocking(move || {
-            engine.run_pipeline(&manifest, &context, runner, &control)
+        let ran = tokio::task::spawn_blocking(move || {
+            engine.run_pipeline_judged(&manifest, &context, runner, &control)
         })
         .await;
+        let outcome = match ran {
+            Ok((outcome, steps)) => {
+                if let Err(e) = self.deployments.record_load(&load.id, &by, &steps).await {
+                    tracing::warn!(load = %load.id, error = %e, "what judged the load was not recorded");
+                }
+                Ok(outcome)
+            }
+            Err(e) => Err(e),
+        };
         let pending = data.take_pending();
         // The steps validated the files as they were when the commit began;
         // an upload that started before and finished during the commit must

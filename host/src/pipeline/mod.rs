@@ -27,6 +27,7 @@ use crate::runtime::EngineRuntime;
 
 pub mod builtin;
 pub mod check;
+pub mod deployed;
 mod engine;
 pub mod files;
 pub mod manifest;
@@ -35,7 +36,9 @@ mod sequence;
 pub mod wit_package;
 
 pub use engine::{ComponentError, EngineStartError, PipelineEngine, SharedCause};
-pub use sequence::{StepReport, StepsRun, Stopped, run_steps, run_steps_blocking};
+pub use sequence::{
+    StepJudgement, StepReport, StepsRun, Stopped, run_steps, run_steps_blocking,
+};
 
 /// Which pipeline a manifest or a component belongs to: each is its own WIT
 /// world with its own capabilities.
@@ -56,6 +59,21 @@ impl PipelineKind {
         }
     }
 
+    /// The WIT world its steps target.
+    pub fn world(self) -> &'static str {
+        match self {
+            PipelineKind::Load => "step",
+            PipelineKind::Daily => "daily-step",
+        }
+    }
+
+    /// Which pipeline's steps target `world`.
+    pub fn of_world(world: &str) -> Option<Self> {
+        [PipelineKind::Load, PipelineKind::Daily]
+            .into_iter()
+            .find(|kind| kind.world() == world)
+    }
+
     /// Its name as a metric label.
     pub fn label(self) -> &'static str {
         match self {
@@ -71,6 +89,16 @@ impl PipelineKind {
             PipelineKind::Daily => "daily-run steps",
         }
     }
+}
+
+/// What runs pipelines on a replica: the engine, the runtime their steps'
+/// SQL runs on (apart from the one serving HTTP), and the deployments that
+/// say which manifest each org runs.
+#[derive(Clone)]
+pub struct Pipelines {
+    pub engine: Arc<PipelineEngine>,
+    pub runtime: Arc<EngineRuntime>,
+    pub deployments: Arc<deployed::Deployments>,
 }
 
 /// A column as steps see it: name, SQL type name, nullability.

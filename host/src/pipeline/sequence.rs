@@ -24,6 +24,56 @@ pub struct StepsRun<H> {
     pub passed: Vec<String>,
     /// Why the run stopped before its end; `None` when every step passed.
     pub stopped: Option<Stopped<H>>,
+    /// How long each step that ran took, in order, in milliseconds.
+    pub ms: Vec<u64>,
+}
+
+/// How one step of a commit went, as `GET /v2/load/{id}/pipeline` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StepJudgement {
+    pub name: String,
+    /// `passed`, `failed` (it failed the load), `error` (no verdict) or
+    /// `not run`.
+    pub outcome: String,
+    pub ms: Option<u64>,
+    /// A failure's first message, or why the step gave no verdict.
+    pub message: Option<String>,
+}
+
+impl<H: std::fmt::Display> StepsRun<H> {
+    /// Each of `manifest`'s steps as this run judged it, in order.
+    pub fn judgements(&self, manifest: &Manifest) -> Vec<StepJudgement> {
+        manifest
+            .steps
+            .iter()
+            .enumerate()
+            .map(|(i, step)| {
+                let ms = self.ms.get(i).copied();
+                let (outcome, message) = if i < self.passed.len() {
+                    ("passed", None)
+                } else if i == self.passed.len()
+                    && let Some(stopped) = &self.stopped
+                {
+                    match stopped {
+                        Stopped::Failed { items, .. } => (
+                            "failed",
+                            items.first().map(|item| item.error_message.clone()),
+                        ),
+                        Stopped::Error(e) => ("error", Some(e.to_string())),
+                        Stopped::Halted(h) => ("error", Some(h.to_string())),
+                    }
+                } else {
+                    ("not run", None)
+                };
+                StepJudgement {
+                    name: step.name.clone(),
+                    outcome: outcome.into(),
+                    ms,
+                    message,
+                }
+            })
+            .collect()
+    }
 }
 
 /// Why a run stopped.
@@ -109,12 +159,15 @@ where
     RF: Future<Output = Result<Result<StepVerdict, StepError>, H>>,
 {
     let mut passed = Vec::new();
+    let mut ms = Vec::new();
     for step in &manifest.steps {
         let stopped = match before_each().await {
             Err(halt) => Stopped::Halted(halt),
             Ok(()) => {
                 let timer = StepTimer::start();
+                let began = std::time::Instant::now();
                 let ran = run(step).await;
+                ms.push(u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX));
                 let outcome = match &ran {
                     Ok(Ok(None)) => StepOutcome::Passed,
                     Ok(Ok(Some(_))) => StepOutcome::Failed,
@@ -140,11 +193,13 @@ where
         return StepsRun {
             passed,
             stopped: Some(stopped),
+            ms,
         };
     }
     StepsRun {
         passed,
         stopped: None,
+        ms,
     }
 }
 

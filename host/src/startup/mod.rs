@@ -122,6 +122,7 @@ impl Application {
             loads: services.loads.clone(),
             commits: services.commits.clone(),
             daily_runs: services.daily_runs.clone(),
+            deployments: services.deployments.clone(),
             readiness: Readiness {
                 store: services.store.clone(),
                 lake: services.lake.clone(),

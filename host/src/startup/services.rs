@@ -23,7 +23,12 @@ use crate::{
     engine::distributed::Coordinator,
     lake::Lake,
     load::{LoadService, commit::LoadCommitter},
-    pipeline::{PipelineEngine, files::PipelineFiles, manifest::watch},
+    pipeline::{
+        PipelineEngine, Pipelines,
+        deployed::{Deployments, start_background_compiles},
+        files::PipelineFiles,
+        manifest::watch,
+    },
     query::QueryService,
     retired::RetiredFileSweeper,
     runtime::EngineRuntime,
@@ -39,6 +44,7 @@ pub(super) struct Services {
     pub loads: Arc<LoadService>,
     pub commits: Arc<LoadCommitter>,
     pub daily_runs: Arc<DailyRunService>,
+    pub deployments: Arc<Deployments>,
     pub retired_files: Arc<RetiredFileSweeper>,
     pub cluster_worker: Option<ClusterWorkerListener>,
     pub upload_router: axum::Router,
@@ -99,7 +105,8 @@ impl Services {
         );
         retired_files.start(workers.clone());
         api::idempotency::start_sweeper(store.clone(), clock.clone(), workers.clone());
-        let pipelines = pipelines(config, &workers)?;
+        let pipelines = pipelines(config, (&store, &lake, &clock), &workers)?;
+        let deployments = pipelines.deployments.clone();
         let commits = LoadCommitter::new(
             store.clone(),
             lake.clone(),
@@ -136,6 +143,7 @@ impl Services {
             loads,
             commits,
             daily_runs,
+            deployments,
             retired_files,
             cluster_worker,
             upload_router,
@@ -193,8 +201,9 @@ async fn cluster_worker(
 /// their SQL runs on, apart from the one serving HTTP.
 fn pipelines(
     config: &Config,
+    (store, lake, clock): (&Store, &Lake, &SharedClock),
     workers: &CancellationToken,
-) -> anyhow::Result<(Arc<PipelineEngine>, Arc<EngineRuntime>)> {
+) -> anyhow::Result<Pipelines> {
     let engine = PipelineEngine::shared().map_err(|e| anyhow::anyhow!(e))?;
     engine.keep_compiled_in(config.storage.data_dir.join("compiled-steps"));
     {
@@ -210,9 +219,21 @@ fn pipelines(
         PipelineFiles::of(&config.pipeline),
         workers.clone(),
     );
+    let deployments = Arc::new(Deployments::new(
+        store.clone(),
+        lake.clone(),
+        engine.clone(),
+        config.pipeline.clone(),
+        clock.clone(),
+    ));
+    start_background_compiles(deployments.clone(), workers.clone());
     let runtime = EngineRuntime::new(config.pipeline.commit_workers + 1)
         .context("starting the pipelines' runtime")?;
-    Ok((engine, Arc::new(runtime)))
+    Ok(Pipelines {
+        engine,
+        runtime: Arc::new(runtime),
+        deployments,
+    })
 }
 
 /// Opens the configured metadata store and makes sure every configured org and

@@ -30,12 +30,14 @@ use super::{
 };
 use crate::pipeline::{PipelineKind, builtin, files::OpenedFile, manifest::ComponentSource};
 
-/// What identifies a compiled component: a built-in name, or a file by its
-/// canonical path, size and modification time.
+/// What identifies a compiled component: a built-in name, a file by its
+/// canonical path, size and modification time, or a stored component by
+/// its digest (its bytes never change).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum ComponentKey {
     Builtin(String),
     File(PathBuf, u64, Option<std::time::SystemTime>),
+    Stored(String),
 }
 
 /// Compiled components of one world. Each key gets a cell that is filled
@@ -75,6 +77,19 @@ pub enum ComponentError {
     /// A step of a run that is not among the components pinned for it.
     #[error("not among the components pinned for this run")]
     NotPinned,
+    /// A stored component this process was not given the bytes of
+    /// ([`PipelineEngine::ready_stored`] comes first).
+    #[error("stored component {0} was not made ready on this replica")]
+    NotReady(String),
+    /// Its imports or exports match no world this host runs.
+    #[error(
+        "it is a step of no world lakehost hosts: as a load step (world step), {load:#}; as a \
+         daily-run step (world daily-step), {daily:#}"
+    )]
+    NoWorld {
+        load: Box<ComponentError>,
+        daily: Box<ComponentError>,
+    },
 }
 
 /// The cause of an error that is cloned (a component's failure is cached
@@ -143,6 +158,12 @@ impl<P: Clone> ComponentCache<P> {
             .clone();
         cell.get_or_init(compile).clone()
     }
+
+    /// The component of `key` when it was compiled (or failed to).
+    fn get(&self, key: &ComponentKey) -> Option<Result<P, ComponentError>> {
+        let cells = self.cells.lock().expect("component cache lock");
+        cells.get(key).and_then(|cell| cell.get().cloned())
+    }
 }
 
 impl PipelineEngine {
@@ -158,6 +179,11 @@ impl PipelineEngine {
     ) -> Result<P, ComponentError> {
         // Callers name the file (never the server's directories).
         let (key, bytes) = match source {
+            ComponentSource::Stored(digest) => {
+                return cache
+                    .get(&ComponentKey::Stored(digest.clone()))
+                    .unwrap_or_else(|| Err(ComponentError::NotReady(digest.clone())));
+            }
             ComponentSource::Builtin(name) => {
                 (ComponentKey::Builtin(name.clone()), Bytes::Builtin(name))
             }
@@ -190,18 +216,90 @@ impl PipelineEngine {
                 }
             }
             .map_err(|e| ComponentError::NotUsable(SharedCause::of_wasmtime(e)))?;
-            let instance_pre =
-                linker
-                    .instantiate_pre(&component)
-                    .map_err(|e| ComponentError::Imports {
-                        world: world(kind),
-                        source: SharedCause::of_wasmtime(e),
-                    })?;
-            finish(instance_pre).map_err(|e| ComponentError::Exports {
-                world: world(kind),
-                source: SharedCause::of_wasmtime(e),
-            })
+            of_world(kind, &component, linker, finish)
         })
+    }
+
+    /// Makes the stored component `digest` ready for a `kind` pipeline from
+    /// its bytes (`wasm`, whose digest the caller checked): compiled now, or
+    /// loaded compiled from disk. Once ready (or found unusable) it stays
+    /// so: a second call does nothing. Blocks while it compiles.
+    pub fn ready_stored(
+        &self,
+        kind: PipelineKind,
+        digest: &str,
+        wasm: &[u8],
+    ) -> Result<(), ComponentError> {
+        let key = ComponentKey::Stored(digest.to_string());
+        let compiled = |wasm: &[u8]| {
+            self.compile(wasm)
+                .map_err(|e| ComponentError::NotUsable(SharedCause::of_wasmtime(e)))
+        };
+        match kind {
+            PipelineKind::Load => self
+                .load_steps
+                .get_or_compile(key, || {
+                    of_world(kind, &compiled(wasm)?, &self.load_linker, bindings::StepPre::new)
+                })
+                .map(drop),
+            PipelineKind::Daily => self
+                .daily_steps
+                .get_or_compile(key, || {
+                    of_world(
+                        kind,
+                        &compiled(wasm)?,
+                        &self.daily_linker,
+                        daily_bindings::DailyStepPre::new,
+                    )
+                })
+                .map(drop),
+        }
+    }
+
+    /// Whether the stored component `digest` is ready for a `kind` pipeline.
+    pub fn is_ready(&self, kind: PipelineKind, digest: &str) -> bool {
+        let key = ComponentKey::Stored(digest.to_string());
+        match kind {
+            PipelineKind::Load => self.load_steps.get(&key).is_some(),
+            PipelineKind::Daily => self.daily_steps.get(&key).is_some(),
+        }
+    }
+
+    /// Which pipeline `wasm` (stored as `digest`) is a step of, compiled
+    /// once and made ready for it; refused when it is no component or a
+    /// step of neither world. Blocks while it compiles.
+    pub fn world_of(&self, digest: &str, wasm: &[u8]) -> Result<PipelineKind, ComponentError> {
+        let component = self
+            .compile(wasm)
+            .map_err(|e| ComponentError::NotUsable(SharedCause::of_wasmtime(e)))?;
+        let key = ComponentKey::Stored(digest.to_string());
+        let load = match of_world(
+            PipelineKind::Load,
+            &component,
+            &self.load_linker,
+            bindings::StepPre::new,
+        ) {
+            Ok(pre) => {
+                self.load_steps.get_or_compile(key, || Ok(pre))?;
+                return Ok(PipelineKind::Load);
+            }
+            Err(e) => e,
+        };
+        match of_world(
+            PipelineKind::Daily,
+            &component,
+            &self.daily_linker,
+            daily_bindings::DailyStepPre::new,
+        ) {
+            Ok(pre) => {
+                self.daily_steps.get_or_compile(key, || Ok(pre))?;
+                Ok(PipelineKind::Daily)
+            }
+            Err(daily) => Err(ComponentError::NoWorld {
+                load: Box::new(load),
+                daily: Box::new(daily),
+            }),
+        }
     }
 
     pub(super) fn load_step(
@@ -238,11 +336,24 @@ enum Bytes<'a> {
     File(OpenedFile),
 }
 
-fn world(kind: PipelineKind) -> &'static str {
-    match kind {
-        PipelineKind::Load => "step",
-        PipelineKind::Daily => "daily-step",
-    }
+/// `component` as a step of a `kind` pipeline, through `linker`; `finish`
+/// checks its exports against the world.
+fn of_world<T: 'static, P>(
+    kind: PipelineKind,
+    component: &wasmtime::component::Component,
+    linker: &Linker<T>,
+    finish: impl FnOnce(InstancePre<T>) -> wasmtime::Result<P>,
+) -> Result<P, ComponentError> {
+    let instance_pre = linker
+        .instantiate_pre(component)
+        .map_err(|e| ComponentError::Imports {
+            world: kind.world(),
+            source: SharedCause::of_wasmtime(e),
+        })?;
+    finish(instance_pre).map_err(|e| ComponentError::Exports {
+        world: kind.world(),
+        source: SharedCause::of_wasmtime(e),
+    })
 }
 
 #[cfg(test)]

@@ -42,7 +42,7 @@ use wasmtime::{
 
 use super::{
     DailyData, LOAD_ERROR_TYPES, LoadData, PipelineKind, PipelineOutcome, RunContext, RunControl,
-    StepContext, StepError, StepVerdict, Stopped, builtin,
+    StepContext, StepError, StepJudgement, StepVerdict, Stopped, StepsRun, builtin,
     manifest::{ComponentSource, Manifest, Step},
     run_steps_blocking,
 };
@@ -429,15 +429,43 @@ impl PipelineEngine {
         data: Arc<dyn LoadData>,
         control: &RunControl,
     ) -> Result<PipelineOutcome, StepError> {
+        self.run_pipeline_judged(manifest, context, data, control).0
+    }
+
+    /// [`run_pipeline`](Self::run_pipeline), and each step as it judged it.
+    pub fn run_pipeline_judged(
+        &self,
+        manifest: &Manifest,
+        context: &StepContext,
+        data: Arc<dyn LoadData>,
+        control: &RunControl,
+    ) -> (Result<PipelineOutcome, StepError>, Vec<StepJudgement>) {
         // Every component is taken before the first step runs: the commit
         // keeps them to its end, whatever replaces their files meanwhile.
-        let pinned = pin(manifest, |source| self.load_step(source))?;
+        let pinned = match pin(manifest, |source| self.load_step(source)) {
+            Ok(pinned) => pinned,
+            Err(error) => {
+                let unrun = StepsRun::<std::convert::Infallible> {
+                    passed: Vec::new(),
+                    stopped: Some(Stopped::Error(error.clone())),
+                    ms: Vec::new(),
+                };
+                return (Err(error), unrun.judgements(manifest));
+            }
+        };
         let ran = run_steps_blocking(manifest, |step| {
             control.entering(&step.name);
             let pre = pinned.get(&step.name).ok_or_else(|| not_pinned(step))?;
             self.run_load_pre(pre, step, context, data.clone(), control)
         });
-        match ran.stopped {
+        let judged = ran.judgements(manifest);
+        (Self::outcome(ran.stopped), judged)
+    }
+
+    fn outcome(
+        stopped: Option<Stopped<std::convert::Infallible>>,
+    ) -> Result<PipelineOutcome, StepError> {
+        match stopped {
             None => Ok(PipelineOutcome::Passed),
             Some(Stopped::Failed {
                 step,

@@ -36,7 +36,7 @@ use serde::Deserialize;
 
 use super::{
     PipelineKind, SharedCause,
-    files::{ComponentFile, PipelineFiles, folder_of, read_manifest},
+    files::{ComponentFile, PathRefused, PipelineFiles, folder_of, read_manifest},
 };
 
 mod org;
@@ -44,7 +44,7 @@ mod org;
 mod tests;
 pub mod watch;
 
-pub use org::{manifest_path, org_manifest, test_step_refused};
+pub use org::{BUILT_IN_ORIGIN, manifest_path, org_manifest, test_step_refused};
 
 /// The manifest format this host reads.
 pub const MANIFEST_VERSION: u32 = 1;
@@ -100,10 +100,37 @@ pub enum ComponentSource {
     /// A `.wasm` file (resolved against the manifest's folder), read
     /// within its pipeline folder and cap.
     File(ComponentFile),
+    /// A component stored over the API (`sha256:<hex>`, its digest), in a
+    /// manifest version deployed over the API (`deployed/`).
+    Stored(String),
 }
 
 /// How a manifest names a built-in component: `builtin:<name>`.
 const BUILTIN_PREFIX: &str = "builtin:";
+
+/// How a deployed manifest names a stored component: `sha256:<hex>`.
+pub const DIGEST_PREFIX: &str = "sha256:";
+
+/// Whether `text` is a component digest: `sha256:` and 64 lowercase hex digits.
+pub fn is_digest(text: &str) -> bool {
+    text.strip_prefix(DIGEST_PREFIX).is_some_and(|hex| {
+        hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
+/// Where a manifest's components may come from besides the built-ins: files
+/// inside the pipeline folder (an operator's manifest), or components stored
+/// over the API (a version deployed over the API).
+#[derive(Clone, Copy)]
+pub enum ComponentNames<'a> {
+    /// `.wasm` paths, resolved against `base` and kept inside `files.dir`.
+    Files {
+        base: &'a Path,
+        files: &'a PipelineFiles,
+    },
+    /// `sha256:<hex>` digests.
+    Stored,
+}
 
 /// As messages show it: `builtin:<name>`, or a file by its name alone (the
 /// server's directories never reach a caller).
@@ -118,6 +145,7 @@ impl std::fmt::Display for ComponentSource {
                     .unwrap_or_default()
                     .to_string_lossy(),
             ),
+            ComponentSource::Stored(digest) => f.write_str(digest),
         }
     }
 }
@@ -217,14 +245,25 @@ impl Manifest {
         base: &Path,
         files: &PipelineFiles,
     ) -> Result<Self, ManifestError> {
+        Self::parse_naming(kind, text, origin, ComponentNames::Files { base, files })
+    }
+
+    /// Parses manifest text whose components other than built-ins are
+    /// named as `names` allows.
+    pub fn parse_naming(
+        kind: PipelineKind,
+        text: &str,
+        origin: &str,
+        names: ComponentNames<'_>,
+    ) -> Result<Self, ManifestError> {
         let error = |key: &str, problem: String| ManifestError {
             file: origin.to_string(),
             key: key.to_string(),
             problem,
             cause: None,
         };
-        let document: toml::Value = toml::from_str(text)
-            .map_err(|e| error("<toml>", format!("not valid TOML: {}", e.message())))?;
+        let document: toml::Value =
+            toml::from_str(text).map_err(|e| error("<toml>", toml_problem(text, &e)))?;
         let raw: RawManifest = serde_path_to_error::deserialize(document).map_err(|e| {
             let key = e.path().to_string();
             error(
@@ -244,7 +283,7 @@ impl Manifest {
         if raw.steps.is_empty() {
             return Err(error("steps", "a pipeline needs at least one step".into()));
         }
-        let mut names = BTreeSet::new();
+        let mut step_names = BTreeSet::new();
         let mut steps = Vec::with_capacity(raw.steps.len());
         for (i, step) in raw.steps.into_iter().enumerate() {
             let at = |key: &str| format!("steps[{i}].{key}");
@@ -258,7 +297,7 @@ impl Manifest {
                     "use lowercase letters, digits, `_` and `-`".into(),
                 ));
             }
-            if !names.insert(step.name.clone()) {
+            if !step_names.insert(step.name.clone()) {
                 return Err(error(
                     &at("name"),
                     format!("step `{}` is listed twice", step.name),
@@ -285,16 +324,8 @@ impl Manifest {
                         ));
                     }
                 },
-                None if step.component.ends_with(".wasm") => ComponentSource::File(
-                    ComponentFile::resolve(&step.component, base, files)
-                        .map_err(|problem| error(&at("component"), problem.to_string()))?,
-                ),
-                None => {
-                    return Err(error(
-                        &at("component"),
-                        "use `builtin:<name>` or a path to a .wasm file".into(),
-                    ));
-                }
+                None => other_component(&step.component, names)
+                    .map_err(|problem| error(&at("component"), problem.to_string()))?,
             };
             let time_limit_ms = step.time_limit_ms.unwrap_or(DEFAULT_TIME_LIMIT_MS);
             let memory_limit_bytes = step
@@ -343,5 +374,59 @@ impl Manifest {
             origin: origin.to_string(),
             steps,
         })
+    }
+}
+
+/// Why a component that is not a built-in is refused where it is named.
+#[derive(Debug, thiserror::Error)]
+enum NamingProblem {
+    #[error(transparent)]
+    File(#[from] PathRefused),
+    #[error(
+        "a stored component (`sha256:<hex>`) is named only in a version deployed over the API; \
+         name a .wasm file here"
+    )]
+    StoredInFiles,
+    #[error("use `builtin:<name>` or a path to a .wasm file")]
+    NotAFile,
+    #[error(
+        "use `builtin:<name>` or `sha256:<64 lowercase hex digits>` of a component stored with \
+         PUT /v2/pipeline/components/sha256:<hex> (a file path names a disk no replica has; \
+         `lakehost pipeline deploy` uploads the files and names them so)"
+    )]
+    NotStored,
+}
+
+/// A component that is not a built-in, as `names` allows it.
+fn other_component(
+    component: &str,
+    names: ComponentNames<'_>,
+) -> Result<ComponentSource, NamingProblem> {
+    match names {
+        ComponentNames::Files { base, files } if component.ends_with(".wasm") => Ok(
+            ComponentSource::File(ComponentFile::resolve(component, base, files)?),
+        ),
+        ComponentNames::Files { .. } if component.starts_with(DIGEST_PREFIX) => {
+            Err(NamingProblem::StoredInFiles)
+        }
+        ComponentNames::Files { .. } => Err(NamingProblem::NotAFile),
+        ComponentNames::Stored if is_digest(component) => {
+            Ok(ComponentSource::Stored(component.to_string()))
+        }
+        ComponentNames::Stored => Err(NamingProblem::NotStored),
+    }
+}
+
+/// A TOML error as a manifest's problem: its line and column, then what.
+fn toml_problem(text: &str, error: &toml::de::Error) -> String {
+    let message = error.message().trim();
+    match error.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            format!("not valid TOML at line {line}, column {column}: {message}")
+        }
+        None => format!("not valid TOML: {message}"),
     }
 }

@@ -14,6 +14,9 @@ use std::path::{Path, PathBuf};
 use super::{ComponentSource, Manifest, ManifestError};
 use crate::pipeline::{PipelineKind, builtin, files::PipelineFiles};
 
+/// How the built-in default manifest's origin begins.
+pub const BUILT_IN_ORIGIN: &str = "built-in ";
+
 /// The `kind` manifest an org's pipelines run: its own or the shared one
 /// under `files.dir` (`manifest_path`), else the repository's default,
 /// compiled in. It and its components are read within `files`' folder and
@@ -30,7 +33,7 @@ pub fn org_manifest(
     let dir = files.dir.as_path();
     let path = manifest_path(dir, org, kind);
     if !path.exists() {
-        let origin = format!("built-in pipelines/{}", kind.file_name());
+        let origin = format!("{BUILT_IN_ORIGIN}pipelines/{}", kind.file_name());
         return Manifest::parse(kind, builtin::manifest(kind), &origin, Path::new("."));
     }
     let shown = path

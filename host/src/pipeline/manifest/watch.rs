@@ -122,7 +122,8 @@ fn problem_of(
                         )
                     })
             }
-            ComponentSource::Builtin(_) => None,
+            // Files never name stored components (`parse_naming`).
+            ComponentSource::Builtin(_) | ComponentSource::Stored(_) => None,
         })
 }
 
