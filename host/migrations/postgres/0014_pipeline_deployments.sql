@@ -58,3 +58,32 @@ CREATE TABLE load_pipelines (
     steps_json TEXT NOT NULL,
     recorded_at BIGINT NOT NULL
 );
+
+-- The load pipeline's shadow per scope (kind is always 'load'): a version
+-- whose steps also run beside each commit, read-only, deciding nothing. A
+-- NULL version: no shadow.
+CREATE TABLE pipeline_shadows (
+    org TEXT NOT NULL,
+    zone TEXT NOT NULL,
+    version BIGINT,
+    set_by TEXT NOT NULL,
+    set_at BIGINT NOT NULL,
+    PRIMARY KEY (org, zone)
+);
+
+-- Each commit a shadow ran beside: both outcomes, and whether they agree.
+CREATE TABLE shadow_runs (
+    load_id TEXT PRIMARY KEY,
+    org TEXT NOT NULL,
+    zone TEXT NOT NULL,
+    version BIGINT NOT NULL,
+    agreed BIGINT NOT NULL,
+    active_outcome TEXT NOT NULL,
+    shadow_outcome TEXT NOT NULL,
+    -- The shadow step that decided its outcome, and its message.
+    step TEXT,
+    message TEXT,
+    steps_json TEXT NOT NULL,
+    ran_at BIGINT NOT NULL
+);
+CREATE INDEX shadow_runs_by_scope ON shadow_runs (org, zone, version, ran_at);

@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod migration;
 pub mod openapi;
 pub mod pipeline;
+mod pipeline_shadow;
 mod prefer;
 pub mod principal;
 pub mod query;

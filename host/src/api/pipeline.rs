@@ -38,13 +38,14 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(set_active, get_active, clear_active))
         .routes(routes!(history))
         .routes(routes!(load_pipeline))
+        .merge(super::pipeline_shadow::router())
 }
 
 /// The role that owns an org's (or zone's) pipelines.
 const OWNER_ROLE: &str = "ZoneAdmin";
 
 /// The caller's scope and name, once its role owns the pipelines.
-fn owner<S: RequiredScope>(caller: &Caller<S>) -> Result<(PipelineScope, String), ApiError> {
+pub(super) fn owner<S: RequiredScope>(caller: &Caller<S>) -> Result<(PipelineScope, String), ApiError> {
     let lake_caller = caller.lake_caller()?;
     if !lake_caller.grant.roles.iter().any(|role| role == OWNER_ROLE) {
         return Err(ApiError::Forbidden(format!("role {OWNER_ROLE}")));
@@ -396,7 +397,8 @@ async fn history(
     security(("bearer" = ["load:read"])),
     params(("load_id" = String, Path, description = "The loadId of POST /load")),
     responses(
-        (status = 200, description = "{loadId, source, version, digest, steps: [{name, outcome, ms, message}]}"),
+        (status = 200, description = "{loadId, source, version, digest, steps: [{name, outcome, ms, message}], recordedAt, \
+shadow: null or {version, agreed, activeOutcome, shadowOutcome, step, message, steps, ranAt}}"),
         (status = 401, description = "Missing or invalid token", body = schemas::ErrorBody),
         (status = 403, description = "Missing scope", body = schemas::ErrorBody),
         (status = 404, description = "Unknown load, another user's, or its commit has not begun", body = schemas::ErrorBody),
@@ -415,6 +417,7 @@ async fn load_pipeline(
         .load_judgement(&load_id)
         .await?
         .ok_or(ApiError::LoadNotFound)?;
+    let shadow = state.deployments.shadow_of_load(&load_id).await?;
     Ok(Json(json!({
         "loadId": load_id,
         "source": judged.source,
@@ -422,5 +425,6 @@ async fn load_pipeline(
         "digest": judged.digest,
         "steps": judged.steps,
         "recordedAt": iso_date(judged.recorded_at),
+        "shadow": shadow.as_ref().map(super::pipeline_shadow::run_json).transpose()?,
     })))
 }

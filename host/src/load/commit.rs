@@ -24,14 +24,14 @@
 
 use std::{sync::Arc, time::Duration};
 
-use futures::StreamExt as _;
-use object_store::path::Path as ObjectPath;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::{
     delete_prefix, load_prefix, parts_prefix,
     staged::{PendingAppend, StagedLoad, StagedTarget},
+    earlier_attempts::sweep_earlier_attempts,
+    shadow::Shadows,
     staged_versions::StagedVersions,
     staging_path,
 };
@@ -70,6 +70,8 @@ pub struct LoadCommitter {
     runtime: Arc<EngineRuntime>,
     /// Which manifest each org's commits run, and what judged each load.
     deployments: Arc<Deployments>,
+    /// The shadows running beside this replica's commits.
+    shadows: Shadows,
     config: PipelineConfig,
     lease: Lease,
     holder: String,
@@ -146,6 +148,7 @@ impl LoadCommitter {
             engine: pipelines.engine,
             runtime: pipelines.runtime,
             deployments: pipelines.deployments,
+            shadows: Shadows::default(),
             config,
             holder: format!("commit-{}", crate::store::new_id()),
             wake: Notify::new(),
@@ -228,9 +231,11 @@ impl LoadCommitter {
                 Held::Ended(ended) => *ended,
                 Held::Lost => {
                     tracing::warn!(load = %id, "commit lost its lease; its steps were stopped and another worker runs it");
+                    self.shadows.forget(&id);
                     return;
                 }
                 Held::HandedBack => {
+                    self.shadows.forget(&id);
                     match self.store.hand_back_load(&id, &self.holder).await {
                         Ok(true) => {
                             tracing::info!(load = %id, "commit handed back: the server drains")
@@ -263,56 +268,28 @@ impl LoadCommitter {
                 if matches!(end, LoadEnd::Fail { .. }) {
                     delete_paths(self.lake.object_store().as_ref(), &written).await;
                 }
+                // The shadow reads the staged files: they go once it ended.
+                let now = || self.now();
+                self.shadows.settle(&self.deployments, &id, &end, now).await;
                 for prefix in [staging_path(&load_prefix(&record.load)), parts_prefix(&id)] {
                     if let Err(e) = delete_prefix(&self.lake, &prefix).await {
                         tracing::warn!(load = %id, error = %e, "staged files not removed");
                     }
                 }
-                self.sweep_earlier_attempts(&record).await;
+                sweep_earlier_attempts(&self.lake, &record).await;
             }
             Ok(Finished::Lost) => {
                 tracing::warn!(load = %id, "commit lost its lease; another worker runs it");
+                self.shadows.forget(&id);
                 delete_paths(self.lake.object_store().as_ref(), &written).await;
             }
             Err(e) => {
                 // Left PROCESSING: the lease runs out and the commit is run again.
                 tracing::error!(load = %id, error = %e, "recording the end of a commit failed");
+                self.shadows.forget(&id);
                 delete_paths(self.lake.object_store().as_ref(), &written).await;
             }
         }
-    }
-
-    /// Deletes the files earlier attempts of an ended commit wrote and never
-    /// recorded (`<load>-a<k>-<n>.parquet`, k below this attempt's): an
-    /// attempt that died, or lost its lease, in its insert left them in the
-    /// table's folder. Only a commit run more than once lists the folder.
-    async fn sweep_earlier_attempts(&self, record: &LoadRecord) {
-        if record.attempts <= 1 {
-            return;
-        }
-        let load = &record.load;
-        let database = standard_databases(&load.org, load.zone.as_deref()).lake;
-        let folder = ObjectPath::from(format!("{database}/{}", load.table_name));
-        let any_attempt = format!("{}-a", load.id);
-        let this_attempt = format!("{}-a{}-", load.id, record.attempts);
-        let store = self.lake.object_store();
-        let mut earlier = Vec::new();
-        let mut listing = store.list(Some(&folder));
-        while let Some(meta) = listing.next().await {
-            match meta {
-                Ok(meta) => {
-                    let name = meta.location.filename().unwrap_or_default();
-                    if name.starts_with(&any_attempt) && !name.starts_with(&this_attempt) {
-                        earlier.push(meta.location.to_string());
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(load = %load.id, error = %e, "earlier attempts' files not listed");
-                    return;
-                }
-            }
-        }
-        delete_paths(store.as_ref(), &earlier).await;
     }
 
     /// Runs the pipeline while renewing the lease, after recording that the
@@ -402,17 +379,26 @@ impl LoadCommitter {
             any_service_client: any,
         };
         let database = standard_databases(&load.org, load.zone.as_deref()).lake;
-        let data = Arc::new(StagedLoad::new(
-            self.store.clone(),
-            self.lake.clone(),
-            StagedTarget {
+        let staged = |files, database, scope| {
+            let target = StagedTarget {
                 record: record.clone(),
                 files,
                 database,
-            },
-            scope,
-            self.now(),
-        ));
+            };
+            Arc::new(StagedLoad::new(
+                self.store.clone(),
+                self.lake.clone(),
+                target,
+                scope,
+                self.now(),
+            ))
+        };
+        if let Some(plan) = self.shadows.plan(&self.deployments, load).await {
+            let data = staged(files.clone(), database.clone(), scope.clone());
+            let parts = (self.engine.clone(), self.runtime.clone());
+            self.shadows.begin(parts, plan, context.clone(), data);
+        }
+        let data = staged(files, database, scope);
         // Dropping this work (lease lost, server stopping) stops the running step.
         let stop = CancellationToken::new();
         let _stop_when_dropped = stop.clone().drop_guard();

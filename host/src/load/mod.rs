@@ -11,12 +11,14 @@
 
 pub mod commit;
 pub mod dry_run;
+mod earlier_attempts;
 pub mod grant;
 pub mod parquet_envelope;
 pub mod parquet_schema_depth;
 pub mod staged;
 mod staged_scan;
 pub mod staged_sql;
+mod shadow;
 mod staged_versions;
 
 use std::sync::Arc;

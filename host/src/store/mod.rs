@@ -13,6 +13,7 @@ pub mod database_kind;
 pub mod idempotency;
 pub mod job_counts;
 pub mod loads;
+pub mod pipeline_shadows;
 pub mod pipelines;
 pub mod queries;
 pub mod secrets;

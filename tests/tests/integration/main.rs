@@ -26,6 +26,7 @@ mod page_bytes;
 mod paging;
 mod pg_wire;
 mod pipeline_data;
+mod pipeline_deploy;
 mod query_access;
 mod query_api;
 mod query_permissions;

@@ -28,6 +28,7 @@ use crate::{
 use super::{ComponentError, PipelineEngine, manifest::ManifestError};
 
 mod background;
+pub mod shadow;
 mod components;
 mod judge;
 #[cfg(test)]

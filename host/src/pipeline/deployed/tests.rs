@@ -6,7 +6,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::*;
-use crate::{clock::SystemClock, pipeline::builtin};
+use crate::{
+    clock::SystemClock,
+    pipeline::{PipelineKind, builtin, manifest::ComponentSource as ComponentSourceOf},
+};
 
 struct Setup {
     _dir: tempfile::TempDir,
@@ -120,7 +123,7 @@ async fn a_bad_digest_size_or_component_is_refused_and_nothing_is_stored() {
 
 #[tokio::test]
 async fn a_version_is_checked_numbered_activated_rolled_back_and_run() {
-    let setup = setup(|config| config.org_grants.retain(|g| g != "staged-sql")).await;
+    let setup = setup(|_| {}).await;
     let d = &setup.deployments;
     let guard = bytes_of("reject_columns");
     let digest = components::digest_of(&guard);
@@ -134,7 +137,6 @@ async fn a_version_is_checked_numbered_activated_rolled_back_and_run() {
     d.put_component(&org(), &digest, guard, "admin").await.unwrap();
     let refusals = [
         (load_manifest("guard.wasm", grants), "steps[5].component"),
-        (load_manifest(&digest, "[\"staged-sql\"]"), "steps[5].grants"),
         (
             load_manifest(&digest, grants).replace("[steps.config]", "time_limit_ms = 3600001\n[steps.config]"),
             "steps[5].time_limit_ms",
@@ -194,4 +196,16 @@ async fn a_version_is_checked_numbered_activated_rolled_back_and_run() {
     ));
 }
 
-use crate::pipeline::manifest::ComponentSource as ComponentSourceOf;
+
+#[tokio::test]
+async fn a_grant_the_operator_keeps_from_orgs_is_refused() {
+    let setup = setup(|config| config.org_grants.retain(|g| g != "log")).await;
+    let text = builtin::manifest(PipelineKind::Load);
+    match setup.deployments.create_version(&org(), PipelineKind::Load, text, "a").await {
+        Err(DeployError::Manifest(e)) => {
+            assert_eq!(e.key, "steps[0].grants");
+            assert!(e.problem.contains("`log` may not be granted"), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
