@@ -45,9 +45,16 @@ pub fn router() -> OpenApiRouter<AppState> {
 const OWNER_ROLE: &str = "ZoneAdmin";
 
 /// The caller's scope and name, once its role owns the pipelines.
-pub(super) fn owner<S: RequiredScope>(caller: &Caller<S>) -> Result<(PipelineScope, String), ApiError> {
+pub(super) fn owner<S: RequiredScope>(
+    caller: &Caller<S>,
+) -> Result<(PipelineScope, String), ApiError> {
     let lake_caller = caller.lake_caller()?;
-    if !lake_caller.grant.roles.iter().any(|role| role == OWNER_ROLE) {
+    if !lake_caller
+        .grant
+        .roles
+        .iter()
+        .any(|role| role == OWNER_ROLE)
+    {
         return Err(ApiError::Forbidden(format!("role {OWNER_ROLE}")));
     }
     let zone = caller.target.zone();

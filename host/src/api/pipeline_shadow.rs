@@ -2,11 +2,7 @@
 //! `PUT`, `DELETE` and `GET /v2/pipeline/load/shadow`, by the org's (or
 //! zone's) ZoneAdmin as the other pipeline paths (`pipeline.rs`).
 
-use axum::{
-    Json,
-    body::Bytes,
-    extract::State,
-};
+use axum::{Json, body::Bytes, extract::State};
 use serde_json::{Value, json};
 use utoipa_axum::{router::OpenApiRouter, routes};
 

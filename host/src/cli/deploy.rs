@@ -1,10 +1,12 @@
-//! `lakehost pipeline deploy | versions | activate`, part of the binary: the
-//! client side of the pipeline deployment API (docs/pipeline-deploy.md, "The
-//! command line"). `deploy` uploads each `.wasm` file a manifest names (by
-//! path, relative to the manifest's folder), puts each one's digest where its
-//! path was, in the author's own text (comments and layout kept), posts that
-//! text as a new version and may activate it; `versions` and `activate` read
-//! and move the activation. Reading the manifest and its files is
+//! `lakehost pipeline deploy | versions | activate | shadow`, part of the
+//! binary: the client side of the pipeline deployment API
+//! (docs/pipeline-deploy.md, "The command line"). `deploy` uploads each
+//! `.wasm` file a manifest names (by path, relative to the manifest's
+//! folder), puts each one's digest where its path was, in the author's own
+//! text (comments and layout kept), posts that text as a new version and may
+//! activate it or make it the load pipeline's shadow; `versions` and
+//! `activate` read and move the activation; `shadow` sets, clears or reports
+//! the shadow. Reading the manifest and its files is
 //! `deploy_manifest.rs`'s, the HTTP calls `deploy_api.rs`'s; this module
 //! puts them in order and prints what they did.
 //!
@@ -25,7 +27,7 @@ mod api;
 mod manifest;
 
 pub use api::ApiArgs;
-use api::{Api, CallError, segment};
+use api::{Api, CallError, ShadowReport, segment};
 use manifest::{LocalManifest, ManifestError};
 
 /// Any of the commands' failures, each with its exit code.
@@ -35,6 +37,9 @@ enum CommandError {
     Manifest(#[from] ManifestError),
     #[error(transparent)]
     Call(#[from] CallError),
+    /// `--daily --shadow`: refused before any call, as the server would.
+    #[error("--shadow: only the load pipeline has a shadow; drop --daily")]
+    DailyShadow,
 }
 
 impl CommandError {
@@ -42,21 +47,57 @@ impl CommandError {
         match self {
             CommandError::Manifest(e) => e.exit_code(),
             CommandError::Call(e) => e.exit_code(),
+            CommandError::DailyShadow => 1,
         }
     }
 }
 
+/// What `deploy` does with the version it created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Then {
+    /// Nothing: it waits to be activated.
+    Keep,
+    /// `--activate`.
+    Activate,
+    /// `--shadow`: the load pipeline's shadow.
+    Shadow,
+}
+
+impl Then {
+    /// From `--activate` and `--shadow` (which clap keeps apart).
+    pub fn from_flags(activate: bool, shadow: bool) -> Self {
+        match (activate, shadow) {
+            (true, _) => Then::Activate,
+            (false, true) => Then::Shadow,
+            (false, false) => Then::Keep,
+        }
+    }
+}
+
+/// What `lakehost pipeline shadow` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShadowAction {
+    /// `shadow N`: run version N beside every commit.
+    Set(u64),
+    /// `shadow --off`.
+    Off,
+    /// `shadow`: what the shadow found.
+    Report,
+}
+
 /// `lakehost pipeline deploy`.
-pub async fn deploy(
-    api: &ApiArgs,
-    kind: PipelineKind,
-    manifest: &Path,
-    activate: bool,
-) -> ExitCode {
-    finish(
-        "deploy",
-        deploy_manifest(api, kind, manifest, activate).await,
-    )
+pub async fn deploy(api: &ApiArgs, kind: PipelineKind, manifest: &Path, then: Then) -> ExitCode {
+    finish("deploy", deploy_manifest(api, kind, manifest, then).await)
+}
+
+/// `lakehost pipeline shadow`.
+pub async fn shadow(api: &ApiArgs, action: ShadowAction) -> ExitCode {
+    let done = shadow_lines(api, action).await.map(|lines| {
+        for line in lines {
+            println!("{line}");
+        }
+    });
+    finish("shadow", done)
 }
 
 /// `lakehost pipeline versions`.
@@ -105,8 +146,11 @@ async fn deploy_manifest(
     api_args: &ApiArgs,
     kind: PipelineKind,
     manifest: &Path,
-    activate: bool,
+    then: Then,
 ) -> Result<(), CommandError> {
+    if then == Then::Shadow && kind == PipelineKind::Daily {
+        return Err(CommandError::DailyShadow);
+    }
     // Every file is read (and its size checked) before the first call, so a
     // manifest that cannot go stores nothing.
     let local = LocalManifest::read(manifest)?;
@@ -127,11 +171,56 @@ async fn deploy_manifest(
     }
     let version = api.post_version(kind, local.with_digests()).await?;
     println!("version {} {}", version.version, version.digest);
-    if activate {
-        let activation = api.activate(kind, version.version).await?;
-        println!("{}", activation.line());
+    match then {
+        Then::Keep => {}
+        Then::Activate => {
+            let activation = api.activate(kind, version.version).await?;
+            println!("{}", activation.line());
+        }
+        Then::Shadow => {
+            let setting = api.set_shadow(Some(version.version)).await?;
+            println!(
+                "shadow version {}",
+                setting.version.unwrap_or(version.version)
+            );
+        }
     }
     Ok(())
+}
+
+/// The lines `shadow` prints.
+async fn shadow_lines(
+    api_args: &ApiArgs,
+    action: ShadowAction,
+) -> Result<Vec<String>, CommandError> {
+    let api = Api::new(api_args)?;
+    Ok(match action {
+        ShadowAction::Set(version) => vec![api.set_shadow(Some(version)).await?.line()],
+        ShadowAction::Off => {
+            api.set_shadow(None).await?;
+            vec!["shadow off".into()]
+        }
+        ShadowAction::Report => report_lines(&api.shadow_report().await?),
+    })
+}
+
+/// The setting, the tally, then one line per disagreement.
+fn report_lines(report: &ShadowReport) -> Vec<String> {
+    let mut lines = vec![
+        report.setting.line(),
+        format!("loads {}, agreements {}", report.loads, report.agreements),
+    ];
+    for run in &report.disagreements {
+        lines.push(format!(
+            "{}  active {} vs shadow {}  step {}  {}",
+            run.load_id,
+            run.active_outcome,
+            run.shadow_outcome,
+            run.step.as_deref().unwrap_or("-"),
+            run.message.as_deref().unwrap_or("-"),
+        ));
+    }
+    lines
 }
 
 async fn list_versions(api_args: &ApiArgs, kind: PipelineKind) -> Result<(), CommandError> {
@@ -160,177 +249,5 @@ async fn list_versions(api_args: &ApiArgs, kind: PipelineKind) -> Result<(), Com
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::{Arc, Mutex};
-
-    use axum::{
-        Router,
-        body::Bytes,
-        http::{HeaderMap, Method, StatusCode, Uri, header},
-        response::IntoResponse,
-    };
-    use sha2::{Digest as _, Sha256};
-
-    use super::*;
-
-    /// A call the fake API was sent: method and path, content type,
-    /// authorization, body.
-    #[derive(Debug, Clone, PartialEq)]
-    struct Call {
-        to: String,
-        content_type: String,
-        authorization: String,
-        body: Vec<u8>,
-    }
-
-    /// An API that stores whatever it is sent, makes it version 7 (or
-    /// refuses it as a server refuses a bad grant), and activates it; it
-    /// keeps the calls it was sent.
-    async fn fake_api(refuse_versions: bool) -> (ApiArgs, Arc<Mutex<Vec<Call>>>) {
-        let calls = Arc::new(Mutex::new(Vec::new()));
-        let seen = calls.clone();
-        let app = Router::new().fallback(
-            move |method: Method, uri: Uri, headers: HeaderMap, body: Bytes| {
-                let seen = seen.clone();
-                async move {
-                    let header = |name| {
-                        headers
-                            .get(name)
-                            .map(|v: &header::HeaderValue| v.to_str().unwrap().to_string())
-                            .unwrap_or_default()
-                    };
-                    let to = format!("{method} {}", uri.path());
-                    seen.lock().unwrap().push(Call {
-                        to: to.clone(),
-                        content_type: header(header::CONTENT_TYPE),
-                        authorization: header(header::AUTHORIZATION),
-                        body: body.to_vec(),
-                    });
-                    let (status, answer) = match to.as_str() {
-                        "POST /v2/pipeline/load/versions" if refuse_versions => (
-                            StatusCode::BAD_REQUEST,
-                            serde_json::json!({"message": "steps[1].grants[0]: `lake-sql` is not allowed"}),
-                        ),
-                        "POST /v2/pipeline/load/versions" => (
-                            StatusCode::CREATED,
-                            serde_json::json!({"version": 7, "digest": "sha256:ab",
-                                "createdBy": "demo-admin", "createdAt": "2026-12-06T09:00:00.000000+00:00",
-                                "steps": [{"name": "guard"}]}),
-                        ),
-                        "PUT /v2/pipeline/load/active" => (
-                            StatusCode::OK,
-                            serde_json::json!({"version": 7, "activatedBy": "demo-admin",
-                                "activatedAt": "2026-12-06T09:00:01.000000+00:00"}),
-                        ),
-                        _ => {
-                            let digest = uri.path().rsplit('/').next().unwrap().to_string();
-                            (
-                                StatusCode::CREATED,
-                                serde_json::json!({"digest": digest, "bytes": body.len(), "world": "step"}),
-                            )
-                        }
-                    };
-                    (status, axum::Json(answer)).into_response()
-                }
-            },
-        );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        let args = ApiArgs {
-            api: format!("http://{address}/v2"),
-            token: "T0KEN".into(),
-            ca_cert: None,
-        };
-        (args, calls)
-    }
-
-    const MANIFEST: &str = "version = 1\n\n[[steps]]\nname = \"guard\"\n\
-                            component = \"guard.wasm\" # ours\ngrants = [\"lake-append\"]\n";
-
-    #[tokio::test]
-    async fn deploy_uploads_posts_the_digests_and_activates() {
-        let dir = tempfile::tempdir().unwrap();
-        let manifest = dir.path().join("load.toml");
-        std::fs::write(&manifest, MANIFEST).unwrap();
-        std::fs::write(dir.path().join("guard.wasm"), b"\0asm guard").unwrap();
-        let (args, calls) = fake_api(false).await;
-
-        deploy_manifest(&args, PipelineKind::Load, &manifest, true)
-            .await
-            .unwrap();
-
-        let digest = format!("sha256:{}", hex::encode(Sha256::digest(b"\0asm guard")));
-        let calls = calls.lock().unwrap().clone();
-        let call = |to: String, content_type: &str, body: &[u8]| Call {
-            to,
-            content_type: content_type.into(),
-            authorization: "Bearer T0KEN".into(),
-            body: body.to_vec(),
-        };
-        assert_eq!(
-            calls,
-            [
-                call(
-                    format!("PUT /v2/pipeline/components/{digest}"),
-                    "application/wasm",
-                    b"\0asm guard"
-                ),
-                call(
-                    "POST /v2/pipeline/load/versions".into(),
-                    "application/toml",
-                    MANIFEST
-                        .replace("\"guard.wasm\"", &format!("\"{digest}\""))
-                        .as_bytes()
-                ),
-                call(
-                    "PUT /v2/pipeline/load/active".into(),
-                    "application/json",
-                    br#"{"version":7}"#
-                ),
-            ]
-        );
-    }
-
-    #[tokio::test]
-    async fn a_refused_version_is_the_servers_message_exit_code_1_and_activates_nothing() {
-        let dir = tempfile::tempdir().unwrap();
-        let manifest = dir.path().join("load.toml");
-        std::fs::write(&manifest, MANIFEST).unwrap();
-        std::fs::write(dir.path().join("guard.wasm"), b"\0asm guard").unwrap();
-        let (args, calls) = fake_api(true).await;
-
-        let e = deploy_manifest(&args, PipelineKind::Load, &manifest, true)
-            .await
-            .unwrap_err();
-
-        assert_eq!(
-            e.to_string(),
-            "POST /v2/pipeline/load/versions: 400 Bad Request: steps[1].grants[0]: `lake-sql` is not allowed"
-        );
-        assert_eq!(e.exit_code(), 1);
-        let tos: Vec<String> = calls.lock().unwrap().iter().map(|c| c.to.clone()).collect();
-        assert_eq!(tos.len(), 2, "{tos:?}");
-        assert_eq!(tos[1], "POST /v2/pipeline/load/versions");
-    }
-
-    #[tokio::test]
-    async fn a_missing_component_stops_the_deploy_before_any_call() {
-        let dir = tempfile::tempdir().unwrap();
-        let manifest = dir.path().join("load.toml");
-        std::fs::write(&manifest, MANIFEST).unwrap();
-        let (args, calls) = fake_api(false).await;
-
-        let e = deploy_manifest(&args, PipelineKind::Load, &manifest, false)
-            .await
-            .unwrap_err();
-
-        assert!(
-            with_causes(&e).contains("guard.wasm"),
-            "{}",
-            with_causes(&e)
-        );
-        assert_eq!(e.exit_code(), 2);
-        assert!(calls.lock().unwrap().is_empty());
-    }
-}
+#[path = "deploy_tests.rs"]
+mod tests;

@@ -89,6 +89,9 @@ pub(super) fn segment(kind: PipelineKind) -> &'static str {
     }
 }
 
+/// The load pipeline's shadow: only a load pipeline has one.
+const SHADOW: &str = "/v2/pipeline/load/shadow";
+
 /// `PUT /v2/pipeline/components/...`'s body.
 #[derive(Deserialize)]
 pub(super) struct StoredComponent {
@@ -141,6 +144,48 @@ impl Activation {
             None => format!("the operator's files, since {at} ({by})"),
         }
     }
+}
+
+/// The load pipeline's shadow, as `PUT`, `DELETE` and `GET .../shadow`
+/// answer it: all null when none was ever set.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct ShadowSetting {
+    pub(super) version: Option<u64>,
+    set_by: Option<String>,
+    set_at: Option<String>,
+}
+
+impl ShadowSetting {
+    pub(super) fn line(&self) -> String {
+        let by = self.set_by.as_deref().unwrap_or("?");
+        let at = self.set_at.as_deref().unwrap_or("?");
+        match self.version {
+            Some(n) => format!("shadow version {n} by {by} at {at}"),
+            None => "no shadow".into(),
+        }
+    }
+}
+
+/// `GET /v2/pipeline/load/shadow`: the setting and what it found since.
+#[derive(Debug, Deserialize)]
+pub(super) struct ShadowReport {
+    #[serde(flatten)]
+    pub(super) setting: ShadowSetting,
+    pub(super) loads: u64,
+    pub(super) agreements: u64,
+    pub(super) disagreements: Vec<ShadowRun>,
+}
+
+/// A commit whose shadow run did not agree with its active steps.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct ShadowRun {
+    pub(super) load_id: String,
+    pub(super) active_outcome: String,
+    pub(super) shadow_outcome: String,
+    pub(super) step: Option<String>,
+    pub(super) message: Option<String>,
 }
 
 /// A refusal's body.
@@ -245,6 +290,28 @@ impl Api {
             .put(self.url(&path))
             .json(&serde_json::json!({ "version": version }));
         Ok(self.call(format!("PUT {path}"), request).await?.1)
+    }
+
+    /// Runs a load version beside every commit (`version`), or no more
+    /// (`None`).
+    pub(super) async fn set_shadow(
+        &self,
+        version: Option<u64>,
+    ) -> Result<ShadowSetting, CallError> {
+        let request = match version {
+            Some(version) => self
+                .http
+                .put(self.url(SHADOW))
+                .json(&serde_json::json!({ "version": version })),
+            None => self.http.delete(self.url(SHADOW)),
+        };
+        let method = if version.is_some() { "PUT" } else { "DELETE" };
+        Ok(self.call(format!("{method} {SHADOW}"), request).await?.1)
+    }
+
+    pub(super) async fn shadow_report(&self) -> Result<ShadowReport, CallError> {
+        let request = self.http.get(self.url(SHADOW));
+        Ok(self.call(format!("GET {SHADOW}"), request).await?.1)
     }
 
     fn url(&self, path: &str) -> String {

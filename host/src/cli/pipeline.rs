@@ -1,8 +1,8 @@
 //! `lakehost pipeline ...`, part of the binary: each subcommand's arguments
 //! (clap), and the printing and exit codes around the library's work
 //! (`load::dry_run`, `dailyrun::dry_run`, `pipeline::check`,
-//! `pipeline::scaffold`, `pipeline::wit_package`; `deploy`, `versions` and
-//! `activate` call a server's API through `deploy.rs`).
+//! `pipeline::scaffold`, `pipeline::wit_package`; `deploy`, `versions`,
+//! `activate` and `shadow` call a server's API through `deploy.rs`).
 
 use std::path::{Path, PathBuf};
 
@@ -109,6 +109,10 @@ pub enum PipelineCommand {
         /// Then make the new version the active one.
         #[arg(long)]
         activate: bool,
+        /// Then run the new version beside every load commit, as the load
+        /// pipeline's shadow (a load manifest only).
+        #[arg(long, conflicts_with = "activate")]
+        shadow: bool,
         #[command(flatten)]
         api: ApiArgs,
     },
@@ -130,6 +134,19 @@ pub enum PipelineCommand {
         #[command(flatten)]
         api: ApiArgs,
     },
+    /// The load pipeline's shadow: with N, runs load version N beside every
+    /// commit (read-only; the loads' outcomes are the active steps'); with
+    /// --off, no more; with neither, prints the shadow and the loads whose
+    /// outcome it did not agree with.
+    Shadow {
+        /// The load version to run beside every commit.
+        version: Option<u64>,
+        /// Remove the shadow.
+        #[arg(long, conflicts_with = "version")]
+        off: bool,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
 }
 
 /// `--lang`'s values.
@@ -146,8 +163,12 @@ pub async fn run(command: PipelineCommand) -> std::process::ExitCode {
             manifest,
             daily,
             activate,
+            shadow,
             api,
-        } => deploy_cli::deploy(&api, kind_of(daily), &manifest, activate).await,
+        } => {
+            let then = deploy_cli::Then::from_flags(activate, shadow);
+            deploy_cli::deploy(&api, kind_of(daily), &manifest, then).await
+        }
         PipelineCommand::Versions { daily, api } => {
             deploy_cli::versions(&api, kind_of(daily)).await
         }
@@ -156,6 +177,14 @@ pub async fn run(command: PipelineCommand) -> std::process::ExitCode {
             daily,
             api,
         } => deploy_cli::activate(&api, kind_of(daily), version).await,
+        PipelineCommand::Shadow { version, off, api } => {
+            let action = match (version, off) {
+                (Some(version), _) => deploy_cli::ShadowAction::Set(version),
+                (None, true) => deploy_cli::ShadowAction::Off,
+                (None, false) => deploy_cli::ShadowAction::Report,
+            };
+            deploy_cli::shadow(&api, action).await
+        }
         PipelineCommand::Wit { out } => pipeline_wit(&out),
         PipelineCommand::NewStep {
             name,

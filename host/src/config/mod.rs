@@ -37,7 +37,7 @@ pub use self::{
     distributed::{DistributedConfig, MIN_SECRET_BYTES},
     idp::{IdpConfig, IdpPrincipal, ROLE_NAMES},
     orgs::OrgConfig,
-    pipeline::{ErrorMessagesShape, HAS_TEST_STEPS, PipelineConfig},
+    pipeline::{CAPABILITY_NAMES, ErrorMessagesShape, HAS_TEST_STEPS, PipelineConfig},
     query::{
         ArrowCompression, JobCaps, MAX_CSV_LINK_LIFETIME_S, MAX_REUSE_AGE_S, QueryConfig,
         SMALL_RESULT_BYTES,

@@ -134,7 +134,10 @@ impl PipelineConfig {
             ),
             ("pipeline.max_attempts", u64::from(self.max_attempts)),
             ("pipeline.max_component_bytes", self.max_component_bytes),
-            ("pipeline.max_step_time_limit_ms", self.max_step_time_limit_ms),
+            (
+                "pipeline.max_step_time_limit_ms",
+                self.max_step_time_limit_ms,
+            ),
             ("pipeline.max_step_memory_bytes", self.max_step_memory_bytes),
             ("pipeline.deploy_poll_ms", self.deploy_poll_ms),
         ] {

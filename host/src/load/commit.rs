@@ -28,10 +28,11 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    delete_prefix, load_prefix, parts_prefix,
-    staged::{PendingAppend, StagedLoad, StagedTarget},
+    delete_prefix,
     earlier_attempts::sweep_earlier_attempts,
+    load_prefix, parts_prefix,
     shadow::Shadows,
+    staged::{PendingAppend, StagedLoad, StagedTarget},
     staged_versions::StagedVersions,
     staging_path,
 };

@@ -15,10 +15,10 @@ mod earlier_attempts;
 pub mod grant;
 pub mod parquet_envelope;
 pub mod parquet_schema_depth;
+mod shadow;
 pub mod staged;
 mod staged_scan;
 pub mod staged_sql;
-mod shadow;
 mod staged_versions;
 
 use std::sync::Arc;

@@ -42,8 +42,15 @@ pub(super) struct Shadows {
 impl Shadows {
     /// The shadow to run beside `load`'s commit, if its zone or org set
     /// one; one that cannot be had is logged and not run.
-    pub(super) async fn plan(&self, deployments: &Deployments, load: &NewLoad) -> Option<ShadowPlan> {
-        match deployments.shadow_for(&load.org, load.zone.as_deref()).await {
+    pub(super) async fn plan(
+        &self,
+        deployments: &Deployments,
+        load: &NewLoad,
+    ) -> Option<ShadowPlan> {
+        match deployments
+            .shadow_for(&load.org, load.zone.as_deref())
+            .await
+        {
             Ok(plan) => plan,
             Err(e) => {
                 tracing::warn!(load = %load.id, error = %e, "the load pipeline's shadow was not run");
@@ -103,7 +110,9 @@ impl Shadows {
         let (shadow, step, message) = shadow_label(&outcome);
         let agreed = active == shadow;
         let message = match message {
-            None if !agreed => Some(format!("the shadow's steps passed; the load ended {active}")),
+            None if !agreed => Some(format!(
+                "the shadow's steps passed; the load ended {active}"
+            )),
             message => message,
         };
         let run = ShadowRun {
@@ -164,7 +173,10 @@ mod tests {
             error_type: error_type.into(),
             error_messages_json: "[]".into(),
         };
-        assert_eq!(active_label(&failed("ParquetValidation")), "failed (ParquetValidation)");
+        assert_eq!(
+            active_label(&failed("ParquetValidation")),
+            "failed (ParquetValidation)"
+        );
         assert_eq!(active_label(&failed("InternalError")), "error");
         let shadow = Ok(PipelineOutcome::Failed {
             step: "guard".into(),

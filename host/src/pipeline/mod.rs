@@ -36,9 +36,7 @@ mod sequence;
 pub mod wit_package;
 
 pub use engine::{ComponentError, EngineStartError, PipelineEngine, SharedCause};
-pub use sequence::{
-    StepJudgement, StepReport, StepsRun, Stopped, run_steps, run_steps_blocking,
-};
+pub use sequence::{StepJudgement, StepReport, StepsRun, Stopped, run_steps, run_steps_blocking};
 
 /// Which pipeline a manifest or a component belongs to: each is its own WIT
 /// world with its own capabilities.

@@ -356,17 +356,52 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), None).await.unwrap();
         let (org, zone) = (scope(None), scope(Some("lab")));
-        assert_eq!(store.add_pipeline_version(&org, "load", &version("a")).await.unwrap(), 1);
-        assert_eq!(store.add_pipeline_version(&org, "load", &version("b")).await.unwrap(), 2);
-        assert_eq!(store.add_pipeline_version(&org, "daily", &version("c")).await.unwrap(), 1);
-        assert_eq!(store.add_pipeline_version(&zone, "load", &version("d")).await.unwrap(), 1);
+        assert_eq!(
+            store
+                .add_pipeline_version(&org, "load", &version("a"))
+                .await
+                .unwrap(),
+            1
+        );
+        assert_eq!(
+            store
+                .add_pipeline_version(&org, "load", &version("b"))
+                .await
+                .unwrap(),
+            2
+        );
+        assert_eq!(
+            store
+                .add_pipeline_version(&org, "daily", &version("c"))
+                .await
+                .unwrap(),
+            1
+        );
+        assert_eq!(
+            store
+                .add_pipeline_version(&zone, "load", &version("d"))
+                .await
+                .unwrap(),
+            1
+        );
         let listed = store.pipeline_versions(&org, "load", 10).await.unwrap();
         assert_eq!(listed.iter().map(|v| v.version).collect::<Vec<_>>(), [2, 1]);
         assert_eq!(
-            store.pipeline_version(&zone, "load", 1).await.unwrap().unwrap().manifest,
+            store
+                .pipeline_version(&zone, "load", 1)
+                .await
+                .unwrap()
+                .unwrap()
+                .manifest,
             "d"
         );
-        assert!(store.pipeline_version(&zone, "load", 2).await.unwrap().is_none());
+        assert!(
+            store
+                .pipeline_version(&zone, "load", 2)
+                .await
+                .unwrap()
+                .is_none()
+        );
 
         for (version, at) in [(Some(2), 1), (Some(1), 2), (None, 3)] {
             let activation = Activation {
@@ -374,14 +409,23 @@ mod tests {
                 activated_by: "admin".into(),
                 activated_at: at,
             };
-            store.activate_pipeline(&org, "load", &activation).await.unwrap();
+            store
+                .activate_pipeline(&org, "load", &activation)
+                .await
+                .unwrap();
         }
         let history = store.pipeline_activations(&org, "load", 10).await.unwrap();
         assert_eq!(
             history.iter().map(|a| a.version).collect::<Vec<_>>(),
             [None, Some(1), Some(2)]
         );
-        assert!(store.pipeline_activations(&zone, "load", 10).await.unwrap().is_empty());
+        assert!(
+            store
+                .pipeline_activations(&zone, "load", 10)
+                .await
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[tokio::test]
@@ -395,15 +439,48 @@ mod tests {
             created_by: "admin".into(),
             created_at: 5,
         };
-        assert!(store.add_pipeline_component(&scope(None), &component).await.unwrap());
-        assert!(!store.add_pipeline_component(&scope(None), &component).await.unwrap());
-        assert!(store.add_pipeline_component(&scope(Some("lab")), &component).await.unwrap());
+        assert!(
+            store
+                .add_pipeline_component(&scope(None), &component)
+                .await
+                .unwrap()
+        );
+        assert!(
+            !store
+                .add_pipeline_component(&scope(None), &component)
+                .await
+                .unwrap()
+        );
+        assert!(
+            store
+                .add_pipeline_component(&scope(Some("lab")), &component)
+                .await
+                .unwrap()
+        );
         assert_eq!(
-            store.pipeline_component(&scope(None), "sha256:00").await.unwrap(),
+            store
+                .pipeline_component(&scope(None), "sha256:00")
+                .await
+                .unwrap(),
             Some(component.clone())
         );
-        assert!(store.pipeline_component(&scope(None), "sha256:01").await.unwrap().is_none());
-        assert_eq!(store.pipeline_components_since(5, 10).await.unwrap().len(), 2);
-        assert!(store.pipeline_components_since(6, 10).await.unwrap().is_empty());
+        assert!(
+            store
+                .pipeline_component(&scope(None), "sha256:01")
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert_eq!(
+            store.pipeline_components_since(5, 10).await.unwrap().len(),
+            2
+        );
+        assert!(
+            store
+                .pipeline_components_since(6, 10)
+                .await
+                .unwrap()
+                .is_empty()
+        );
     }
 }

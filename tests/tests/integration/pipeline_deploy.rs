@@ -245,6 +245,61 @@ fn keys(body: &Value) -> Vec<String> {
     keys
 }
 
+/// PUTs `bytes` as a component in one chunk of a chunked body (no
+/// Content-Length) over a plain TCP stream, and reads the answer before
+/// the body's end: a server that answers as soon as the cap is passed
+/// closes on a client that has nothing more in flight. Status and JSON body.
+async fn put_chunked(app: &TestApp, token: &str, bytes: &[u8]) -> (u16, Value) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut stream = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    let head = format!(
+        "PUT {COMPONENTS}/{} HTTP/1.1\r\nHost: {ORG_HOST}:{}\r\n\
+         Authorization: Bearer {token}\r\nContent-Type: application/wasm\r\n\
+         Transfer-Encoding: chunked\r\n\r\n{:x}\r\n",
+        digest(bytes),
+        app.addr.port(),
+        bytes.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(bytes).await.unwrap();
+    stream.write_all(b"\r\n").await.unwrap();
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 4096];
+    let read_all = async {
+        loop {
+            let n = stream.read(&mut buffer).await.unwrap();
+            answer.extend_from_slice(&buffer[..n]);
+            let text = String::from_utf8_lossy(&answer).to_string();
+            if n == 0 {
+                return text;
+            }
+            if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                let length = head
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("content-length: ")
+                            .map(String::from)
+                    })
+                    .and_then(|v| v.trim().parse::<usize>().ok());
+                if length.is_some_and(|length| body.len() >= length) {
+                    return text;
+                }
+            }
+        }
+    };
+    let text = tokio::time::timeout(std::time::Duration::from_secs(60), read_all)
+        .await
+        .expect("an answer before the body's end");
+    let (head, body) = text.split_once("\r\n\r\n").expect("a response head");
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status");
+    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn components_and_manifests_are_refused_with_a_status_and_a_reason() {
     // Small enough that a few more bytes than a step are over it.
@@ -304,22 +359,8 @@ async fn components_and_manifests_are_refused_with_a_status_and_a_reason() {
     let (status, body) = put_component(&app, ORG_HOST, &admin, &big).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
     assert_eq!(body, json!({"message": "Request Entity Too Large"}));
-    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
-        big.chunks(4096).map(|c| Ok(c.to_vec())).collect();
-    let response = app
-        .request(
-            reqwest::Method::PUT,
-            ORG_HOST,
-            &format!("{COMPONENTS}/{}", digest(&big)),
-        )
-        .bearer_auth(&admin)
-        .header("Content-Type", "application/wasm")
-        .body(reqwest::Body::wrap_stream(tokio_stream::iter(chunks)))
-        .send()
-        .await
-        .expect("request sent");
-    let (status, body) = read(response).await;
-    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    let (status, body) = put_chunked(&app, &admin, &big).await;
+    assert_eq!(status, 413, "{body}");
     assert_eq!(body, json!({"message": "Request Entity Too Large"}));
 
     // A digest never stored.
@@ -702,6 +743,31 @@ async fn a_version_is_deployed_activated_judges_commits_and_is_rolled_back() {
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{missing}");
     assert_eq!(missing, json!({"message": "version 2 was not found"}));
+
+    // A load whose commit has not begun has no record (as a load that is
+    // not there).
+    let open = app
+        .create_load(
+            &admin,
+            &json!({"load_type": "APPEND_ONLY", "table_name": "trips"}),
+        )
+        .await;
+    for id in [open.as_str(), "no-such-load"] {
+        let (status, body) = app
+            .get(ORG_HOST, &format!("{LOAD}/{id}/pipeline"), Some(&admin))
+            .await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{id}: {body}");
+        assert_eq!(
+            body,
+            json!({"message": "NotFound: load_id does not exist for this user."})
+        );
+    }
+
+    // The daily pipeline's versions are numbered apart.
+    let (status, daily) = post_version(&app, ORG_HOST, &admin, "daily", &pause_manifest(0)).await;
+    assert_eq!(status, StatusCode::CREATED, "{daily}");
+    assert_eq!(daily["version"], 1, "{daily}");
+    assert_eq!(daily["steps"][0]["component"], "builtin:daily_pause");
 
     // Before any activation the built-in default judges, and a failed
     // load's body has the spec's keys (a checksum that does not match).

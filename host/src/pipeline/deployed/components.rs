@@ -164,7 +164,11 @@ impl Deployments {
     /// Makes the stored component `digest` ready for a `kind` pipeline on
     /// this replica; true when it had to be compiled (or loaded compiled)
     /// now, false when it was ready.
-    pub(super) async fn ready(&self, kind: PipelineKind, digest: &str) -> Result<bool, DeployError> {
+    pub(super) async fn ready(
+        &self,
+        kind: PipelineKind,
+        digest: &str,
+    ) -> Result<bool, DeployError> {
         if self.engine.is_ready(kind, digest) {
             return Ok(false);
         }

@@ -97,9 +97,12 @@ impl Deployments {
             });
         }
         let files = PipelineFiles::of(&self.config);
-        let manifest = org_manifest(kind, &files, org, self.config.test_steps)
-            .map_err(DeployError::Files)?;
-        let by = if manifest.origin.starts_with(crate::pipeline::manifest::BUILT_IN_ORIGIN) {
+        let manifest =
+            org_manifest(kind, &files, org, self.config.test_steps).map_err(DeployError::Files)?;
+        let by = if manifest
+            .origin
+            .starts_with(crate::pipeline::manifest::BUILT_IN_ORIGIN)
+        {
             JudgedBy::BuiltIn
         } else {
             JudgedBy::Files

@@ -28,9 +28,9 @@ use crate::{
 use super::{ComponentError, PipelineEngine, manifest::ManifestError};
 
 mod background;
-pub mod shadow;
 mod components;
 mod judge;
+pub mod shadow;
 #[cfg(test)]
 mod tests;
 mod versions;

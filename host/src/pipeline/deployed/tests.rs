@@ -62,13 +62,21 @@ async fn a_component_is_stored_once_by_its_digest_with_its_world() {
     let d = &setup.deployments;
     let guard = bytes_of("reject_columns");
     let digest = components::digest_of(&guard);
-    let Stored::Created(info) = d.put_component(&org(), &digest, guard.clone(), "admin").await.unwrap()
+    let Stored::Created(info) = d
+        .put_component(&org(), &digest, guard.clone(), "admin")
+        .await
+        .unwrap()
     else {
         panic!("stored twice")
     };
-    assert_eq!((info.kind, info.bytes), (PipelineKind::Load, guard.len() as u64));
+    assert_eq!(
+        (info.kind, info.bytes),
+        (PipelineKind::Load, guard.len() as u64)
+    );
     assert!(matches!(
-        d.put_component(&org(), &digest, guard.clone(), "admin").await.unwrap(),
+        d.put_component(&org(), &digest, guard.clone(), "admin")
+            .await
+            .unwrap(),
         Stored::Existing(_)
     ));
     // Another org (or zone) has not stored it.
@@ -99,7 +107,10 @@ async fn a_bad_digest_size_or_component_is_refused_and_nothing_is_stored() {
     let digest = components::digest_of(&guard);
     let refused = |r: Result<Stored, DeployError>| r.unwrap_err();
     assert!(matches!(
-        refused(d.put_component(&org(), "sha256:ABC", guard.clone(), "a").await),
+        refused(
+            d.put_component(&org(), "sha256:ABC", guard.clone(), "a")
+                .await
+        ),
         DeployError::BadDigest(_)
     ));
     let other = components::digest_of(b"other");
@@ -113,7 +124,10 @@ async fn a_bad_digest_size_or_component_is_refused_and_nothing_is_stored() {
         DeployError::TooLarge { cap } if cap == 1 << 20
     ));
     let junk = Bytes::from_static(b"\0asm not really");
-    let error = refused(d.put_component(&org(), &components::digest_of(&junk), junk, "a").await);
+    let error = refused(
+        d.put_component(&org(), &components::digest_of(&junk), junk, "a")
+            .await,
+    );
     assert!(matches!(error, DeployError::NotUsable(_)), "{error}");
     assert!(matches!(
         d.component(&org(), &digest).await,
@@ -130,26 +144,43 @@ async fn a_version_is_checked_numbered_activated_rolled_back_and_run() {
     let grants = "[\"staged-files\", \"log\"]";
     // Not stored yet.
     let missing = d
-        .create_version(&org(), PipelineKind::Load, &load_manifest(&digest, grants), "a")
+        .create_version(
+            &org(),
+            PipelineKind::Load,
+            &load_manifest(&digest, grants),
+            "a",
+        )
         .await
         .unwrap_err();
-    assert!(missing.to_string().contains("is not stored here"), "{missing}");
-    d.put_component(&org(), &digest, guard, "admin").await.unwrap();
+    assert!(
+        missing.to_string().contains("is not stored here"),
+        "{missing}"
+    );
+    d.put_component(&org(), &digest, guard, "admin")
+        .await
+        .unwrap();
     let refusals = [
         (load_manifest("guard.wasm", grants), "steps[5].component"),
         (
-            load_manifest(&digest, grants).replace("[steps.config]", "time_limit_ms = 3600001\n[steps.config]"),
+            load_manifest(&digest, grants)
+                .replace("[steps.config]", "time_limit_ms = 3600001\n[steps.config]"),
             "steps[5].time_limit_ms",
         ),
         (
             load_manifest(&digest, grants).replace("\"lake-append\"", "\"log\""),
             "steps",
         ),
-        ("version = 1\n[[steps]]\nname = \"x\"\ncomponent = \"builtin:sql_transform\"\n".into(), "steps[0].component"),
+        (
+            "version = 1\n[[steps]]\nname = \"x\"\ncomponent = \"builtin:sql_transform\"\n".into(),
+            "steps[0].component",
+        ),
         ("version = 1\nsteps = [\n".into(), "<toml>"),
     ];
     for (text, key) in refusals {
-        match d.create_version(&org(), PipelineKind::Load, &text, "a").await {
+        match d
+            .create_version(&org(), PipelineKind::Load, &text, "a")
+            .await
+        {
             Err(DeployError::Manifest(e)) => assert_eq!(e.key, key, "{e}"),
             other => panic!("{key}: {other:?}"),
         }
@@ -158,50 +189,105 @@ async fn a_version_is_checked_numbered_activated_rolled_back_and_run() {
     let daily = format!(
         "version = 1\n[[steps]]\nname = \"guard\"\ncomponent = \"{digest}\"\ngrants = [\"log\"]\n"
     );
-    let wrong_world = d.create_version(&org(), PipelineKind::Daily, &daily, "a").await.unwrap_err();
-    assert!(wrong_world.to_string().contains("world step"), "{wrong_world}");
+    let wrong_world = d
+        .create_version(&org(), PipelineKind::Daily, &daily, "a")
+        .await
+        .unwrap_err();
+    assert!(
+        wrong_world.to_string().contains("world step"),
+        "{wrong_world}"
+    );
 
     let first = d
-        .create_version(&org(), PipelineKind::Load, builtin::manifest(PipelineKind::Load), "a")
+        .create_version(
+            &org(),
+            PipelineKind::Load,
+            builtin::manifest(PipelineKind::Load),
+            "a",
+        )
         .await
         .unwrap();
     let second = d
-        .create_version(&org(), PipelineKind::Load, &load_manifest(&digest, grants), "b")
+        .create_version(
+            &org(),
+            PipelineKind::Load,
+            &load_manifest(&digest, grants),
+            "b",
+        )
         .await
         .unwrap();
     assert_eq!((first.version, second.version), (1, 2));
     assert_eq!(second.steps.len(), 6);
     assert!(d.version(&org(), PipelineKind::Load, 3).await.is_err());
 
-    let judged = d.manifest_for(PipelineKind::Load, "demo", None).await.unwrap();
+    let judged = d
+        .manifest_for(PipelineKind::Load, "demo", None)
+        .await
+        .unwrap();
     assert_eq!(judged.by, JudgedBy::BuiltIn);
-    d.activate(&org(), PipelineKind::Load, Some(2), "b").await.unwrap();
-    let judged = d.manifest_for(PipelineKind::Load, "demo", Some("lab")).await.unwrap();
-    assert_eq!(judged.by, JudgedBy::Version { version: 2, digest: second.digest.clone() });
-    assert_eq!(judged.manifest.steps[5].component, ComponentSourceOf::Stored(digest.clone()));
+    d.activate(&org(), PipelineKind::Load, Some(2), "b")
+        .await
+        .unwrap();
+    let judged = d
+        .manifest_for(PipelineKind::Load, "demo", Some("lab"))
+        .await
+        .unwrap();
+    assert_eq!(
+        judged.by,
+        JudgedBy::Version {
+            version: 2,
+            digest: second.digest.clone()
+        }
+    );
+    assert_eq!(
+        judged.manifest.steps[5].component,
+        ComponentSourceOf::Stored(digest.clone())
+    );
     // Another org runs its own.
-    let other = d.manifest_for(PipelineKind::Load, "other", None).await.unwrap();
+    let other = d
+        .manifest_for(PipelineKind::Load, "other", None)
+        .await
+        .unwrap();
     assert_eq!(other.by, JudgedBy::BuiltIn);
     // Rollback, then the files again.
-    d.activate(&org(), PipelineKind::Load, Some(1), "b").await.unwrap();
-    let judged = d.manifest_for(PipelineKind::Load, "demo", None).await.unwrap();
+    d.activate(&org(), PipelineKind::Load, Some(1), "b")
+        .await
+        .unwrap();
+    let judged = d
+        .manifest_for(PipelineKind::Load, "demo", None)
+        .await
+        .unwrap();
     assert!(matches!(judged.by, JudgedBy::Version { version: 1, .. }));
-    d.activate(&org(), PipelineKind::Load, None, "b").await.unwrap();
-    assert_eq!(d.manifest_for(PipelineKind::Load, "demo", None).await.unwrap().by, JudgedBy::BuiltIn);
+    d.activate(&org(), PipelineKind::Load, None, "b")
+        .await
+        .unwrap();
+    assert_eq!(
+        d.manifest_for(PipelineKind::Load, "demo", None)
+            .await
+            .unwrap()
+            .by,
+        JudgedBy::BuiltIn
+    );
     let history = d.history(&org(), PipelineKind::Load).await.unwrap();
-    assert_eq!(history.iter().map(|a| a.version).collect::<Vec<_>>(), [None, Some(1), Some(2)]);
+    assert_eq!(
+        history.iter().map(|a| a.version).collect::<Vec<_>>(),
+        [None, Some(1), Some(2)]
+    );
     assert!(matches!(
         d.activate(&org(), PipelineKind::Load, Some(9), "b").await,
         Err(DeployError::VersionNotFound(9))
     ));
 }
 
-
 #[tokio::test]
 async fn a_grant_the_operator_keeps_from_orgs_is_refused() {
     let setup = setup(|config| config.org_grants.retain(|g| g != "log")).await;
     let text = builtin::manifest(PipelineKind::Load);
-    match setup.deployments.create_version(&org(), PipelineKind::Load, text, "a").await {
+    match setup
+        .deployments
+        .create_version(&org(), PipelineKind::Load, text, "a")
+        .await
+    {
         Err(DeployError::Manifest(e)) => {
             assert_eq!(e.key, "steps[0].grants");
             assert!(e.problem.contains("`log` may not be granted"), "{e}");

@@ -11,8 +11,7 @@ use crate::{
     pipeline::{
         PipelineKind,
         manifest::{
-            Capability, ComponentNames, ComponentSource, Manifest, ManifestError, Step,
-            test_step_refused,
+            ComponentNames, ComponentSource, Manifest, ManifestError, Step, test_step_refused,
         },
     },
     store::pipelines::{Activation, PipelineScope, PipelineVersion},
@@ -206,15 +205,7 @@ impl Deployments {
                 ));
             }
         }
-        let appends = |step: &Step| step.grants.contains(&Capability::LakeAppend);
-        if manifest.kind == PipelineKind::Load && !manifest.steps.iter().any(appends) {
-            return Err(refused(
-                "steps".into(),
-                "no step is granted `lake-append`: nothing would write the load's rows \
-                 (keep `builtin:append_rows`, or grant your own step lake-append)"
-                    .into(),
-            ));
-        }
+        manifest.check_appends().map_err(DeployError::Manifest)?;
         Ok(())
     }
 
@@ -284,7 +275,11 @@ impl Deployments {
             .store
             .pipeline_activations(scope, kind.label(), 1)
             .await?;
-        Ok(latest.into_iter().next().map(Into::into).unwrap_or_default())
+        Ok(latest
+            .into_iter()
+            .next()
+            .map(Into::into)
+            .unwrap_or_default())
     }
 
     /// The scope's activations, newest first.

@@ -239,7 +239,12 @@ impl PipelineEngine {
             PipelineKind::Load => self
                 .load_steps
                 .get_or_compile(key, || {
-                    of_world(kind, &compiled(wasm)?, &self.load_linker, bindings::StepPre::new)
+                    of_world(
+                        kind,
+                        &compiled(wasm)?,
+                        &self.load_linker,
+                        bindings::StepPre::new,
+                    )
                 })
                 .map(drop),
             PipelineKind::Daily => self
@@ -254,6 +259,28 @@ impl PipelineEngine {
                 })
                 .map(drop),
         }
+    }
+
+    /// The WIT interfaces of lakehost's package that `source`'s component
+    /// imports, by name (`staged-sql`, `log`, ...).
+    pub fn imported_interfaces(
+        &self,
+        kind: PipelineKind,
+        source: &ComponentSource,
+    ) -> Result<Vec<String>, ComponentError> {
+        let component = match kind {
+            PipelineKind::Load => self.load_step(source)?.instance_pre().component().clone(),
+            PipelineKind::Daily => self.daily_step(source)?.instance_pre().component().clone(),
+        };
+        let names = component
+            .component_type()
+            .imports(&self.engine)
+            .filter_map(|(name, _)| {
+                let interface = name.strip_prefix("lakehost:pipeline/")?;
+                Some(interface.split('@').next().unwrap_or(interface).to_string())
+            })
+            .collect();
+        Ok(names)
     }
 
     /// Whether the stored component `digest` is ready for a `kind` pipeline.

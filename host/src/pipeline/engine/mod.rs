@@ -42,7 +42,7 @@ use wasmtime::{
 
 use super::{
     DailyData, LOAD_ERROR_TYPES, LoadData, PipelineKind, PipelineOutcome, RunContext, RunControl,
-    StepContext, StepError, StepJudgement, StepVerdict, Stopped, StepsRun, builtin,
+    StepContext, StepError, StepJudgement, StepVerdict, StepsRun, Stopped, builtin,
     manifest::{ComponentSource, Manifest, Step},
     run_steps_blocking,
 };

@@ -114,7 +114,10 @@ pub const DIGEST_PREFIX: &str = "sha256:";
 /// Whether `text` is a component digest: `sha256:` and 64 lowercase hex digits.
 pub fn is_digest(text: &str) -> bool {
     text.strip_prefix(DIGEST_PREFIX).is_some_and(|hex| {
-        hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        hex.len() == 64
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
     })
 }
 
@@ -377,6 +380,27 @@ impl Manifest {
     }
 }
 
+impl Manifest {
+    /// Refuses a load manifest with no step granted `lake-append`: nothing
+    /// would write the load's rows. (`pipeline check` and deployed
+    /// versions refuse it; a server running such a file fails its
+    /// commits.)
+    pub fn check_appends(&self) -> Result<(), ManifestError> {
+        let appends = |step: &Step| step.grants.contains(&Capability::LakeAppend);
+        if self.kind == PipelineKind::Daily || self.steps.iter().any(appends) {
+            return Ok(());
+        }
+        Err(ManifestError {
+            file: self.origin.clone(),
+            key: "steps".into(),
+            problem: "no step is granted `lake-append`: nothing would write the load's rows \
+                      (keep `builtin:insert`, or grant your own step lake-append)"
+                .into(),
+            cause: None,
+        })
+    }
+}
+
 /// Why a component that is not a built-in is refused where it is named.
 #[derive(Debug, thiserror::Error)]
 enum NamingProblem {
@@ -419,7 +443,7 @@ fn other_component(
 
 /// A TOML error as a manifest's problem: its line and column, then what.
 fn toml_problem(text: &str, error: &toml::de::Error) -> String {
-    let message = error.message().trim();
+    let message = error.message().trim().replace('\n', "; ");
     match error.span() {
         Some(span) => {
             let before = &text[..span.start.min(text.len())];

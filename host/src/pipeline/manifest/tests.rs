@@ -164,7 +164,21 @@ fn invalid_manifests_name_the_file_and_the_key() {
             "steps[0].memory_limit_bytes",
             "at least",
         ),
-        ("version = ", "<toml>", "not valid TOML"),
+        (
+            "version = ",
+            "<toml>",
+            "not valid TOML at line 1, column 11",
+        ),
+        (
+            "version = 1\n[[steps]\nname = \"a\"\n",
+            "<toml>",
+            "not valid TOML at line 2, column 8",
+        ),
+        (
+            "version = 1\n[[steps]]\nname = \"a\"\ncomponent = \"sha256:00\"\n",
+            "steps[0].component",
+            "is named only in a version deployed over the API",
+        ),
         // A component stays inside the pipeline folder: no absolute path,
         // no `..` above the manifest's folder (the parse's base here).
         (
@@ -318,4 +332,62 @@ fn load_fifo(fifo: &Path) -> String {
     org_manifest(PipelineKind::Load, &PipelineFiles::new(dir), "demo", false)
         .unwrap_err()
         .to_string()
+}
+
+#[test]
+fn a_deployed_manifest_names_stored_components_by_digest_and_nothing_by_path() {
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let text = |component: &str| {
+        format!(
+            "version = 1\n[[steps]]\nname = \"a\"\ncomponent = \"{component}\"\n\
+             grants = [\"lake-append\"]\n"
+        )
+    };
+    let parse = |component: &str| {
+        Manifest::parse_naming(
+            PipelineKind::Load,
+            &text(component),
+            "posted",
+            ComponentNames::Stored,
+        )
+    };
+    let manifest = parse(&digest).unwrap();
+    assert_eq!(
+        manifest.steps[0].component,
+        ComponentSource::Stored(digest.clone())
+    );
+    assert_eq!(manifest.steps[0].component.to_string(), digest);
+    assert!(manifest.check_appends().is_ok());
+    for refused in [
+        "guard.wasm",
+        "sha256:AB",
+        "sha256:abc",
+        &format!("{digest}0"),
+    ] {
+        let error = parse(refused).unwrap_err();
+        assert_eq!(error.key, "steps[0].component", "{refused}");
+        assert!(
+            error.problem.contains("sha256:<64 lowercase hex digits>"),
+            "{error}"
+        );
+    }
+    let no_append = parse(&digest).map(|mut m| {
+        m.steps[0].grants.clear();
+        m
+    });
+    assert_eq!(no_append.unwrap().check_appends().unwrap_err().key, "steps");
+}
+
+#[test]
+fn the_capability_names_are_the_configs() {
+    let names: Vec<&str> = [PipelineKind::Load, PipelineKind::Daily]
+        .iter()
+        .flat_map(|kind| Capability::of(*kind))
+        .map(|c| c.name())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let mut configured = crate::config::CAPABILITY_NAMES.to_vec();
+    configured.sort();
+    assert_eq!(names, configured);
 }
