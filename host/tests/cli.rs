@@ -291,13 +291,17 @@ component = "missing.wasm"
 name = "checks"
 component = "builtin:verify_checksums"
 grants = ["staged-sql"]
+[[steps]]
+name = "insert"
+component = "builtin:insert"
+grants = ["staged-sql", "lake-append", "log"]
 "#,
     )
     .unwrap();
     let (code, stdout) = check(&[], &manifest);
     assert_eq!(code, Some(1), "{stdout}");
     let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 3, "{stdout}");
+    assert_eq!(lines.len(), 4, "{stdout}");
     assert!(
         lines[0].starts_with("step broken (garbage.wasm): not a usable component"),
         "{stdout}"
@@ -307,18 +311,49 @@ grants = ["staged-sql"]
         "{stdout}"
     );
     assert_eq!(lines[2], "step checks (builtin:verify_checksums): ok");
+    assert_eq!(lines[3], "step insert (builtin:insert): ok");
     let folder = dir.path().display().to_string();
     assert!(
         !lines[..2].iter().any(|line| line.contains(&folder)),
         "{stdout}"
     );
 
+    // A step importing a capability its grants lack (every call would be
+    // refused), and a load manifest with nothing that writes the rows.
+    let insert = "[[steps]]\nname = \"insert\"\ncomponent = \"builtin:insert\"\n\
+                  grants = [\"staged-sql\", \"lake-append\", \"log\"]\n";
+    std::fs::write(
+        &manifest,
+        format!(
+            "version = 1\n[[steps]]\nname = \"v\"\ncomponent = \"builtin:validate_parquet\"\n\
+             grants = [\"log\"]\n{insert}"
+        ),
+    )
+    .unwrap();
+    let (code, stdout) = check(&[], &manifest);
+    assert_eq!(code, Some(1), "{stdout}");
+    assert!(
+        stdout.starts_with(
+            "step v (builtin:validate_parquet): it imports staged-files, which its grants lack"
+        ),
+        "{stdout}"
+    );
+    std::fs::write(
+        &manifest,
+        "version = 1\n[[steps]]\nname = \"v\"\ncomponent = \"builtin:validate_parquet\"\n\
+         grants = [\"staged-files\", \"log\"]\n",
+    )
+    .unwrap();
+    let (code, stdout) = check(&[], &manifest);
+    assert_eq!(code, Some(1), "{stdout}");
+    assert!(stdout.contains("steps: no step is granted `lake-append`"), "{stdout}");
+
     // A real component of the other world, as a file: refused by its world.
     let (_, daily_step) = lakehost::pipeline::builtin::component("sql_transform").unwrap();
     std::fs::write(dir.path().join("daily.wasm"), daily_step).unwrap();
     std::fs::write(
         &manifest,
-        "version = 1\n[[steps]]\nname = \"other_world\"\ncomponent = \"daily.wasm\"\n",
+        format!("version = 1\n[[steps]]\nname = \"other_world\"\ncomponent = \"daily.wasm\"\n{insert}"),
     )
     .unwrap();
     let (code, stdout) = check(&[], &manifest);

@@ -689,5 +689,6 @@ async fn an_org_admin_deploys_a_step_in_shadow_activates_it_and_rolls_it_back_fr
             replica.log_lines_with(WAITED_ON_A_COMPILE),
             replica.log_lines_with("a deployed pipeline component is compiled"),
         );
+        eprintln!("{}", replica.log_about("compile"));
     }
 }

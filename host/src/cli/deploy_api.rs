@@ -18,7 +18,7 @@ pub struct ApiArgs {
     #[arg(long, env = "LAKEHOST_API")]
     pub api: String,
     /// A token of the org's (or zone's) ZoneAdmin, with pipeline:read (and
-    /// pipeline:write to deploy or activate).
+    /// pipeline:write to deploy, activate or set the shadow).
     #[arg(long, env = "LAKEHOST_TOKEN", hide_env_values = true)]
     pub token: String,
     /// A PEM certificate to trust besides the system's roots, for a server
