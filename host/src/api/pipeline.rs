@@ -139,10 +139,11 @@ async fn put_component(
     body: Body,
 ) -> Result<Response, ApiError> {
     let (scope, who) = owner(&caller)?;
-    crate::pipeline::deployed::Deployments::check_digest(&digest)?;
     let cap = state.deployments.max_component_bytes();
     // Read no further than the cap (a declared length past it was refused
-    // by the gateway before the body was read).
+    // by the gateway before the body was read). A bad digest is refused
+    // after the body is read: a client still sending would see the
+    // connection closed instead of the answer.
     let bytes = axum::body::to_bytes(body, usize::try_from(cap).unwrap_or(usize::MAX))
         .await
         .map_err(|_| crate::pipeline::deployed::DeployError::TooLarge { cap })?;
@@ -275,11 +276,22 @@ async fn get_version(
     Ok(Json(version_json(&info, true)))
 }
 
-/// `{"version": N}`.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ActivateBody {
-    version: i64,
+/// `{"version": N}` (an object: serde would take `[N]` for it too), the
+/// body of an activation and of a shadow.
+pub(super) fn version_body(body: &[u8]) -> Result<i64, ApiError> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct VersionBody {
+        version: i64,
+    }
+    let refused =
+        || ApiError::BadRequest("Body must be valid JSON: {\"version\": <integer>}.".into());
+    match serde_json::from_slice::<Value>(body) {
+        Ok(object @ Value::Object(_)) => serde_json::from_value::<VersionBody>(object)
+            .map(|b| b.version)
+            .map_err(|_| refused()),
+        _ => Err(refused()),
+    }
 }
 
 /// PUT /v2/pipeline/{kind}/active: makes a version the pipeline.
@@ -307,9 +319,7 @@ async fn set_active(
 ) -> Result<Json<Value>, ApiError> {
     let kind = kind_of(&kind)?;
     let (scope, who) = owner(&caller)?;
-    let ActivateBody { version } = serde_json::from_slice(&body).map_err(|_| {
-        ApiError::BadRequest("Body must be valid JSON: {\"version\": <integer>}.".into())
-    })?;
+    let version = version_body(&body)?;
     let info = state
         .deployments
         .activate(&scope, kind, Some(version), &who)

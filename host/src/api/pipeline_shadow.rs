@@ -10,7 +10,7 @@ use super::{
     AppState,
     dailyrun_body::iso_date,
     error::ApiError,
-    pipeline::owner,
+    pipeline::{owner, version_body},
     principal::{Caller, PipelineRead, PipelineWrite},
     schemas,
 };
@@ -45,13 +45,6 @@ fn setting_json(setting: Option<&ShadowSetting>) -> Value {
     })
 }
 
-/// `{"version": N}`.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ShadowBody {
-    version: i64,
-}
-
 /// PUT /v2/pipeline/load/shadow: runs a version beside every commit.
 #[utoipa::path(
     put,
@@ -74,9 +67,7 @@ async fn set_shadow(
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
     let (scope, who) = owner(&caller)?;
-    let ShadowBody { version } = serde_json::from_slice(&body).map_err(|_| {
-        ApiError::BadRequest("Body must be valid JSON: {\"version\": <integer>}.".into())
-    })?;
+    let version = version_body(&body)?;
     let setting = state
         .deployments
         .set_shadow(&scope, Some(version), &who)

@@ -313,7 +313,10 @@ fn pipeline_check(manifest: &Path, daily: bool) -> std::process::ExitCode {
     };
     for check in &steps {
         match &check.problem {
-            None => println!("step {} ({}): ok", check.step, check.component),
+            None => match &check.note {
+                None => println!("step {} ({}): ok", check.step, check.component),
+                Some(note) => println!("step {} ({}): ok; {note}", check.step, check.component),
+            },
             Some(problem) => println!("step {} ({}): {problem}", check.step, check.component),
         }
     }

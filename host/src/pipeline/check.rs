@@ -20,6 +20,9 @@ pub struct StepCheck {
     pub step: String,
     pub component: String,
     pub problem: Option<String>,
+    /// What an author should know of a usable step: the capabilities it
+    /// imports without their grants (those calls answer `not-granted`).
+    pub note: Option<String>,
 }
 
 /// Checks the `kind` manifest at `path` with `engine`; the manifest's own
@@ -37,33 +40,44 @@ pub fn check_manifest(
     Ok(manifest
         .steps
         .iter()
-        .map(|step| StepCheck {
-            step: step.name.clone(),
-            component: step.component.to_string(),
-            problem: problem_of(engine, kind, step),
+        .map(|step| {
+            let (problem, note) = match ungranted_imports(engine, kind, step) {
+                Ok(ungranted) => (None, ungranted),
+                Err(problem) => (Some(problem), None),
+            };
+            StepCheck {
+                step: step.name.clone(),
+                component: step.component.to_string(),
+                problem,
+                note,
+            }
         })
         .collect())
 }
 
-/// What is wrong with `step`: its component does not compile or match the
-/// world, or it imports a capability its grants lack (every call of that
-/// import would answer `not-granted`).
-fn problem_of(engine: &PipelineEngine, kind: PipelineKind, step: &Step) -> Option<String> {
-    let imported = match engine.imported_interfaces(kind, &step.component) {
-        Ok(imported) => imported,
-        Err(e) => return Some(e.to_string()),
-    };
+/// Why `step`'s component is unusable (it does not compile or match the
+/// world), else the capabilities it imports without their grants. Those are
+/// a note, not a refusal: componentize-py imports every interface of the
+/// world whatever the step calls, and refusing them would push a Python
+/// author to grant `lake-append` to a step that never appends.
+fn ungranted_imports(
+    engine: &PipelineEngine,
+    kind: PipelineKind,
+    step: &Step,
+) -> Result<Option<String>, String> {
+    let imported = engine
+        .imported_interfaces(kind, &step.component)
+        .map_err(|e| e.to_string())?;
     let ungranted: Vec<&str> = Capability::of(kind)
         .iter()
         .filter(|c| !step.grants.contains(c) && imported.iter().any(|i| i == c.name()))
         .map(|c| c.name())
         .collect();
-    (!ungranted.is_empty()).then(|| {
+    Ok((!ungranted.is_empty()).then(|| {
         format!(
-            "it imports {}, which its grants lack (every call would answer not-granted): \
-             grant {} or remove the import",
-            ungranted.join(", "),
-            if ungranted.len() == 1 { "it" } else { "them" }
+            "it imports {} without the grant: a call answers not-granted (grant it if the \
+             step calls it)",
+            ungranted.join(", ")
         )
-    })
+    }))
 }

@@ -234,11 +234,15 @@ fn pipeline_check_refuses_the_same_files_for_the_same_reasons() {
              grants = [\"staged-files\", \"log\"]\n"
         )
     };
+    // The step that writes the rows, without which `check` refuses a load
+    // manifest whatever its other steps.
+    const INSERT: &str = "[[steps]]\nname = \"insert\"\ncomponent = \"builtin:insert\"\n\
+                          grants = [\"staged-sql\", \"lake-append\", \"log\"]\n";
     let manifest = org.join("load.toml");
     std::fs::write(
         &manifest,
         format!(
-            "version = 1\n{}{}{}{}{}{}",
+            "version = 1\n{}{}{}{}{}{}{INSERT}",
             step("huge", "huge.wasm"),
             step("zero", "zero.wasm"),
             step("fifo", "fifo.wasm"),
@@ -276,6 +280,7 @@ fn pipeline_check_refuses_the_same_files_for_the_same_reasons() {
             expected("link", "link.wasm", Some(outside_folder)),
             expected("shared", "shared.wasm", None),
             expected("guard", "guard.wasm", None),
+            expected("insert", "builtin:insert", None),
         ]
     );
 

@@ -245,24 +245,29 @@ fn keys(body: &Value) -> Vec<String> {
     keys
 }
 
-/// PUTs `bytes` as a component in one chunk of a chunked body (no
-/// Content-Length) over a plain TCP stream, and reads the answer before
-/// the body's end: a server that answers as soon as the cap is passed
-/// closes on a client that has nothing more in flight. Status and JSON body.
-async fn put_chunked(app: &TestApp, token: &str, bytes: &[u8]) -> (u16, Value) {
+/// PUTs a component over a plain TCP stream, with the head and as much of
+/// the body as given, and reads the answer without sending the rest (a
+/// server that refuses before the body's end then closes on a client with
+/// nothing more in flight, and the answer is read, never a reset).
+/// `framing` is the body's header (`Content-Length: N` or
+/// `Transfer-Encoding: chunked`). Status and JSON body.
+async fn put_raw(
+    app: &TestApp,
+    token: &str,
+    path_digest: &str,
+    framing: &str,
+    sent: &[u8],
+) -> (u16, Value) {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let mut stream = tokio::net::TcpStream::connect(app.addr).await.unwrap();
     let head = format!(
-        "PUT {COMPONENTS}/{} HTTP/1.1\r\nHost: {ORG_HOST}:{}\r\n\
+        "PUT {COMPONENTS}/{path_digest} HTTP/1.1\r\nHost: {ORG_HOST}:{}\r\n\
          Authorization: Bearer {token}\r\nContent-Type: application/wasm\r\n\
-         Transfer-Encoding: chunked\r\n\r\n{:x}\r\n",
-        digest(bytes),
+         {framing}\r\n\r\n",
         app.addr.port(),
-        bytes.len()
     );
     stream.write_all(head.as_bytes()).await.unwrap();
-    stream.write_all(bytes).await.unwrap();
-    stream.write_all(b"\r\n").await.unwrap();
+    stream.write_all(sent).await.unwrap();
     let mut answer = Vec::new();
     let mut buffer = [0u8; 4096];
     let read_all = async {
@@ -356,10 +361,15 @@ async fn components_and_manifests_are_refused_with_a_status_and_a_reason() {
     // Over the cap: from Content-Length, before the body is read, and a
     // body without one as soon as it passes the cap.
     let big = vec![0u8; cap as usize + 1];
-    let (status, body) = put_component(&app, ORG_HOST, &admin, &big).await;
-    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    let framing = format!("Content-Length: {}", big.len());
+    let (status, body) = put_raw(&app, &admin, &digest(&big), &framing, &[]).await;
+    assert_eq!(status, 413, "{body}");
     assert_eq!(body, json!({"message": "Request Entity Too Large"}));
-    let (status, body) = put_chunked(&app, &admin, &big).await;
+    let mut chunk = format!("{:x}\r\n", big.len()).into_bytes();
+    chunk.extend_from_slice(&big);
+    chunk.extend_from_slice(b"\r\n");
+    let framing = "Transfer-Encoding: chunked";
+    let (status, body) = put_raw(&app, &admin, &digest(&big), framing, &chunk).await;
     assert_eq!(status, 413, "{body}");
     assert_eq!(body, json!({"message": "Request Entity Too Large"}));
 
@@ -1123,5 +1133,130 @@ async fn a_commit_keeps_the_version_it_began_with() {
         outcomes(&record),
         pairs(&[("insert", "passed")]),
         "{record}"
+    );
+}
+
+/// GET /v2/pipeline/load/shadow on the org's API until it counts `loads`
+/// commits (a shadow's run is recorded after its commit's end).
+async fn shadow_report_of(app: &TestApp, token: &str, loads: i64) -> Value {
+    for _ in 0..200 {
+        let (status, report) = app
+            .get(ORG_HOST, "/v2/pipeline/load/shadow", Some(token))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{report}");
+        if report["loads"] == loads {
+            return report;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("the shadow never counted {loads} loads");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadow_reports_what_it_would_refuse_and_decides_and_writes_nothing() {
+    let app = spawn_app_with(no_pipeline_files).await;
+    let admin = admin(&app);
+    let (_, guard) = guard_version(&app, ORG_HOST, &admin, "city").await;
+    let shadow = |version: &Value| json!({ "version": version }).to_string();
+    let put = |body: String| {
+        let body = Some(("application/json", body.into_bytes()));
+        send(
+            &app,
+            reqwest::Method::PUT,
+            ORG_HOST,
+            "/v2/pipeline/load/shadow",
+            Some(&admin),
+            body,
+        )
+    };
+    // No shadow yet; a version that does not exist; a body that is no object.
+    let (status, report) = app
+        .get(ORG_HOST, "/v2/pipeline/load/shadow", Some(&admin))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{report}");
+    assert_eq!(report["version"], Value::Null, "{report}");
+    assert_eq!(
+        (report["loads"].clone(), report["agreements"].clone()),
+        (json!(0), json!(0))
+    );
+    let (status, body) = put(shadow(&json!(7))).await;
+    assert_eq!(
+        (status, body["message"].clone()),
+        (StatusCode::NOT_FOUND, json!("version 7 was not found"))
+    );
+    let (status, _) = put("[1]".into()).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+
+    // The guard shadows the built-in default: the load succeeds with its
+    // rows once, and the shadow's refusal is reported.
+    let (status, set) = put(shadow(&guard["version"])).await;
+    assert_eq!(status, StatusCode::OK, "{set}");
+    assert_eq!(
+        (set["version"].clone(), set["setBy"].clone()),
+        (guard["version"].clone(), json!("user-1"))
+    );
+    let (id, ended) = commit_two_trips(&app, ORG_HOST, &admin).await;
+    assert_eq!(ended["LoadStatus"], "SUCCESS", "{ended}");
+    let report = shadow_report_of(&app, &admin, 1).await;
+    assert_eq!(report["agreements"], 0, "{report}");
+    let disagreement = &report["disagreements"][0];
+    assert_eq!(disagreement["loadId"], id.as_str(), "{report}");
+    assert_eq!(disagreement["activeOutcome"], "passed", "{report}");
+    assert!(
+        disagreement["shadowOutcome"]
+            .as_str()
+            .unwrap()
+            .starts_with("failed ("),
+        "{report}"
+    );
+    assert_eq!(disagreement["step"], "guard", "{report}");
+    assert!(
+        disagreement["message"].as_str().unwrap().contains("city"),
+        "{report}"
+    );
+    // The record of the load shows both; the shadow's insert was not run.
+    let record = judged(&app, ORG_HOST, &admin, &id).await;
+    assert_default_passed(&record);
+    assert_eq!(record["source"], "built-in", "{record}");
+    let steps = &record["shadow"]["steps"];
+    assert_eq!(steps[4]["name"], "insert", "{record}");
+    assert_eq!(steps[4]["outcome"], "not run", "{record}");
+    assert_eq!(steps[5]["outcome"], "failed", "{record}");
+
+    // The built-in default as the shadow agrees, and writes nothing: the
+    // table holds each load's rows once.
+    let (status, default) =
+        post_version(&app, ORG_HOST, &admin, "load", &default_load_manifest()).await;
+    assert_eq!(status, StatusCode::CREATED, "{default}");
+    let (status, _) = put(shadow(&default["version"])).await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, ended) = commit_two_trips(&app, ORG_HOST, &admin).await;
+    assert_eq!(ended["LoadStatus"], "SUCCESS", "{ended}");
+    let report = shadow_report_of(&app, &admin, 1).await;
+    assert_eq!(report["agreements"], 1, "{report}");
+    assert_eq!(report["disagreements"], json!([]), "{report}");
+    let rows = app
+        .rows_of(ORG_HOST, &admin, "SELECT count(*) FROM trips")
+        .await;
+    assert_eq!(rows, vec![vec![Some("4".to_string())]]);
+
+    // Off: the next commit runs no shadow.
+    let (status, off) = send(
+        &app,
+        reqwest::Method::DELETE,
+        ORG_HOST,
+        "/v2/pipeline/load/shadow",
+        Some(&admin),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, off["version"].clone()),
+        (StatusCode::OK, Value::Null)
+    );
+    let (id, _) = commit_two_trips(&app, ORG_HOST, &admin).await;
+    assert_eq!(
+        judged(&app, ORG_HOST, &admin, &id).await["shadow"],
+        Value::Null
     );
 }

@@ -79,15 +79,7 @@ impl Deployments {
                 .await?
                 .ok_or(DeployError::VersionNotFound(version))?;
             let manifest = parse_stored(kind, &row)?;
-            for step in &manifest.steps {
-                if let ComponentSource::Stored(digest) = &step.component
-                    && self.ready(kind, digest).await?
-                {
-                    tracing::warn!(%org, ?zone, version, step = %step.name, %digest,
-                        "a commit waited on a compile: this replica had not compiled a \
-                         deployed component yet");
-                }
-            }
+            self.ready_steps(&manifest, version).await?;
             return Ok(Judged {
                 manifest,
                 by: JudgedBy::Version {
@@ -108,6 +100,26 @@ impl Deployments {
             JudgedBy::Files
         };
         Ok(Judged { manifest, by })
+    }
+
+    /// Makes `manifest`'s stored components (of `version`) ready on this
+    /// replica for a run that begins now; one not ready yet is compiled
+    /// here, and the log says the run waited on it.
+    pub(super) async fn ready_steps(
+        &self,
+        manifest: &Manifest,
+        version: i64,
+    ) -> Result<(), DeployError> {
+        for step in &manifest.steps {
+            if let ComponentSource::Stored(digest) = &step.component
+                && self.ready(manifest.kind, digest).await?
+            {
+                tracing::warn!(version, step = %step.name, %digest,
+                    "a commit waited on a compile: this replica had not compiled a deployed \
+                     component yet");
+            }
+        }
+        Ok(())
     }
 
     /// Records what judged `load_id`: `by`, and each step's outcome.

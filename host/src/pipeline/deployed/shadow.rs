@@ -11,7 +11,7 @@ use super::{DeployError, Deployments, scope, versions::parse_stored};
 use crate::{
     pipeline::{
         PipelineKind, StepJudgement,
-        manifest::{Capability, ComponentSource, Manifest},
+        manifest::{Capability, Manifest},
     },
     store::{
         pipeline_shadows::{ShadowRun, ShadowSetting, ShadowTally},
@@ -30,7 +30,7 @@ pub struct ShadowPlan {
     pub version: i64,
     /// The version's steps without those granted `lake-append`.
     pub manifest: Manifest,
-    /// The steps left out, in the version's order of all steps.
+    /// The version's whole manifest (for the steps left out).
     pub full: Manifest,
 }
 
@@ -131,11 +131,7 @@ impl Deployments {
             manifest
                 .steps
                 .retain(|step| !step.grants.contains(&Capability::LakeAppend));
-            for step in &manifest.steps {
-                if let ComponentSource::Stored(digest) = &step.component {
-                    self.ready(PipelineKind::Load, digest).await?;
-                }
-            }
+            self.ready_steps(&manifest, version).await?;
             return Ok(Some(ShadowPlan {
                 scope,
                 version,

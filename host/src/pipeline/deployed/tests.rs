@@ -295,3 +295,78 @@ async fn a_grant_the_operator_keeps_from_orgs_is_refused() {
         other => panic!("{other:?}"),
     }
 }
+
+#[tokio::test]
+async fn a_shadow_runs_a_version_without_its_writing_steps_for_its_scope_only() {
+    let setup = setup(|_| {}).await;
+    let d = &setup.deployments;
+    assert!(d.shadow_for("demo", None).await.unwrap().is_none());
+    assert!(matches!(
+        d.set_shadow(&org(), Some(1), "a").await,
+        Err(DeployError::VersionNotFound(1))
+    ));
+    let version = d
+        .create_version(
+            &org(),
+            PipelineKind::Load,
+            builtin::manifest(PipelineKind::Load),
+            "a",
+        )
+        .await
+        .unwrap();
+    d.set_shadow(&org(), Some(version.version), "a")
+        .await
+        .unwrap();
+    // The org's shadow runs beside its zones' commits too, another org's not.
+    let plan = d.shadow_for("demo", Some("lab")).await.unwrap().unwrap();
+    assert_eq!((plan.version, plan.scope.clone()), (version.version, org()));
+    assert!(d.shadow_for("other", None).await.unwrap().is_none());
+    let names: Vec<&str> = plan
+        .manifest
+        .steps
+        .iter()
+        .map(|s| s.name.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "validate_parquet",
+            "enforce_service_clients",
+            "verify_checksums",
+            "match_schema"
+        ]
+    );
+    let judged = plan.judgements(&[]);
+    assert_eq!(judged.len(), 5);
+    assert_eq!(judged[4].outcome, "not run");
+    let report = d.shadow_report(&org()).await.unwrap();
+    assert_eq!(report.tally.map(|t| t.loads), Some(0));
+    d.set_shadow(&org(), None, "a").await.unwrap();
+    assert!(d.shadow_for("demo", None).await.unwrap().is_none());
+    assert!(d.shadow_report(&org()).await.unwrap().tally.is_none());
+}
+
+#[tokio::test]
+async fn a_component_of_no_hosted_world_is_refused_naming_both() {
+    let setup = setup(|_| {}).await;
+    // The empty component: a component, but a step of neither world.
+    let empty = Bytes::from_static(b"\0asm\x0d\x00\x01\x00");
+    let digest = components::digest_of(&empty);
+    let error = setup
+        .deployments
+        .put_component(&org(), &digest, empty, "a")
+        .await
+        .unwrap_err();
+    let text = error.to_string();
+    assert!(
+        matches!(
+            error,
+            DeployError::NotUsable(ComponentError::NoWorld { .. })
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("world step") && text.contains("world daily-step"),
+        "{text}"
+    );
+}
