@@ -23,9 +23,8 @@
 //! (host/build.rs).
 
 use std::{
-    net::TcpListener,
     path::{Path, PathBuf},
-    process::{Command, Stdio},
+    process::Stdio,
     time::{Duration, Instant},
 };
 
@@ -33,7 +32,7 @@ use serde_json::{Value, json};
 
 mod common;
 
-use common::{KillOnDrop, json_of, lakehost};
+use common::{KillOnDrop, author, free_ports, json_of, lakehost};
 
 /// The scaffolded step: its project folder and its name in manifests.
 const STEP_PROJECT: &str = "fare-guard";
@@ -69,16 +68,6 @@ fn parts() -> Parts {
              (eval \"$(.ci/postgres)\") and LAKEHOST_TEST_S3_ENDPOINT (eval \"$(.ci/s3)\")"
         ),
     }
-}
-
-/// `n` distinct free ports on 127.0.0.1 (held together while chosen).
-fn free_ports(n: usize) -> Vec<u16> {
-    let held: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    held.iter()
-        .map(|l| l.local_addr().unwrap().port())
-        .collect()
 }
 
 /// One `lakehost serve` process: its address and its log file.
@@ -217,25 +206,6 @@ async fn two_replicas(parts: &Parts, root: &Path) -> (Replica, Replica) {
     (a, b)
 }
 
-/// A command of the author's toolchain in `dir`, with none of this build's
-/// settings (they are for the host), as a shell the author opens would run it.
-fn author(program: impl AsRef<std::ffi::OsStr>, dir: &Path) -> Command {
-    let mut command = Command::new(program);
-    command.current_dir(dir);
-    for var in [
-        "RUSTFLAGS",
-        "CARGO_ENCODED_RUSTFLAGS",
-        "RUSTC_WRAPPER",
-        "RUSTC_WORKSPACE_WRAPPER",
-        "CARGO_BUILD_TARGET",
-        "CARGO_TARGET_DIR",
-        "CARGO_MANIFEST_DIR",
-    ] {
-        command.env_remove(var);
-    }
-    command
-}
-
 /// `lakehost pipeline <args>` in `dir`: exit code, standard output, and
 /// both outputs for a failure's message.
 fn pipeline(dir: &Path, args: &[&str]) -> (Option<i32>, String, String) {
@@ -271,33 +241,7 @@ async fn commit(
     table: &str,
     parquet: &[u8],
 ) -> (String, Value, Duration) {
-    let load = json_of(
-        http.post(format!("{api}/v2/load"))
-            .bearer_auth(token)
-            .json(&json!({"load_type": "APPEND_ONLY", "table_name": table})),
-    )
-    .await;
-    let id = load["loadId"]
-        .as_str()
-        .unwrap_or_else(|| panic!("POST {api}/v2/load: {load}"))
-        .to_string();
-    let descriptor = json_of(
-        http.post(format!("{api}/v2/load/{id}/file"))
-            .bearer_auth(token),
-    )
-    .await;
-    let mut form = reqwest::multipart::Form::new();
-    for (name, value) in descriptor["presigned_url"]["fields"].as_object().unwrap() {
-        form = form.text(name.clone(), value.as_str().unwrap().to_string());
-    }
-    form = form.part("file", reqwest::multipart::Part::bytes(parquet.to_vec()));
-    let uploaded = http
-        .post(descriptor["presigned_url"]["url"].as_str().unwrap())
-        .multipart(form)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(uploaded.status(), 204, "the upload of load {id}");
+    let id = common::staged_load(http, api, token, table, parquet.to_vec()).await;
     let began = Instant::now();
     let committed = http
         .post(format!("{api}/v2/load/{id}/commit"))

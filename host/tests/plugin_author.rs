@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 mod common;
 
-use common::{lakehost, serve};
+use common::{author, lakehost, serve};
 
 /// A tool of the author's, which the build saw (`lakehost_has_cargo_component`
 /// and `lakehost_has_python`, or `CI`): a missing one fails the test.
@@ -46,25 +46,6 @@ fn componentize_py() -> PathBuf {
             .map(|python| PathBuf::from(python).with_file_name("componentize-py")),
         "eval \"$(.ci/python)\" first",
     )
-}
-
-/// A command of the author's toolchain in `dir`, with none of this build's
-/// settings (they are for the host), as a shell the author opens would run it.
-fn author(program: impl AsRef<std::ffi::OsStr>, dir: &Path) -> Command {
-    let mut command = Command::new(program);
-    command.current_dir(dir);
-    for var in [
-        "RUSTFLAGS",
-        "CARGO_ENCODED_RUSTFLAGS",
-        "RUSTC_WRAPPER",
-        "RUSTC_WORKSPACE_WRAPPER",
-        "CARGO_BUILD_TARGET",
-        "CARGO_TARGET_DIR",
-        "CARGO_MANIFEST_DIR",
-    ] {
-        command.env_remove(var);
-    }
-    command
 }
 
 /// Runs it; its output, asserting it succeeded.

@@ -26,7 +26,6 @@
 use std::{
     collections::{BTreeMap, HashMap},
     io::{BufRead as _, BufReader, Read as _, Write as _},
-    net::TcpListener,
     path::{Path, PathBuf},
     process::{Child, Command, ExitStatus, Stdio},
     sync::{
@@ -39,6 +38,8 @@ use std::{
 use serde_json::{Value, json};
 
 mod common;
+
+use common::free_ports;
 
 /// Client tasks sending the mixed load through HAProxy.
 const CLIENTS: usize = 6;
@@ -99,17 +100,6 @@ fn parts() -> Parts {
              (eval \"$(.ci/haproxy)\")"
         ),
     }
-}
-
-/// `n` distinct free ports on 127.0.0.1 (held together while chosen, so no
-/// two are the same; another process could still take one before we bind it).
-fn free_ports(n: usize) -> Vec<u16> {
-    let held: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    held.iter()
-        .map(|l| l.local_addr().unwrap().port())
-        .collect()
 }
 
 /// Fills `{{NAME}}` placeholders; every placeholder must be filled.

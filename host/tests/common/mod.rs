@@ -126,16 +126,14 @@ pub async fn json_of(request: reqwest::RequestBuilder) -> Value {
     request.send().await.unwrap().json().await.unwrap()
 }
 
-/// Creates an APPEND_ONLY load of `table` at `api`, uploads `parquet` as its
-/// one file by the descriptor's form, and commits it with `check_sum`; the
-/// load's id.
-pub async fn commit_parquet(
+/// Creates an APPEND_ONLY load of `table` at `api` and uploads `parquet` as
+/// its one file by the descriptor's form; the load's id.
+pub async fn staged_load(
     http: &reqwest::Client,
     api: &str,
     token: &str,
     table: &str,
     parquet: Vec<u8>,
-    check_sum: Value,
 ) -> String {
     let load = json_of(
         http.post(format!("{api}/v2/load"))
@@ -143,7 +141,10 @@ pub async fn commit_parquet(
             .json(&json!({"load_type": "APPEND_ONLY", "table_name": table})),
     )
     .await;
-    let id = load["loadId"].as_str().unwrap().to_string();
+    let id = load["loadId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("POST {api}/v2/load: {load}"))
+        .to_string();
     let descriptor = json_of(
         http.post(format!("{api}/v2/load/{id}/file"))
             .bearer_auth(token),
@@ -160,7 +161,20 @@ pub async fn commit_parquet(
         .send()
         .await
         .unwrap();
-    assert_eq!(uploaded.status(), 204);
+    assert_eq!(uploaded.status(), 204, "the upload of load {id}");
+    id
+}
+
+/// [`staged_load`], then its commit with `check_sum`; the load's id.
+pub async fn commit_parquet(
+    http: &reqwest::Client,
+    api: &str,
+    token: &str,
+    table: &str,
+    parquet: Vec<u8>,
+    check_sum: Value,
+) -> String {
+    let id = staged_load(http, api, token, table, parquet).await;
     let committed = http
         .post(format!("{api}/v2/load/{id}/commit"))
         .bearer_auth(token)
@@ -170,4 +184,36 @@ pub async fn commit_parquet(
         .unwrap();
     assert_eq!(committed.status(), 202);
     id
+}
+
+/// `n` distinct free ports on 127.0.0.1 (held together while chosen, so no
+/// two are the same; another process could still take one before it is
+/// bound).
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let held: Vec<std::net::TcpListener> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    held.iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect()
+}
+
+/// A command of a step author's toolchain in `dir`, with none of this
+/// build's settings (they are for the host), as a shell the author opens
+/// would run it.
+pub fn author(program: impl AsRef<std::ffi::OsStr>, dir: &std::path::Path) -> Command {
+    let mut command = Command::new(program);
+    command.current_dir(dir);
+    for var in [
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "RUSTC_WRAPPER",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "CARGO_BUILD_TARGET",
+        "CARGO_TARGET_DIR",
+        "CARGO_MANIFEST_DIR",
+    ] {
+        command.env_remove(var);
+    }
+    command
 }
