@@ -266,11 +266,14 @@ pub enum StepError {
     Stopped { step: String },
     #[error("step {step} needed more than its memory limit of {limit_bytes} bytes")]
     MemoryLimit { step: String, limit_bytes: u64 },
-    #[error("step {step} trapped: {source:#}")]
+    /// A trap (a Rust panic, an uncaught Python exception, ...), with what
+    /// the step wrote to stderr before it (`""` or `"; it wrote: ..."`).
+    #[error("step {step} trapped: {source:#}{output}")]
     Trapped {
         step: String,
         #[source]
         source: SharedCause,
+        output: String,
     },
     #[error("step {step} reported an internal error: {message}")]
     Reported { step: String, message: String },

@@ -451,7 +451,8 @@ async fn an_orgs_own_manifest_runs_its_steps_within_their_limits() {
         (
             "misbehave",
             "[steps.config]\nhow = \"panic\"",
-            "step extra trapped",
+            // The trap names the step, and the panic's message (its stderr).
+            "this step panics on purpose",
         ),
         (
             "misbehave",

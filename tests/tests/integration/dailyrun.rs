@@ -922,6 +922,10 @@ async fn hostile_daily_steps_end_their_runs_failed_naming_the_step_while_other_o
         );
         let text = ended["cause"].as_str().unwrap_or_default();
         assert!(text.starts_with(cause), "{config}: {ended}");
+        // A trap tells what the step wrote to stderr: a panic's message.
+        if config.contains("panic") {
+            assert!(text.contains("this step panics on purpose"), "{ended}");
+        }
     }
     // Megabytes of log lines are cut, and the run goes on to its end.
     std::fs::write(

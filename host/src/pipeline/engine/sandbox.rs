@@ -21,7 +21,7 @@ use std::{
 };
 
 use wasmtime::{ResourceLimiter, Store, component::ResourceTable};
-use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView, p2::pipe::MemoryOutputPipe};
 
 use super::{PipelineEngine, interrupt::interrupt_when_due, types::CapabilityError};
 use crate::pipeline::{
@@ -32,6 +32,10 @@ use crate::pipeline::{
 /// How often the epoch advances: how soon after its deadline (or its run's
 /// stop) a step running its own code ends.
 pub(super) const TICK: Duration = Duration::from_millis(10);
+
+/// How much of what a step writes to stderr is kept (a Rust panic's
+/// message, a Python traceback): the rest is refused to the step.
+const STDERR_BYTES: usize = 8 * 1024;
 
 /// What one step run's store holds; `D` is the data side of its pipeline
 /// (`dyn LoadData` or `dyn DailyData`).
@@ -50,6 +54,8 @@ pub(super) struct StepState<D: ?Sized> {
     pub(super) control: RunControl,
     /// When its time limit passes.
     pub(super) deadline: Instant,
+    /// What it wrote to stderr, bounded: told with a trap.
+    pub(super) stderr: MemoryOutputPipe,
 }
 
 pub(super) type LoadState = StepState<dyn LoadData>;
@@ -132,8 +138,9 @@ impl PipelineEngine {
         job: &str,
         control: &RunControl,
     ) -> Store<StepState<D>> {
+        let stderr = MemoryOutputPipe::new(STDERR_BYTES);
         let state = StepState {
-            wasi: WasiCtxBuilder::new().build(),
+            wasi: WasiCtxBuilder::new().stderr(stderr.clone()).build(),
             table: ResourceTable::new(),
             limits: StepLimits {
                 memory_bytes: usize::try_from(step.memory_limit_bytes).unwrap_or(usize::MAX),
@@ -147,6 +154,7 @@ impl PipelineEngine {
             logged_bytes: 0,
             control: control.clone(),
             deadline: Instant::now() + Duration::from_millis(step.time_limit_ms),
+            stderr,
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.limits);

@@ -54,6 +54,27 @@ pub(super) fn log_step_ran<D: ?Sized>(
         peak_memory_bytes = state.limits.peak_bytes,
         "step ran"
     );
+    if let Err(error) = verdict {
+        tracing::warn!(step = %state.step, job = %state.job, %error, "a step gave no verdict");
+    }
+}
+
+/// What a trapped step wrote to stderr, as its error tells it: `""`, or
+/// `"; it wrote: <the last line or so>"` (a Rust panic's message, the end
+/// of a Python traceback), at most `MAX_REPORT_TEXT_BYTES`.
+fn wrote(stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    let text = text.trim();
+    if text.is_empty() {
+        return String::new();
+    }
+    let mut start = text
+        .len()
+        .saturating_sub(crate::pipeline::MAX_REPORT_TEXT_BYTES);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("; it wrote: {}", &text[start..])
 }
 
 /// What a step's call came to: its verdict, or why it gave none (time limit,
@@ -122,6 +143,7 @@ pub(super) fn verdict<D: ?Sized>(
                 Err(StepError::Trapped {
                     step: step.name.clone(),
                     source: SharedCause::of_wasmtime(error),
+                    output: wrote(&store.data().stderr.contents()),
                 })
             }
         }
