@@ -299,6 +299,19 @@ pub const MAX_REPORT_ITEMS: usize = 100;
 pub const MAX_REPORT_TEXT_BYTES: usize = 4096;
 
 impl StepError {
+    /// The step it is about.
+    pub fn step(&self) -> &str {
+        match self {
+            StepError::TimeLimit { step, .. }
+            | StepError::Stopped { step }
+            | StepError::MemoryLimit { step, .. }
+            | StepError::Trapped { step, .. }
+            | StepError::Reported { step, .. }
+            | StepError::Component { step, .. }
+            | StepError::UnknownErrorType { step, .. } => step,
+        }
+    }
+
     /// The single ErrorMessages item of an InternalError.
     pub fn item(&self) -> ErrorItem {
         ErrorItem {

@@ -42,7 +42,7 @@ use wasmtime::{
 
 use super::{
     DailyData, LOAD_ERROR_TYPES, LoadData, PipelineKind, PipelineOutcome, RunContext, RunControl,
-    StepContext, StepError, StepJudgement, StepVerdict, StepsRun, Stopped, builtin,
+    StepContext, StepError, StepJudgement, StepVerdict, Stopped, builtin,
     manifest::{ComponentSource, Manifest, Step},
     run_steps_blocking,
 };
@@ -445,12 +445,24 @@ impl PipelineEngine {
         let pinned = match pin(manifest, |source| self.load_step(source)) {
             Ok(pinned) => pinned,
             Err(error) => {
-                let unrun = StepsRun::<std::convert::Infallible> {
-                    passed: Vec::new(),
-                    stopped: Some(Stopped::Error(error.clone())),
-                    ms: Vec::new(),
-                };
-                return (Err(error), unrun.judgements(manifest));
+                // No step ran: the one whose component could not be had
+                // says why.
+                let judged = manifest
+                    .steps
+                    .iter()
+                    .map(|step| StepJudgement {
+                        name: step.name.clone(),
+                        outcome: if error.step() == step.name {
+                            "error"
+                        } else {
+                            "not run"
+                        }
+                        .into(),
+                        ms: None,
+                        message: (error.step() == step.name).then(|| error.to_string()),
+                    })
+                    .collect();
+                return (Err(error), judged);
             }
         };
         let ran = run_steps_blocking(manifest, |step| {

@@ -468,3 +468,30 @@ fn a_step_built_against_lakehost_pipeline_0_1_0_keeps_loading_and_running() {
     assert_eq!(items[0].error_type, "UNEXPECTED_COLUMN");
     assert!(items[0].error_message.contains("trip_id"), "{items:?}");
 }
+
+#[test]
+fn a_component_not_had_names_its_step_and_no_step_runs() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../pipelines");
+    let mut manifest = Manifest::load(PipelineKind::Load, &dir.join("load.toml")).unwrap();
+    let digest = format!("sha256:{}", "0".repeat(64));
+    manifest.steps[2].component = ComponentSource::Stored(digest);
+    let load = Arc::new(FixedLoad::new());
+    let (outcome, judged) =
+        engine().run_pipeline_judged(&manifest, &context(), load.clone(), control());
+    assert!(
+        matches!(outcome, Err(StepError::Component { ref step, .. }) if step == "verify_checksums")
+    );
+    let outcomes: Vec<&str> = judged.iter().map(|j| j.outcome.as_str()).collect();
+    assert_eq!(
+        outcomes,
+        ["not run", "not run", "error", "not run", "not run"]
+    );
+    assert!(
+        judged[2]
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("was not made ready")
+    );
+    assert_eq!(*load.appended.lock().unwrap(), 0);
+}
