@@ -1260,3 +1260,60 @@ async fn a_shadow_reports_what_it_would_refuse_and_decides_and_writes_nothing() 
         Value::Null
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daily_version_of_a_stored_component_runs_the_orgs_daily_run() {
+    let app = spawn_app_with(no_pipeline_files).await;
+    let admin = admin(&app);
+    let (status, stored) = put_component(&app, ORG_HOST, &admin, daily_step()).await;
+    assert_eq!(
+        (status, stored["world"].clone()),
+        (StatusCode::CREATED, json!("daily-step"))
+    );
+    let text = refresh_manifest(
+        "deployed_counts",
+        "SELECT 7 AS service_client_id, 41 + 1 AS n",
+    )
+    .replace("builtin:sql_transform", &digest(daily_step()));
+    let (status, version) = post_version(&app, ORG_HOST, &admin, "daily", &text).await;
+    assert_eq!(status, StatusCode::CREATED, "{version}");
+    assert_eq!(
+        version["steps"][0]["component"],
+        digest(daily_step()),
+        "{version}"
+    );
+    let body = Some((
+        "application/json",
+        json!({"version": version["version"]})
+            .to_string()
+            .into_bytes(),
+    ));
+    let (status, active) = send(
+        &app,
+        reqwest::Method::PUT,
+        ORG_HOST,
+        "/v2/pipeline/daily/active",
+        Some(&admin),
+        body,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{active}");
+    // The load pipeline is another kind: still the built-in default.
+    let (_, load_active) = app
+        .get(ORG_HOST, "/v2/pipeline/load/active", Some(&admin))
+        .await;
+    assert_eq!(load_active["version"], Value::Null, "{load_active}");
+
+    let daily = app.daily_token();
+    assert_eq!(app.start_daily_run(&daily).await.0, StatusCode::OK);
+    let ended = app.wait_for_daily_run(&daily).await;
+    assert_eq!(ended["status"], "SUCCEEDED", "{ended}");
+    let rows = app
+        .rows_of(
+            ORG_HOST,
+            &admin,
+            "SELECT service_client_id, n FROM demo_insights.deployed_counts",
+        )
+        .await;
+    assert_eq!(rows, [[Some("7".to_string()), Some("42".to_string())]]);
+}
