@@ -61,12 +61,29 @@ pub(super) fn owner<S: RequiredScope>(
     Ok((scope(&caller.target.org, zone), lake_caller.sub))
 }
 
-/// `load` or `daily`; any other is an unknown path.
-fn kind_of(kind: &str) -> Result<PipelineKind, ApiError> {
-    [PipelineKind::Load, PipelineKind::Daily]
-        .into_iter()
-        .find(|k| k.label() == kind)
-        .ok_or(ApiError::NotFound)
+/// `load` or `daily` (a zone has no daily run, so no daily pipeline); any
+/// other is an unknown path.
+fn kind_of<S: RequiredScope>(kind: &str, caller: &Caller<S>) -> Result<PipelineKind, ApiError> {
+    match kind {
+        "load" => Ok(PipelineKind::Load),
+        "daily" if caller.target.zone().is_none() => Ok(PipelineKind::Daily),
+        _ => Err(ApiError::NotFound),
+    }
+}
+
+/// A body of at most `max` bytes, read once the caller was let in.
+pub(super) async fn body_within(body: Body, max: u64) -> Result<Bytes, ApiError> {
+    axum::body::to_bytes(body, usize::try_from(max).unwrap_or(usize::MAX))
+        .await
+        .map_err(|e| {
+            let too_large = std::error::Error::source(&e)
+                .is_some_and(|cause| cause.is::<http_body_util::LengthLimitError>());
+            if too_large {
+                ApiError::PayloadTooLarge
+            } else {
+                ApiError::BadRequest(format!("the body could not be read: {e}"))
+            }
+        })
 }
 
 fn component_json(info: &ComponentInfo) -> Value {
@@ -139,14 +156,11 @@ async fn put_component(
     body: Body,
 ) -> Result<Response, ApiError> {
     let (scope, who) = owner(&caller)?;
-    let cap = state.deployments.max_component_bytes();
     // Read no further than the cap (a declared length past it was refused
     // by the gateway before the body was read). A bad digest is refused
     // after the body is read: a client still sending would see the
     // connection closed instead of the answer.
-    let bytes = axum::body::to_bytes(body, usize::try_from(cap).unwrap_or(usize::MAX))
-        .await
-        .map_err(|_| crate::pipeline::deployed::DeployError::TooLarge { cap })?;
+    let bytes = body_within(body, state.deployments.max_component_bytes()).await?;
     let stored = state
         .deployments
         .put_component(&scope, &digest, bytes, &who)
@@ -206,10 +220,11 @@ async fn create_version(
     State(state): State<AppState>,
     caller: Caller<PipelineWrite>,
     Path(kind): Path<String>,
-    body: Bytes,
+    body: Body,
 ) -> Result<Response, ApiError> {
-    let kind = kind_of(&kind)?;
+    let kind = kind_of(&kind, &caller)?;
     let (scope, who) = owner(&caller)?;
+    let body = body_within(body, state.config.server.max_body_bytes).await?;
     let text = std::str::from_utf8(&body)
         .map_err(|_| ApiError::BadRequest("the manifest must be UTF-8 TOML text".into()))?;
     let info = state
@@ -239,7 +254,7 @@ async fn list_versions(
     caller: Caller<PipelineRead>,
     Path(kind): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let kind = kind_of(&kind)?;
+    let kind = kind_of(&kind, &caller)?;
     let (scope, _) = owner(&caller)?;
     let versions = state.deployments.versions(&scope, kind).await?;
     let versions: Vec<Value> = versions.iter().map(|v| version_json(v, false)).collect();
@@ -269,7 +284,7 @@ async fn get_version(
     caller: Caller<PipelineRead>,
     Path((kind, version)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    let kind = kind_of(&kind)?;
+    let kind = kind_of(&kind, &caller)?;
     let (scope, _) = owner(&caller)?;
     let version = version.parse::<i64>().map_err(|_| ApiError::NotFound)?;
     let info = state.deployments.version(&scope, kind, version).await?;
@@ -315,10 +330,11 @@ async fn set_active(
     State(state): State<AppState>,
     caller: Caller<PipelineWrite>,
     Path(kind): Path<String>,
-    body: Bytes,
+    body: Body,
 ) -> Result<Json<Value>, ApiError> {
-    let kind = kind_of(&kind)?;
+    let kind = kind_of(&kind, &caller)?;
     let (scope, who) = owner(&caller)?;
+    let body = body_within(body, state.config.server.max_body_bytes).await?;
     let version = version_body(&body)?;
     let info = state
         .deployments
@@ -347,7 +363,7 @@ async fn get_active(
     caller: Caller<PipelineRead>,
     Path(kind): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let kind = kind_of(&kind)?;
+    let kind = kind_of(&kind, &caller)?;
     let (scope, _) = owner(&caller)?;
     let info = state.deployments.active(&scope, kind).await?;
     Ok(Json(activation_json(&info)))
@@ -373,7 +389,7 @@ async fn clear_active(
     caller: Caller<PipelineWrite>,
     Path(kind): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let kind = kind_of(&kind)?;
+    let kind = kind_of(&kind, &caller)?;
     let (scope, who) = owner(&caller)?;
     let info = state.deployments.activate(&scope, kind, None, &who).await?;
     Ok(Json(activation_json(&info)))
@@ -399,7 +415,7 @@ async fn history(
     caller: Caller<PipelineRead>,
     Path(kind): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let kind = kind_of(&kind)?;
+    let kind = kind_of(&kind, &caller)?;
     let (scope, _) = owner(&caller)?;
     let activations = state.deployments.history(&scope, kind).await?;
     let activations: Vec<Value> = activations.iter().map(activation_json).collect();

@@ -2,7 +2,7 @@
 //! `PUT`, `DELETE` and `GET /v2/pipeline/load/shadow`, by the org's (or
 //! zone's) ZoneAdmin as the other pipeline paths (`pipeline.rs`).
 
-use axum::{Json, body::Bytes, extract::State};
+use axum::{Json, body::Body, extract::State};
 use serde_json::{Value, json};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
@@ -10,7 +10,7 @@ use super::{
     AppState,
     dailyrun_body::iso_date,
     error::ApiError,
-    pipeline::{owner, version_body},
+    pipeline::{body_within, owner, version_body},
     principal::{Caller, PipelineRead, PipelineWrite},
     schemas,
 };
@@ -64,9 +64,10 @@ fn setting_json(setting: Option<&ShadowSetting>) -> Value {
 async fn set_shadow(
     State(state): State<AppState>,
     caller: Caller<PipelineWrite>,
-    body: Bytes,
+    body: Body,
 ) -> Result<Json<Value>, ApiError> {
     let (scope, who) = owner(&caller)?;
+    let body = body_within(body, state.config.server.max_body_bytes).await?;
     let version = version_body(&body)?;
     let setting = state
         .deployments

@@ -54,7 +54,7 @@ use crate::{
     store::{
         Finished, Store,
         catalog::standard_databases,
-        loads::{LoadEnd, LoadRecord},
+        loads::{LoadEnd, LoadRecord, NewLoad},
     },
 };
 
@@ -269,14 +269,13 @@ impl LoadCommitter {
                 if matches!(end, LoadEnd::Fail { .. }) {
                     delete_paths(self.lake.object_store().as_ref(), &written).await;
                 }
-                // The shadow reads the staged files: they go once it ended.
-                let now = || self.now();
-                self.shadows.settle(&self.deployments, &id, &end, now).await;
-                for prefix in [staging_path(&load_prefix(&record.load)), parts_prefix(&id)] {
-                    if let Err(e) = delete_prefix(&self.lake, &prefix).await {
-                        tracing::warn!(load = %id, error = %e, "staged files not removed");
-                    }
-                }
+                // A shadow reads the staged files: they go once it ended,
+                // in its own task, so this worker takes the next commit.
+                let (lake, load) = (self.lake.clone(), record.load.clone());
+                let removed = async move { remove_staged(&lake, &load).await };
+                self.shadows
+                    .settle_then(self.deployments.clone(), &id, &end, removed)
+                    .await;
                 sweep_earlier_attempts(&self.lake, &record).await;
             }
             Ok(Finished::Lost) => {
@@ -396,7 +395,7 @@ impl LoadCommitter {
         };
         if let Some(plan) = self.shadows.plan(&self.deployments, load).await {
             let data = staged(files.clone(), database.clone(), scope.clone());
-            let parts = (self.engine.clone(), self.runtime.clone());
+            let parts = (self.deployments.clone(), self.engine.clone());
             self.shadows.begin(parts, plan, context.clone(), data);
         }
         let data = staged(files, database, scope);
@@ -466,5 +465,14 @@ impl LoadCommitter {
             },
         };
         (end, pending)
+    }
+}
+
+/// Removes a ended commit's staged files (its uploads and their parts).
+async fn remove_staged(lake: &Lake, load: &NewLoad) {
+    for prefix in [staging_path(&load_prefix(load)), parts_prefix(&load.id)] {
+        if let Err(e) = delete_prefix(lake, &prefix).await {
+            tracing::warn!(load = %load.id, error = %e, "staged files not removed");
+        }
     }
 }

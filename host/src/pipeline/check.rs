@@ -9,7 +9,7 @@
 use std::path::Path;
 
 use super::{
-    PipelineEngine, PipelineKind,
+    ComponentError, PipelineEngine, PipelineKind,
     manifest::{Capability, Manifest, ManifestError, Step, test_step_refused},
 };
 
@@ -43,7 +43,7 @@ pub fn check_manifest(
         .map(|step| {
             let (problem, note) = match ungranted_imports(engine, kind, step) {
                 Ok(ungranted) => (None, ungranted),
-                Err(problem) => (Some(problem), None),
+                Err(problem) => (Some(problem.to_string()), None),
             };
             StepCheck {
                 step: step.name.clone(),
@@ -64,10 +64,8 @@ fn ungranted_imports(
     engine: &PipelineEngine,
     kind: PipelineKind,
     step: &Step,
-) -> Result<Option<String>, String> {
-    let imported = engine
-        .imported_interfaces(kind, &step.component)
-        .map_err(|e| e.to_string())?;
+) -> Result<Option<String>, ComponentError> {
+    let imported = engine.imported_interfaces(kind, &step.component)?;
     let ungranted: Vec<&str> = Capability::of(kind)
         .iter()
         .filter(|c| !step.grants.contains(c) && imported.iter().any(|i| i == c.name()))

@@ -68,7 +68,7 @@ impl Store {
              version = excluded.version, set_by = excluded.set_by, set_at = excluded.set_at",
         )
         .bind(&scope.org)
-        .bind(scope.zone.as_deref().unwrap_or(""))
+        .bind(scope.zone_key())
         .bind(setting.version)
         .bind(&setting.set_by)
         .bind(setting.set_at)
@@ -83,7 +83,7 @@ impl Store {
             "SELECT version, set_by, set_at FROM pipeline_shadows WHERE org = $1 AND zone = $2",
         )
         .bind(&scope.org)
-        .bind(scope.zone.as_deref().unwrap_or(""))
+        .bind(scope.zone_key())
         .fetch_optional(self.pool())
         .await?;
         row.map(|row| {
@@ -108,7 +108,7 @@ impl Store {
              ran_at = excluded.ran_at"
         ))
         .bind(&scope.org)
-        .bind(scope.zone.as_deref().unwrap_or(""))
+        .bind(scope.zone_key())
         .bind(&run.load_id)
         .bind(run.version)
         .bind(i64::from(run.agreed))
@@ -143,7 +143,7 @@ impl Store {
         since: i64,
         limit: i64,
     ) -> Result<ShadowTally> {
-        let zone = scope.zone.as_deref().unwrap_or("");
+        let zone = scope.zone_key();
         let counts = sqlx::query(
             "SELECT COUNT(*) AS loads, CAST(COALESCE(SUM(agreed), 0) AS BIGINT) AS agreements \
              FROM shadow_runs \

@@ -18,7 +18,7 @@ pub struct PipelineScope {
 }
 
 impl PipelineScope {
-    fn zone_key(&self) -> &str {
+    pub(super) fn zone_key(&self) -> &str {
         self.zone.as_deref().unwrap_or("")
     }
 }
@@ -142,19 +142,22 @@ impl Store {
         row.as_ref().map(component_of).transpose()
     }
 
-    /// Components any scope stored at or after `since`, oldest first (at
-    /// most `limit`): what a replica compiles in the background.
+    /// Components any scope stored at or after `since`, oldest first, a
+    /// page of `limit` from `offset`: what a replica compiles in the
+    /// background.
     pub async fn pipeline_components_since(
         &self,
         since: i64,
         limit: i64,
+        offset: i64,
     ) -> Result<Vec<StoredComponent>> {
         let rows = sqlx::query(
             "SELECT digest, bytes, world, created_by, created_at FROM pipeline_components \
-             WHERE created_at >= $1 ORDER BY created_at LIMIT $2",
+             WHERE created_at >= $1 ORDER BY created_at, org, zone, digest LIMIT $2 OFFSET $3",
         )
         .bind(since)
         .bind(limit)
+        .bind(offset)
         .fetch_all(self.pool())
         .await?;
         rows.iter().map(component_of).collect()
@@ -472,12 +475,16 @@ mod tests {
                 .is_none()
         );
         assert_eq!(
-            store.pipeline_components_since(5, 10).await.unwrap().len(),
+            store
+                .pipeline_components_since(5, 10, 0)
+                .await
+                .unwrap()
+                .len(),
             2
         );
         assert!(
             store
-                .pipeline_components_since(6, 10)
+                .pipeline_components_since(6, 10, 0)
                 .await
                 .unwrap()
                 .is_empty()

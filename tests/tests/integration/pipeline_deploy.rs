@@ -512,17 +512,31 @@ async fn a_grant_the_operator_does_not_allow_is_refused() {
     })
     .await;
     let admin = admin(&app);
-    // The default pipeline's second step holds staged-sql.
+    // The built-in steps are the host's: the default pipeline's staged-sql
+    // grants are not the org's to be bounded.
     let (status, body) =
         post_version(&app, ORG_HOST, &admin, "load", &default_load_manifest()).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    // The org's own component asking for staged-sql is refused.
+    let (status, stored) = put_component(&app, ORG_HOST, &admin, guard()).await;
+    assert_eq!(status, StatusCode::CREATED, "{stored}");
+    let text = manifest_with_guard(&digest(guard()), "city").replace(
+        "grants = [\"staged-files\", \"log\"]\n[steps.config]",
+        "grants = [\"staged-sql\", \"log\"]\n[steps.config]",
+    );
+    let (status, body) = post_version(&app, ORG_HOST, &admin, "load", &text).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     let message = body["message"].as_str().expect("message");
-    assert!(message.starts_with("steps[1].grants: "), "{body}");
+    assert!(message.starts_with("steps[5].grants: "), "{body}");
     assert!(message.contains("staged-sql"), "{body}");
     let (_, versions) = app
         .get(ORG_HOST, "/v2/pipeline/load/versions", Some(&admin))
         .await;
-    assert_eq!(versions, json!({"versions": []}));
+    assert_eq!(
+        versions["versions"].as_array().map(Vec::len),
+        Some(1),
+        "{versions}"
+    );
 }
 
 /// A request to each endpoint: method, path, body (its Content-Type and

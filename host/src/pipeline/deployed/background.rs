@@ -14,8 +14,10 @@ use tokio_util::sync::CancellationToken;
 use super::Deployments;
 use crate::pipeline::PipelineKind;
 
-/// Components read per round.
-const PER_ROUND: i64 = 100;
+/// Components read per page, and the most pages a round reads (the rest
+/// wait for the next round, which starts after the last one it saw).
+const PER_ROUND: i64 = 500;
+const MAX_PAGES: i64 = 20;
 
 /// How far back each round looks again: replicas' clocks differ, so a
 /// component may be stored with a time a little before the last one seen.
@@ -39,25 +41,37 @@ impl Deployments {
     /// the latest time seen, from which the next round looks.
     pub(super) async fn compile_round(&self, since: i64) -> i64 {
         let from = since.saturating_sub(CLOCK_SLACK_MICROS);
-        let stored = match self.store.pipeline_components_since(from, PER_ROUND).await {
-            Ok(stored) => stored,
-            Err(e) => {
-                tracing::warn!(error = %e, "deployed components could not be listed; trying again");
-                return since;
-            }
-        };
         let mut latest = since;
-        for component in stored {
-            latest = latest.max(component.created_at);
-            let Some(kind) = PipelineKind::of_world(&component.world) else {
-                continue;
+        for page in 0..MAX_PAGES {
+            let stored = match self
+                .store
+                .pipeline_components_since(from, PER_ROUND, page * PER_ROUND)
+                .await
+            {
+                Ok(stored) => stored,
+                Err(e) => {
+                    tracing::warn!(error = %e, "deployed components could not be listed; trying again");
+                    return latest;
+                }
             };
-            match self.ready(kind, &component.digest).await {
-                Ok(true) => tracing::info!(digest = %component.digest, world = %component.world,
-                    "a deployed pipeline component is compiled"),
-                Ok(false) => {}
-                Err(e) => tracing::warn!(digest = %component.digest, error = %e,
-                    "a deployed pipeline component could not be compiled"),
+            let last_page = (stored.len() as i64) < PER_ROUND;
+            for component in stored {
+                latest = latest.max(component.created_at);
+                let Some(kind) = PipelineKind::of_world(&component.world) else {
+                    continue;
+                };
+                match self.ready(kind, &component.digest).await {
+                    Ok(true) => {
+                        tracing::info!(digest = %component.digest, world = %component.world,
+                        "a deployed pipeline component is compiled")
+                    }
+                    Ok(false) => {}
+                    Err(e) => tracing::warn!(digest = %component.digest, error = %e,
+                        "a deployed pipeline component could not be compiled"),
+                }
+            }
+            if last_page {
+                break;
             }
         }
         latest

@@ -7,7 +7,7 @@
 //! there, and the log says the commit waited. What judged a load is
 //! recorded for `GET /v2/load/{id}/pipeline`.
 
-use super::{DeployError, Deployments, scope, versions::parse_stored};
+use super::{DeployError, Deployments, scopes_of};
 use crate::{
     pipeline::{
         PipelineKind, StepJudgement,
@@ -65,21 +65,12 @@ impl Deployments {
         org: &str,
         zone: Option<&str>,
     ) -> Result<Judged, DeployError> {
-        let scopes = zone
-            .map(|zone| scope(org, Some(zone)))
-            .into_iter()
-            .chain([scope(org, None)]);
-        for scope in scopes {
+        for scope in scopes_of(org, zone) {
             let Some(version) = self.active(&scope, kind).await?.version else {
                 continue;
             };
-            let row = self
-                .store
-                .pipeline_version(&scope, kind.label(), version)
-                .await?
-                .ok_or(DeployError::VersionNotFound(version))?;
-            let manifest = parse_stored(kind, &row)?;
-            self.ready_steps(&manifest, version).await?;
+            let (row, manifest) = self.allowed_version(&scope, kind, version).await?;
+            self.ready_steps(&manifest, version, true).await?;
             return Ok(Judged {
                 manifest,
                 by: JudgedBy::Version {
@@ -104,15 +95,17 @@ impl Deployments {
 
     /// Makes `manifest`'s stored components (of `version`) ready on this
     /// replica for a run that begins now; one not ready yet is compiled
-    /// here, and the log says the run waited on it.
-    pub(super) async fn ready_steps(
+    /// here, and when a run `waits` for it the log says so.
+    pub async fn ready_steps(
         &self,
         manifest: &Manifest,
         version: i64,
+        waits: bool,
     ) -> Result<(), DeployError> {
         for step in &manifest.steps {
             if let ComponentSource::Stored(digest) = &step.component
                 && self.ready(manifest.kind, digest).await?
+                && waits
             {
                 tracing::warn!(version, step = %step.name, %digest,
                     "a commit waited on a compile: this replica had not compiled a deployed \

@@ -51,8 +51,8 @@ pub enum DeployError {
     #[error("a component may be at most {cap} bytes (pipeline.max_component_bytes)")]
     TooLarge { cap: u64 },
     /// Not a component, or a step of no world this host runs.
-    #[error("{0}")]
-    NotUsable(#[source] ComponentError),
+    #[error(transparent)]
+    NotUsable(ComponentError),
     #[error("component {0} was not found")]
     ComponentNotFound(String),
     #[error("version {0} was not found")]
@@ -109,6 +109,14 @@ impl Deployments {
     fn now(&self) -> i64 {
         self.clock.now().timestamp_micros()
     }
+}
+
+/// Whose activation or shadow a run of `org` on `zone`'s API takes, in
+/// order: the zone's, then its org's.
+pub(super) fn scopes_of(org: &str, zone: Option<&str>) -> impl Iterator<Item = PipelineScope> {
+    zone.map(|zone| scope(org, Some(zone)))
+        .into_iter()
+        .chain([scope(org, None)])
 }
 
 /// The scope of an org's Org API (`zone` `None`) or of one of its zones.

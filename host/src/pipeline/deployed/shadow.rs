@@ -7,7 +7,7 @@
 //! report counts the runs since the shadow was set and lists the latest
 //! disagreements.
 
-use super::{DeployError, Deployments, scope, versions::parse_stored};
+use super::{DeployError, Deployments, scopes_of};
 use crate::{
     pipeline::{
         PipelineKind, StepJudgement,
@@ -72,7 +72,8 @@ impl Deployments {
         who: &str,
     ) -> Result<ShadowSetting, DeployError> {
         if let Some(version) = version {
-            self.version(scope, PipelineKind::Load, version).await?;
+            self.allowed_version(scope, PipelineKind::Load, version)
+                .await?;
         }
         let setting = ShadowSetting {
             version,
@@ -103,17 +104,14 @@ impl Deployments {
     }
 
     /// The shadow to run beside a commit of `org` (on `zone`'s API)
-    /// beginning now: the zone's, else the org's; its components ready.
+    /// beginning now: the zone's, else the org's. Its components are made
+    /// ready by the shadow's own task (`ready_steps`), never the commit.
     pub async fn shadow_for(
         &self,
         org: &str,
         zone: Option<&str>,
     ) -> Result<Option<ShadowPlan>, DeployError> {
-        let scopes = zone
-            .map(|zone| scope(org, Some(zone)))
-            .into_iter()
-            .chain([scope(org, None)]);
-        for scope in scopes {
+        for scope in scopes_of(org, zone) {
             let Some(ShadowSetting {
                 version: Some(version),
                 ..
@@ -121,17 +119,13 @@ impl Deployments {
             else {
                 continue;
             };
-            let row = self
-                .store
-                .pipeline_version(&scope, PipelineKind::Load.label(), version)
-                .await?
-                .ok_or(DeployError::VersionNotFound(version))?;
-            let full = parse_stored(PipelineKind::Load, &row)?;
+            let (_, full) = self
+                .allowed_version(&scope, PipelineKind::Load, version)
+                .await?;
             let mut manifest = full.clone();
             manifest
                 .steps
                 .retain(|step| !step.grants.contains(&Capability::LakeAppend));
-            self.ready_steps(&manifest, version).await?;
             return Ok(Some(ShadowPlan {
                 scope,
                 version,
@@ -142,13 +136,17 @@ impl Deployments {
         Ok(None)
     }
 
-    /// Records a shadow's run beside a commit.
+    /// Records a shadow's run beside a commit, as of now.
     pub async fn record_shadow(
         &self,
         scope: &PipelineScope,
         run: &ShadowRun,
     ) -> Result<(), DeployError> {
-        Ok(self.store.record_shadow_run(scope, run).await?)
+        let run = ShadowRun {
+            ran_at: self.now(),
+            ..run.clone()
+        };
+        Ok(self.store.record_shadow_run(scope, &run).await?)
     }
 
     /// The shadow run beside `load_id`'s commit, if one ran.

@@ -280,20 +280,54 @@ async fn a_version_is_checked_numbered_activated_rolled_back_and_run() {
 }
 
 #[tokio::test]
-async fn a_grant_the_operator_keeps_from_orgs_is_refused() {
+async fn a_grant_the_operator_keeps_from_orgs_own_components_is_refused_then_and_later() {
     let setup = setup(|config| config.org_grants.retain(|g| g != "log")).await;
+    let d = &setup.deployments;
+    // The built-ins are the host's: their grants are not bounded.
     let text = builtin::manifest(PipelineKind::Load);
-    match setup
-        .deployments
-        .create_version(&org(), PipelineKind::Load, text, "a")
+    d.create_version(&org(), PipelineKind::Load, text, "a")
+        .await
+        .unwrap();
+    let guard = bytes_of("reject_columns");
+    let digest = components::digest_of(&guard);
+    d.put_component(&org(), &digest, guard, "a").await.unwrap();
+    let text = load_manifest(&digest, "[\"staged-files\", \"log\"]");
+    match d
+        .create_version(&org(), PipelineKind::Load, &text, "a")
         .await
     {
         Err(DeployError::Manifest(e)) => {
-            assert_eq!(e.key, "steps[0].grants");
+            assert_eq!(e.key, "steps[5].grants");
             assert!(e.problem.contains("`log` may not be granted"), "{e}");
         }
         other => panic!("{other:?}"),
     }
+    // A version made before the bound was tightened is refused from then
+    // on: to activate, and to run.
+    let looser = Deployments::new(
+        d.store.clone(),
+        d.lake.clone(),
+        d.engine.clone(),
+        PipelineConfig::default(),
+        Arc::new(SystemClock),
+    );
+    let made = looser
+        .create_version(&org(), PipelineKind::Load, &text, "a")
+        .await
+        .unwrap();
+    looser
+        .activate(&org(), PipelineKind::Load, Some(made.version), "a")
+        .await
+        .unwrap();
+    assert!(matches!(
+        d.activate(&org(), PipelineKind::Load, Some(made.version), "a")
+            .await,
+        Err(DeployError::Manifest(_))
+    ));
+    assert!(matches!(
+        d.manifest_for(PipelineKind::Load, "demo", None).await,
+        Err(DeployError::Manifest(_))
+    ));
 }
 
 #[tokio::test]

@@ -106,12 +106,7 @@ impl Deployments {
     ) -> Result<VersionInfo, DeployError> {
         let manifest = Manifest::parse_naming(kind, text, POSTED, ComponentNames::Stored)
             .map_err(DeployError::Manifest)?;
-        if !self.config.test_steps
-            && let Some(refused) = test_step_refused(&manifest, POSTED)
-        {
-            return Err(DeployError::Manifest(refused));
-        }
-        self.within_bounds(&manifest)?;
+        self.allowed(&manifest)?;
         for (i, step) in manifest.steps.iter().enumerate() {
             let ComponentSource::Stored(digest) = &step.component else {
                 continue;
@@ -166,20 +161,47 @@ impl Deployments {
         })
     }
 
-    /// What the operator lets orgs deploy: grants, limits, and (for a
-    /// load) a step that appends the rows.
-    fn within_bounds(&self, manifest: &Manifest) -> Result<(), DeployError> {
+    /// The scope's `kind` version `version`, its manifest held to what the
+    /// operator allows today (a version made before a bound was tightened
+    /// is refused from then on: to activate, to shadow, to run).
+    pub(super) async fn allowed_version(
+        &self,
+        scope: &PipelineScope,
+        kind: PipelineKind,
+        version: i64,
+    ) -> Result<(PipelineVersion, Manifest), DeployError> {
+        let row = self
+            .store
+            .pipeline_version(scope, kind.label(), version)
+            .await?
+            .ok_or(DeployError::VersionNotFound(version))?;
+        let manifest = parse_stored(kind, &row)?;
+        self.allowed(&manifest)?;
+        Ok((row, manifest))
+    }
+
+    /// What the operator lets orgs deploy: test steps only where
+    /// `pipeline.test_steps` allows them, grants of their own components
+    /// (`pipeline.org_grants`; the built-ins are the host's), limits, and
+    /// (for a load) a step that appends the rows.
+    fn allowed(&self, manifest: &Manifest) -> Result<(), DeployError> {
         let config = &self.config;
+        if !config.test_steps
+            && let Some(refused) = test_step_refused(manifest, POSTED)
+        {
+            return Err(DeployError::Manifest(refused));
+        }
         for (i, step) in manifest.steps.iter().enumerate() {
+            let own = matches!(step.component, ComponentSource::Stored(_));
             if let Some(grant) = step
                 .grants
                 .iter()
-                .find(|g| !config.org_grants.iter().any(|allowed| allowed == g.name()))
+                .find(|g| own && !config.org_grants.iter().any(|allowed| allowed == g.name()))
             {
                 return Err(refused(
                     format!("steps[{i}].grants"),
                     format!(
-                        "`{}` may not be granted to steps deployed over the API here; the \
+                        "`{}` may not be granted to an org's own component here; the \
                          operator allows {} (pipeline.org_grants)",
                         grant.name(),
                         config.org_grants.join(", ")
@@ -250,7 +272,7 @@ impl Deployments {
         who: &str,
     ) -> Result<ActivationInfo, DeployError> {
         if let Some(version) = version {
-            self.version(scope, kind, version).await?;
+            self.allowed_version(scope, kind, version).await?;
         }
         let row = Activation {
             version,

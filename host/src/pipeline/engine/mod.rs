@@ -53,6 +53,7 @@ mod imports;
 mod instantiation;
 mod interrupt;
 mod sandbox;
+mod stderr;
 #[cfg(test)]
 mod tests;
 mod verdict;

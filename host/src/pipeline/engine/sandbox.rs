@@ -21,9 +21,11 @@ use std::{
 };
 
 use wasmtime::{ResourceLimiter, Store, component::ResourceTable};
-use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView, p2::pipe::MemoryOutputPipe};
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use super::{PipelineEngine, interrupt::interrupt_when_due, types::CapabilityError};
+use super::{
+    PipelineEngine, interrupt::interrupt_when_due, stderr::StderrTail, types::CapabilityError,
+};
 use crate::pipeline::{
     DailyData, LoadData, RunControl,
     manifest::{Capability, Step},
@@ -32,10 +34,6 @@ use crate::pipeline::{
 /// How often the epoch advances: how soon after its deadline (or its run's
 /// stop) a step running its own code ends.
 pub(super) const TICK: Duration = Duration::from_millis(10);
-
-/// How much of what a step writes to stderr is kept (a Rust panic's
-/// message, a Python traceback): the rest is refused to the step.
-const STDERR_BYTES: usize = 8 * 1024;
 
 /// What one step run's store holds; `D` is the data side of its pipeline
 /// (`dyn LoadData` or `dyn DailyData`).
@@ -54,8 +52,8 @@ pub(super) struct StepState<D: ?Sized> {
     pub(super) control: RunControl,
     /// When its time limit passes.
     pub(super) deadline: Instant,
-    /// What it wrote to stderr, bounded: told with a trap.
-    pub(super) stderr: MemoryOutputPipe,
+    /// The end of what it wrote to stderr: told with a trap.
+    pub(super) stderr: StderrTail,
 }
 
 pub(super) type LoadState = StepState<dyn LoadData>;
@@ -138,7 +136,7 @@ impl PipelineEngine {
         job: &str,
         control: &RunControl,
     ) -> Store<StepState<D>> {
-        let stderr = MemoryOutputPipe::new(STDERR_BYTES);
+        let stderr = StderrTail::default();
         let state = StepState {
             wasi: WasiCtxBuilder::new().stderr(stderr.clone()).build(),
             table: ResourceTable::new(),

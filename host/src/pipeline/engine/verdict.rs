@@ -60,8 +60,8 @@ pub(super) fn log_step_ran<D: ?Sized>(
 }
 
 /// What a trapped step wrote to stderr, as its error tells it: `""`, or
-/// `"; it wrote: <the last line or so>"` (a Rust panic's message, the end
-/// of a Python traceback), at most `MAX_REPORT_TEXT_BYTES`.
+/// `"; it wrote: <its end>"` (a Rust panic's message, the end of a Python
+/// traceback), at most `MAX_REPORT_TEXT_BYTES`.
 fn wrote(stderr: &[u8]) -> String {
     let text = String::from_utf8_lossy(stderr);
     let text = text.trim();
