@@ -27,7 +27,7 @@ mod api;
 mod manifest;
 
 pub use api::ApiArgs;
-use api::{Api, CallError, ShadowReport, segment};
+use api::{Api, CallError, ShadowReport};
 use manifest::{LocalManifest, ManifestError};
 
 /// Any of the commands' failures, each with its exit code.
@@ -227,7 +227,7 @@ async fn list_versions(api_args: &ApiArgs, kind: PipelineKind) -> Result<(), Com
     let api = Api::new(api_args)?;
     let versions = api.versions(kind).await?;
     if versions.is_empty() {
-        println!("no versions of the {} pipeline", segment(kind));
+        println!("no versions of the {} pipeline", kind.label());
     }
     for version in &versions {
         let steps: Vec<&str> = version.steps.iter().map(|s| s.name.as_str()).collect();

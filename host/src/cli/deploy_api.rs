@@ -81,14 +81,6 @@ impl CallError {
     }
 }
 
-/// The path segment of a pipeline: `load` or `daily`.
-pub(super) fn segment(kind: PipelineKind) -> &'static str {
-    match kind {
-        PipelineKind::Load => "load",
-        PipelineKind::Daily => "daily",
-    }
-}
-
 /// The load pipeline's shadow: only a load pipeline has one.
 const SHADOW: &str = "/v2/pipeline/load/shadow";
 
@@ -257,7 +249,7 @@ impl Api {
         kind: PipelineKind,
         manifest: String,
     ) -> Result<Version, CallError> {
-        let path = format!("/v2/pipeline/{}/versions", segment(kind));
+        let path = format!("/v2/pipeline/{}/versions", kind.label());
         let request = self
             .http
             .post(self.url(&path))
@@ -267,14 +259,14 @@ impl Api {
     }
 
     pub(super) async fn versions(&self, kind: PipelineKind) -> Result<Vec<Version>, CallError> {
-        let path = format!("/v2/pipeline/{}/versions", segment(kind));
+        let path = format!("/v2/pipeline/{}/versions", kind.label());
         let request = self.http.get(self.url(&path));
         let (_, body): (_, Versions) = self.call(format!("GET {path}"), request).await?;
         Ok(body.versions)
     }
 
     pub(super) async fn active(&self, kind: PipelineKind) -> Result<Activation, CallError> {
-        let path = format!("/v2/pipeline/{}/active", segment(kind));
+        let path = format!("/v2/pipeline/{}/active", kind.label());
         let request = self.http.get(self.url(&path));
         Ok(self.call(format!("GET {path}"), request).await?.1)
     }
@@ -284,7 +276,7 @@ impl Api {
         kind: PipelineKind,
         version: u64,
     ) -> Result<Activation, CallError> {
-        let path = format!("/v2/pipeline/{}/active", segment(kind));
+        let path = format!("/v2/pipeline/{}/active", kind.label());
         let request = self
             .http
             .put(self.url(&path))
