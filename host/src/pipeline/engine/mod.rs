@@ -11,7 +11,8 @@
 //!   component before its first step, so a file swapped meanwhile changes
 //!   only the runs that begin after it.
 //! - **A box per run** (`sandbox.rs`): a fresh `Store`, a time limit by epoch
-//!   interruption, a memory limit, an empty WASI context. Its instance comes
+//!   interruption, a memory limit, an empty WASI context but for a stderr
+//!   whose end is told with a trap (`stderr.rs`). Its instance comes
 //!   from a pool of reused slots (`engine_config`): about 23 µs to
 //!   instantiate, run and drop a step that ends at once.
 //! - **Stopped wherever it is** (`interrupt.rs`): at its time limit or its
