@@ -26,3 +26,9 @@ def _literal_select():
 
 
 schemathesis.openapi.format("sql", _literal_select())
+
+# The pipeline deployment paths (docs/pipeline-deploy.md) take a
+# component's bytes (`application/wasm`) and a manifest's TOML text
+# (`application/toml`): sent as schemathesis sends any bytes and any text.
+schemathesis.serializer.alias("application/wasm", "application/octet-stream")
+schemathesis.serializer.alias("application/toml", "text/plain")
