@@ -19,6 +19,7 @@ use super::{
     AppState,
     dailyrun_body::iso_date,
     error::ApiError,
+    json_body::JsonBody,
     principal::{Caller, LakeCallerOf, LoadRead, PipelineRead, PipelineWrite, RequiredScope},
     schemas,
 };
@@ -291,8 +292,8 @@ async fn get_version(
     Ok(Json(version_json(&info, true)))
 }
 
-/// `{"version": N}` (an object: serde would take `[N]` for it too), the
-/// body of an activation and of a shadow.
+/// `{"version": N}`, the body of an activation and of a shadow: a JSON
+/// object (`JsonBody::object`, the house rule) of that one key.
 pub(super) fn version_body(body: &[u8]) -> Result<i64, ApiError> {
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
@@ -301,12 +302,12 @@ pub(super) fn version_body(body: &[u8]) -> Result<i64, ApiError> {
     }
     let refused =
         || ApiError::BadRequest("Body must be valid JSON: {\"version\": <integer>}.".into());
-    match serde_json::from_slice::<Value>(body) {
-        Ok(object @ Value::Object(_)) => serde_json::from_value::<VersionBody>(object)
-            .map(|b| b.version)
-            .map_err(|_| refused()),
-        _ => Err(refused()),
-    }
+    let object = JsonBody::parse(body)
+        .and_then(JsonBody::object)
+        .map_err(|_| refused())?;
+    serde_json::from_value::<VersionBody>(Value::Object(object))
+        .map(|b| b.version)
+        .map_err(|_| refused())
 }
 
 /// PUT /v2/pipeline/{kind}/active: makes a version the pipeline.

@@ -98,7 +98,7 @@ impl Shadows {
             return;
         };
         let load_id = context.load_id.clone();
-        let (manifest, version) = (plan.manifest.clone(), plan.version);
+        let (manifest, version) = (plan.runnable(), plan.version);
         let stop = CancellationToken::new();
         let control = RunControl::new(runtime, stop.clone());
         let handle = tokio::spawn(async move {

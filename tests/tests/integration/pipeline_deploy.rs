@@ -1198,8 +1198,27 @@ async fn a_shadow_reports_what_it_would_refuse_and_decides_and_writes_nothing() 
         (status, body["message"].clone()),
         (StatusCode::NOT_FOUND, json!("version 7 was not found"))
     );
-    let (status, _) = put("[1]".into()).await;
-    assert_eq!(status, StatusCode::BAD_REQUEST);
+    for body in [
+        "[1]",
+        "",
+        "{\"version\": 1, \"x\": 2}",
+        "{\"version\": \"1\"}",
+    ] {
+        let (status, refused) = put(body.into()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {refused}");
+        assert_eq!(
+            refused["message"], "Body must be valid JSON: {\"version\": <integer>}.",
+            "{body}"
+        );
+    }
+    // A version that is no number names no version.
+    let (status, body) = app
+        .get(ORG_HOST, "/v2/pipeline/load/versions/one", Some(&admin))
+        .await;
+    assert_eq!(
+        (status, body["message"].clone()),
+        (StatusCode::NOT_FOUND, json!("Not Found"))
+    );
 
     // The guard shadows the built-in default: the load succeeds with its
     // rows once, and the shadow's refusal is reported.

@@ -28,13 +28,21 @@ pub struct ShadowPlan {
     /// Whose shadow it is (the zone's, or its org's).
     pub scope: PipelineScope,
     pub version: i64,
-    /// The version's steps without those granted `lake-append`.
-    pub manifest: Manifest,
-    /// The version's whole manifest (for the steps left out).
+    /// The version's whole manifest.
     pub full: Manifest,
 }
 
 impl ShadowPlan {
+    /// What the shadow runs: the version's steps but those granted
+    /// `lake-append` (a shadow writes nothing).
+    pub fn runnable(&self) -> Manifest {
+        let mut manifest = self.full.clone();
+        manifest
+            .steps
+            .retain(|step| !step.grants.contains(&Capability::LakeAppend));
+        manifest
+    }
+
     /// Each of the version's steps as the shadow ran them: the run's
     /// judgements of the steps it ran, `not run` for those left out.
     pub fn judgements(&self, ran: &[StepJudgement]) -> Vec<StepJudgement> {
@@ -122,14 +130,9 @@ impl Deployments {
             let (_, full) = self
                 .allowed_version(&scope, PipelineKind::Load, version)
                 .await?;
-            let mut manifest = full.clone();
-            manifest
-                .steps
-                .retain(|step| !step.grants.contains(&Capability::LakeAppend));
             return Ok(Some(ShadowPlan {
                 scope,
                 version,
-                manifest,
                 full,
             }));
         }

@@ -355,12 +355,8 @@ async fn a_shadow_runs_a_version_without_its_writing_steps_for_its_scope_only() 
     let plan = d.shadow_for("demo", Some("lab")).await.unwrap().unwrap();
     assert_eq!((plan.version, plan.scope.clone()), (version.version, org()));
     assert!(d.shadow_for("other", None).await.unwrap().is_none());
-    let names: Vec<&str> = plan
-        .manifest
-        .steps
-        .iter()
-        .map(|s| s.name.as_str())
-        .collect();
+    let runnable = plan.runnable();
+    let names: Vec<&str> = runnable.steps.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(
         names,
         [
