@@ -29,6 +29,7 @@ pub mod pg;
 pub mod pipeline;
 pub mod query;
 pub mod readiness;
+pub mod retention;
 pub mod retired;
 pub mod runtime;
 pub mod s3;

@@ -2,9 +2,10 @@
 //! table's files in the catalog and, in the same transaction, records them in
 //! `retired_files`; this sweeper deletes them from the object store once
 //! `grace` (the query time limit) has passed, so a query planned on the old
-//! file list just before still reads it to its end. Any replica may sweep:
-//! deleting a file twice is harmless, and a file is forgotten only once it is
-//! gone.
+//! file list just before still reads it to its end. The retention sweep
+//! (`retention/`) runs this module's sweeps on one replica at a time;
+//! deleting a file twice would be harmless anyway, and a file is forgotten
+//! only once it is gone.
 //!
 //! It also removes what a killed process left half-written on a local-disk
 //! lake: the object store writes `<path>#<n>` and renames it when the write
@@ -18,9 +19,8 @@ use std::{
 };
 
 use object_store::{ObjectStoreExt as _, path::Path as ObjectPath};
-use tokio_util::sync::CancellationToken;
 
-use crate::{clock::SharedClock, lake::Lake, periodic::spawn_every, store::Store};
+use crate::{clock::SharedClock, lake::Lake, store::Store};
 
 /// Retired files looked at per store round trip.
 const BATCH: i64 = 500;
@@ -29,9 +29,6 @@ const BATCH: i64 = 500;
 /// touches its file as its rows arrive, and no commit, query or daily run
 /// leaves one partition's file idle for a day.
 pub const INTERRUPTED_WRITE_AGE: Duration = Duration::from_secs(24 * 3600);
-
-/// How often the lake directory is walked for interrupted writes.
-const INTERRUPTED_WRITE_SWEEP_EVERY: Duration = Duration::from_secs(3600);
 
 pub struct RetiredFileSweeper {
     store: Store,
@@ -91,35 +88,6 @@ impl RetiredFileSweeper {
         tokio::task::spawn_blocking(move || remove_interrupted_writes(&root, older_than))
             .await
             .map_err(std::io::Error::other)?
-    }
-
-    /// Sweeps every tenth of the grace period (between 1 s and a minute)
-    /// until `stop` is cancelled, and interrupted writes now and hourly.
-    pub fn start(self: &Arc<Self>, stop: CancellationToken) {
-        let sweeper = self.clone();
-        spawn_every(INTERRUPTED_WRITE_SWEEP_EVERY, stop.clone(), move || {
-            let sweeper = sweeper.clone();
-            async move {
-                let older_than = SystemTime::now() - INTERRUPTED_WRITE_AGE;
-                match sweeper.sweep_interrupted_writes(older_than).await {
-                    Ok(0) => {}
-                    Ok(swept) => tracing::info!(swept, "interrupted writes' files deleted"),
-                    Err(e) => tracing::warn!(error = %e, "interrupted-write sweep failed"),
-                }
-            }
-        });
-        let sweeper = self.clone();
-        let period = (self.grace / 10).clamp(Duration::from_secs(1), Duration::from_secs(60));
-        spawn_every(period, stop, move || {
-            let sweeper = sweeper.clone();
-            async move {
-                match sweeper.sweep().await {
-                    Ok(0) => {}
-                    Ok(swept) => tracing::info!(swept, "retired data files deleted"),
-                    Err(e) => tracing::warn!(error = %e, "retired-file sweep failed"),
-                }
-            }
-        });
     }
 }
 

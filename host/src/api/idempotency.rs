@@ -52,7 +52,6 @@ use axum::{
     response::Response,
 };
 use futures::FutureExt as _;
-use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 use utoipa::openapi::{
     Required,
@@ -70,9 +69,7 @@ pub use request_body::{RequestBody, canonical_json, request_hash};
 use super::{AppState, error::ApiError};
 use crate::{
     auth::LakeCaller,
-    clock::SharedClock,
     observability::metrics::{self, IdempotentOutcome},
-    periodic::spawn_every,
     store::{
         Store,
         idempotency::{KeyScope, KeyedRequest, NewClaim, StoredAnswer},
@@ -96,8 +93,6 @@ pub const KEY_LIFETIME: chrono::Duration = chrono::Duration::hours(24);
 pub const IN_PROGRESS_WAIT: Duration = Duration::from_secs(2);
 /// How often the waiting retry looks at the store.
 const IN_PROGRESS_POLL: Duration = Duration::from_millis(20);
-/// How often each replica forgets expired keys.
-const SWEEP_EVERY: Duration = Duration::from_secs(3600);
 const KEY_PATTERN: &str = "^([A-Za-z0-9._:~+/=-]{1,255}|\"[A-Za-z0-9._:~+/=-]{1,255}\")$";
 
 pub const BAD_KEY: &str = "InvalidParameterError: Idempotency-Key must be 1 to 255 characters, \
@@ -433,22 +428,7 @@ impl Keyed {
         }
     }
 }
-/// Forgets expired keys now and hourly, on each replica, until `stop`.
-pub fn start_sweeper(store: Store, clock: SharedClock, stop: CancellationToken) {
-    spawn_every(SWEEP_EVERY, stop, move || {
-        let (store, clock) = (store.clone(), clock.clone());
-        async move {
-            match store
-                .expire_idempotency_keys(clock.now().timestamp_micros())
-                .await
-            {
-                Ok(0) => {}
-                Ok(n) => tracing::debug!(keys = n, "expired idempotency keys forgotten"),
-                Err(e) => tracing::warn!(error = %e, "idempotency key sweep failed"),
-            }
-        }
-    });
-}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,7 +7,8 @@
 //! database can have), at the object key of their descriptor; nothing there is
 //! visible to queries, which read only catalogued files. Staged files of loads
 //! left OPEN longer than `uploads.staging_ttl_s` are removed by
-//! [`LoadService::sweep_stale_staging`].
+//! [`LoadService::sweep_stale_staging`], which the retention sweep runs
+//! (`retention/`).
 
 pub mod commit;
 pub mod dry_run;
@@ -334,20 +335,6 @@ impl LoadService {
 
     async fn delete_prefix(&self, prefix: &ObjectPath) -> Result<(), LoadError> {
         delete_prefix(&self.lake, prefix).await
-    }
-
-    /// Runs the staging sweep every few minutes until `stop` is cancelled.
-    pub fn start_sweeper(self: &Arc<Self>, stop: tokio_util::sync::CancellationToken) {
-        let service = self.clone();
-        let period = std::time::Duration::from_secs((self.config.staging_ttl_s / 10).clamp(1, 300));
-        crate::periodic::spawn_every(period, stop, move || {
-            let service = service.clone();
-            async move {
-                if let Err(e) = service.sweep_stale_staging().await {
-                    tracing::warn!(error = %e, "staging sweep failed");
-                }
-            }
-        });
     }
 }
 

@@ -193,6 +193,7 @@ fn describe() {
         POOL_CONNECTIONS,
         "Metadata-store connections of this replica."
     );
+    super::retention::describe();
 }
 
 /// The scrape: samples the gauges, then renders everything.

@@ -1,7 +1,8 @@
 //! What an operator watches: metrics (`metrics.rs`, rendered on
 //! `server.metrics_listen`), the bounded label values they may carry
 //! (`labels.rs`), log lines (`logs.rs`: text or JSON) and the job
-//! transitions that are both logged and counted (`jobs.rs`); with the `otel`
+//! transitions that are both logged and counted (`jobs.rs`), the retention
+//! sweep's figures (`retention.rs`); with the `otel`
 //! feature, spans exported to an OpenTelemetry collector (`traces.rs`).
 //!
 //! Code paths call the small functions here rather than the `metrics` or
@@ -13,5 +14,6 @@ pub mod jobs;
 pub mod labels;
 pub mod logs;
 pub mod metrics;
+pub mod retention;
 #[cfg(feature = "otel")]
 pub mod traces;

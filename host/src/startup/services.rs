@@ -1,6 +1,6 @@
 //! The services a replica runs and the work it does in the background: the
 //! metadata store and the lake, the query, load and daily-run services, the
-//! pipelines' engine and runtime, the sweepers, the metrics recorder and a
+//! pipelines' engine and runtime, the retention sweep, the metrics recorder and a
 //! distributed cluster's part, each started in its named step.
 
 use std::{sync::Arc, time::Duration};
@@ -30,6 +30,7 @@ use crate::{
         manifest::watch,
     },
     query::QueryService,
+    retention::{Sweeper, SweptParts},
     retired::RetiredFileSweeper,
     runtime::EngineRuntime,
     store::Store,
@@ -46,6 +47,7 @@ pub(super) struct Services {
     pub daily_runs: Arc<DailyRunService>,
     pub deployments: Arc<Deployments>,
     pub retired_files: Arc<RetiredFileSweeper>,
+    pub retention: Arc<Sweeper>,
     pub cluster_worker: Option<ClusterWorkerListener>,
     pub upload_router: axum::Router,
     pub metrics_router: axum::Router,
@@ -94,7 +96,6 @@ impl Services {
         crate::observability::metrics::start_upkeep(metrics_handle.clone(), workers.clone());
         let metrics_router = api::metrics::router(metrics_handle, store.clone());
         queries.start(workers.clone());
-        loads.start_sweeper(workers.clone());
         // A query planned on a dropped or replaced table's file list may run
         // for up to the query time limit; its files are kept that long.
         let retired_files = RetiredFileSweeper::new(
@@ -103,8 +104,17 @@ impl Services {
             clock.clone(),
             Duration::from_secs(config.query.time_limit_s),
         );
-        retired_files.start(workers.clone());
-        api::idempotency::start_sweeper(store.clone(), clock.clone(), workers.clone());
+        let retention = Sweeper::new(
+            SweptParts {
+                store: store.clone(),
+                lake: lake.clone(),
+                clock: clock.clone(),
+                loads: loads.clone(),
+                retired_files: retired_files.clone(),
+            },
+            config.retention.clone(),
+        );
+        retention.start(workers.clone());
         let pipelines = pipelines(config, (&store, &lake, &clock), &workers)?;
         let deployments = pipelines.deployments.clone();
         let commits = LoadCommitter::new(
@@ -145,6 +155,7 @@ impl Services {
             daily_runs,
             deployments,
             retired_files,
+            retention,
             cluster_worker,
             upload_router,
             metrics_router,

@@ -192,12 +192,17 @@ impl Store {
         Ok(released.rows_affected() == 1)
     }
 
-    /// Forgets the keys that expired by `now`; how many.
-    pub async fn expire_idempotency_keys(&self, now: i64) -> Result<u64> {
-        let expired = sqlx::query("DELETE FROM idempotency_keys WHERE expires_at <= $1")
-            .bind(now)
-            .execute(self.pool())
-            .await?;
+    /// Forgets up to `limit` keys that expired by `now`; how many.
+    pub async fn expire_idempotency_keys(&self, now: i64, limit: i64) -> Result<u64> {
+        let expired = sqlx::query(
+            "DELETE FROM idempotency_keys WHERE (org, zone, owner_sub, idempotency_key) IN \
+             (SELECT org, zone, owner_sub, idempotency_key FROM idempotency_keys \
+             WHERE expires_at <= $1 LIMIT $2)",
+        )
+        .bind(now)
+        .bind(limit)
+        .execute(self.pool())
+        .await?;
         Ok(expired.rows_affected())
     }
 }

@@ -33,6 +33,7 @@ mod query_permissions;
 mod query_wait;
 mod result_formats;
 mod result_reuse;
+mod retention;
 mod routing;
 mod s3_lake;
 mod sdk_compat;

@@ -6,7 +6,8 @@
 //! results this replica wrote lately, kept in memory for their pages.
 //!
 //! It is handed the job (`QueryJobs::get` finds the caller's own) and
-//! checks, before any read, that the job is the caller's, SUCCEEDED, kept,
+//! checks, before any read, that the job is the caller's, SUCCEEDED, kept
+//! (neither streamed nor deleted by the retention sweep),
 //! and read with the access it ran with (`check_readable`). It never
 //! changes a job.
 
@@ -96,6 +97,19 @@ pub fn not_kept(id: &str, delivery: Delivery) -> QueryError {
     ))
 }
 
+/// The result of query `id` was deleted at `at` (microseconds) by the
+/// retention sweep (docs/operating.md "Retention").
+pub fn expired(id: &str, at: i64) -> QueryError {
+    let when = chrono::DateTime::from_timestamp_micros(at).map_or_else(
+        || at.to_string(),
+        |t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+    );
+    QueryError::FormatUnavailable(format!(
+        "Query {id}'s result was deleted at {when}: results are kept for retention.results_days \
+         days after their query ends. Run the query again to read its rows."
+    ))
+}
+
 impl QueryResults {
     pub(super) fn new(parts: ResultsParts) -> Self {
         let ResultsParts {
@@ -147,6 +161,9 @@ impl QueryResults {
         }
         if job.delivery != Delivery::Stored {
             return Err(not_kept(&job.query.id, job.delivery));
+        }
+        if let Some(at) = job.result_expired_at {
+            return Err(expired(&job.query.id, at));
         }
         Ok(())
     }

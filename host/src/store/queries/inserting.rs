@@ -194,6 +194,7 @@ impl Store {
             delivery,
             workers: end.workers,
             in_row: end.in_row.map(ResultInRow::sizes).unwrap_or_default(),
+            result_expired_at: None,
         })
     }
 }

@@ -133,6 +133,8 @@ pub struct QueryJob {
     pub workers: Option<i64>,
     /// The forms of a small result kept in this row instead of the lake.
     pub in_row: KeptInRow,
+    /// When the retention sweep deleted the result (`retention/`).
+    pub result_expired_at: Option<i64>,
 }
 
 /// How a run ended.
@@ -190,7 +192,7 @@ const COLUMNS: &str = "id, org, zone, owner_sub, access_fingerprint, sql_text, d
     result_path, result_rows, result_bytes, result_columns_json, access_json, \
     CAST(attempts AS BIGINT) AS attempts, reused_query_id, delivery, workers, \
     CAST(length(result_csv) AS BIGINT) AS csv_in_row_bytes, \
-    CAST(length(result_arrow) AS BIGINT) AS arrow_in_row_bytes";
+    CAST(length(result_arrow) AS BIGINT) AS arrow_in_row_bytes, result_expired_at";
 
 fn job_from_row(row: &sqlx::any::AnyRow) -> Result<QueryJob> {
     let zone: String = row.try_get("zone")?;
@@ -223,6 +225,7 @@ fn job_from_row(row: &sqlx::any::AnyRow) -> Result<QueryJob> {
             csv_bytes: row.try_get("csv_in_row_bytes")?,
             arrow_bytes: row.try_get("arrow_in_row_bytes")?,
         },
+        result_expired_at: row.try_get("result_expired_at")?,
     })
 }
 

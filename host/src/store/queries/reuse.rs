@@ -14,7 +14,7 @@ impl Store {
     ) -> Result<Option<QueryJob>> {
         let row = sqlx::query(&format!(
             "SELECT {COLUMNS} FROM query_jobs WHERE reuse_key = $1 AND completed_at >= $2 \
-             AND state = 'SUCCEEDED' ORDER BY completed_at DESC LIMIT 1"
+             AND state = 'SUCCEEDED' AND result_expired_at IS NULL ORDER BY completed_at DESC LIMIT 1"
         ))
         .bind(reuse_key)
         .bind(ended_since)
@@ -74,6 +74,7 @@ impl Store {
             delivery: Delivery::Stored,
             workers: None,
             in_row: source.in_row,
+            result_expired_at: None,
         })
     }
 }
