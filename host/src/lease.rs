@@ -57,7 +57,7 @@ impl Lease {
                 _ = every.tick() => match renew(self.until()).await {
                     Ok(true) => {}
                     Ok(false) => return None,
-                    Err(e) => tracing::warn!(job = what, error = %e, "lease not renewed"),
+                    Err(e) => tracing::warn!(job_id = what, error = %e, "lease not renewed"),
                 },
             }
         }

@@ -1,5 +1,7 @@
 //! The `lakehost` binary: reads configuration, starts tracing (text, or JSON
-//! with `server.log_format = "json"` for `serve`), serves.
+//! with `server.log_format = "json"` for `serve`), serves. `serve` prints a
+//! banner on stdout (where it listens, how to get a token): plain lines, or
+//! with `"json"` one JSON line each, like every other line it writes.
 
 use std::path::PathBuf;
 
@@ -113,13 +115,7 @@ fn main() -> std::process::ExitCode {
 async fn run() -> std::process::ExitCode {
     let Cli { command } = Cli::parse();
     match command {
-        Command::Serve { config } => match serve(config).await {
-            Ok(()) => std::process::ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("lakehost: {e:#}");
-                std::process::ExitCode::from(2)
-            }
-        },
+        Command::Serve { config } => serve(config).await,
         Command::Import {
             config,
             org,
@@ -169,20 +165,58 @@ async fn import(
     import_parquet(&store, &lake, &request, now).await
 }
 
-/// Prints a banner line; a closed stdout (`lakehost serve | head -1`) must not
-/// stop the server, so write errors are ignored.
-macro_rules! say {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stdout(), $($arg)*);
-    }};
-}
-
-async fn serve(config_file: Option<PathBuf>) -> anyhow::Result<()> {
-    let config = Config::load(config_file.as_deref(), std::env::vars())?;
+/// Starts the server from `config_file` and serves until stopped; what
+/// stops it early is said on stderr (exit code 2).
+async fn serve(config_file: Option<PathBuf>) -> std::process::ExitCode {
+    let config = match Config::load(config_file.as_deref(), std::env::vars()) {
+        Ok(config) => config,
+        // The log format is not known yet: plain text.
+        Err(e) => return stopped(LogFormat::Text, &e.into()),
+    };
+    let format = config.server.log_format;
     // Logs go to stderr, in the configured format: stdout carries what
     // commands print for scripts.
-    let logging = logs::init(config.server.log_format);
+    let logging = logs::init(format);
+    let served = serve_with(config).await;
+    logging.shutdown().await;
+    match served {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => stopped(format, &e),
+    }
+}
+
+/// Says on stderr, in `format`, why the server stopped; exit code 2.
+fn stopped(format: LogFormat, error: &anyhow::Error) -> std::process::ExitCode {
+    use std::io::Write as _;
+    let text = format!("lakehost: {error:#}");
+    let line = match format {
+        LogFormat::Text => text,
+        LogFormat::Json => logs::json_line(tracing::Level::ERROR, "lakehost", &text, []),
+    };
+    let _ = writeln!(std::io::stderr(), "{line}");
+    std::process::ExitCode::from(2)
+}
+
+/// Prints one banner line on stdout: `text`, or in `"json"` a line in the
+/// log's shape whose `message` is `text` (spaces collapsed) and whose `key`
+/// is `value`, the address the line names. A closed stdout (`lakehost serve
+/// | head -1`) must not stop the server, so write errors are ignored.
+fn say(format: LogFormat, text: &str, (key, value): (&str, String)) {
+    use std::io::Write as _;
+    let line = match format {
+        LogFormat::Text => text.to_string(),
+        LogFormat::Json => logs::json_line(
+            tracing::Level::INFO,
+            "lakehost::banner",
+            &text.split_whitespace().collect::<Vec<_>>().join(" "),
+            [(key, serde_json::Value::String(value))],
+        ),
+    };
+    let _ = writeln!(std::io::stdout(), "{line}");
+}
+
+async fn serve_with(config: Config) -> anyhow::Result<()> {
+    let format = config.server.log_format;
     let default_org = config.server.default_org.clone();
     let region_domain = config.server.region_domain.clone();
     let demo_client = config
@@ -196,47 +230,91 @@ async fn serve(config_file: Option<PathBuf>) -> anyhow::Result<()> {
     let auth_url = app.auth_url().clone();
     let scheme = auth_url.scheme().to_string();
     let port = addr.port();
-    say!("lakehost listening on {scheme}://{addr}");
-    say!(
-        "  Org API:      {scheme}://{default_org}.api.{region_domain}:{port}/v2  (or {scheme}://localhost:{port}/v2)"
+    let api = format!("{scheme}://{addr}");
+    say(
+        format,
+        &format!("lakehost listening on {api}"),
+        ("url", api),
     );
-    say!("  DailyRun API: {scheme}://api.{default_org}.{region_domain}:{port}/dailyRun");
-    say!("  OpenAPI:      {scheme}://localhost:{port}/v2/openapi.json");
-    say!("  Uploads (S3): {scheme}://{}", app.upload_addr());
-    say!("  Metrics:      http://{}/metrics", app.metrics_addr());
+    let org_api = format!("{scheme}://{default_org}.api.{region_domain}:{port}/v2");
+    say(
+        format,
+        &format!("  Org API:      {org_api}  (or {scheme}://localhost:{port}/v2)"),
+        ("org_api", org_api),
+    );
+    let dailyrun_api = format!("{scheme}://api.{default_org}.{region_domain}:{port}/dailyRun");
+    say(
+        format,
+        &format!("  DailyRun API: {dailyrun_api}"),
+        ("dailyrun_api", dailyrun_api),
+    );
+    let openapi = format!("{scheme}://localhost:{port}/v2/openapi.json");
+    say(
+        format,
+        &format!("  OpenAPI:      {openapi}"),
+        ("openapi", openapi),
+    );
+    let uploads = format!("{scheme}://{}", app.upload_addr());
+    say(
+        format,
+        &format!("  Uploads (S3): {uploads}"),
+        ("uploads", uploads),
+    );
+    let metrics = format!("http://{}/metrics", app.metrics_addr());
+    say(
+        format,
+        &format!("  Metrics:      {metrics}"),
+        ("metrics", metrics),
+    );
     if let Some(flight) = app.flight_addr() {
         let flight_scheme = if scheme == "https" {
             "grpc+tls"
         } else {
             "grpc"
         };
-        say!("  Flight SQL:   {flight_scheme}://{flight}");
+        let flight = format!("{flight_scheme}://{flight}");
+        say(
+            format,
+            &format!("  Flight SQL:   {flight}"),
+            ("flight_sql", flight),
+        );
     }
     if let Some(pg) = app.pg_addr() {
-        say!(
-            "  Postgres:     postgresql://<client id>@{}:{}/{default_org}?sslmode=require  (password: the client secret)",
+        let pg = format!(
+            "postgresql://<client id>@{}:{}/{default_org}?sslmode=require",
             pg.ip(),
             pg.port()
         );
+        say(
+            format,
+            &format!("  Postgres:     {pg}  (password: the client secret)"),
+            ("postgres", pg),
+        );
     }
     if let Some(worker) = app.cluster_worker_addr() {
-        say!("  Worker:       http://{worker}  (stages of distributed reads; cluster secret only)");
+        let worker = format!("http://{worker}");
+        say(
+            format,
+            &format!(
+                "  Worker:       {worker}  (stages of distributed reads; cluster secret only)"
+            ),
+            ("worker", worker),
+        );
     }
     let token_url = format!(
         "{}/realms/{default_org}/protocol/openid-connect/token",
         auth_url.as_str().trim_end_matches('/')
     );
-    match (app.idp().is_some(), demo_client) {
-        (true, Some(client)) => say!(
+    let token_line = match (app.idp().is_some(), demo_client) {
+        (true, Some(client)) => format!(
             "Get a token:  curl -s {token_url} -d grant_type=client_credentials -d client_id={} -d client_secret={}",
             client.client_id.unwrap_or_default(),
             client.client_secret.unwrap_or_default()
         ),
-        _ => say!("Tokens come from {token_url}"),
-    }
-    let served = app.run_until_stopped().await;
-    logging.shutdown().await;
-    served?;
+        _ => format!("Tokens come from {token_url}"),
+    };
+    say(format, &token_line, ("token_url", token_url));
+    app.run_until_stopped().await?;
     Ok(())
 }
 

@@ -1,9 +1,11 @@
 //! Whether this replica should get traffic (`GET /readyz`): the store
-//! answers, it has every migration this build expects, the lake answers, and
-//! the replica is not draining. Each part is asked on every check, with a
-//! short bound of its own, so a hung Postgres or S3 makes the answer "not
-//! ready" within about a second rather than a hung probe, and the answer
-//! turns "ready" again by itself once the part is back.
+//! answers, it has every migration this build expects, the lake answers (its
+//! directory or its bucket exists: a missing bucket is named, with how to
+//! create it), and the replica is not draining. Each part is asked on every
+//! check, with a short bound of its own, so a hung Postgres or S3 makes the
+//! answer "not ready" within about a second rather than a hung probe, and
+//! the answer turns "ready" again by itself once the part is back (or the
+//! bucket is created).
 
 use std::time::Duration;
 
@@ -157,5 +159,51 @@ mod tests {
             matches!(report.parts[2], ("lake", Ok(()))),
             "back without a restart: {report:?}"
         );
+    }
+
+    /// An S3 lake whose bucket does not exist is named with how to create
+    /// it, and the bucket created later makes the lake ready by itself. On
+    /// the S3 server `.ci/s3` starts, whose `AWS_*` variables configure the
+    /// lake.
+    #[tokio::test]
+    #[cfg_attr(
+        not(lakehost_has_s3),
+        ignore = "needs an S3 server: eval \"$(.ci/s3)\" first (README, Tests)"
+    )]
+    async fn a_missing_bucket_is_named_until_it_is_created() {
+        let endpoint = std::env::var("LAKEHOST_TEST_S3_ENDPOINT")
+            .expect("LAKEHOST_TEST_S3_ENDPOINT names an S3 server: eval \"$(.ci/s3)\" first");
+        let bucket = format!("lakehost-missing-{}", &store::new_id()[..12]);
+        let dir = tempfile::tempdir().unwrap();
+        let readiness = Readiness {
+            store: Store::open_sqlite(&dir.path().join("db")).await.unwrap(),
+            lake: Lake::from_url(&format!("s3://{bucket}/lake")).unwrap(),
+            drain: Drain::new(),
+        };
+        let report = readiness.check().await;
+        let (part, why) = report.first_failure().expect("not ready");
+        assert_eq!(part, "lake", "{report:?}");
+        assert!(
+            matches!(why, NotReady::Lake(lake::Error::BucketMissing { .. })),
+            "{why:?}"
+        );
+        assert_eq!(
+            why.to_string(),
+            format!(
+                "the bucket \"{bucket}\" does not exist (create it: aws s3 mb s3://{bucket}, \
+                 with --endpoint-url $AWS_ENDPOINT_URL on an S3-compatible store)"
+            )
+        );
+        let created = reqwest::Client::new()
+            .put(format!("{endpoint}/{bucket}"))
+            .send()
+            .await
+            .unwrap();
+        assert!(created.status().is_success(), "{}", created.status());
+        let report = readiness.check().await;
+        assert!(report.first_failure().is_none(), "{report:?}");
+        // Then the probe object is there, and its HEAD alone answers.
+        let report = readiness.check().await;
+        assert!(report.first_failure().is_none(), "{report:?}");
     }
 }

@@ -265,6 +265,7 @@ impl Replica {
         .unwrap()
         .unwrap_or_else(|| panic!("no output; see {}", log.display()))
         .unwrap();
+        let first = common::banner_text(first);
         let url = first
             .strip_prefix("lakehost listening on ")
             .unwrap_or_else(|| panic!("unexpected first line: {first}; see {}", log.display()));

@@ -29,6 +29,7 @@ use lakehost::{
     import::{ImportRequest, ImportSummary, import_parquet},
     lake::Lake,
     load::LoadService,
+    retention::Sweeper,
     retired::RetiredFileSweeper,
     store::Store,
 };
@@ -79,6 +80,8 @@ pub struct TestApp {
     pub daily_runs: Arc<DailyRunService>,
     /// The retired-file sweeper (tests run its sweep directly).
     pub retired_files: Arc<RetiredFileSweeper>,
+    /// The retention sweep (tests run its rounds directly).
+    pub retention: Arc<Sweeper>,
     _dir: Option<tempfile::TempDir>,
     server: tokio::task::JoinHandle<()>,
     /// Begins the server's drain, as SIGTERM does (`TestApp::drain`).
@@ -200,6 +203,7 @@ pub async fn start(config: Config, clock: ManualClock) -> TestApp {
     let pg_addr = app.pg_addr();
     let daily_runs = app.daily_runs();
     let retired_files = app.retired_files();
+    let retention = app.retention();
     let scheme = app.auth_url().scheme().to_string();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
@@ -227,6 +231,7 @@ pub async fn start(config: Config, clock: ManualClock) -> TestApp {
         loads,
         daily_runs,
         retired_files,
+        retention,
         _dir: None,
         server,
         stop: Some(stop),

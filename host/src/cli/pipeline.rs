@@ -275,8 +275,9 @@ fn check_sum_arg(text: &str) -> Result<Vec<(String, String)>, CheckSumArg> {
 
 /// For `check` and the dry runs, which compile steps: text logs (the guard
 /// returned), and compiled steps kept in the user's cache folder so an
-/// author's next run loads them. An engine that does not start is reported
-/// by the command itself.
+/// author's next run loads them (within 1 GiB, the least recently used
+/// evicted first). An engine that does not start is reported by the command
+/// itself.
 fn start_compiling_tool() -> logs::Logging {
     let logging = logs::init(LogFormat::Text);
     if let Ok(engine) = PipelineEngine::shared() {

@@ -24,6 +24,10 @@ pub struct IdpConfig {
     /// A realm's signing key is replaced by a new one after this many hours; the
     /// old key stays in the JWKS until tokens it signed have expired.
     pub key_rotation_hours: u64,
+    /// A new signing key is published (in every replica's JWKS) this long
+    /// before it signs, so validators that cache a JWKS have it before a
+    /// token names it; less than `key_rotation_hours`.
+    pub key_publish_lead_s: u64,
     pub clients: Vec<IdpPrincipal>,
     pub users: Vec<IdpPrincipal>,
     /// Serve client secrets shorter than 32 bytes and passwords shorter than
@@ -39,6 +43,7 @@ impl Default for IdpConfig {
             access_token_lifetime_s: 300,
             refresh_token_lifetime_s: 30 * 24 * 3600,
             key_rotation_hours: 30 * 24,
+            key_publish_lead_s: 3600,
             clients: demo_clients(&AuthConfig::default()),
             users: demo_users(&AuthConfig::default()),
             allow_weak_secrets: false,
@@ -181,6 +186,13 @@ impl IdpConfig {
             if value == 0 {
                 return Err(ConfigError::new(key, "must be at least 1"));
             }
+        }
+        if self.key_publish_lead_s >= self.key_rotation_hours.saturating_mul(3600) {
+            return Err(ConfigError::new(
+                "idp.key_publish_lead_s",
+                "must be less than idp.key_rotation_hours (in seconds): a key is published \
+                 this long before it signs",
+            ));
         }
         validate_principals("idp.clients", &self.clients, true, orgs, auth)?;
         validate_principals("idp.users", &self.users, false, orgs, auth)?;
@@ -379,6 +391,10 @@ mod tests {
             (
                 "[[orgs]]\nname = \"demo\"\n[[idp.clients]]\norg = \"demo\"\nclient_id = \"a\"\nclient_secret = \"b\"\nservice_clients = [1]\nroles = { svc_api_moon = [\"ZoneAdmin\"] }",
                 "idp.clients[0].roles.svc_api_moon",
+            ),
+            (
+                "[idp]\nkey_rotation_hours = 1\nkey_publish_lead_s = 3600",
+                "idp.key_publish_lead_s",
             ),
         ]);
     }

@@ -13,7 +13,7 @@
 //! which the sections are checked. Each section lives in its own file with its
 //! defaults and its own checks (`server.rs`, `storage.rs`, `auth.rs`,
 //! `orgs.rs`, `idp.rs`, `query.rs`, `uploads.rs`, `pipeline.rs`,
-//! `dailyrun.rs`, `distributed.rs`); `names.rs` has the name shapes they share.
+//! `dailyrun.rs`, `distributed.rs`, `retention.rs`); `names.rs` has the name shapes they share.
 
 mod auth;
 mod dailyrun;
@@ -23,6 +23,7 @@ mod names;
 mod orgs;
 mod pipeline;
 mod query;
+mod retention;
 mod server;
 mod storage;
 mod uploads;
@@ -42,6 +43,7 @@ pub use self::{
         ArrowCompression, JobCaps, MAX_CSV_LINK_LIFETIME_S, MAX_REUSE_AGE_S, QueryConfig,
         SMALL_RESULT_BYTES,
     },
+    retention::RetentionConfig,
     server::{LogFormat, ServerConfig},
     storage::StorageConfig,
     uploads::UploadsConfig,
@@ -92,6 +94,8 @@ pub struct Config {
     pub dailyrun: DailyRunConfig,
     #[serde(default)]
     pub distributed: DistributedConfig,
+    #[serde(default)]
+    pub retention: RetentionConfig,
 }
 
 impl Default for Config {
@@ -107,6 +111,7 @@ impl Default for Config {
             pipeline: PipelineConfig::default(),
             dailyrun: DailyRunConfig::default(),
             distributed: DistributedConfig::default(),
+            retention: RetentionConfig::default(),
         }
     }
 }
@@ -128,6 +133,7 @@ const SECTIONS: &[&str] = &[
     "pipeline",
     "dailyrun",
     "distributed",
+    "retention",
 ];
 
 impl Config {
@@ -218,6 +224,8 @@ impl Config {
         self.server.validate_dailyrun_prefix()?;
         self.storage.validate()?;
         self.distributed.validate(&self.storage)?;
+        self.retention
+            .validate(self.query.time_limit_s.max(self.dailyrun.max_duration_s))?;
         self.auth.validate(&self.idp)?;
         validate_orgs(&self.orgs, &self.server.default_org)?;
         self.idp

@@ -1,7 +1,8 @@
 //! The `[pipeline]` section: where the load manifests are and how big a step's
 //! component file may be, how many commits run and how they share the workers,
-//! their leases and attempts, and the shape of a failed load's
-//! `ErrorMessages`, with their defaults and their checks.
+//! their leases and attempts, the shape of a failed load's `ErrorMessages`
+//! and the budget of compiled steps kept on disk, with their defaults and
+//! their checks.
 //!
 //! It holds settings only; manifests are read by `pipeline/`, commits run in
 //! `load/`.
@@ -61,7 +62,16 @@ pub struct PipelineConfig {
     /// How often a replica looks for components stored through another one
     /// and compiles them in the background, in milliseconds.
     pub deploy_poll_ms: u64,
+    /// The most the compiled steps kept in `<data_dir>/compiled-steps` may
+    /// hold, in bytes (default 2 GiB); past it the least recently used are
+    /// removed, each compiled again when next needed. 0 keeps none on disk:
+    /// every start compiles every step.
+    pub compiled_cache_bytes: u64,
 }
+
+/// The smallest budget of compiled steps other than 0: one compiled step
+/// is megabytes, so less is a unit mistake.
+const MIN_COMPILED_CACHE_BYTES: u64 = 1 << 20;
 
 /// The capabilities steps can be granted, by their manifest names.
 pub const CAPABILITY_NAMES: &[&str] = &[
@@ -103,6 +113,7 @@ impl Default for PipelineConfig {
             max_step_time_limit_ms: 3_600_000,
             max_step_memory_bytes: 1024 * 1024 * 1024,
             deploy_poll_ms: 1_000,
+            compiled_cache_bytes: 2 << 30,
         }
     }
 }
@@ -164,6 +175,14 @@ impl PipelineConfig {
                 ),
             ));
         }
+        if (1..MIN_COMPILED_CACHE_BYTES).contains(&self.compiled_cache_bytes) {
+            return Err(ConfigError::new(
+                "pipeline.compiled_cache_bytes",
+                format!(
+                    "must be 0 (no compiled steps kept) or at least {MIN_COMPILED_CACHE_BYTES} (1 MiB)"
+                ),
+            ));
+        }
         if self.lease_s < 3 {
             return Err(ConfigError::new(
                 "pipeline.lease_s",
@@ -189,7 +208,22 @@ mod tests {
                 "[pipeline]\nmax_component_bytes = 0",
                 "pipeline.max_component_bytes",
             ),
+            (
+                "[pipeline]\ncompiled_cache_bytes = 4096",
+                "pipeline.compiled_cache_bytes",
+            ),
         ]);
+    }
+
+    #[test]
+    fn the_compiled_steps_budget_defaults_to_2_gib_and_0_keeps_none() {
+        let config = crate::config::Config::from_toml("").unwrap();
+        assert_eq!(config.pipeline.compiled_cache_bytes, 2 << 30);
+        for bytes in [0, 1 << 20] {
+            let toml = format!("[pipeline]\ncompiled_cache_bytes = {bytes}");
+            let config = crate::config::Config::from_toml(&toml).unwrap();
+            assert_eq!(config.pipeline.compiled_cache_bytes, bytes);
+        }
     }
 
     #[test]

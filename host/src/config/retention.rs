@@ -115,7 +115,8 @@ mod tests {
     #[test]
     fn the_default_holds_and_each_bound_names_its_key() {
         RetentionConfig::default().validate(1800).unwrap();
-        let cases: [(fn(&mut RetentionConfig), &str); 5] = [
+        type Change = fn(&mut RetentionConfig);
+        let cases: [(Change, &str); 5] = [
             (|c| c.results_days = 0, "retention.results_days"),
             (|c| c.jobs_days = 3, "retention.jobs_days"),
             (|c| c.orphan_age_s = 1800, "retention.orphan_age_s"),

@@ -4,10 +4,13 @@
 //! endpoint exchanges the code for tokens when the `code_verifier` matches.
 //!
 //! Only S256 challenges, only the configured public CLI clients, only loopback
-//! redirect addresses. Codes live 60 seconds in memory and are single use (a
-//! failed exchange burns the code too).
+//! redirect addresses. Codes live 60 seconds in the shared store (by their
+//! hash), so a code issued by one replica is exchanged at any; they are
+//! single use (the exchange deletes the code's row, and only the exchange
+//! whose delete removed it goes on; a failed exchange burns the code too).
+//! Each login first deletes a bounded batch of expired codes.
 
-use std::{collections::HashMap, sync::Arc, sync::Mutex};
+use std::sync::Arc;
 
 use axum::{
     Form,
@@ -23,22 +26,18 @@ use subtle::ConstantTimeEq as _;
 use url::Url;
 
 use super::{Idp, OAuthError, TokenRequest, granted_scopes, tokens::Subject};
+use crate::store::idp::IdpCodeRow;
 
-const CODE_LIFETIME_S: i64 = 60;
+/// How long a code may wait for its exchange, in microseconds.
+const CODE_LIFETIME_US: i64 = 60 * 1_000_000;
+/// At most this many expired codes are deleted per login: a login adds one.
+const EXPIRED_CODES_PER_LOGIN: i64 = 100;
 
-struct PendingCode {
-    org: String,
-    client_id: String,
-    redirect_uri: String,
-    code_challenge: String,
-    username: String,
-    scope: String,
-    nonce: Option<String>,
-    expires_at: i64,
+/// The key a code is stored under: its SHA-256, so the store never holds a
+/// code that could be redeemed.
+pub(super) fn code_hash(code: &str) -> String {
+    hex::encode(Sha256::digest(code.as_bytes()))
 }
-
-#[derive(Default)]
-pub(crate) struct PendingCodes(Mutex<HashMap<String, PendingCode>>);
 
 /// The parameters of an authorization request, carried through the login form.
 #[derive(Debug, Deserialize, Default)]
@@ -208,10 +207,13 @@ pub(crate) async fn login(
         );
     }
     let p = &form.params;
-    let mut bytes = [0u8; 32];
-    rand::thread_rng().fill_bytes(&mut bytes);
-    let code = URL_SAFE_NO_PAD.encode(bytes);
-    let pending = PendingCode {
+    let code = {
+        let mut bytes = [0u8; 32];
+        rand::thread_rng().fill_bytes(&mut bytes);
+        URL_SAFE_NO_PAD.encode(bytes)
+    };
+    let now = idp.clock.now().timestamp_micros();
+    let pending = IdpCodeRow {
         org: org.clone(),
         client_id: p.client_id.clone().unwrap_or_default(),
         redirect_uri: p.redirect_uri.clone().unwrap_or_default(),
@@ -219,13 +221,19 @@ pub(crate) async fn login(
         username,
         scope: p.scope.clone().unwrap_or_else(|| "openid".into()),
         nonce: p.nonce.clone(),
-        expires_at: idp.clock.unix_seconds() + CODE_LIFETIME_S,
+        expires_at: now + CODE_LIFETIME_US,
     };
+    let stored = match idp
+        .store
+        .delete_expired_idp_codes(now, EXPIRED_CODES_PER_LOGIN)
+        .await
     {
-        let mut codes = idp.codes.0.lock().expect("codes lock poisoned");
-        let now = idp.clock.unix_seconds();
-        codes.retain(|_, c| c.expires_at >= now);
-        codes.insert(code.clone(), pending);
+        Ok(_) => idp.store.insert_idp_code(&code_hash(&code), &pending).await,
+        Err(error) => Err(error),
+    };
+    if let Err(error) = stored {
+        tracing::error!(%error, "the identity provider cannot store a login code");
+        return error_page(StatusCode::INTERNAL_SERVER_ERROR, "Internal error.").into_response();
     }
     let mut url = checked.redirect_uri;
     {
@@ -241,7 +249,7 @@ pub(crate) async fn login(
 
 /// `grant_type=authorization_code`: checks client, redirect address, expiry and
 /// the PKCE verifier, then issues access, refresh and ID tokens.
-pub(crate) fn exchange_code(
+pub(crate) async fn exchange_code(
     idp: &Idp,
     org: &str,
     request: &TokenRequest,
@@ -257,13 +265,11 @@ pub(crate) fn exchange_code(
         .as_deref()
         .ok_or_else(|| missing("client_id"))?;
     let pending = idp
-        .codes
-        .0
-        .lock()
-        .expect("codes lock poisoned")
-        .remove(code)
+        .store
+        .take_idp_code(&code_hash(code))
+        .await?
         .ok_or_else(|| OAuthError::InvalidGrant("Code not valid".into()))?;
-    if pending.org != org || pending.expires_at < idp.clock.unix_seconds() {
+    if pending.org != org || pending.expires_at < idp.clock.now().timestamp_micros() {
         return Err(OAuthError::InvalidGrant("Code not valid".into()));
     }
     if pending.client_id != client_id {
@@ -286,6 +292,7 @@ pub(crate) fn exchange_code(
         scopes: granted_scopes(user, Some(&pending.scope), true),
     };
     idp.token_response(org, &subject, true, pending.nonce.as_deref())
+        .await
 }
 
 /// RFC 7636: a 43..128 character verifier whose S256 hash is the challenge.

@@ -6,17 +6,27 @@
 //! It exists so that nothing outside is needed on a laptop. The API's validator
 //! does not know it is there: it uses discovery and JWKS over HTTP as it would
 //! with an external Keycloak. This module never touches the validator.
+//!
+//! Behind a balancer every replica is the same provider: the realms' signing
+//! keys (`realm.rs`) and the login flow's pending codes (`login.rs`) live in
+//! the shared store, and the issuer is `auth.auth_url`'s (the balancer's
+//! address when set, so every replica names the same `iss`; unset, each
+//! replica names its own address, which suits one replica only).
 
 mod keys;
 mod login;
+mod realm;
 mod tokens;
 
-pub use keys::{StoredKey, generate_key, key_file_path, write_key_file};
+#[cfg(test)]
+mod replica_tests;
+
+pub use keys::{StoredKey, generate_key, key_file_path, read_key_file, write_key_file};
 
 use std::{
     collections::HashMap,
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicU64, Ordering},
     },
 };
@@ -29,7 +39,6 @@ use axum::{
     routing::{get, post},
 };
 use base64::{Engine as _, engine::general_purpose::STANDARD};
-use chrono::Duration;
 use serde::Deserialize;
 use serde_json::json;
 use subtle::ConstantTimeEq as _;
@@ -39,49 +48,48 @@ use crate::{
     auth::jwks::realm_issuer,
     clock::SharedClock,
     config::{Config, IdpPrincipal},
+    store::Store,
 };
-use keys::{KeyStoreError, RealmKeyStore};
-use login::PendingCodes;
+pub use keys::KeyStoreError;
+use realm::{KeyPolicy, RealmKeys};
 use tokens::{Minter, Subject};
 
-/// The embedded provider's state: per-realm keys, pending authorization codes.
+/// The embedded provider: per-realm keys and pending authorization codes,
+/// both in the shared store.
 pub struct Idp {
     config: Arc<Config>,
     auth_url: Url,
     clock: SharedClock,
-    realms: HashMap<String, Mutex<RealmKeyStore>>,
-    codes: PendingCodes,
+    store: Store,
+    realms: HashMap<String, RealmKeys>,
     jwks_requests: HashMap<String, AtomicU64>,
 }
 
 impl Idp {
-    /// Opens (or creates) every configured org's signing keys under `data_dir`.
-    pub fn new(
+    /// Opens every configured org's signing keys in the store: a realm
+    /// without any gets its key file's (`data_dir/idp/<org>/signing-keys.json`,
+    /// an older version's) or a new one.
+    pub async fn new(
         config: Arc<Config>,
         auth_url: Url,
         clock: SharedClock,
+        store: Store,
     ) -> Result<Self, KeyStoreError> {
-        let rotate_after = Duration::hours(config.idp.key_rotation_hours as i64);
-        let retain = Duration::seconds(
-            config
-                .idp
-                .refresh_token_lifetime_s
-                .max(config.idp.access_token_lifetime_s) as i64,
-        );
+        let policy = KeyPolicy::of(&config.idp);
         let mut realms = HashMap::new();
         let mut jwks_requests = HashMap::new();
         for org in &config.orgs {
-            let path = key_file_path(&config.storage.data_dir, &org.name);
-            let store = RealmKeyStore::open(&path, clock.now(), rotate_after, retain)?;
-            realms.insert(org.name.clone(), Mutex::new(store));
+            let file = key_file_path(&config.storage.data_dir, &org.name);
+            let keys = RealmKeys::open(&org.name, store.clone(), file, policy, clock.now()).await?;
+            realms.insert(org.name.clone(), keys);
             jwks_requests.insert(org.name.clone(), AtomicU64::new(0));
         }
         Ok(Self {
             config,
             auth_url,
             clock,
+            store,
             realms,
-            codes: PendingCodes::default(),
             jwks_requests,
         })
     }
@@ -97,7 +105,7 @@ impl Idp {
         realm_issuer(&self.auth_url, org)
     }
 
-    fn realm(&self, org: &str) -> Result<&Mutex<RealmKeyStore>, OAuthError> {
+    fn realm(&self, org: &str) -> Result<&RealmKeys, OAuthError> {
         self.realms.get(org).ok_or(OAuthError::UnknownRealm)
     }
 
@@ -119,7 +127,7 @@ impl Idp {
 
     /// Issues the token response for a subject; with `refresh` also a refresh
     /// token and (when `openid` was asked) an ID token.
-    fn token_response(
+    async fn token_response(
         &self,
         org: &str,
         subject: &Subject<'_>,
@@ -132,9 +140,9 @@ impl Idp {
             issuer: &issuer,
             now: self.clock.unix_seconds(),
         };
-        let mut keys = self.realm(org)?.lock().expect("key store lock poisoned");
-        let access =
-            minter.access_token(&mut keys, org, subject, lifetimes.access_token_lifetime_s)?;
+        let keys = self.realm(org)?.view(self.clock.now()).await?;
+        let key = keys.signer();
+        let access = minter.access_token(key, org, subject, lifetimes.access_token_lifetime_s)?;
         let mut body = json!({
             "access_token": access,
             "expires_in": lifetimes.access_token_lifetime_s,
@@ -145,7 +153,7 @@ impl Idp {
         });
         if refresh {
             body["refresh_token"] = json!(minter.refresh_token(
-                &mut keys,
+                key,
                 org,
                 subject,
                 lifetimes.refresh_token_lifetime_s
@@ -153,7 +161,7 @@ impl Idp {
             body["refresh_expires_in"] = json!(lifetimes.refresh_token_lifetime_s);
             if subject.scopes.iter().any(|s| s == "openid") {
                 body["id_token"] = json!(minter.id_token(
-                    &mut keys,
+                    key,
                     org,
                     subject,
                     nonce,
@@ -201,8 +209,25 @@ pub(crate) enum OAuthError {
     InvalidGrant(String),
     #[error("Unsupported grant_type")]
     UnsupportedGrantType,
+    /// Boxed, as `Store`: key errors carry a path and a parse error.
     #[error(transparent)]
-    Keys(#[from] KeyStoreError),
+    Keys(Box<KeyStoreError>),
+    /// The login flow's codes could not be read or written (boxed: the
+    /// store's errors are large, and this one is rare).
+    #[error(transparent)]
+    Store(Box<crate::store::Error>),
+}
+
+impl From<KeyStoreError> for OAuthError {
+    fn from(error: KeyStoreError) -> Self {
+        OAuthError::Keys(Box::new(error))
+    }
+}
+
+impl From<crate::store::Error> for OAuthError {
+    fn from(error: crate::store::Error) -> Self {
+        OAuthError::Store(Box::new(error))
+    }
 }
 
 impl IntoResponse for OAuthError {
@@ -217,9 +242,13 @@ impl IntoResponse for OAuthError {
                 tracing::error!(error = %e, "identity provider key store failed");
                 (StatusCode::INTERNAL_SERVER_ERROR, "server_error")
             }
+            OAuthError::Store(e) => {
+                tracing::error!(error = %e, "identity provider store failed");
+                (StatusCode::INTERNAL_SERVER_ERROR, "server_error")
+            }
         };
         let description = match &self {
-            OAuthError::Keys(_) => "internal error".to_string(),
+            OAuthError::Keys(_) | OAuthError::Store(_) => "internal error".to_string(),
             other => other.to_string(),
         };
         (
@@ -267,7 +296,7 @@ async fn certs(
     if let Some(counter) = idp.jwks_requests.get(&org) {
         counter.fetch_add(1, Ordering::Relaxed);
     }
-    let jwks = realm.lock().expect("key store lock poisoned").jwks();
+    let jwks = realm.view(idp.clock.now()).await?.jwks();
     Ok(Json(jwks).into_response())
 }
 
@@ -291,9 +320,9 @@ async fn token(
 ) -> Result<Response, OAuthError> {
     idp.realm(&org)?;
     match request.grant_type.as_deref() {
-        Some("client_credentials") => client_credentials(&idp, &org, &headers, &request),
-        Some("refresh_token") => refresh(&idp, &org, &request),
-        Some("authorization_code") => login::exchange_code(&idp, &org, &request),
+        Some("client_credentials") => client_credentials(&idp, &org, &headers, &request).await,
+        Some("refresh_token") => refresh(&idp, &org, &request).await,
+        Some("authorization_code") => login::exchange_code(&idp, &org, &request).await,
         Some(_) => Err(OAuthError::UnsupportedGrantType),
         None => Err(OAuthError::InvalidRequest(
             "Missing form parameter: grant_type".into(),
@@ -316,7 +345,7 @@ fn client_credentials_of(headers: &HeaderMap, request: &TokenRequest) -> Option<
     Some((request.client_id.clone()?, request.client_secret.clone()?))
 }
 
-fn client_credentials(
+async fn client_credentials(
     idp: &Idp,
     org: &str,
     headers: &HeaderMap,
@@ -336,10 +365,10 @@ fn client_credentials(
         authorized_party: &client_id,
         scopes: granted_scopes(client, request.scope.as_deref(), false),
     };
-    idp.token_response(org, &subject, false, None)
+    idp.token_response(org, &subject, false, None).await
 }
 
-fn refresh(idp: &Idp, org: &str, request: &TokenRequest) -> Result<Response, OAuthError> {
+async fn refresh(idp: &Idp, org: &str, request: &TokenRequest) -> Result<Response, OAuthError> {
     let client_id = request
         .client_id
         .as_deref()
@@ -349,11 +378,14 @@ fn refresh(idp: &Idp, org: &str, request: &TokenRequest) -> Result<Response, OAu
         .as_deref()
         .ok_or_else(|| OAuthError::InvalidRequest("Missing parameter: refresh_token".into()))?;
     let invalid = || OAuthError::InvalidGrant("Invalid refresh token".into());
-    let claims = {
-        let keys = idp.realm(org)?.lock().expect("key store lock poisoned");
-        tokens::read_refresh_token(&keys, &idp.issuer(org), token, idp.clock.unix_seconds())
-            .ok_or_else(invalid)?
-    };
+    let keys = idp.realm(org)?.view(idp.clock.now()).await?;
+    let claims = tokens::read_refresh_token(
+        keys.all(),
+        &idp.issuer(org),
+        token,
+        idp.clock.unix_seconds(),
+    )
+    .ok_or_else(invalid)?;
     if claims.get("azp").and_then(|v| v.as_str()) != Some(client_id) {
         return Err(OAuthError::InvalidGrant(
             "Token client and authorized client don't match".into(),
@@ -376,7 +408,7 @@ fn refresh(idp: &Idp, org: &str, request: &TokenRequest) -> Result<Response, OAu
         authorized_party: client_id,
         scopes: granted_scopes(principal, Some(asked), previous_scope.contains("openid")),
     };
-    idp.token_response(org, &subject, true, None)
+    idp.token_response(org, &subject, true, None).await
 }
 
 /// The scopes a token gets: those asked for (all when none are asked) that the

@@ -2,13 +2,13 @@
 //! access tokens (`typ` Bearer) for the APIs, refresh tokens (`typ` Refresh,
 //! audience = the issuer, so no API accepts them) and ID tokens.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
 
 use jsonwebtoken::{Algorithm, Header, Validation};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use super::keys::{KeyStoreError, RealmKeyStore};
+use super::keys::{KeyStoreError, SigningKey};
 use crate::config::IdpPrincipal;
 
 /// Who a token is for, resolved from config.
@@ -46,15 +46,14 @@ pub fn service_client_claim(ids: &[u32]) -> String {
     format!("[{}]", ids.join(" "))
 }
 
+/// Signs with the key given: which key signs is the realm's (`realm.rs`).
 pub struct Minter<'a> {
     pub issuer: &'a str,
     pub now: i64,
 }
 
 impl Minter<'_> {
-    fn sign(&self, keys: &mut RealmKeyStore, claims: &Value) -> Result<String, KeyStoreError> {
-        let now = chrono::DateTime::from_timestamp(self.now, 0).unwrap_or_default();
-        let key = keys.active(now)?;
+    fn sign(&self, key: &SigningKey, claims: &Value) -> Result<String, KeyStoreError> {
         let mut header = Header::new(Algorithm::RS256);
         header.kid = Some(key.kid.clone());
         header.typ = Some("JWT".into());
@@ -63,7 +62,7 @@ impl Minter<'_> {
 
     pub fn access_token(
         &self,
-        keys: &mut RealmKeyStore,
+        key: &SigningKey,
         org: &str,
         subject: &Subject<'_>,
         lifetime_s: u64,
@@ -93,12 +92,12 @@ impl Minter<'_> {
             "service_client_id": service_client_claim(&p.service_clients),
             "preferred_username": p.login(),
         });
-        self.sign(keys, &claims)
+        self.sign(key, &claims)
     }
 
     pub fn refresh_token(
         &self,
-        keys: &mut RealmKeyStore,
+        key: &SigningKey,
         org: &str,
         subject: &Subject<'_>,
         lifetime_s: u64,
@@ -115,12 +114,12 @@ impl Minter<'_> {
             "scope": subject.scopes.join(" "),
             "preferred_username": subject.principal.login(),
         });
-        self.sign(keys, &claims)
+        self.sign(key, &claims)
     }
 
     pub fn id_token(
         &self,
-        keys: &mut RealmKeyStore,
+        key: &SigningKey,
         org: &str,
         subject: &Subject<'_>,
         nonce: Option<&str>,
@@ -140,13 +139,13 @@ impl Minter<'_> {
         if let Some(nonce) = nonce {
             claims["nonce"] = json!(nonce);
         }
-        self.sign(keys, &claims)
+        self.sign(key, &claims)
     }
 }
 
 /// Verifies one of this realm's refresh tokens and returns its claims.
 pub fn read_refresh_token(
-    keys: &RealmKeyStore,
+    keys: &[Arc<SigningKey>],
     issuer: &str,
     token: &str,
     now: i64,
@@ -156,7 +155,7 @@ pub fn read_refresh_token(
         return None;
     }
     let kid = header.kid?;
-    let key = keys.all().iter().find(|k| k.kid == kid)?;
+    let key = keys.iter().find(|k| k.kid == kid)?;
     let mut validation = Validation::new(Algorithm::RS256);
     validation.set_issuer(&[issuer]);
     validation.set_audience(&[issuer]);

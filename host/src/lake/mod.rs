@@ -42,10 +42,23 @@ pub enum Error {
     Io(#[from] std::io::Error),
     #[error("storage.lake_url: {0}")]
     Url(String),
+    /// S3 answered a write with 404: the lake's bucket does not exist.
+    #[error(
+        "the bucket \"{bucket}\" does not exist (create it: aws s3 mb s3://{bucket}, with \
+         --endpoint-url $AWS_ENDPOINT_URL on an S3-compatible store)"
+    )]
+    BucketMissing {
+        bucket: String,
+        #[source]
+        source: object_store::Error,
+    },
 }
 
 /// The object the readiness probe asks for; no database can have this name.
 const PROBE_OBJECT: &str = "_readyz/probe";
+
+/// What the probe writes on S3 when its object is not there yet.
+const PROBE_BODY: &[u8] = b"lakehost readiness probe\n";
 
 /// The lake's object store and the URL DataFusion knows it by.
 #[derive(Clone, Debug)]
@@ -56,6 +69,8 @@ pub struct Lake {
     presigner: Option<(Arc<dyn Signer>, ObjectPath)>,
     /// On local disk: the lake's directory.
     root: Option<std::path::PathBuf>,
+    /// On S3: the bucket, named when it is missing.
+    bucket: Option<String>,
 }
 
 impl Lake {
@@ -80,6 +95,7 @@ impl Lake {
             url: ObjectStoreUrl::parse("lakehost://lake/").expect("static URL"),
             presigner: None,
             root: Some(root.to_path_buf()),
+            bucket: None,
         })
     }
 
@@ -114,6 +130,7 @@ impl Lake {
                     url: ObjectStoreUrl::parse("lakehost://lake/").expect("static URL"),
                     presigner: Some((s3, prefix)),
                     root: None,
+                    bucket: Some(bucket.to_string()),
                 })
             }
             other => Err(Error::Url(format!("scheme {other}: use s3:// or file://"))),
@@ -141,14 +158,32 @@ impl Lake {
     }
 
     /// Whether the lake answers: its directory is there (local disk), or its
-    /// store answers a HEAD of an object nobody writes (not found is an
-    /// answer). Callers bound the wait: an S3 client retries for a while.
+    /// bucket is (S3). A HEAD of an object nobody else writes asks the store;
+    /// on S3 its 404 cannot tell a missing object from a missing bucket (a
+    /// HEAD's answer has no body), so then the object is written: S3 answers
+    /// a PUT with 404 only when the bucket does not exist. After that first
+    /// write a probe is one HEAD, and a bucket created later makes the next
+    /// probe pass. Callers bound the wait: an S3 client retries for a while.
     pub async fn probe(&self) -> Result<(), Error> {
+        let probe = ObjectPath::from(PROBE_OBJECT);
         if let Some(root) = &self.root {
             tokio::fs::metadata(root).await?;
         }
-        match self.store.head(&ObjectPath::from(PROBE_OBJECT)).await {
-            Ok(_) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+        match self.store.head(&probe).await {
+            Ok(_) => Ok(()),
+            Err(object_store::Error::NotFound { .. }) if self.root.is_some() => Ok(()),
+            Err(object_store::Error::NotFound { .. }) => {
+                match self.store.put(&probe, PROBE_BODY.into()).await {
+                    Ok(_) => Ok(()),
+                    Err(source @ object_store::Error::NotFound { .. }) => {
+                        Err(Error::BucketMissing {
+                            bucket: self.bucket.clone().unwrap_or_default(),
+                            source,
+                        })
+                    }
+                    Err(e) => Err(e.into()),
+                }
+            }
             Err(e) => Err(e.into()),
         }
     }

@@ -1,6 +1,10 @@
 //! Where log lines go and how they read: `server.log_format = "text"` (the
 //! default: tracing's human-readable lines) or `"json"` (one JSON object per
-//! line). Both write to stderr; stdout is for what commands print.
+//! line). Both write to stderr; stdout is for what commands print. In
+//! `"json"` what is written outside tracing takes the same shape
+//! ([`json_line`]: the startup banner on stdout, the error that stops
+//! startup), and so does a panic (its hook is replaced), so that every line
+//! a `serve` process writes is JSON.
 //!
 //! A JSON line is flat: `timestamp`, `level`, `target`, `message`, then the
 //! fields of every span the event is in (outermost first: the request span's
@@ -50,6 +54,9 @@ impl Logging {
 pub fn init(format: LogFormat) -> Logging {
     use tracing_subscriber::{Layer as _, layer::SubscriberExt as _, util::SubscriberInitExt as _};
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    if format == LogFormat::Json {
+        log_panics_as_json();
+    }
     let lines = match format {
         LogFormat::Text => tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
@@ -74,6 +81,66 @@ pub fn init(format: LogFormat) -> Logging {
     }
 }
 
+/// A line in the JSON log's shape, for what is written outside tracing:
+/// `timestamp`, `level`, `target`, `message`, then `fields`.
+pub fn json_line<'a>(
+    level: tracing::Level,
+    target: &str,
+    message: &str,
+    fields: impl IntoIterator<Item = (&'a str, Value)>,
+) -> String {
+    let mut line = line_head(&level, target);
+    line.insert("message".into(), Value::String(message.into()));
+    line.extend(
+        fields
+            .into_iter()
+            .map(|(key, value)| (key.to_string(), value)),
+    );
+    serde_json::to_string(&Value::Object(line)).expect("a JSON object serialises")
+}
+
+/// The keys every JSON line begins with.
+fn line_head(level: &tracing::Level, target: &str) -> Map<String, Value> {
+    let mut line = Map::new();
+    line.insert(
+        "timestamp".into(),
+        Value::String(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)),
+    );
+    line.insert("level".into(), Value::String(level.to_string()));
+    line.insert("target".into(), Value::String(target.to_string()));
+    line
+}
+
+/// Replaces the panic hook, whose text is plain, with one JSON line on
+/// stderr (`panic`, `location`, `thread`), written directly so that no
+/// `RUST_LOG` filter hides it.
+fn log_panics_as_json() {
+    std::panic::set_hook(Box::new(|info| {
+        use std::io::Write as _;
+        let thread = std::thread::current();
+        let line = json_line(
+            tracing::Level::ERROR,
+            "lakehost::panic",
+            "a thread panicked",
+            [
+                (
+                    "panic",
+                    Value::String(info.payload_as_str().unwrap_or("(not text)").into()),
+                ),
+                (
+                    "location",
+                    Value::String(info.location().map(ToString::to_string).unwrap_or_default()),
+                ),
+                (
+                    "thread",
+                    Value::String(thread.name().unwrap_or("unnamed").into()),
+                ),
+            ],
+        );
+        let _ = writeln!(std::io::stderr(), "{line}");
+    }));
+}
+
 /// One JSON object per event, span fields flattened in (see the header).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct FlatJson;
@@ -90,13 +157,7 @@ where
         event: &Event<'_>,
     ) -> fmt::Result {
         let meta = event.metadata();
-        let mut line = Map::new();
-        line.insert(
-            "timestamp".into(),
-            Value::String(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)),
-        );
-        line.insert("level".into(), Value::String(meta.level().to_string()));
-        line.insert("target".into(), Value::String(meta.target().to_string()));
+        let mut line = line_head(meta.level(), meta.target());
         if let Some(scope) = ctx.event_scope() {
             for span in scope.from_root() {
                 let extensions = span.extensions();
@@ -204,5 +265,28 @@ mod tests {
         assert_eq!(line["attempt"], 2);
         assert_eq!(line["message"], "job state");
         assert_eq!(line["level"], "INFO");
+    }
+
+    #[test]
+    fn a_line_written_outside_tracing_has_the_logs_shape() {
+        let line = json_line(
+            tracing::Level::INFO,
+            "lakehost::banner",
+            "lakehost listening on http://127.0.0.1:8080",
+            [("url", Value::String("http://127.0.0.1:8080".into()))],
+        );
+        let line: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(line["level"], "INFO");
+        assert_eq!(line["target"], "lakehost::banner");
+        assert_eq!(
+            line["message"],
+            "lakehost listening on http://127.0.0.1:8080"
+        );
+        assert_eq!(line["url"], "http://127.0.0.1:8080");
+        let stamp = line["timestamp"].as_str().unwrap();
+        assert!(
+            chrono::DateTime::parse_from_rfc3339(stamp).is_ok(),
+            "{stamp}"
+        );
     }
 }

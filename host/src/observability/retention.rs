@@ -38,8 +38,10 @@ pub enum Swept {
     OrphanStaged,
     /// Half-written files of a killed process on a local-disk lake.
     InterruptedWrites,
-    /// The embedded identity provider's expired codes and retired keys.
+    /// The embedded identity provider's expired login codes.
     IdentityProvider,
+    /// Compiled pipeline steps past `pipeline.compiled_cache_bytes`.
+    CompiledSteps,
 }
 
 impl Swept {
@@ -57,6 +59,7 @@ impl Swept {
             Swept::OrphanStaged => "orphan_staged",
             Swept::InterruptedWrites => "interrupted_writes",
             Swept::IdentityProvider => "identity_provider",
+            Swept::CompiledSteps => "compiled_steps",
         }
     }
 }

@@ -3,8 +3,8 @@
 //! `retention` lease in the store and, every `retention.sweep_every_s`, runs
 //! each sweep in bounded batches: query results and job rows (`rows.rs`),
 //! loads left OPEN (`load::LoadService::sweep_stale_staging`), idempotency
-//! keys, retired data files (`retired`), and what a caller registers (the
-//! identity provider's, which lives above this floor). Every
+//! keys, the identity provider's expired login codes, and retired data
+//! files (`retired`). Every
 //! `retention.scan_every_s` it also lists the lake (`scan.rs`): orphan data
 //! and result files, half-written files, and the bytes of each kind
 //! (`lakehost_storage_bytes`). docs/operating.md "Retention" lists every
@@ -22,7 +22,6 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
-use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 pub use scan::StorageBytes;
@@ -61,9 +60,6 @@ impl SweepError {
         }
     }
 }
-
-/// A sweep registered from above this floor: how many things it removed.
-pub type ExtraSweep = Box<dyn Fn() -> BoxFuture<'static, Result<u64, SweepError>> + Send + Sync>;
 
 /// What one round did.
 #[derive(Debug, Default)]
@@ -104,7 +100,6 @@ pub struct Sweeper {
     config: RetentionConfig,
     /// This replica's name on the lease.
     holder: String,
-    extra: Mutex<Vec<(Swept, Arc<ExtraSweep>)>>,
     /// When this replica last scanned the lake.
     last_scan: Mutex<Option<Instant>>,
 }
@@ -115,17 +110,8 @@ impl Sweeper {
             parts,
             config,
             holder: new_id(),
-            extra: Mutex::new(Vec::new()),
             last_scan: Mutex::new(None),
         })
-    }
-
-    /// Adds a sweep of `kind` to every round (after the built-in ones).
-    pub fn register(&self, kind: Swept, sweep: ExtraSweep) {
-        self.extra
-            .lock()
-            .expect("sweeps lock poisoned")
-            .push((kind, Arc::new(sweep)));
     }
 
     fn now(&self) -> i64 {
@@ -162,10 +148,6 @@ impl Sweeper {
             }
         }
         self.sweep_rows(&mut round).await;
-        let extra: Vec<_> = self.extra.lock().expect("sweeps lock poisoned").clone();
-        for (kind, sweep) in extra {
-            note(&mut round, kind, sweep().await);
-        }
         if scan || self.scan_due() {
             self.scan_lake(&mut round).await;
         }
@@ -189,6 +171,8 @@ impl Sweeper {
         );
         let keys = self.sweep_idempotency_keys().await;
         note(round, Swept::IdempotencyKeys, keys);
+        let codes = self.sweep_login_codes().await;
+        note(round, Swept::IdentityProvider, codes);
         let retired = self.parts.retired_files.sweep().await;
         note(
             round,

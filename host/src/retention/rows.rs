@@ -1,6 +1,7 @@
 //! The sweeps of rows and of the files rows name: query results after
 //! `retention.results_days`, then job rows (queries, loads, daily runs)
-//! after `retention.jobs_days`, and idempotency keys past their 24 hours.
+//! after `retention.jobs_days`, idempotency keys past their 24 hours and
+//! the identity provider's login codes past their minute.
 //!
 //! A result is marked deleted in its row before its files go, so a read
 //! from then on answers that it was deleted (`query::service::expired`)
@@ -68,6 +69,16 @@ impl Sweeper {
         let now = self.now();
         self.in_batches(Swept::IdempotencyKeys, |limit| {
             self.parts.store.expire_idempotency_keys(now, limit)
+        })
+        .await
+    }
+
+    /// Deletes the embedded identity provider's login codes past their
+    /// minute (each login also deletes some: this catches the rest).
+    pub(super) async fn sweep_login_codes(&self) -> Result<u64, SweepError> {
+        let now = self.now();
+        self.in_batches(Swept::IdentityProvider, |limit| {
+            self.parts.store.delete_expired_idp_codes(now, limit)
         })
         .await
     }

@@ -50,6 +50,7 @@ use crate::{
     listener::ConnectionLimits,
     load::LoadService,
     readiness::Readiness,
+    retention::Sweeper,
     retired::RetiredFileSweeper,
     store::Store,
 };
@@ -79,6 +80,7 @@ pub struct Application {
     loads: Arc<LoadService>,
     daily_runs: Arc<DailyRunService>,
     retired_files: Arc<RetiredFileSweeper>,
+    retention: Arc<Sweeper>,
     auth_url: Url,
     idp: Option<Arc<Idp>>,
     store: Store,
@@ -112,7 +114,7 @@ impl Application {
         let auth_url = bound.auth_url(&config);
         let services = Services::start(&config, &bound, clock.clone()).await?;
         let config = Arc::new(config);
-        let (idp, validator) = callers_gate(&config, &auth_url, &clock)?;
+        let (idp, validator) = callers_gate(&config, &auth_url, &clock, &services.store).await?;
         let state = AppState {
             config: config.clone(),
             validator,
@@ -180,6 +182,7 @@ impl Application {
             loads: services.loads,
             daily_runs: services.daily_runs,
             retired_files: services.retired_files,
+            retention: services.retention,
             auth_url,
             idp,
             store: services.store,
@@ -237,6 +240,11 @@ impl Application {
         self.retired_files.clone()
     }
 
+    /// The retention sweep (tests run its rounds directly).
+    pub fn retention(&self) -> Arc<Sweeper> {
+        self.retention.clone()
+    }
+
     /// The identity provider's base address the validator uses.
     pub fn auth_url(&self) -> &Url {
         &self.auth_url
@@ -261,16 +269,24 @@ impl Application {
     }
 }
 
-/// The callers' gate: the embedded identity provider when `idp.enabled`,
-/// and the validator of every front end's tokens.
-fn callers_gate(
+/// The callers' gate: the embedded identity provider when `idp.enabled`
+/// (its keys and login codes in the shared store, so every replica is the
+/// same provider), and the validator of every front end's tokens.
+async fn callers_gate(
     config: &Arc<Config>,
     auth_url: &Url,
     clock: &SharedClock,
+    store: &Store,
 ) -> anyhow::Result<(Option<Arc<Idp>>, Arc<TokenValidator>)> {
     let idp = if config.idp.enabled {
-        let idp = Idp::new(config.clone(), auth_url.clone(), clock.clone())
-            .context("starting the embedded identity provider")?;
+        let idp = Idp::new(
+            config.clone(),
+            auth_url.clone(),
+            clock.clone(),
+            store.clone(),
+        )
+        .await
+        .context("starting the embedded identity provider")?;
         Some(Arc::new(idp))
     } else {
         None

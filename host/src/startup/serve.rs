@@ -1,16 +1,24 @@
 //! Serving a built `Application` and stopping it: every listener under
 //! `listener::serve` with its connection cap and timeouts, until a stop;
-//! then the drain (see `startup`'s header).
+//! then the drain (see `startup`'s header). A lake that is not there when
+//! serving begins (a bucket nobody created) is said in the log at once:
+//! startup goes on, `/readyz` answers 503 naming it, and turns 200 by
+//! itself once it is there.
 
-use std::future::Future;
+use std::{future::Future, time::Duration};
 
 use tokio_util::sync::CancellationToken;
 
 use super::{Application, wire::serve_pg};
 use crate::{
     api,
+    lake::Lake,
     listener::{self, ConnectionLimits},
 };
+
+/// How long the lake may take to answer the check when serving begins (an
+/// S3 client retries a while before it gives up).
+const LAKE_CHECK_AT_START: Duration = Duration::from_secs(10);
 
 impl Application {
     /// Serves the APIs and the upload endpoint until SIGTERM or SIGINT, then
@@ -23,6 +31,9 @@ impl Application {
     /// Serves until `stop` resolves, then drains (see the module header) and
     /// returns when the replica may exit.
     pub async fn run_until(self, stop: impl Future<Output = ()>) -> std::io::Result<()> {
+        let _lake_checked = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
+            say_if_the_lake_is_missing(self.lake.clone()),
+        ));
         // Scrapers are few: a small cap, out of the descriptors kept back.
         // Served until the drain is over (the task ends when this returns).
         let metrics = tokio::spawn(listener::serve(
@@ -131,6 +142,22 @@ impl Application {
         self.store.close().await;
         tracing::info!(handed_back, "drained");
         Ok(())
+    }
+}
+
+/// Logs a warning when `lake` does not answer or is not there (a bucket
+/// that does not exist), with the reason `/readyz` gives.
+async fn say_if_the_lake_is_missing(lake: Lake) {
+    match tokio::time::timeout(LAKE_CHECK_AT_START, lake.probe()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(
+            error = %e,
+            "the lake is not ready: /readyz answers 503 until it is"
+        ),
+        Err(_) => tracing::warn!(
+            wait_s = LAKE_CHECK_AT_START.as_secs(),
+            "the lake did not answer: /readyz answers 503 until it does"
+        ),
     }
 }
 

@@ -216,7 +216,10 @@ fn pipelines(
     workers: &CancellationToken,
 ) -> anyhow::Result<Pipelines> {
     let engine = PipelineEngine::shared().map_err(|e| anyhow::anyhow!(e))?;
-    engine.keep_compiled_in(config.storage.data_dir.join("compiled-steps"));
+    engine.keep_compiled_within(
+        config.storage.data_dir.join("compiled-steps"),
+        config.pipeline.compiled_cache_bytes,
+    );
     {
         let engine = engine.clone();
         tokio::task::spawn_blocking(move || {
@@ -250,12 +253,9 @@ fn pipelines(
 /// Opens the configured metadata store and makes sure every configured org and
 /// zone has its standard databases.
 pub async fn open_store(config: &Config) -> anyhow::Result<Store> {
-    let store = Store::open(
-        &config.storage.data_dir,
-        config.storage.database_url.as_deref(),
-    )
-    .await
-    .context("opening the metadata store (storage.data_dir / storage.database_url)")?;
+    let store = Store::from_config(&config.storage)
+        .await
+        .context("opening the metadata store (storage.data_dir / storage.database_url)")?;
     for org in &config.orgs {
         store.ensure_standard_databases(&org.name, None).await?;
         for zone in &org.zones {

@@ -11,11 +11,13 @@ pub mod catalog;
 pub mod dailyrun;
 pub mod database_kind;
 pub mod idempotency;
+pub mod idp;
 pub mod job_counts;
 pub mod loads;
 pub mod pipeline_shadows;
 pub mod pipelines;
 pub mod queries;
+pub mod retention;
 pub mod secrets;
 
 use std::{path::Path, str::FromStr as _};
@@ -23,6 +25,8 @@ use std::{path::Path, str::FromStr as _};
 /// The jobs' fair-sharing caps are set in `config` (the floor below); the
 /// store's claims obey them.
 pub use crate::config::JobCaps;
+
+use crate::config::StorageConfig;
 
 use sqlx::{
     AnyPool,
@@ -50,6 +54,19 @@ pub enum Error {
     Database(#[from] sqlx::Error),
     #[error("migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    /// The Postgres server answered, but the database `database_url` names
+    /// is not there (SQLSTATE 3D000).
+    #[error(
+        "the database \"{database}\" does not exist: create it, owned by the role lakehost \
+         connects as, with `createdb -O {user} {database}` (or in psql: \
+         CREATE DATABASE \"{database}\" OWNER \"{user}\";)"
+    )]
+    DatabaseMissing {
+        database: String,
+        user: String,
+        #[source]
+        source: sqlx::Error,
+    },
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -96,14 +113,27 @@ static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations
 static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
 impl Store {
-    /// Opens the configured store: `database_url` when set, else
-    /// `data_dir/lakehost.db`. Runs migrations.
-    pub async fn open(data_dir: &Path, database_url: Option<&str>) -> Result<Self> {
-        match database_url {
-            Some(url) if url.starts_with("postgres") => Self::open_postgres(url).await,
+    /// Opens the store `storage` configures: `database_url` when set (on
+    /// Postgres, a pool of `max_connections`), else `data_dir/lakehost.db`.
+    /// Runs migrations.
+    pub async fn from_config(storage: &StorageConfig) -> Result<Self> {
+        match storage.database_url.as_deref() {
+            Some(url) if url.starts_with("postgres") => {
+                Self::open_postgres_pool(url, storage.max_connections).await
+            }
             Some(url) => Self::open_sqlite_url(url).await,
-            None => Self::open_sqlite(&data_dir.join("lakehost.db")).await,
+            None => Self::open_sqlite(&storage.data_dir.join("lakehost.db")).await,
         }
+    }
+
+    /// [`Store::from_config`] with the default pool size.
+    pub async fn open(data_dir: &Path, database_url: Option<&str>) -> Result<Self> {
+        Self::from_config(&StorageConfig {
+            data_dir: data_dir.to_path_buf(),
+            database_url: database_url.map(str::to_owned),
+            ..StorageConfig::default()
+        })
+        .await
     }
 
     /// A SQLite file (created when missing), in WAL mode.
@@ -156,12 +186,21 @@ impl Store {
         })
     }
 
+    /// Postgres at `url`, with the default pool size.
     pub async fn open_postgres(url: &str) -> Result<Self> {
+        Self::open_postgres_pool(url, StorageConfig::default().max_connections).await
+    }
+
+    /// Postgres at `url`, at most `max_connections` connections. A database
+    /// that does not exist is [`Error::DatabaseMissing`], saying how to
+    /// create it.
+    async fn open_postgres_pool(url: &str, max_connections: u32) -> Result<Self> {
         install_default_drivers();
         let pool = AnyPoolOptions::new()
-            .max_connections(16)
+            .max_connections(max_connections)
             .connect(url)
-            .await?;
+            .await
+            .map_err(|e| postgres_connect_error(url, e))?;
         POSTGRES_MIGRATIONS.run(&pool).await?;
         Ok(Self {
             pool,
@@ -246,6 +285,31 @@ impl Store {
     }
 }
 
+/// Why connecting to Postgres at `url` failed: a missing database named
+/// with its owner-to-be (the URL's user), else sqlx's error.
+fn postgres_connect_error(url: &str, error: sqlx::Error) -> Error {
+    let missing = error
+        .as_database_error()
+        .and_then(|e| e.code())
+        .is_some_and(|code| code == UNDEFINED_DATABASE);
+    let options = sqlx::postgres::PgConnectOptions::from_str(url);
+    match options {
+        Ok(options) if missing => {
+            let user = options.get_username().to_string();
+            Error::DatabaseMissing {
+                // libpq's default: a database named like the user.
+                database: options.get_database().unwrap_or(&user).to_string(),
+                user,
+                source: error,
+            }
+        }
+        _ => Error::Database(error),
+    }
+}
+
+/// Postgres's SQLSTATE for a database that does not exist.
+const UNDEFINED_DATABASE: &str = "3D000";
+
 /// A fresh identifier for stored rows.
 pub fn new_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()
@@ -256,6 +320,42 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    /// A database that does not exist on a running Postgres server: the
+    /// error names it and says how to create it, keeping sqlx's as its cause.
+    #[tokio::test]
+    #[cfg_attr(
+        not(lakehost_has_postgres),
+        ignore = "needs Postgres: eval \"$(.ci/postgres)\" first (README, Tests)"
+    )]
+    async fn a_missing_postgres_database_says_how_to_create_it() {
+        let admin = std::env::var("LAKEHOST_TEST_DATABASE_URL")
+            .expect("LAKEHOST_TEST_DATABASE_URL names a Postgres server");
+        let mut url = url::Url::parse(&admin).unwrap();
+        let database = format!("lakehost_missing_{}", &new_id()[..12]);
+        url.set_path(&database);
+        let user = url.username().to_string();
+        let error = Store::open_postgres(url.as_str()).await.unwrap_err();
+        let Error::DatabaseMissing {
+            database: named,
+            user: owner,
+            source,
+        } = &error
+        else {
+            panic!("not DatabaseMissing: {error:?}");
+        };
+        assert_eq!((named, owner), (&database, &user));
+        let code = source.as_database_error().and_then(|e| e.code());
+        assert_eq!(code.as_deref(), Some("3D000"), "{source:?}");
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "the database \"{database}\" does not exist: create it, owned by the role \
+                 lakehost connects as, with `createdb -O {user} {database}` (or in psql: \
+                 CREATE DATABASE \"{database}\" OWNER \"{user}\";)"
+            )
+        );
+    }
 
     /// Writers that each read before they write, at once: every one commits
     /// (each waits its turn), none meets "database is locked".

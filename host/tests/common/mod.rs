@@ -113,7 +113,7 @@ pub fn serve(
             .unwrap(),
     );
     let mut lines = BufReader::new(server.0.stdout.take().unwrap()).lines();
-    let first = lines.next().unwrap().unwrap();
+    let first = banner_text(lines.next().unwrap().unwrap());
     let base = first
         .strip_prefix("lakehost listening on ")
         .unwrap_or_else(|| panic!("unexpected first line: {first}"))
@@ -216,4 +216,13 @@ pub fn author(program: impl AsRef<std::ffi::OsStr>, dir: &std::path::Path) -> Co
         command.env_remove(var);
     }
     command
+}
+
+/// A banner line's text: with `log_format = "json"` each banner line is a
+/// JSON object whose `message` is the text line.
+pub fn banner_text(line: String) -> String {
+    serde_json::from_str::<serde_json::Value>(&line)
+        .ok()
+        .and_then(|json| json["message"].as_str().map(str::to_owned))
+        .unwrap_or(line)
 }

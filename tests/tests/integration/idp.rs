@@ -370,6 +370,13 @@ async fn rotated_keys_are_published_and_accepted_after_one_refetch() {
     let fetched = idp.jwks_requests("demo");
 
     app.clock.advance(chrono::Duration::hours(25));
+    let during_lead = app.client_token("demo", "demo-admin").await;
+    assert_eq!(
+        kid_of(&during_lead),
+        kid_of(&before),
+        "published, not yet signing"
+    );
+    app.clock.advance(chrono::Duration::hours(1));
     let after = app.client_token("demo", "demo-admin").await;
     assert_ne!(kid_of(&before), kid_of(&after), "a new key signs");
     let jwks = app

@@ -129,13 +129,13 @@ impl<D: ?Sized + Send> log::Host for StepState<D> {
         self.logged_bytes += message.len();
         let (step, job) = (&self.step, &self.job);
         if self.logged_bytes >= LOG_BUDGET_BYTES {
-            tracing::warn!(%step, %job, "the step's log budget of {LOG_BUDGET_BYTES} bytes is spent; its further lines are dropped");
+            tracing::warn!(%step, job_id = %job, "the step's log budget of {LOG_BUDGET_BYTES} bytes is spent; its further lines are dropped");
         }
         match level {
-            log::Level::Debug => tracing::debug!(%step, %job, "{message}"),
-            log::Level::Info => tracing::info!(%step, %job, "{message}"),
-            log::Level::Warn => tracing::warn!(%step, %job, "{message}"),
-            log::Level::Error => tracing::error!(%step, %job, "{message}"),
+            log::Level::Debug => tracing::debug!(%step, job_id = %job, "{message}"),
+            log::Level::Info => tracing::info!(%step, job_id = %job, "{message}"),
+            log::Level::Warn => tracing::warn!(%step, job_id = %job, "{message}"),
+            log::Level::Error => tracing::error!(%step, job_id = %job, "{message}"),
         }
         Ok(())
     }

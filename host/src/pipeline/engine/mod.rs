@@ -6,7 +6,8 @@
 //! - **One engine per process** ([`PipelineEngine::shared`]), serving every
 //!   server of the process, with the thread that ticks its epoch.
 //! - **Compiled once** (`components.rs`): a run only instantiates; a restart
-//!   loads the compiled forms the last one kept (`compiled_on_disk.rs`).
+//!   loads the compiled forms the last one kept, within a budget
+//!   (`compiled_on_disk.rs`).
 //! - **Pinned for a run**: a commit (and a daily run) takes every step's
 //!   component before its first step, so a file swapped meanwhile changes
 //!   only the runs that begin after it.
@@ -28,7 +29,6 @@
 
 use std::{
     collections::HashMap,
-    path::PathBuf,
     sync::{
         Arc, OnceLock,
         atomic::{AtomicUsize, Ordering},
@@ -172,7 +172,8 @@ pub struct PipelineEngine {
     daily_linker: Linker<DailyState>,
     load_steps: ComponentCache<bindings::StepPre<LoadState>>,
     daily_steps: ComponentCache<daily_bindings::DailyStepPre<DailyState>>,
-    /// Where compiled forms outlive the process (set by the first server).
+    /// Where compiled forms outlive the process, within a budget (set by
+    /// the first server or tool: `keep_compiled_*` in `compiled_on_disk.rs`).
     compiled_on_disk: OnceLock<CompiledOnDisk>,
     /// Components compiled, and loaded compiled from disk, by this process.
     compiled: AtomicUsize,
@@ -240,31 +241,6 @@ impl PipelineEngine {
             compiled: AtomicUsize::new(0),
             loaded: AtomicUsize::new(0),
         })
-    }
-
-    /// For the command-line tools: keeps compiled components in the user's
-    /// cache folder (`compiled_on_disk::tool_cache_dir`), made when missing.
-    /// Without one (or when it cannot be made) every run compiles again.
-    pub fn keep_compiled_for_tools(&self) {
-        let Some(dir) = compiled_on_disk::tool_cache_dir(|name| std::env::var_os(name)) else {
-            return;
-        };
-        if let Some(parent) = dir.parent()
-            && let Err(e) = std::fs::create_dir_all(parent)
-        {
-            tracing::warn!(dir = %parent.display(), error = %e, "no cache of compiled steps: every run compiles them again");
-            return;
-        }
-        self.keep_compiled_in(dir);
-    }
-
-    /// Keeps compiled components in `dir`, so the next start loads them
-    /// instead of compiling (`compiled_on_disk.rs`). One engine serves the
-    /// whole process: the first server to call this chooses the folder.
-    pub fn keep_compiled_in(&self, dir: PathBuf) {
-        let _ = self
-            .compiled_on_disk
-            .set(CompiledOnDisk::new(&self.engine, dir));
     }
 
     /// `wasm` compiled for this engine: from the folder of compiled forms

@@ -48,14 +48,14 @@ pub(super) fn log_step_ran<D: ?Sized>(
     };
     tracing::info!(
         step = %state.step,
-        job = %state.job,
+        job_id = %state.job,
         outcome,
         us = began.elapsed().as_micros() as u64,
         peak_memory_bytes = state.limits.peak_bytes,
         "step ran"
     );
     if let Err(error) = verdict {
-        tracing::warn!(step = %state.step, job = %state.job, %error, "a step gave no verdict");
+        tracing::warn!(step = %state.step, job_id = %state.job, %error, "a step gave no verdict");
     }
 }
 
