@@ -162,13 +162,7 @@ impl Sweeper {
         note(round, Swept::Loads, self.sweep_loads().await);
         note(round, Swept::DailyRuns, self.sweep_daily_runs().await);
         let staging = self.parts.loads.sweep_stale_staging().await;
-        note(
-            round,
-            Swept::Staging,
-            staging
-                .map(|n| n as u64)
-                .map_err(|e| SweepError::new(Swept::Staging, e)),
-        );
+        note(round, Swept::Staging, counted(Swept::Staging, staging));
         let keys = self.sweep_idempotency_keys().await;
         note(round, Swept::IdempotencyKeys, keys);
         let codes = self.sweep_login_codes().await;
@@ -177,9 +171,7 @@ impl Sweeper {
         note(
             round,
             Swept::RetiredFiles,
-            retired
-                .map(|n| n as u64)
-                .map_err(|e| SweepError::new(Swept::RetiredFiles, e)),
+            counted(Swept::RetiredFiles, retired),
         );
     }
 
@@ -198,13 +190,8 @@ impl Sweeper {
             .retired_files
             .sweep_interrupted_writes(older_than)
             .await;
-        note(
-            round,
-            Swept::InterruptedWrites,
-            interrupted
-                .map(|n| n as u64)
-                .map_err(|e| SweepError::new(Swept::InterruptedWrites, e)),
-        );
+        let interrupted = counted(Swept::InterruptedWrites, interrupted);
+        note(round, Swept::InterruptedWrites, interrupted);
         match self.scan().await {
             Ok(scan) => {
                 note(round, Swept::OrphanFiles, Ok(scan.orphan_files));
@@ -240,6 +227,16 @@ impl Sweeper {
             }
         });
     }
+}
+
+/// A sweep's count of `kind` as the round records it.
+fn counted<E>(kind: Swept, outcome: Result<usize, E>) -> Result<u64, SweepError>
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    outcome
+        .map(|n| n as u64)
+        .map_err(|e| SweepError::new(kind, e))
 }
 
 /// Records one sweep's outcome in the round and the metrics.

@@ -54,6 +54,28 @@ fn key_from_row(row: &sqlx::any::AnyRow) -> Result<IdpKeyRow> {
     })
 }
 
+/// Inserts `key` unless its number or kid is taken; rows inserted.
+async fn insert_key<'e>(
+    executor: impl sqlx::Executor<'e, Database = sqlx::Any>,
+    org: &str,
+    key: &IdpKeyRow,
+) -> Result<u64> {
+    Ok(sqlx::query(
+        "INSERT INTO idp_signing_keys \
+         (org, generation, kid, private_key_pem, created_at, active_from) \
+         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+    )
+    .bind(org)
+    .bind(key.generation)
+    .bind(&key.kid)
+    .bind(&key.private_key_pem)
+    .bind(key.created_at)
+    .bind(key.active_from)
+    .execute(executor)
+    .await?
+    .rows_affected())
+}
+
 impl Store {
     /// A realm's keys, oldest (lowest number) first.
     pub async fn idp_keys(&self, org: &str) -> Result<Vec<IdpKeyRow>> {
@@ -69,21 +91,7 @@ impl Store {
     /// Inserts a key unless its number (or its kid) is taken: true when this
     /// call inserted it, false when another replica's key holds the number.
     pub async fn insert_idp_key(&self, org: &str, key: &IdpKeyRow) -> Result<bool> {
-        let inserted = sqlx::query(
-            "INSERT INTO idp_signing_keys \
-             (org, generation, kid, private_key_pem, created_at, active_from) \
-             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
-        )
-        .bind(org)
-        .bind(key.generation)
-        .bind(&key.kid)
-        .bind(&key.private_key_pem)
-        .bind(key.created_at)
-        .bind(key.active_from)
-        .execute(self.pool())
-        .await?
-        .rows_affected();
-        Ok(inserted == 1)
+        Ok(insert_key(self.pool(), org, key).await? == 1)
     }
 
     /// Puts `keys` (numbered by the caller from 1) into a realm that holds
@@ -100,21 +108,7 @@ impl Store {
             return Ok(false);
         }
         for key in keys {
-            let inserted = sqlx::query(
-                "INSERT INTO idp_signing_keys \
-                 (org, generation, kid, private_key_pem, created_at, active_from) \
-                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
-            )
-            .bind(org)
-            .bind(key.generation)
-            .bind(&key.kid)
-            .bind(&key.private_key_pem)
-            .bind(key.created_at)
-            .bind(key.active_from)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-            if inserted != 1 {
+            if insert_key(&mut *tx, org, key).await? != 1 {
                 // A replica importing at the same time got there first
                 // (Postgres: its insert committed while ours waited).
                 return Ok(false);
