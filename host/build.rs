@@ -11,6 +11,11 @@ fn main() {
     let plugins = manifest_dir.join("../plugins");
     let wit = manifest_dir.join("../wit");
     println!("cargo:rerun-if-changed={}", wit.display());
+    // `sqlx::migrate!` embeds the migrations: a new file alone must rebuild.
+    println!(
+        "cargo:rerun-if-changed={}",
+        manifest_dir.join("migrations").display()
+    );
     for entry in ["Cargo.toml", "Cargo.lock"] {
         println!("cargo:rerun-if-changed={}", plugins.join(entry).display());
     }
