@@ -8,7 +8,7 @@
 //! hash), so a code issued by one replica is exchanged at any; they are
 //! single use (the exchange deletes the code's row, and only the exchange
 //! whose delete removed it goes on; a failed exchange burns the code too).
-//! Each login first deletes a bounded batch of expired codes.
+//! Expired codes are deleted by the retention sweep (`retention/`).
 
 use std::sync::Arc;
 
@@ -30,8 +30,6 @@ use crate::store::idp::IdpCodeRow;
 
 /// How long a code may wait for its exchange, in microseconds.
 const CODE_LIFETIME_US: i64 = 60 * 1_000_000;
-/// At most this many expired codes are deleted per login: a login adds one.
-const EXPIRED_CODES_PER_LOGIN: i64 = 100;
 
 /// The key a code is stored under: its SHA-256, so the store never holds a
 /// code that could be redeemed.
@@ -223,14 +221,7 @@ pub(crate) async fn login(
         nonce: p.nonce.clone(),
         expires_at: now + CODE_LIFETIME_US,
     };
-    let stored = match idp
-        .store
-        .delete_expired_idp_codes(now, EXPIRED_CODES_PER_LOGIN)
-        .await
-    {
-        Ok(_) => idp.store.insert_idp_code(&code_hash(&code), &pending).await,
-        Err(error) => Err(error),
-    };
+    let stored = idp.store.insert_idp_code(&code_hash(&code), &pending).await;
     if let Err(error) = stored {
         tracing::error!(%error, "the identity provider cannot store a login code");
         return error_page(StatusCode::INTERNAL_SERVER_ERROR, "Internal error.").into_response();

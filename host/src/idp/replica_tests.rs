@@ -330,7 +330,7 @@ async fn a_code_from_one_replica_is_exchanged_once_at_another() {
 }
 
 #[tokio::test]
-async fn an_expired_code_is_refused_and_swept() {
+async fn an_expired_code_is_refused_and_deleted_by_the_sweep() {
     let fleet = Fleet::new().await;
     let late = fleet.a.login().await;
     fleet.advance(61);
@@ -338,10 +338,20 @@ async fn an_expired_code_is_refused_and_swept() {
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert_eq!(body["error_description"], "Code not valid");
 
-    // A code left unexchanged is deleted by a later login on any replica.
+    // A code left unexchanged is deleted by the retention sweep's bounded
+    // delete (`retention/rows.rs`); a fresh one stays.
     let left = fleet.a.login().await;
     fleet.advance(61);
     let fresh = fleet.b.login().await;
+    let now = fleet.clock.now().timestamp_micros();
+    assert_eq!(
+        fleet
+            .store
+            .delete_expired_idp_codes(now, 100)
+            .await
+            .unwrap(),
+        1
+    );
     assert_eq!(
         fleet.store.take_idp_code(&code_hash(&left)).await.unwrap(),
         None

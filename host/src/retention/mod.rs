@@ -18,7 +18,7 @@ mod rows;
 mod scan;
 
 use std::{
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::{Duration, Instant, SystemTime},
 };
 
@@ -39,6 +39,9 @@ use crate::{
 
 /// The lease's name in the store.
 const LEASE: &str = "retention";
+
+/// The row that says when the next lake scan is due.
+const SCAN: &str = "retention-scan";
 
 /// Batches one sweep may take per round: the rest waits for the next round.
 const MAX_BATCHES: usize = 20;
@@ -100,8 +103,6 @@ pub struct Sweeper {
     config: RetentionConfig,
     /// This replica's name on the lease.
     holder: String,
-    /// When this replica last scanned the lake.
-    last_scan: Mutex<Option<Instant>>,
 }
 
 impl Sweeper {
@@ -110,7 +111,6 @@ impl Sweeper {
             parts,
             config,
             holder: new_id(),
-            last_scan: Mutex::new(None),
         })
     }
 
@@ -148,7 +148,7 @@ impl Sweeper {
             }
         }
         self.sweep_rows(&mut round).await;
-        if scan || self.scan_due() {
+        if scan || self.scan_due().await {
             self.scan_lake(&mut round).await;
         }
         figures::sweep_round(started.elapsed());
@@ -175,15 +175,30 @@ impl Sweeper {
         );
     }
 
-    fn scan_due(&self) -> bool {
-        let every = Duration::from_secs(self.config.scan_every_s);
-        let last = self.last_scan.lock().expect("scan lock poisoned");
-        last.is_none_or(|at| at.elapsed() >= every)
+    /// Whether a lake scan is due, for the whole fleet: the store's
+    /// `retention-scan` row runs out `scan_every_s` after the last scan
+    /// began, and a holder name of its own per look means only a row that
+    /// ran out is taken. So a restart does not list the lake again, and no
+    /// two replicas scan within one period.
+    async fn scan_due(&self) -> bool {
+        let now = self.now();
+        let every =
+            i64::try_from(self.config.scan_every_s.saturating_mul(1_000_000)).unwrap_or(i64::MAX);
+        let store = &self.parts.store;
+        match store
+            .take_sweep_lease(SCAN, &new_id(), now, now.saturating_add(every))
+            .await
+        {
+            Ok(due) => due,
+            Err(e) => {
+                tracing::warn!(error = %e, "whether a lake scan is due could not be read");
+                false
+            }
+        }
     }
 
     /// Lists the lake: orphans and half-written files go, bytes are counted.
     async fn scan_lake(&self, round: &mut Round) {
-        *self.last_scan.lock().expect("scan lock poisoned") = Some(Instant::now());
         let older_than = SystemTime::now() - INTERRUPTED_WRITE_AGE;
         let interrupted = self
             .parts

@@ -211,6 +211,26 @@ async fn a_year_of_days_stays_bounded_and_keeps_every_file_the_catalog_names() {
                     && message.contains("retention.results_days"),
                 "{message}"
             );
+            // The typed download opted in: the same 409 and message. The
+            // spec's CSV link: every failure is its 500.
+            let (status, arrow) = app
+                .get(
+                    ORG_HOST,
+                    &format!("/v2/query/{first}/csv?format=arrow"),
+                    Some(&admin),
+                )
+                .await;
+            assert_eq!((status, &arrow), (StatusCode::CONFLICT, &page));
+            let (status, csv) = app
+                .get(ORG_HOST, &format!("/v2/query/{first}/csv"), Some(&admin))
+                .await;
+            assert_eq!(
+                (status, csv),
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    json!({"message": "Internal Server Error"})
+                )
+            );
             let (status, job) = app.query_status(ORG_HOST, &admin, &first).await;
             assert_eq!(status, StatusCode::OK, "{job}");
             assert_eq!(job["status"]["state"], "SUCCEEDED");
@@ -244,8 +264,15 @@ async fn a_year_of_days_stays_bounded_and_keeps_every_file_the_catalog_names() {
     // The oldest job is gone: 404 as for a query that never was.
     let admin = app.token_for(&["ZoneAdmin"], "[0]");
     let first = first_query.unwrap();
-    let (status, _) = app.query_status(ORG_HOST, &admin, &first).await;
+    let (status, gone) = app.query_status(ORG_HOST, &admin, &first).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+    let never = "0123456789abcdef0123456789abcdef";
+    let (_, unknown) = app.query_status(ORG_HOST, &admin, never).await;
+    assert_eq!(
+        gone["message"],
+        unknown["message"].as_str().unwrap().replace(never, &first),
+        "the spec's 404 for an unknown id"
+    );
     // Results: at most `results_days` (and the day in hand) of them, each in
     // up to three forms.
     let (count, _) = result_files(&app).await;
@@ -309,19 +336,23 @@ async fn a_year_of_days_stays_bounded_and_keeps_every_file_the_catalog_names() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_replica_sweeps_at_a_time_and_another_takes_over_when_it_stops() {
     let app = spawn_app_with(rounds_by_hand).await;
-    let other = Sweeper::new(
-        SweptParts {
-            store: app.store.clone(),
-            lake: app.lake.clone(),
-            clock: Arc::new(app.clock.clone()),
-            loads: app.loads.clone(),
-            retired_files: app.retired_files.clone(),
-        },
-        lakehost::config::RetentionConfig {
-            sweep_every_s: 60,
-            ..Default::default()
-        },
-    );
+    // Another replica's sweep (or this one's after a restart): 60 s rounds.
+    let replica = || {
+        Sweeper::new(
+            SweptParts {
+                store: app.store.clone(),
+                lake: app.lake.clone(),
+                clock: Arc::new(app.clock.clone()),
+                loads: app.loads.clone(),
+                retired_files: app.retired_files.clone(),
+            },
+            lakehost::config::RetentionConfig {
+                sweep_every_s: 60,
+                ..Default::default()
+            },
+        )
+    };
+    let other = replica();
     // The server's own round at startup holds the lease now.
     assert!(app.retention.round(false).await.held);
     assert!(!other.round(false).await.held, "held by the first");
@@ -329,4 +360,16 @@ async fn one_replica_sweeps_at_a_time_and_another_takes_over_when_it_stops() {
     let taken = other.round(false).await;
     assert!(taken.held, "the first stopped renewing: taken over");
     assert!(!app.retention.round(false).await.held);
+    // The lake scan is due once per `scan_every_s` for the fleet, whoever
+    // holds the lease and however often a replica restarts.
+    assert!(taken.storage.is_some(), "hours on: a scan was due");
+    assert!(
+        other.round(false).await.storage.is_none(),
+        "not again within the hour"
+    );
+    app.clock.advance(Duration::seconds(3601));
+    assert!(
+        other.round(false).await.storage.is_some(),
+        "an hour on: due again"
+    );
 }
