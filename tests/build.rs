@@ -10,12 +10,13 @@ use std::{env, path::Path};
 
 /// Each cfg and the variable whose presence turns it on (what `.ci/postgres`,
 /// `.ci/s3`, `.ci/python` and `.ci/jdbc` export).
-const FROM_VARIABLES: [(&str, &str); 5] = [
+const FROM_VARIABLES: [(&str, &str); 6] = [
     ("lakehost_has_postgres", "LAKEHOST_TEST_DATABASE_URL"),
     ("lakehost_has_s3", "LAKEHOST_TEST_S3_ENDPOINT"),
     ("lakehost_has_python", "LAKEHOST_TEST_PYTHON"),
     ("lakehost_has_superset", "LAKEHOST_TEST_SUPERSET_PYTHON"),
     ("lakehost_has_jdbc", "LAKEHOST_TEST_JDBC_JAR"),
+    ("lakehost_has_dbt", "LAKEHOST_TEST_DBT_PYTHON"),
 ];
 
 /// On when `psql` is on PATH (Debian's postgresql-client; `.ci/postgres`

@@ -9,14 +9,19 @@
 //    "user": CLIENT_ID, "password": CLIENT_SECRET,
 //    "browse": {"schema": S, "table": T},       (optional: the DatabaseMetaData calls)
 //    "autocommit": false,                       (optional: then commit() after the statements)
-//    "statements": [{"sql": SQL, "params": [1, "x", null, {"previous": COLUMN}], "repeat": N}, ...]}
+//    "statements": [{"sql": SQL, "params": [1, "x", null, {"previous": COLUMN}], "repeat": N,
+//                    "max_rows": M}, ...]}
 //
 // A statement with "params" runs as a PreparedStatement (an integer is
 // setInt, or setLong past 32 bits; a string setString; true/false
-// setBoolean; null setNull as VARCHAR; {"previous": COLUMN} that column of
+// setBoolean; null setNull as VARCHAR; {"date": "2026-01-10"} setDate,
+// {"timestamp": "2026-01-10 12:00:00"} setTimestamp, {"decimal": "1.50"}
+// setBigDecimal; {"previous": COLUMN} that column of
 // the previous statement's first row), one without as a plain Statement;
 // "repeat" runs it N times (pgjdbc prepares it on the server from the 5th
-// run on, and reads results in binary) and reports the last. Each metadata
+// run on, and reads results in binary) and reports the last; "max_rows" is
+// setMaxRows(M) (pgjdbc then asks for at most M rows and closes the portal,
+// as DBeaver's previews do). Each metadata
 // call and statement gives its rows or its error ({"error": the server's
 // message, "sqlstate": code}); the client goes on to the next.
 
@@ -128,15 +133,18 @@ public class JdbcClient {
         @SuppressWarnings("unchecked")
         List<Object> params = (List<Object>) s.get("params");
         int repeat = ((Number) s.getOrDefault("repeat", 1L)).intValue();
+        int maxRows = ((Number) s.getOrDefault("max_rows", 0L)).intValue();
         Map<String, Object> result = null;
         if (params == null) {
             try (Statement plain = conn.createStatement()) {
+                plain.setMaxRows(maxRows);
                 for (int i = 0; i < repeat; i++) {
                     result = outcome(plain, plain.execute(sql));
                 }
             }
         } else {
             try (PreparedStatement prepared = conn.prepareStatement(sql)) {
+                prepared.setMaxRows(maxRows);
                 for (int i = 0; i < repeat; i++) {
                     for (int p = 0; p < params.size(); p++) {
                         bind(prepared, p + 1, valueOf(params.get(p), previous));
@@ -153,7 +161,7 @@ public class JdbcClient {
      * previous statement's first row (as DBeaver binds the oid of the schema it listed).
      */
     static Object valueOf(Object param, Object previous) throws SQLException {
-        if (!(param instanceof Map<?, ?> reference)) {
+        if (!(param instanceof Map<?, ?> reference) || !reference.containsKey("previous")) {
             return param;
         }
         if (previous instanceof Map<?, ?> result && result.get("rows") instanceof List<?> rows
@@ -178,6 +186,12 @@ public class JdbcClient {
             prepared.setDouble(index, d);
         } else if (value instanceof Boolean b) {
             prepared.setBoolean(index, b);
+        } else if (value instanceof Map<?, ?> typed && typed.get("date") instanceof String d) {
+            prepared.setDate(index, java.sql.Date.valueOf(d));
+        } else if (value instanceof Map<?, ?> typed && typed.get("timestamp") instanceof String t) {
+            prepared.setTimestamp(index, java.sql.Timestamp.valueOf(t));
+        } else if (value instanceof Map<?, ?> typed && typed.get("decimal") instanceof String n) {
+            prepared.setBigDecimal(index, new java.math.BigDecimal(n));
         } else {
             prepared.setString(index, value.toString());
         }

@@ -13,6 +13,7 @@ Flight error class>}``, never a traceback.
 """
 
 import json
+import math
 import sys
 
 
@@ -34,10 +35,33 @@ def adbc_connect(args):
 
 
 def cell(value):
-    """JSON for a value: numbers stay numbers, everything else its text."""
+    """JSON for a value: numbers stay numbers (NaN and the infinities, which
+    JSON has not, as their text), everything else its text."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     return str(value)
+
+
+def typed(value):
+    """A parameter from JSON: ``{"date": "2026-01-10"}``, ``{"timestamp":
+    ISO}``, ``{"decimal": "1.50"}``, ``{"float": "nan"}`` become the Python
+    values a tool binds; lists item by item; anything else as it is."""
+    import datetime
+    import decimal
+
+    if isinstance(value, list):
+        return [typed(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    (kind, text), = value.items()
+    return {
+        "date": datetime.date.fromisoformat,
+        "timestamp": datetime.datetime.fromisoformat,
+        "decimal": decimal.Decimal,
+        "float": float,
+    }[kind](text)
 
 
 def table_json(table):
@@ -77,6 +101,54 @@ def adbc_prepared(args):
             return table_json(cursor.fetch_arrow_table())
     except adbc_driver_manager.Error as error:
         return adbc_error(error)
+
+
+def adbc_rebind(args):
+    """One prepared statement ``sql`` executed once per entry of
+    ``executions`` (its parameter values, see ``typed``) on one cursor, as
+    DB-API code re-runs a query with new values: each execution's rows, or
+    its error."""
+    import adbc_driver_manager
+
+    results = []
+    with adbc_connect(args) as conn, conn.cursor() as cursor:
+        for params in args["executions"]:
+            try:
+                cursor.execute(args["sql"], typed(params))
+                results.append(table_json(cursor.fetch_arrow_table()))
+            except adbc_driver_manager.Error as error:
+                results.append(adbc_error(error))
+    return {"results": results}
+
+
+def adbc_many(args):
+    """``statements`` run first (each executed and read), then ``sql`` with
+    many rows of parameters (``rows``, see ``typed``): ``how`` is
+    ``executemany`` (DB-API's) or ``execute`` (the rows bound as one Arrow
+    table to one execution). The rows the last call read or its row count,
+    or the error of the first call that failed."""
+    import adbc_driver_manager
+    import pyarrow as pa
+
+    answer = {}
+    try:
+        with adbc_connect(args) as conn, conn.cursor() as cursor:
+            for sql in args.get("statements", []):
+                cursor.execute(sql)
+                cursor.fetch_arrow_table()
+            rows = [typed(row) for row in args["rows"]]
+            if args["how"] == "executemany":
+                cursor.executemany(args["sql"], rows)
+                answer["rowcount"] = cursor.rowcount
+            else:
+                columns = list(zip(*rows))
+                table = pa.table({f"p{i}": pa.array(list(c)) for i, c in enumerate(columns)})
+                cursor.execute(args["sql"], table)
+                answer.update(table_json(cursor.fetch_arrow_table()))
+            conn.commit()
+    except adbc_driver_manager.Error as error:
+        answer.update(adbc_error(error))
+    return answer
 
 
 def adbc_objects(args):
@@ -176,8 +248,9 @@ def raw_bind(args):
     """DoPut of parameter values to prepared statement ``sql`` (pyarrow.flight
     raw calls): ``batches`` is a list of row lists, each sent as one record
     batch of ``types`` (pyarrow type names; ``null`` for a column of nulls);
-    none sends only the schema. The new handle the server answers with, or
-    its refusal."""
+    none sends only the schema. Then the new handle the server answered
+    with is executed (GetFlightInfo of it, DoGet): its rows, or the first
+    refusal."""
     import pyarrow as pa
     import pyarrow.flight as flight
 
@@ -201,8 +274,25 @@ def raw_bind(args):
     except Exception as error:  # pyarrow maps some gRPC codes to its own errors
         return {"error": str(error), "code": type(error).__name__}
     # DoPutPreparedStatementResult { prepared_statement_handle (1): bytes }
-    body = answer.to_pybytes()
-    return {"handle": body[2:].decode()}
+    handle = read_bytes_field(answer.to_pybytes())
+    command = field(1, type_url) + field(2, field(1, handle))
+    try:
+        info = client.get_flight_info(flight.FlightDescriptor.for_command(command), options)
+        return table_json(client.do_get(info.endpoints[0].ticket, options).read_all())
+    except Exception as error:  # pyarrow maps some gRPC codes to its own errors
+        return {"error": str(error), "code": type(error).__name__}
+
+
+def read_bytes_field(message):
+    """The bytes of a message's one length-delimited field."""
+    at, length, shift = 1, 0, 0
+    while True:
+        byte = message[at]
+        at += 1
+        length |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return message[at : at + length]
 
 
 def raw_stream(args):
@@ -383,6 +473,8 @@ COMMANDS = {
     "raw_query_calls": raw_query_calls,
     "raw_stream": raw_stream,
     "raw_bind": raw_bind,
+    "adbc_rebind": adbc_rebind,
+    "adbc_many": adbc_many,
     "raw_cancel_while_streaming": raw_cancel_while_streaming,
     "raw_cancel": raw_cancel,
     "adbc_query": adbc_query,

@@ -18,7 +18,10 @@ import time
 
 
 def cell(value):
-    """JSON for a value: numbers stay numbers, everything else its text."""
+    """JSON for a value: numbers stay numbers (NaN and the infinities, which
+    JSON has not, as their text), everything else its text."""
+    if isinstance(value, float) and value != value or value in (float("inf"), float("-inf")):
+        return str(value)
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, decimal.Decimal):
@@ -26,6 +29,25 @@ def cell(value):
     if isinstance(value, (datetime.date, datetime.datetime)):
         return value.isoformat()
     return str(value)
+
+
+def typed(value):
+    """A parameter from JSON: ``{"date": "2026-01-10"}``, ``{"timestamp":
+    ISO}`` (with an offset: aware), ``{"decimal": "1.50"}``, ``{"float":
+    "nan"}``, ``{"interval": seconds}`` become the Python values psycopg binds (dates, timestamps and
+    decimals in binary with ``%b``); lists item by item."""
+    if isinstance(value, list):
+        return [typed(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    (kind, text), = value.items()
+    return {
+        "date": datetime.date.fromisoformat,
+        "timestamp": datetime.datetime.fromisoformat,
+        "decimal": decimal.Decimal,
+        "float": float,
+        "interval": lambda seconds: datetime.timedelta(seconds=float(seconds)),
+    }[kind](text)
 
 
 def error_json(error):
@@ -39,7 +61,8 @@ def error_json(error):
 
 
 def run(args):
-    """Runs ``statements`` ({"sql", "params"?, "binary"?, "count_rows"?}, or
+    """Runs ``statements`` ({"sql", "params"? (see ``typed``), "binary"?,
+    "count_rows"?}, or
     {"sql", "raw_params"}: see ``raw_exec_params``) on one connection,
     in order; each gives its columns and rows, or its error (the transaction
     is then rolled back and the next statement runs). A ``{"wait_for_file":
@@ -79,7 +102,7 @@ def run_statements(conn, statements, results):
             continue
         try:
             with conn.cursor(binary=statement.get("binary", False)) as cursor:
-                cursor.execute(statement["sql"], statement.get("params"))
+                cursor.execute(statement["sql"], typed(statement.get("params")))
                 if cursor.description is None:
                     results.append({"status": cursor.statusmessage})
                 elif statement.get("count_rows"):

@@ -60,7 +60,10 @@ pub struct ServerConfig {
     /// unset (the default): no Flight SQL listener.
     pub flight_listen: Option<SocketAddr>,
     /// Where the Postgres wire protocol is served; unset (the default): no
-    /// Postgres listener. Needs `tls_cert`: passwords only cross TLS.
+    /// Postgres listener. Passwords (client secrets) cross TLS only, so it
+    /// needs `tls_cert`, unless it is a loopback address: then, without a
+    /// certificate, plain connections from loopback are served (the
+    /// secret never leaves the machine; `docs/compatibility.md`).
     pub pg_listen: Option<SocketAddr>,
     /// A Flight SQL or Postgres connection on which nothing moved for this
     /// many seconds while a statement runs is closed. A statement is silent
@@ -226,10 +229,10 @@ impl ServerConfig {
                 "must differ from server.listen, server.metrics_listen and server.flight_listen",
             ));
         }
-        if self.tls_cert.is_none() || self.tls_key.is_none() {
+        if (self.tls_cert.is_none() || self.tls_key.is_none()) && !pg.ip().is_loopback() {
             return Err(ConfigError::new(
                 "server.pg_listen",
-                "needs server.tls_cert and server.tls_key (Postgres clients send their client secret as the password, only over TLS)",
+                "needs server.tls_cert and server.tls_key, or a loopback address such as 127.0.0.1:5433 (Postgres clients send their client secret as the password: only over TLS, or in the plain on loopback)",
             ));
         }
         Ok(())

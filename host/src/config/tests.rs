@@ -133,16 +133,26 @@ fn flight_sql_is_off_unless_configured_and_needs_a_listener_of_its_own() {
 }
 
 #[test]
-fn postgres_is_off_unless_configured_and_needs_tls_and_a_listener_of_its_own() {
+fn postgres_is_off_unless_configured_and_needs_tls_off_loopback_and_a_listener_of_its_own() {
     let config = Config::load(None, env(&[])).unwrap();
     assert_eq!(config.server.pg_listen, None);
     let tls = "tls_cert = \"c.pem\"\ntls_key = \"k.pem\"\n";
     let on =
         Config::from_toml(&format!("[server]\npg_listen = \"127.0.0.1:5433\"\n{tls}")).unwrap();
     assert_eq!(on.server.pg_listen, Some("127.0.0.1:5433".parse().unwrap()));
+    // Without a certificate, loopback only (plain connections never leave
+    // the machine).
+    for loopback in ["127.0.0.1:5433", "[::1]:5433"] {
+        let plain = Config::from_toml(&format!("[server]\npg_listen = \"{loopback}\"\n")).unwrap();
+        assert_eq!(plain.server.pg_listen, Some(loopback.parse().unwrap()));
+    }
     assert_refused_at(&[
         (
-            "[server]\npg_listen = \"127.0.0.1:5433\"\n",
+            "[server]\npg_listen = \"0.0.0.0:5433\"\n",
+            "server.pg_listen",
+        ),
+        (
+            "[server]\npg_listen = \"192.168.1.10:5433\"\n",
             "server.pg_listen",
         ),
         (

@@ -12,6 +12,7 @@ pub mod columns;
 pub mod distributed;
 pub mod expression_limits;
 pub mod layout;
+pub mod literal_lists;
 pub mod plan_rules;
 pub mod provider;
 pub mod session;

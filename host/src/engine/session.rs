@@ -7,6 +7,9 @@
 //! file list only when a statement names the table, so `SELECT 1` and queries
 //! on one table do not pay for the whole catalog. Listings show only the
 //! tables of databases the caller may read.
+//!
+//! The catalog also answers to the name of the database the client
+//! connected to (`catalogs`), and holds the databases' views (`view`).
 
 use std::{collections::BTreeMap, sync::Arc};
 
@@ -32,8 +35,18 @@ use super::{
 use crate::{
     auth::{Access, ServiceClientScope},
     lake::{self, Lake, ReadCache},
-    store::{self, Store, catalog::LakeTable},
+    store::{
+        self, Store,
+        catalog::{LakeTable, views::LakeView},
+    },
 };
+
+mod catalogs;
+mod view;
+
+use catalogs::SessionCatalogs;
+pub use catalogs::{api_database, foreign_catalog_message};
+use view::LakeViewProvider;
 
 pub const CATALOG: &str = "lakehost";
 
@@ -99,7 +112,10 @@ pub async fn session_for(
     scope: &SessionScope<'_>,
 ) -> Result<SessionContext, SessionError> {
     // One read: a small query spends much of its time waiting on the store.
-    let (databases, tables) = store.catalog_of(scope.org, scope.zone).await?;
+    let ((databases, tables), views) = tokio::try_join!(
+        store.catalog_of(scope.org, scope.zone),
+        store.views_of(scope.org, scope.zone)
+    )?;
     if !databases.iter().any(|d| d.name == scope.default_database) {
         return Err(SessionError::UnknownDatabase(
             scope.default_database.to_string(),
@@ -112,6 +128,13 @@ pub async fn session_for(
             .or_default()
             .insert(table.name.clone(), table);
     }
+    let mut views_by_database: BTreeMap<String, BTreeMap<String, LakeView>> = BTreeMap::new();
+    for view in views {
+        views_by_database
+            .entry(view.database_id.clone())
+            .or_default()
+            .insert(view.name.clone(), view);
+    }
     let catalog = MemoryCatalogProvider::new();
     for database in &databases {
         let schema = LakeSchemaProvider {
@@ -121,6 +144,7 @@ pub async fn session_for(
             read_scope: scope.access.read_scope(database.kind),
             strings: scope.strings,
             tables: tables_by_database.remove(&database.id).unwrap_or_default(),
+            views: views_by_database.remove(&database.id).unwrap_or_default(),
         };
         catalog.register_schema(&database.name, Arc::new(schema))?;
     }
@@ -153,8 +177,10 @@ pub async fn session_for(
         None => lake.object_store(),
     };
     runtime.register_object_store(lake.object_store_url().as_ref(), lake_store);
+    let catalogs = SessionCatalogs::new(Arc::new(catalog), api_database(scope.org, scope.zone));
     let mut state = SessionStateBuilder::new()
         .with_config(config)
+        .with_catalog_list(Arc::new(catalogs))
         .with_runtime_env(runtime)
         .with_default_features()
         .with_physical_optimizer_rules(lake_physical_rules());
@@ -163,12 +189,13 @@ pub async fn session_for(
     }
     let state = state.build();
     let context = SessionContext::new_with_state(state);
-    context.register_catalog(CATALOG, Arc::new(catalog));
     super::bounded_functions::bound_functions(&context);
+    context.add_analyzer_rule(Arc::new(super::literal_lists::LiteralLists));
     Ok(context)
 }
 
-/// One database of the session: table names known, providers built on demand.
+/// One database of the session: table and view names known, providers
+/// built on demand.
 struct LakeSchemaProvider {
     store: Store,
     object_store_url: ObjectStoreUrl,
@@ -176,6 +203,7 @@ struct LakeSchemaProvider {
     read_scope: ServiceClientScope,
     strings: StringColumns,
     tables: BTreeMap<String, LakeTable>,
+    views: BTreeMap<String, LakeView>,
 }
 
 impl std::fmt::Debug for LakeSchemaProvider {
@@ -183,6 +211,7 @@ impl std::fmt::Debug for LakeSchemaProvider {
         f.debug_struct("LakeSchemaProvider")
             .field("database", &self.database)
             .field("tables", &self.tables.len())
+            .field("views", &self.views.len())
             .finish()
     }
 }
@@ -197,14 +226,25 @@ impl SchemaProvider for LakeSchemaProvider {
         if self.read_scope == ServiceClientScope::Nothing {
             return Vec::new();
         }
-        self.tables.keys().cloned().collect()
+        self.tables
+            .keys()
+            .chain(self.views.keys())
+            .cloned()
+            .collect()
     }
 
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>, DataFusionError> {
+        let external = |e: Box<dyn std::error::Error + Send + Sync>| DataFusionError::External(e);
+        if let Some(view) = self.views.get(name) {
+            let schema =
+                lake::schema_from_json(&view.schema_json).map_err(|e| external(Box::new(e)))?;
+            let schema = self.strings.read_schema(&schema);
+            let provider = LakeViewProvider::new(&self.database, view.clone(), &schema);
+            return Ok(Some(Arc::new(provider)));
+        }
         let Some(table) = self.tables.get(name) else {
             return Ok(None);
         };
-        let external = |e: Box<dyn std::error::Error + Send + Sync>| DataFusionError::External(e);
         let file_schema =
             lake::schema_from_json(&table.schema_json).map_err(|e| external(Box::new(e)))?;
         let files = self
@@ -224,7 +264,7 @@ impl SchemaProvider for LakeSchemaProvider {
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.tables.contains_key(name)
+        self.tables.contains_key(name) || self.views.contains_key(name)
     }
 }
 

@@ -2,7 +2,13 @@
 //! DataFusion's parser, classified as the spec's statementType, and reduced to
 //! the action the permission check needs. Anything that can reach the file
 //! system or the network by itself (CREATE EXTERNAL TABLE, COPY, SET, RESET,
-//! views, functions, ...) is refused here, before any planning.
+//! materialized views, functions, ...) is refused here, before any planning.
+//!
+//! A three-part name's catalog is kept as written: whether it is this
+//! session's (`lakehost` or the database its client connected to, see
+//! `session::api_database`) is the query service's to decide. DROP's
+//! CASCADE and RESTRICT are accepted and mean nothing more: no lake object
+//! depends on another (a view over a dropped table fails when read).
 
 use super::expression_limits::{self, ExpressionLimitError, ParseFailure};
 use datafusion::sql::{
@@ -30,10 +36,12 @@ impl StatementType {
     }
 }
 
-/// A table named in a statement: `table`, `database.table` or
-/// `lakehost.database.table`.
+/// A table (or view) named in a statement: `table`, `database.table` or
+/// `catalog.database.table`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableName {
+    /// The catalog of a three-part name, as written.
+    pub catalog: Option<String>,
     pub database: Option<String>,
     pub table: String,
 }
@@ -58,6 +66,18 @@ pub enum Action {
     AlterTable {
         table: TableName,
         change: AlterChange,
+    },
+    /// `CREATE [OR REPLACE] VIEW [IF NOT EXISTS] <view> AS <query>`.
+    CreateView {
+        view: TableName,
+        /// The SELECT, as the parser prints it.
+        query: String,
+        or_replace: bool,
+        if_not_exists: bool,
+    },
+    DropViews {
+        views: Vec<TableName>,
+        if_exists: bool,
     },
 }
 
@@ -88,7 +108,7 @@ pub enum StatementError {
     /// A statement lakehost never runs.
     #[error("{0} statements are not allowed")]
     Refused(String),
-    #[error("table name {0} is not of the form table, database.table or lakehost.database.table")]
+    #[error("table name {0} is not of the form table, database.table or catalog.database.table")]
     BadTableName(String),
     #[error(transparent)]
     TooComplex(#[from] ExpressionLimitError),
@@ -189,6 +209,19 @@ fn classify_sql(statement: &Statement) -> Result<Classified, StatementError> {
                 },
             )
         }
+        Statement::CreateView(create) => views::classify_create(create),
+        Statement::Drop {
+            object_type: ObjectType::View,
+            names,
+            if_exists,
+            ..
+        } => classified(
+            StatementType::Ddl,
+            Action::DropViews {
+                views: names.iter().map(table_name).collect::<Result<_, _>>()?,
+                if_exists: *if_exists,
+            },
+        ),
         Statement::Drop {
             object_type: ObjectType::Table,
             names,
@@ -232,6 +265,8 @@ fn classify_sql(statement: &Statement) -> Result<Classified, StatementError> {
     }
 }
 
+mod views;
+
 fn table_name(name: &ObjectName) -> Result<TableName, StatementError> {
     let parts: Option<Vec<String>> = name
         .0
@@ -247,14 +282,17 @@ fn table_name(name: &ObjectName) -> Result<TableName, StatementError> {
     let bad = || StatementError::BadTableName(name.to_string());
     match parts.ok_or_else(bad)?.as_slice() {
         [table] => Ok(TableName {
+            catalog: None,
             database: None,
             table: table.clone(),
         }),
         [database, table] => Ok(TableName {
+            catalog: None,
             database: Some(database.clone()),
             table: table.clone(),
         }),
-        [catalog, database, table] if catalog == super::session::CATALOG => Ok(TableName {
+        [catalog, database, table] => Ok(TableName {
+            catalog: Some(catalog.clone()),
             database: Some(database.clone()),
             table: table.clone(),
         }),
@@ -273,6 +311,7 @@ mod tests {
 
     fn name(database: Option<&str>, table: &str) -> TableName {
         TableName {
+            catalog: None,
             database: database.map(String::from),
             table: table.into(),
         }
@@ -308,7 +347,10 @@ mod tests {
             (
                 StatementType::Ddl,
                 Action::CreateTable {
-                    table: name(Some("demo_sandbox"), "t"),
+                    table: TableName {
+                        catalog: Some("lakehost".into()),
+                        ..name(Some("demo_sandbox"), "t")
+                    },
                     as_select: true,
                     if_not_exists: false
                 }
@@ -361,13 +403,13 @@ mod tests {
             "COPY (SELECT 1) TO '/tmp/x.csv'",
             "SET datafusion.execution.batch_size = 1",
             "RESET datafusion.execution.batch_size",
-            "CREATE VIEW v AS SELECT 1",
+            "CREATE MATERIALIZED VIEW v AS SELECT 1",
             "CREATE TEMPORARY TABLE t (a INT)",
             "CREATE OR REPLACE TABLE t (a INT)",
             "EXPLAIN ANALYZE SELECT 1",
             "EXPLAIN INSERT INTO t SELECT 1",
             "CREATE FUNCTION f() RETURNS INT RETURN 1",
-            "DROP VIEW v",
+            "DROP MATERIALIZED VIEW v",
             "DELETE FROM t",
             "UPDATE t SET a = 1",
         ] {
@@ -390,7 +432,7 @@ mod tests {
         // Names inside queries are resolved by the session, not here.
         assert!(classify("SELECT * FROM a.b.c.d").is_ok());
         assert!(matches!(
-            classify("DROP TABLE other.a.b"),
+            classify("DROP TABLE x.other.a.b"),
             Err(StatementError::BadTableName(_))
         ));
     }

@@ -11,14 +11,35 @@
 //! `gate.rs` asks it before any call reaches the service (on the call's
 //! HTTP headers); the service asks again for the scope each call needs (a
 //! second validation of the same token is a cache hit).
+//!
+//! A bearer that is a session token (`sessions.rs`: a handshake with a
+//! client id and secret opened it) stands for its session's realm token,
+//! renewed with the session's secret once it expired.
 
 use http::HeaderMap;
 use tonic::{Status, metadata::MetadataMap};
 
-use super::{FlightState, status::echo};
+use super::{
+    FlightState,
+    sessions::{FlightSessions, is_session_token},
+    status::echo,
+};
 use crate::auth::{
     Api, Authenticated, Credentials, LakeCaller, Refusal, authenticate, caller::bearer_token,
 };
+
+/// Where a Flight listener keeps its sessions (`sessions.rs`).
+pub trait SessionsOf {
+    /// The listener's sessions; `None` where none are kept, and a handshake
+    /// with a client id and secret answers the realm's token as it is.
+    fn flight_sessions(&self) -> Option<&FlightSessions>;
+}
+
+impl SessionsOf for FlightState {
+    fn flight_sessions(&self) -> Option<&FlightSessions> {
+        Some(&self.sessions)
+    }
+}
 
 /// Call metadata naming the org.
 pub const ORG_HEADER: &str = "x-lakehost-org";
@@ -61,14 +82,72 @@ pub fn target_of(
     Ok((org, zone))
 }
 
-/// The credentials of `authorization: Bearer <token>` in a call's headers
+/// The token of `authorization: Bearer <token>` in a call's headers
 /// (`None`: no such header).
-pub fn bearer_credentials(metadata: &HeaderMap) -> Option<Credentials<'_>> {
+fn bearer_of(metadata: &HeaderMap) -> Option<&str> {
     metadata
         .get("authorization")
         .and_then(|value| value.to_str().ok())
         .and_then(bearer_token)
-        .map(Credentials::Bearer)
+}
+
+/// A call's bearer (`headers` are its) authenticated for the API of `org`
+/// (and `zone`) and, when given, `scope`: a realm token as it is, a session
+/// token as its session's realm token, renewed once it expired.
+pub async fn call_authenticated(
+    state: &FlightState,
+    headers: &HeaderMap,
+    (org, zone): (&str, Option<&str>),
+    scope: Option<&str>,
+) -> Result<Authenticated, Status> {
+    match bearer_of(headers) {
+        Some(token) if is_session_token(token) => {
+            session_authenticated(state, token, (org, zone), scope).await
+        }
+        token => authenticated(state, token.map(Credentials::Bearer), (org, zone), scope).await,
+    }
+}
+
+/// The session `session_token` names, authenticated for the API of `org`
+/// (and `zone`, those it opened for) with its realm token, renewed through
+/// the client-credentials flow when that expired; a refused secret ends it.
+async fn session_authenticated(
+    state: &FlightState,
+    session_token: &str,
+    (org, zone): (&str, Option<&str>),
+    scope: Option<&str>,
+) -> Result<Authenticated, Status> {
+    let unauthorized = || Status::unauthenticated(UNAUTHORIZED);
+    let sessions = state.flight_sessions().ok_or_else(unauthorized)?;
+    let session = sessions
+        .credentials(session_token)
+        .ok_or_else(unauthorized)?;
+    if session.org != org || session.zone.as_deref() != zone {
+        return Err(unauthorized());
+    }
+    let api = Api { org, zone };
+    let bearer = Some(Credentials::Bearer(&session.token));
+    match authenticate(&state.validator, bearer, api, scope).await {
+        Err(Refusal::Expired) => {}
+        answer => return answer.map_err(refused),
+    }
+    let secret = Some(Credentials::ClientSecret {
+        client_id: &session.client_id,
+        secret: &session.secret,
+        peer: None,
+    });
+    match authenticate(&state.validator, secret, api, scope).await {
+        Ok(renewed) => {
+            sessions.renewed(session_token, renewed.token.clone());
+            Ok(renewed)
+        }
+        Err(refusal) => {
+            if matches!(refusal, Refusal::SecretRefused | Refusal::Claims(_)) {
+                sessions.end(session_token);
+            }
+            Err(refused(refusal))
+        }
+    }
 }
 
 /// A refusal of `auth::authenticate` as a gRPC status, the one place Flight
@@ -123,9 +202,13 @@ pub async fn caller_of(
     scope: &str,
 ) -> Result<LakeCaller, Status> {
     let (org, zone) = target_of(state, metadata.as_ref())?;
-    let credentials = bearer_credentials(metadata.as_ref());
-    let authenticated =
-        authenticated(state, credentials, (&org, zone.as_deref()), Some(scope)).await?;
+    let authenticated = call_authenticated(
+        state,
+        metadata.as_ref(),
+        (&org, zone.as_deref()),
+        Some(scope),
+    )
+    .await?;
     Ok(authenticated.caller)
 }
 

@@ -69,7 +69,8 @@ fn ended_with_error(response: &Response) -> bool {
         .is_some_and(|code| code.as_bytes() != b"0")
 }
 
-/// The call's token authenticated for the org it names (any scope), and
+/// The call's token (or session token, `sessions.rs`) authenticated for
+/// the org it names (any scope), and
 /// its connection counted against that org's share (`headers` and
 /// `extensions` are the call's: its body is not `Sync`, so the request is
 /// not held here).
@@ -79,8 +80,7 @@ async fn authenticated(
     extensions: &Extensions,
 ) -> Result<(), Status> {
     let (org, zone) = caller::target_of(state, headers)?;
-    let credentials = caller::bearer_credentials(headers);
-    caller::authenticated(state, credentials, (&org, zone.as_deref()), None).await?;
+    caller::call_authenticated(state, headers, (&org, zone.as_deref()), None).await?;
     bind(extensions, &org)
 }
 

@@ -3,7 +3,10 @@
 //! `authorization: Basic base64(id:secret)`; they are exchanged through the
 //! org realm's client-credentials flow, and the token comes back in the
 //! response's `authorization: Bearer` metadata (and as the payload), which
-//! the client then sends on every call. The credentials are authenticated
+//! the client then sends on every call; where the listener keeps sessions
+//! (`sessions.rs`) that is a lakehost session token instead, which the
+//! server maps to the realm token and renews with the secret once it
+//! expired, so the session outlives it. The credentials are authenticated
 //! for the org (or zone) API first (`auth::authenticate`, its refusals
 //! mapped by `caller::refused`), so a handshake only succeeds for
 //! credentials whose tokens that API accepts and whose claims make a
@@ -35,7 +38,7 @@ use tonic::{Response, Status, metadata::MetadataMap};
 
 use super::{
     FlightState,
-    caller::{UNAUTHORIZED, authenticated, target_of},
+    caller::{SessionsOf as _, UNAUTHORIZED, authenticated, target_of},
     gate,
 };
 use crate::{
@@ -96,6 +99,14 @@ pub async fn handshake(
         .await?
         .token;
     gate::bind(extensions, &org)?;
+    // Credentials open a session that outlives the token (`sessions.rs`);
+    // a bearer token brought along is handed back as it is.
+    let token = match (&basic, state.flight_sessions()) {
+        (Some((client_id, secret)), Some(sessions)) => sessions
+            .open((&org, zone.as_deref()), client_id, secret, token)
+            .map_err(|full| Status::resource_exhausted(full.to_string()))?,
+        _ => token,
+    };
     let bearer = format!("Bearer {token}")
         .parse()
         .map_err(|_| Status::unauthenticated(UNAUTHORIZED))?;

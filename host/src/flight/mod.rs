@@ -15,8 +15,10 @@
 //!   sends its count once it ends. A FAILED query is `Aborted` with its
 //!   reason, a CANCELLED one `Cancelled`.
 //! - `Handshake` with `authorization: Basic` exchanges a client id and secret
-//!   for a token of the org's realm and hands it back as
-//!   `authorization: Bearer` (ADBC's username and password); every other
+//!   for a token of the org's realm and opens a session (`sessions.rs`) whose
+//!   opaque token it hands back as `authorization: Bearer` (ADBC's username
+//!   and password): the session renews its realm token with the secret when
+//!   it expires, as a Postgres session does; every other
 //!   call carries a bearer token (`caller.rs`), checked before tonic routes
 //!   it (`gate.rs`): a call without one is refused and its connection
 //!   closed, and each org holds at most its share of the listener's
@@ -24,8 +26,10 @@
 //! - Catalog metadata lists what the caller may read (`metadata.rs`).
 //! - A prepared statement's handle is its SQL: creating one checks and plans
 //!   it (its schema, or the refusal), executing it runs it as a statement.
-//!   Binding parameters (`DoPut`) answers a new handle, the SQL with its
-//!   values inlined (`parameters.rs`).
+//!   Binding parameters (`DoPut`) answers a new handle, the original SQL
+//!   with the rows bound (`parameters.rs`: each value inlined as the exact
+//!   typed literal); binding again replaces them. An update with rows of
+//!   parameters (`executemany`) runs as one statement.
 //! - `CancelFlightInfo` (and Flight SQL's older `CancelQuery`) cancels the
 //!   statement's query job, as `DELETE /v2/query/{id}` does; a read not
 //!   started yet is stored CANCELLED.
@@ -42,6 +46,7 @@ mod handshake;
 mod metadata;
 mod parameters;
 mod results;
+pub mod sessions;
 mod statements;
 mod status;
 
@@ -52,8 +57,7 @@ use std::{pin::Pin, sync::Arc};
 
 use arrow_flight::{
     Action, ActionType, CancelFlightInfoRequest, CancelFlightInfoResult, CancelStatus,
-    FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, IpcMessage,
-    SchemaAsIpc, Ticket,
+    FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, Ticket,
     encode::FlightDataEncoderBuilder,
     flight_service_server::FlightServiceServer,
     sql::{
@@ -61,12 +65,12 @@ use arrow_flight::{
         ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult, Any, Command,
         CommandGetCatalogs, CommandGetDbSchemas, CommandGetSqlInfo, CommandGetTableTypes,
         CommandGetTables, CommandGetXdbcTypeInfo, CommandPreparedStatementQuery,
-        CommandStatementQuery, DoPutPreparedStatementResult, ProstMessageExt, SqlInfo,
-        TicketStatementQuery,
+        CommandPreparedStatementUpdate, CommandStatementQuery, CommandStatementUpdate,
+        DoPutPreparedStatementResult, ProstMessageExt, SqlInfo, TicketStatementQuery,
         server::{FlightSqlService, PeekableFlightDataStream},
     },
 };
-use datafusion::arrow::{array::RecordBatch, datatypes::Schema, ipc::writer::IpcWriteOptions};
+use datafusion::arrow::{array::RecordBatch, datatypes::Schema};
 use futures::{Stream, TryStreamExt as _};
 use prost::Message;
 use statements::{no_transactions, prepared_sql};
@@ -75,7 +79,6 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::{
     auth::TokenValidator,
     config::Config,
-    engine::layout::without_view_types,
     query::{QueryError, QueryService},
     store::Store,
 };
@@ -113,6 +116,9 @@ pub struct FlightState {
     pub validator: Arc<TokenValidator>,
     pub store: Store,
     pub queries: Arc<QueryService>,
+    /// The sessions handshakes with a client id and secret opened
+    /// (`sessions.rs`), on this replica.
+    pub sessions: Arc<sessions::FlightSessions>,
 }
 
 /// The gRPC service as a router that `listener::serve` serves (HTTP/2).
@@ -195,32 +201,7 @@ impl FlightSqlService for LakeFlightSql {
         query: ActionCreatePreparedStatementRequest,
         request: Request<Action>,
     ) -> Result<ActionCreatePreparedStatementResult, Status> {
-        let caller = caller::caller_of(&self.state, request.metadata(), "query:write").await?;
-        if query.transaction_id.is_some() {
-            return Err(no_transactions());
-        }
-        // A statement with parameters is planned when it runs with its
-        // values: its columns are not known before.
-        let schema = if parameters::count(&query.query)? > 0 {
-            Arc::new(Schema::empty())
-        } else {
-            self.state
-                .queries
-                .describe(&caller, &query.query)
-                .await
-                .map_err(status::status_of)?
-        };
-        let schema = without_view_types(&schema);
-        let IpcMessage(dataset_schema) = SchemaAsIpc::new(&schema, &IpcWriteOptions::default())
-            .try_into()
-            .map_err(|e: datafusion::arrow::error::ArrowError| {
-                status::status_of(QueryError::internal("", e))
-            })?;
-        Ok(ActionCreatePreparedStatementResult {
-            prepared_statement_handle: query.query.into(),
-            dataset_schema,
-            parameter_schema: Default::default(),
-        })
+        self.create_prepared(query, request).await
     }
 
     async fn get_flight_info_prepared_statement(
@@ -246,6 +227,36 @@ impl FlightSqlService for LakeFlightSql {
         Ok(DoPutPreparedStatementResult {
             prepared_statement_handle: Some(bound.into()),
         })
+    }
+
+    async fn do_put_statement_update(
+        &self,
+        command: CommandStatementUpdate,
+        request: Request<PeekableFlightDataStream>,
+    ) -> Result<i64, Status> {
+        if command.transaction_id.is_some() {
+            return Err(no_transactions());
+        }
+        self.run_update(&command.query, request.metadata()).await
+    }
+
+    /// `executemany`: the statement with every row bound (`parameters.rs`
+    /// makes one INSERT of them all, so all are written or none).
+    async fn do_put_prepared_statement_update(
+        &self,
+        command: CommandPreparedStatementUpdate,
+        request: Request<PeekableFlightDataStream>,
+    ) -> Result<i64, Status> {
+        let prepared = prepared_sql(&command.prepared_statement_handle)?;
+        let metadata = request.metadata().clone();
+        let rows = parameters::rows_if_any(request.into_inner()).await?;
+        let bound = match rows {
+            Some(rows) => {
+                parameters::PreparedStatement::of_handle(&parameters::bind(&prepared, &rows)?)?
+            }
+            None => prepared,
+        };
+        self.run_update(&bound, &metadata).await
     }
 
     async fn do_action_close_prepared_statement(

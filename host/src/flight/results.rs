@@ -28,7 +28,11 @@ pub struct TicketRows {
 
 impl TicketRows {
     /// A streamed run's rows. A run that ends short of SUCCEEDED ends the
-    /// stream with its status.
+    /// stream with its status. A stream dropped before its end stops the
+    /// query FAILED, "the client went away" (`query::execute`): gRPC does
+    /// not tell the server a client's cancel from a lost connection or one
+    /// closed idle because its client stopped reading, so no drop is taken
+    /// for the client's stop on purpose.
     pub fn streamed(rows: StreamedRows) -> Self {
         let id = rows.id;
         let batches = rows.batches.map(move |batch| {

@@ -1,20 +1,35 @@
 //! Statements as query jobs. `GetFlightInfo` of a statement (or of a
-//! prepared statement, whose handle is its SQL) checks and plans it. A read
+//! prepared statement, whose handle is its SQL and any values bound to it)
+//! checks and plans it. A read
 //! answers with a streamed ticket: `DoGet` of it runs the query and sends
 //! its rows as they come (`QueryService::run_streamed`), and no result is
 //! kept. Any other statement is submitted as a stored job at once, and
 //! `DoGet` of its ticket (the query id) sends its one-row count once it has
-//! ended. A cancel names either by its Flight info.
+//! ended. A cancel names either by its Flight info. An update (`DoPut` of
+//! `CommandStatementUpdate`, or of `CommandPreparedStatementUpdate` with its
+//! rows of parameters: ADBC's `execute_update` and `executemany`) is
+//! submitted the same way and answered with its count once it has ended.
+
+use std::sync::Arc;
 
 use arrow_flight::{
-    Action, FlightDescriptor, FlightEndpoint, FlightInfo, Ticket,
-    sql::{Any, ProstMessageExt, TicketStatementQuery},
+    Action, FlightDescriptor, FlightEndpoint, FlightInfo, IpcMessage, SchemaAsIpc, Ticket,
+    sql::{
+        ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult, Any,
+        ProstMessageExt, TicketStatementQuery,
+    },
 };
+use datafusion::arrow::{datatypes::Schema, ipc::writer::IpcWriteOptions};
 use prost::Message;
 use serde::{Deserialize, Serialize};
 use tonic::{Code, Request, Response, Status};
 
-use super::{LakeFlightSql, caller, results::TicketRows, status};
+use super::{
+    LakeFlightSql, caller,
+    parameters::{self, PreparedStatement},
+    results::TicketRows,
+    status,
+};
 use crate::{
     engine::layout::without_view_types,
     query::{
@@ -69,11 +84,11 @@ pub(super) fn no_transactions() -> Status {
     Status::unimplemented("lakehost has no transactions: each statement is its own query")
 }
 
-/// The SQL a prepared statement's handle holds (the handle is the statement
-/// itself, so any replica runs it, checked again for whoever executes it).
-pub(super) fn prepared_sql(handle: &[u8]) -> Result<String, Status> {
-    String::from_utf8(handle.to_vec())
-        .map_err(|_| Status::invalid_argument("the prepared statement handle is not lakehost's"))
+/// The statement a prepared statement's handle holds (the handle is the
+/// statement itself, with any values bound to it: `parameters.rs`), so any
+/// replica runs it, checked again for whoever executes it.
+pub(super) fn prepared_sql(handle: &[u8]) -> Result<PreparedStatement, Status> {
+    PreparedStatement::of_handle(handle)
 }
 
 /// What a statement's Flight info names: its one endpoint's ticket.
@@ -171,6 +186,74 @@ impl LakeFlightSql {
         Ok(Response::new(info))
     }
 
+    /// A prepared statement, created: checked and planned for the call's
+    /// caller (a statement with parameters is planned when it runs with its
+    /// values: its columns are not known before); its handle is its SQL.
+    pub(super) async fn create_prepared(
+        &self,
+        query: ActionCreatePreparedStatementRequest,
+        request: Request<Action>,
+    ) -> Result<ActionCreatePreparedStatementResult, Status> {
+        let caller = caller::caller_of(&self.state, request.metadata(), "query:write").await?;
+        if query.transaction_id.is_some() {
+            return Err(no_transactions());
+        }
+        let schema = if parameters::count(&query.query)? > 0 {
+            Arc::new(Schema::empty())
+        } else {
+            self.state
+                .queries
+                .describe(&caller, &query.query)
+                .await
+                .map_err(status::status_of)?
+        };
+        let schema = without_view_types(&schema);
+        let IpcMessage(dataset_schema) = SchemaAsIpc::new(&schema, &IpcWriteOptions::default())
+            .try_into()
+            .map_err(|e: datafusion::arrow::error::ArrowError| {
+                status::status_of(QueryError::internal("", e))
+            })?;
+        Ok(ActionCreatePreparedStatementResult {
+            prepared_statement_handle: query.query.into(),
+            dataset_schema,
+            parameter_schema: Default::default(),
+        })
+    }
+
+    /// An update's count: `sql` (not a read: those are queries) submitted
+    /// as a stored job for the call's caller, answered once it has ended.
+    pub(super) async fn run_update(
+        &self,
+        sql: &str,
+        metadata: &tonic::metadata::MetadataMap,
+    ) -> Result<i64, Status> {
+        let caller = caller::caller_of(&self.state, metadata, "query:write").await?;
+        let queries = &self.state.queries;
+        let plan = queries
+            .plan_streamed(&caller, sql)
+            .await
+            .map_err(status::status_of)?;
+        if plan.streamed_id.is_some() {
+            return Err(Status::invalid_argument(
+                "this statement is a read: run it as a query (GetFlightInfo), not an update",
+            ));
+        }
+        let submitted = queries
+            .submit(&caller, sql, None, None, None)
+            .await
+            .map_err(status::status_of)?;
+        let end = queries
+            .typed_result_at_end(&caller, &submitted.id)
+            .await
+            .map_err(status::status_of)?;
+        let bytes = match end {
+            WireEnd::Rows(bytes) => bytes,
+            WireEnd::Cancelled => return Err(cancelled(&submitted.id)),
+            WireEnd::Failed(reason) => return Err(status::bounded(Code::Aborted, reason)),
+        };
+        count_of(bytes).await
+    }
+
     /// A statement's rows, for `DoGet` of its ticket: a streamed read runs
     /// now, for the caller of this call; a stored job's result (its own
     /// caller only) once it has ended.
@@ -207,4 +290,32 @@ impl LakeFlightSql {
         };
         TicketRows::stored(bytes).await
     }
+}
+
+/// The count an update's result holds (its first column's first value;
+/// 0 for a statement without one, as DDL).
+async fn count_of(
+    bytes: futures::stream::BoxStream<'static, std::io::Result<bytes::Bytes>>,
+) -> Result<i64, Status> {
+    use datafusion::arrow::{
+        array::{Array as _, Int64Array},
+        compute::cast,
+        datatypes::DataType,
+    };
+    let unreadable = |e: datafusion::arrow::error::ArrowError| {
+        status::status_of(QueryError::internal("an update's count", e))
+    };
+    let mut batches = crate::query::ipc_batches::IpcBatches::new(bytes);
+    let Some(batch) = batches.next_batch().await.map_err(unreadable)? else {
+        return Ok(0);
+    };
+    if batch.num_columns() == 0 || batch.num_rows() == 0 {
+        return Ok(0);
+    }
+    let counts = cast(batch.column(0), &DataType::Int64).map_err(unreadable)?;
+    Ok(counts
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .filter(|counts| counts.is_valid(0))
+        .map_or(0, |counts| counts.value(0)))
 }

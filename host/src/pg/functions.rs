@@ -120,14 +120,14 @@ fn any_of(arities: &[usize], volatility: Volatility) -> Signature {
 
 /// A function of `arities` arguments of any type that answers `value`.
 #[derive(Debug, PartialEq, Eq, Hash)]
-struct Constant {
+pub(super) struct Constant {
     name: &'static str,
     signature: Signature,
     value: ScalarValue,
 }
 
 impl Constant {
-    fn new(name: &'static str, arities: &[usize], value: ScalarValue) -> Self {
+    pub(super) fn new(name: &'static str, arities: &[usize], value: ScalarValue) -> Self {
         Self {
             name,
             signature: any_of(arities, Volatility::Stable),

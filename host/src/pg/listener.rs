@@ -1,7 +1,9 @@
 //! The Postgres listener: accepts connections up to the connection cap,
 //! answers the client's SSLRequest and ends TLS within the header deadline
 //! (a plain connection is served only far enough to be refused before any
-//! password is asked for, see `startup.rs`), then runs the message loop:
+//! password is asked for, see `startup.rs`; without a certificate the
+//! listener is on loopback, SSLRequest is answered `N` and plain
+//! connections from loopback are served), then runs the message loop:
 //! startup within the same deadline, statements for as long as the client
 //! uses the connection, closed once nothing moved on it for
 //! `server.idle_timeout_s` while no statement runs (and while a result
@@ -66,7 +68,7 @@ type Connection = Framed<crate::listener::ActivityIo<Stream>, PgWireMessageServe
 /// none is left.
 pub async fn serve(
     listener: TcpListener,
-    tls: TlsAcceptor,
+    tls: Option<TlsAcceptor>,
     state: PgState,
     limits: ConnectionLimits,
     stop: CancellationToken,
@@ -148,11 +150,13 @@ struct Handlers {
 
 /// Answers the client's SSLRequest (and GSSENCRequest) and ends TLS; a
 /// client that starts without one gets a plain connection, with the bytes
-/// already read put back.
+/// already read put back. Without a certificate SSLRequest is answered `N`
+/// (libpq's default `sslmode=prefer` then starts in the plain; `require`
+/// stops with "server does not support SSL").
 async fn negotiate(
     mut stream: TcpStream,
     peer: SocketAddr,
-    tls: &TlsAcceptor,
+    tls: &Option<TlsAcceptor>,
     activity: &Activity,
 ) -> io::Result<Connection> {
     let mut first = [0u8; 8];
@@ -160,6 +164,10 @@ async fn negotiate(
         stream.read_exact(&mut first).await?;
         match first {
             SSL_REQUEST => {
+                let Some(tls) = tls else {
+                    stream.write_all(b"N").await?;
+                    continue;
+                };
                 stream.write_all(b"S").await?;
                 let stream = tls.accept(stream).await?;
                 return Ok(framed(

@@ -13,6 +13,11 @@
 //!   exchanged for a token with the org realm's client-credentials flow.
 //! - `statements.rs`: the simple and extended query protocols: session commands (BEGIN,
 //!   SET, SHOW, ...) answered here, every other statement run as a job.
+//! - `reads.rs`: reads a client takes its own way: `COPY ... TO STDOUT`
+//!   (`copy.rs` parses and encodes it), cursors (`cursors.rs`: DECLARE,
+//!   FETCH, MOVE, CLOSE, as psql's `FETCH_COUNT` and psycopg's named
+//!   cursors send them) and an Execute with a row limit; a client that
+//!   stops at a pause it asked for ends its job SUCCEEDED.
 //! - `frames.rs`: each message read within its phase's size limit and
 //!   checked against its type's layout before pgwire decodes it.
 //! - `cancel.rs`: cancel requests: a session's backend key cancels its
@@ -22,8 +27,9 @@
 //!   of what the caller may read; `functions.rs`: the Postgres functions
 //!   they call that DataFusion lacks.
 //! - `settings.rs`: the server settings `SHOW` and `pg_settings` answer.
-//! - `params.rs`: extended-protocol parameters as SQL literals
-//!   (`query::parameters` inlines them).
+//! - `params.rs`: extended-protocol parameters, text and binary, read as
+//!   typed values and inlined as the exact literals of those values
+//!   (`query::parameters`).
 //! - `sqlstate.rs`: query outcomes as Postgres errors (SQLSTATE and text).
 //!
 //! pgwire supplies the message codec and the per-message dispatch; the
@@ -31,10 +37,13 @@
 
 mod cancel;
 mod catalog;
+mod copy;
+mod cursors;
 pub(crate) mod frames;
 mod functions;
 mod listener;
 mod params;
+mod reads;
 mod session;
 mod settings;
 mod sqlstate;

@@ -1,17 +1,18 @@
-//! Extended-protocol parameters, inlined as SQL literals at their `$n`
-//! tokens by `query::parameters` (which checks that no value changed the
-//! statement around it). Values in the text format become numbers (in
-//! parentheses), booleans or quoted strings by their declared type; in the
-//! binary format the integer, float, boolean and text types are read,
-//! others are refused.
+//! Extended-protocol parameters: each bound value is read as a typed value
+//! in its format and declared type (`values.rs`), then inlined as its exact
+//! literal at its `$n` tokens by `query::parameters` (which checks that no
+//! value changed the statement around it).
+
+mod arrays;
+mod values;
 
 use pgwire::{
-    api::{Type, portal::Portal, results::FieldFormat},
+    api::{Type, portal::Portal},
     error::{PgWireError, PgWireResult},
 };
 
 use super::sqlstate::error;
-use crate::query::parameters::{self, ParameterError, Placeholders, quoted};
+use crate::query::parameters::{self, ParameterError, Placeholders};
 
 impl From<ParameterError> for PgWireError {
     fn from(e: ParameterError) -> Self {
@@ -38,6 +39,7 @@ impl From<ParameterError> for PgWireError {
                 );
             }
             ParameterError::Syntax(_) | ParameterError::Mixed | ParameterError::Changed => "42601",
+            ParameterError::Unsupported(_) | ParameterError::ManyRows => "0A000",
         };
         error(code, e.to_string())
     }
@@ -48,7 +50,17 @@ pub fn count(sql: &str) -> PgWireResult<usize> {
     Ok(parameters::count(sql, Placeholders::Numbered)?)
 }
 
-/// The portal's statement with its bound values inlined.
+/// `sql` with every parameter NULL: what a statement is described by
+/// before values are bound (its columns do not depend on them).
+pub fn with_nulls(sql: &str) -> PgWireResult<String> {
+    let takes = count(sql)?;
+    parameters::inline(sql, Placeholders::Numbered, takes, |_| {
+        Ok::<_, PgWireError>("NULL".to_string())
+    })
+}
+
+/// The portal's statement with its bound values inlined, each as the exact
+/// literal of its typed value (`values.rs` reads it in its format).
 pub fn inline(portal: &Portal<String>) -> PgWireResult<String> {
     parameters::inline(
         &portal.statement.statement,
@@ -63,120 +75,17 @@ pub fn inline(portal: &Portal<String>) -> PgWireResult<String> {
                 .flatten()
                 .unwrap_or(Type::UNKNOWN);
             let format = portal.parameter_format.format_for(index);
-            literal(portal.parameters[index].as_deref(), &declared, format)
+            let value = values::scalar(portal.parameters[index].as_deref(), &declared, format)?;
+            Ok(parameters::literal(&value)?)
         },
     )
-}
-
-/// One bound value as a SQL literal.
-fn literal(value: Option<&[u8]>, declared: &Type, format: FieldFormat) -> PgWireResult<String> {
-    let Some(bytes) = value else {
-        return Ok("NULL".to_string());
-    };
-    match format {
-        FieldFormat::Text => {
-            let text = std::str::from_utf8(bytes)
-                .map_err(|_| error("22021", "a text parameter is not UTF-8"))?;
-            text_literal(text, declared)
-        }
-        FieldFormat::Binary => binary_literal(bytes, declared),
-    }
-}
-
-fn is_number(declared: &Type) -> bool {
-    [
-        Type::INT2,
-        Type::INT4,
-        Type::INT8,
-        Type::FLOAT4,
-        Type::FLOAT8,
-        Type::NUMERIC,
-        Type::OID,
-    ]
-    .contains(declared)
-}
-
-fn text_literal(text: &str, declared: &Type) -> PgWireResult<String> {
-    if is_number(declared) {
-        // A number's text is inlined only if it is one.
-        if !text.parse::<f64>().is_ok_and(f64::is_finite) {
-            return Err(error(
-                "22P02",
-                format!("invalid input syntax for type {declared}: \"{text}\""),
-            ));
-        }
-        return Ok(format!("({text})"));
-    }
-    if *declared == Type::BOOL {
-        return match text.to_ascii_lowercase().as_str() {
-            "t" | "true" | "1" | "on" | "yes" | "y" => Ok("TRUE".to_string()),
-            "f" | "false" | "0" | "off" | "no" | "n" => Ok("FALSE".to_string()),
-            _ => Err(error(
-                "22P02",
-                format!("invalid input syntax for type boolean: \"{text}\""),
-            )),
-        };
-    }
-    Ok(quoted(text))
-}
-
-fn binary_literal(bytes: &[u8], declared: &Type) -> PgWireResult<String> {
-    let wrong_size = || {
-        error(
-            "22P03",
-            format!("incorrect binary data format for type {declared}"),
-        )
-    };
-    let fixed = |n: usize| -> PgWireResult<&[u8]> {
-        (bytes.len() == n).then_some(bytes).ok_or_else(wrong_size)
-    };
-    let text = match *declared {
-        Type::INT2 => format!(
-            "({})",
-            i16::from_be_bytes(fixed(2)?.try_into().expect("2 bytes"))
-        ),
-        Type::INT4 => format!(
-            "({})",
-            i32::from_be_bytes(fixed(4)?.try_into().expect("4 bytes"))
-        ),
-        Type::INT8 => format!(
-            "({})",
-            i64::from_be_bytes(fixed(8)?.try_into().expect("8 bytes"))
-        ),
-        Type::FLOAT4 => finite(f32::from_be_bytes(fixed(4)?.try_into().expect("4 bytes")).into())?,
-        Type::FLOAT8 => finite(f64::from_be_bytes(fixed(8)?.try_into().expect("8 bytes")))?,
-        Type::BOOL => if fixed(1)?[0] != 0 { "TRUE" } else { "FALSE" }.to_string(),
-        Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME => {
-            let text = std::str::from_utf8(bytes)
-                .map_err(|_| error("22021", "a text parameter is not UTF-8"))?;
-            quoted(text)
-        }
-        _ => {
-            return Err(error(
-                "0A000",
-                format!(
-                    "lakehost reads binary parameters of integer, float, boolean and text types, not {declared}; send it as text"
-                ),
-            ));
-        }
-    };
-    Ok(text)
-}
-
-/// A float as a literal; NaN and the infinities have none.
-fn finite(value: f64) -> PgWireResult<String> {
-    if value.is_finite() {
-        Ok(format!("({value:?})"))
-    } else {
-        Err(error("22P02", format!("{value} cannot be a parameter")))
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
 
-    use pgwire::api::stmt::StoredStatement;
+    use pgwire::api::{results::FieldFormat, stmt::StoredStatement};
 
     use super::*;
 
@@ -221,34 +130,171 @@ mod tests {
         assert_eq!(count("SELECT ?").unwrap(), 0);
     }
 
+    /// `value` bound as `declared` in `format`, as its literal.
+    fn bound(value: Option<&[u8]>, declared: Type, format: FieldFormat) -> PgWireResult<String> {
+        let value = values::scalar(value, &declared, format)?;
+        Ok(parameters::literal(&value)?)
+    }
+
+    fn text(value: &str, declared: Type) -> PgWireResult<String> {
+        bound(Some(value.as_bytes()), declared, FieldFormat::Text)
+    }
+
+    fn binary(value: &[u8], declared: Type) -> PgWireResult<String> {
+        bound(Some(value), declared, FieldFormat::Binary)
+    }
+
+    fn code(result: PgWireResult<String>) -> String {
+        match result {
+            Err(PgWireError::UserError(info)) => info.code,
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
-    fn values_become_literals_by_type_and_format() {
-        assert_eq!(text_literal("42", &Type::INT4).unwrap(), "(42)");
-        assert_eq!(text_literal("-1", &Type::INT4).unwrap(), "(-1)");
-        assert!(text_literal("42; DROP TABLE x", &Type::INT4).is_err());
-        assert!(text_literal("NaN", &Type::FLOAT8).is_err(), "no literal");
-        assert_eq!(text_literal("it's", &Type::TEXT).unwrap(), "'it''s'");
-        assert_eq!(text_literal("it's", &Type::UNKNOWN).unwrap(), "'it''s'");
-        assert_eq!(text_literal("t", &Type::BOOL).unwrap(), "TRUE");
+    fn values_become_exact_literals_by_type_and_format() {
+        assert_eq!(text("42", Type::INT4).unwrap(), "(42)");
+        assert_eq!(code(text("42; DROP TABLE x", Type::INT4)), "22P02");
+        assert_eq!(text("it's", Type::TEXT).unwrap(), "'it''s'");
+        assert_eq!(text("a''b", Type::UNKNOWN).unwrap(), "'a''''b'");
+        assert_eq!(text("t", Type::BOOL).unwrap(), "TRUE");
+        assert_eq!(bound(None, Type::INT4, FieldFormat::Text).unwrap(), "NULL");
+        assert_eq!(binary(&7i64.to_be_bytes(), Type::INT8).unwrap(), "(7)");
         assert_eq!(
-            literal(None, &Type::INT4, FieldFormat::Text).unwrap(),
-            "NULL"
-        );
-        assert_eq!(
-            binary_literal(&7i64.to_be_bytes(), &Type::INT8).unwrap(),
-            "(7)"
-        );
-        assert_eq!(
-            binary_literal(&1.5f64.to_be_bytes(), &Type::FLOAT8).unwrap(),
+            binary(&1.5f64.to_be_bytes(), Type::FLOAT8).unwrap(),
             "(1.5)"
         );
-        assert!(binary_literal(&[0, 1], &Type::INT8).is_err(), "wrong size");
-        assert!(
-            binary_literal(&[0, 0, 0, 42], &Type::UNKNOWN).is_err(),
-            "no guess"
+        assert_eq!(
+            binary(&f64::NAN.to_be_bytes(), Type::FLOAT8).unwrap(),
+            "arrow_cast('NaN', 'Float64')"
         );
-        assert!(binary_literal(&f64::NAN.to_be_bytes(), &Type::FLOAT8).is_err());
-        assert!(binary_literal(&[0; 8], &Type::TIMESTAMP).is_err());
-        assert_eq!(binary_literal(b"a'b", &Type::TEXT).unwrap(), "'a''b'");
+        assert_eq!(
+            text("-Infinity", Type::FLOAT8).unwrap(),
+            "arrow_cast('-inf', 'Float64')"
+        );
+        assert_eq!(code(binary(&[0, 1], Type::INT8)), "22P03");
+        assert_eq!(code(binary(&[0, 0, 0, 42], Type::UNKNOWN)), "0A000");
+        assert_eq!(code(text("(1,2)", Type::POINT)), "0A000");
+        assert_eq!(binary(b"a'b", Type::TEXT).unwrap(), "'a''b'");
+    }
+
+    #[test]
+    fn dates_and_times_in_both_formats() {
+        let date = "arrow_cast('2026-01-10', 'Date32')";
+        assert_eq!(text("2026-01-10", Type::DATE).unwrap(), date);
+        // pgjdbc's setDate: untyped, with a zone.
+        assert_eq!(text("2026-01-10 +00", Type::UNKNOWN).unwrap(), date);
+        assert_eq!(text("2026-01-10 -05", Type::UNKNOWN).unwrap(), date);
+        // 2026-01-10 is day 9506 after 2000-01-01.
+        assert_eq!(binary(&9506i32.to_be_bytes(), Type::DATE).unwrap(), date);
+        let midnight = "arrow_cast((1768003200000000), 'Timestamp(µs, \"+00:00\")')";
+        assert_eq!(
+            text("2026-01-10 00:00:00+00", Type::UNKNOWN).unwrap(),
+            midnight
+        );
+        assert_eq!(text("2026-01-10 +00", Type::TIMESTAMPTZ).unwrap(), midnight);
+        assert_eq!(
+            text("2026-01-10 01:00:00+01", Type::TIMESTAMPTZ).unwrap(),
+            midnight
+        );
+        let micros = (1_768_003_200_000_000i64 - 946_684_800_000_000).to_be_bytes();
+        assert_eq!(binary(&micros, Type::TIMESTAMPTZ).unwrap(), midnight);
+        assert_eq!(
+            binary(&micros, Type::TIMESTAMP).unwrap(),
+            "arrow_cast((1768003200000000), 'Timestamp(µs)')"
+        );
+        assert_eq!(
+            text("2026-01-10 00:00:00.5", Type::TIMESTAMP).unwrap(),
+            "arrow_cast((1768003200500000), 'Timestamp(µs)')"
+        );
+        assert_eq!(
+            text("01:00:00.25", Type::TIME).unwrap(),
+            "arrow_cast((3600250000), 'Time64(µs)')"
+        );
+        // Untyped text that is no zoned date stays a string.
+        assert_eq!(text("2026-01-10", Type::UNKNOWN).unwrap(), "'2026-01-10'");
+        assert_eq!(text("1-2", Type::UNKNOWN).unwrap(), "'1-2'");
+        assert_eq!(code(text("2026-13-40", Type::DATE)), "22P02");
+    }
+
+    /// A numeric in the binary format: base-10000 groups.
+    fn numeric(groups: &[u16], weight: i16, sign: u16, scale: u16) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        for word in [groups.len() as u16, weight as u16, sign, scale] {
+            bytes.extend_from_slice(&word.to_be_bytes());
+        }
+        for group in groups {
+            bytes.extend_from_slice(&group.to_be_bytes());
+        }
+        bytes
+    }
+
+    #[test]
+    fn numerics_in_both_formats() {
+        let decimal =
+            |text: &str, scale: u8| format!("arrow_cast('{text}', 'Decimal128(38, {scale})')");
+        assert_eq!(text("123.45", Type::NUMERIC).unwrap(), decimal("123.45", 2));
+        assert_eq!(text("-0.001", Type::NUMERIC).unwrap(), decimal("-0.001", 3));
+        assert_eq!(text("1E+2", Type::NUMERIC).unwrap(), decimal("100", 0));
+        assert_eq!(
+            text("NaN", Type::NUMERIC).unwrap(),
+            "arrow_cast('NaN', 'Float64')"
+        );
+        assert_eq!(code(text("1.2.3", Type::NUMERIC)), "22P02");
+        assert_eq!(code(text(&"9".repeat(39), Type::NUMERIC)), "22003");
+        // 123.45: groups 123 and 4500, weight 0, scale 2.
+        let bytes = numeric(&[123, 4500], 0, 0, 2);
+        assert_eq!(binary(&bytes, Type::NUMERIC).unwrap(), decimal("123.45", 2));
+        // -12345678.9: groups 1234, 5678, 9000; weight 1.
+        let bytes = numeric(&[1234, 5678, 9000], 1, 0x4000, 1);
+        assert_eq!(
+            binary(&bytes, Type::NUMERIC).unwrap(),
+            decimal("-12345678.9", 1)
+        );
+        // 0.0001 (weight -1) and 20000 (trailing zero groups left out).
+        let bytes = numeric(&[1], -1, 0, 4);
+        assert_eq!(binary(&bytes, Type::NUMERIC).unwrap(), decimal("0.0001", 4));
+        let bytes = numeric(&[2], 1, 0, 0);
+        assert_eq!(binary(&bytes, Type::NUMERIC).unwrap(), decimal("20000", 0));
+        let bytes = numeric(&[], 0, 0, 0);
+        assert_eq!(binary(&bytes, Type::NUMERIC).unwrap(), decimal("0", 0));
+        assert_eq!(
+            binary(&numeric(&[], 0, 0xD000, 0), Type::NUMERIC).unwrap(),
+            "arrow_cast('inf', 'Float64')"
+        );
+        let bytes = numeric(&[10_000], 0, 0, 0);
+        assert_eq!(code(binary(&bytes, Type::NUMERIC)), "22P03");
+    }
+
+    #[test]
+    fn one_dimensional_arrays_in_both_formats() {
+        assert_eq!(
+            text("{1,NULL,3}", Type::INT8_ARRAY).unwrap(),
+            "arrow_cast(make_array((1), NULL, (3)), 'List(Int64)')"
+        );
+        assert_eq!(
+            text("{\"it's\",\"a,b\"}", Type::TEXT_ARRAY).unwrap(),
+            "arrow_cast(make_array('it''s', 'a,b'), 'List(Utf8)')"
+        );
+        assert_eq!(
+            text("{}", Type::INT4_ARRAY).unwrap(),
+            "arrow_cast(make_array(), 'List(Int32)')"
+        );
+        assert_eq!(code(text("{{1},{2}}", Type::INT4_ARRAY)), "0A000");
+        // Binary: 1 dimension, no nulls, int4 items, 2 items from 1; 7, 8.
+        let mut bytes = Vec::new();
+        for word in [1i32, 0, 23, 2, 1, 4, 7, 4, 8] {
+            bytes.extend_from_slice(&word.to_be_bytes());
+        }
+        assert_eq!(
+            binary(&bytes, Type::INT4_ARRAY).unwrap(),
+            "arrow_cast(make_array((7), (8)), 'List(Int32)')"
+        );
+        assert_eq!(code(binary(&bytes[..30], Type::INT4_ARRAY)), "22P03");
+        assert_eq!(
+            text("{1.5,2}", Type::NUMERIC_ARRAY).unwrap(),
+            "arrow_cast(make_array(arrow_cast('1.5', 'Decimal128(38, 1)'), \
+             arrow_cast('2.0', 'Decimal128(38, 1)')), 'List(Decimal128(38, 1))')"
+        );
     }
 }

@@ -1,10 +1,14 @@
 //! Session commands over the Postgres protocol: BEGIN, COMMIT, ROLLBACK,
 //! SET, SHOW and `SELECT version()` are answered here and never become jobs
 //! (lakehost has no transactions: each statement is its own query, so a
-//! transaction block is accepted and does nothing). `SHOW
-//! lakehost.last_query_id` names the session's last query job for REST.
+//! transaction block is accepted and does nothing but hold the session's
+//! cursors, which its end closes). `SHOW lakehost.last_query_id` names the
+//! session's last query job for REST.
 
-use std::sync::Arc;
+use std::sync::{
+    Arc,
+    atomic::{AtomicBool, Ordering},
+};
 
 use futures::stream;
 use pgwire::{
@@ -15,10 +19,41 @@ use pgwire::{
     error::PgWireResult,
 };
 
-use super::{code_tokens, settings, sqlstate::error, startup::SERVER_VERSION};
+use super::{code_tokens, cursors::Cursors, settings, sqlstate::error, startup::SERVER_VERSION};
 
 /// The id of the session's last query job (`SHOW lakehost.last_query_id`).
 pub(super) struct LastQuery(pub(super) String);
+
+/// Whether the session is in a transaction block (BEGIN ran, COMMIT or
+/// ROLLBACK did not yet): cursors are declared only there.
+#[derive(Default)]
+struct TransactionBlock(AtomicBool);
+
+/// Whether the session is in a transaction block.
+pub(super) fn in_block<C: ClientInfo>(client: &C) -> bool {
+    client
+        .session_extensions()
+        .get::<TransactionBlock>()
+        .is_some_and(|block| block.0.load(Ordering::Relaxed))
+}
+
+/// What a session command that ran (`answer`) does to the session: BEGIN
+/// opens a transaction block; COMMIT and ROLLBACK end it and close its
+/// cursors (none is held past its transaction).
+pub(super) fn ran<C: ClientInfo>(client: &C, answer: &PgWireResult<Response>) {
+    let extensions = client.session_extensions();
+    let block = extensions.get_or_insert_with(TransactionBlock::default);
+    match answer {
+        Ok(Response::TransactionStart(_)) => block.0.store(true, Ordering::Relaxed),
+        Ok(Response::TransactionEnd(_)) => {
+            block.0.store(false, Ordering::Relaxed);
+            if let Some(cursors) = extensions.get::<Cursors>() {
+                cursors.close_all();
+            }
+        }
+        _ => {}
+    }
+}
 
 /// A result of text columns (psql reads every value as text; booleans are
 /// `t` and `f`).

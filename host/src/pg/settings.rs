@@ -31,6 +31,13 @@ pub const SETTINGS: &[Setting] = &[
         vartype: "string",
         description: "Sets the display format for date and time values.",
     },
+    // SQLAlchemy's reflection compares each table's access method with it.
+    Setting {
+        name: "default_table_access_method",
+        value: "heap",
+        vartype: "string",
+        description: "Sets the default table access method for new tables.",
+    },
     Setting {
         name: "integer_datetimes",
         value: "on",

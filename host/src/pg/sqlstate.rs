@@ -10,7 +10,7 @@ use pgwire::error::{ErrorInfo, PgWireError};
 use crate::{
     auth::Refusal,
     edge::{CauseChain, INTERNAL_MESSAGE},
-    query::{Denial, QueryError},
+    query::{Denial, QueryError, service::StreamStop},
 };
 
 /// The text every refused or missing credential gets (REST's 401 body).
@@ -37,9 +37,9 @@ pub fn fatal(code: &str, message: impl Into<String>) -> PgWireError {
 /// The SQLSTATEs lakehost answers with: the metric label of an error's code
 /// (`other` for pgwire's own protocol errors).
 const SQLSTATES: &[&str] = &[
-    "08006", "0A000", "22021", "22023", "22P02", "22P03", "2201B", "28000", "28P01", "3D000",
-    "42501", "42601", "42704", "42P02", "42P07", "53200", "53300", "53400", "54000", "54023",
-    "55000", "57014", "08P01", "XX000",
+    "08006", "0A000", "22021", "22023", "22P02", "22P03", "2201B", "25P01", "28000", "28P01",
+    "34000", "3D000", "42501", "42601", "42703", "42704", "42P02", "42P03", "42P07", "53200",
+    "53300", "53400", "54000", "54023", "55000", "57014", "08P01", "XX000",
 ];
 
 /// `code` as a metric label, from the closed list.
@@ -103,6 +103,16 @@ pub fn refused(refusal: Refusal, client_id: &str) -> PgWireError {
             tracing::debug!(refusal = ?unauthorized, client_id, "postgres credentials refused");
             fatal("28000", UNAUTHORIZED)
         }
+    }
+}
+
+/// A streamed read that ended short of its last row, as the error that
+/// ends its statement: cancelled in Postgres's words (57014), else as its
+/// FAILED job's reason (`failed`).
+pub fn stopped(stop: StreamStop) -> PgWireError {
+    match stop {
+        StreamStop::Cancelled => error("57014", "canceling statement due to user request"),
+        StreamStop::Failed(reason) => failed(reason),
     }
 }
 

@@ -10,7 +10,9 @@
 //!   refusals: a refused secret is FATAL 28P01, a token or claims this API
 //!   does not accept FATAL 28000, an identity provider out of reach 08006.
 //! - Passwords cross TLS only: a plain connection is refused (FATAL 28000)
-//!   before the server asks for one. No SCRAM: lakehost holds no secrets to
+//!   before the server asks for one, except on a listener without a
+//!   certificate (which `Config::validate` keeps on loopback) from a
+//!   loopback peer: there the secret never leaves the machine. No SCRAM: lakehost holds no secrets to
 //!   salt, it can only check one by exchanging it.
 //! - A refused secret counts against the client address's failure budget
 //!   (`auth::failure_budget`); past it, FATAL 53400 without asking the
@@ -186,6 +188,14 @@ impl LakeStartup {
     }
 }
 
+impl LakeStartup {
+    /// Whether a plain connection from `peer` may send its password: only
+    /// on a listener without a certificate, and only from loopback.
+    fn plain_allowed(&self, peer: IpAddr) -> bool {
+        self.state.config.server.tls_cert.is_none() && peer.to_canonical().is_loopback()
+    }
+}
+
 #[async_trait]
 impl StartupHandler for LakeStartup {
     async fn on_startup<C>(
@@ -202,7 +212,7 @@ impl StartupHandler for LakeStartup {
             PgWireFrontendMessage::Startup(startup) => {
                 protocol_negotiation(client, &startup).await?;
                 save_startup_parameters_to_metadata(client, &startup);
-                if !client.is_secure() {
+                if !client.is_secure() && !self.plain_allowed(client.socket_addr().ip()) {
                     return Err(fatal(
                         "28000",
                         "lakehost requires SSL (sslmode=require): the password is a client secret",

@@ -22,7 +22,7 @@ use pgwire::{
     api::{
         ClientInfo, ClientPortalStore,
         portal::{Format, Portal},
-        query::{ExtendedQueryHandler, SimpleQueryHandler},
+        query::{ExtendedQueryHandler, SimpleQueryHandler, send_describe_response},
         results::{
             DescribePortalResponse, DescribeStatementResponse, FieldInfo, QueryResponse, Response,
         },
@@ -30,15 +30,16 @@ use pgwire::{
         store::PortalStore,
     },
     error::{PgWireError, PgWireResult},
-    messages::PgWireBackendMessage,
+    messages::{
+        PgWireBackendMessage,
+        extendedquery::{Describe, TARGET_TYPE_BYTE_PORTAL},
+    },
 };
 use tracing::Instrument as _;
 
 use super::{
-    PgState,
-    cancel::Running,
-    catalog, params,
-    sqlstate::{self, UNAUTHORIZED, error, error_of, fatal},
+    PgState, catalog, copy, cursors, params, reads,
+    sqlstate::{self, UNAUTHORIZED, error_of, fatal},
     startup::{Session, validated},
 };
 use crate::{
@@ -48,14 +49,13 @@ use crate::{
         ipc_batches::IpcBatches,
         service::{StreamStop, WireEnd},
     },
-    store::queries::Delivery,
 };
 
 use super::session::{LastQuery, session_command};
 
 /// The handler of both query protocols.
 pub struct LakeStatements {
-    state: PgState,
+    pub(super) state: PgState,
     parser: Arc<SqlParser>,
 }
 
@@ -70,7 +70,11 @@ impl LakeStatements {
     /// The session's caller for a statement: its token authenticated again
     /// (renewed from the secret once it expired), with the scope to run
     /// queries.
-    async fn caller<C: ClientInfo>(&self, client: &C, scope: &str) -> PgWireResult<LakeCaller> {
+    pub(super) async fn caller<C: ClientInfo>(
+        &self,
+        client: &C,
+        scope: &str,
+    ) -> PgWireResult<LakeCaller> {
         let Some(session) = client.session_extensions().get::<Session>() else {
             return Err(fatal("28000", UNAUTHORIZED));
         };
@@ -98,6 +102,7 @@ impl LakeStatements {
         client: &C,
         sql: &str,
         format: &Format,
+        max_rows: usize,
     ) -> PgWireResult<Response> {
         let request_id = uuid::Uuid::new_v4().simple().to_string();
         let span = tracing::info_span!("pg_statement", %request_id);
@@ -110,7 +115,7 @@ impl LakeStatements {
         let before = last_query();
         let started = Instant::now();
         let (kind, answer) = self
-            .statement(client, sql, format)
+            .statement(client, sql, format, max_rows)
             .instrument(span.clone())
             .await;
         let sqlstate = match &answer {
@@ -132,16 +137,26 @@ impl LakeStatements {
         answer
     }
 
-    /// One statement: a session command's answer, a catalog query's, or the
-    /// rows of its job; with its kind.
+    /// One statement: a session command's answer, a catalog query's, a
+    /// cursor's or COPY's (`reads.rs`), or the rows of its job; with its
+    /// kind.
     async fn statement<C: ClientInfo>(
         &self,
         client: &C,
         sql: &str,
         format: &Format,
+        max_rows: usize,
     ) -> (&'static str, PgWireResult<Response>) {
         if let Some(answer) = session_command(client, sql) {
+            super::session::ran(client, &answer);
             return ("session", answer);
+        }
+        if let Some(command) = cursors::command_of(sql) {
+            let answer = async { self.cursor(client, command?, format).await };
+            return ("query", answer.await);
+        }
+        if copy::is_copy(sql) {
+            return ("query", self.copy(client, sql).await);
         }
         if catalog::is_catalog_query(sql) {
             let answer = async {
@@ -151,43 +166,35 @@ impl LakeStatements {
             };
             return ("catalog", answer.await);
         }
-        ("query", self.job(client, sql, format).await)
+        ("query", self.job(client, sql, format, max_rows).await)
     }
 
     /// A statement run as a query job: a read's rows streamed to the client
     /// as the query makes them (none kept), any other statement's read from
-    /// its typed result once it ended.
+    /// its typed result once it ended. A read an Execute asked `max_rows`
+    /// of at a time and that the client leaves at such a pause is its stop
+    /// on purpose (`reads::paused_rows`).
     async fn job<C: ClientInfo>(
         &self,
         client: &C,
         sql: &str,
         format: &Format,
+        max_rows: usize,
     ) -> PgWireResult<Response> {
+        self.room_beside_cursors(client)?;
         let caller = self.caller(client, "query:write").await?;
         let queries = &self.state.queries;
-        // Cancellable by the session's backend key while it runs.
-        let running = client
-            .session_extensions()
-            .get::<Arc<Running>>()
-            .map(|running| Arc::clone(&*running));
-        let streamed = queries
-            .stream_if_read(&caller, sql, Delivery::PgWire)
-            .await
-            .map_err(error_of)?;
-        if let Some(streamed) = streamed {
-            client
-                .session_extensions()
-                .insert(LastQuery(streamed.id.clone()));
+        let running = reads::running_of(client);
+        if let Some(streamed) = self.start_read(client, &caller, sql).await? {
             // Running until its rows are sent: the guard goes with them.
             let running = running.map(|running| running.start(&caller, &streamed.id));
+            let reading = streamed.reading;
             let batches = streamed.batches.map(move |batch| {
                 let _running = &running;
-                batch.map_err(|stop| match stop {
-                    StreamStop::Cancelled => error(CANCELED, CANCELED_BY_USER),
-                    StreamStop::Failed(reason) => sqlstate::failed(reason),
-                })
+                batch.map_err(sqlstate::stopped)
             });
-            return rows_response(&streamed.schema, batches, format);
+            let response = rows_response(&streamed.schema, batches, format)?;
+            return Ok(reads::paused_rows(response, max_rows, reading));
         }
         let submitted = queries
             .submit(&caller, sql, None, None, None)
@@ -203,7 +210,7 @@ impl LakeStatements {
             .map_err(error_of)?
         {
             WireEnd::Rows(bytes) => bytes,
-            WireEnd::Cancelled => return Err(error(CANCELED, CANCELED_BY_USER)),
+            WireEnd::Cancelled => return Err(sqlstate::stopped(StreamStop::Cancelled)),
             // A refusal found while it ran is the spec's, as at submission.
             WireEnd::Failed(reason) => return Err(sqlstate::failed(reason)),
         };
@@ -218,12 +225,8 @@ impl LakeStatements {
     }
 }
 
-/// A statement's end when its client cancelled it (Postgres's words).
-const CANCELED: &str = "57014";
-const CANCELED_BY_USER: &str = "canceling statement due to user request";
-
 /// The Postgres columns of `schema`, in `format`.
-fn fields_of(schema: &Schema, format: &Format) -> PgWireResult<Vec<FieldInfo>> {
+pub(super) fn fields_of(schema: &Schema, format: &Format) -> PgWireResult<Vec<FieldInfo>> {
     arrow_pg::datatypes::arrow_schema_to_pg_fields(schema, format, None)
 }
 
@@ -306,7 +309,7 @@ impl SimpleQueryHandler for LakeStatements {
     {
         let mut responses = Vec::new();
         for sql in statements_of(query) {
-            match self.run(client, &sql, &Format::UnifiedText).await {
+            match self.run(client, &sql, &Format::UnifiedText, 0).await {
                 Ok(response) => responses.push(response),
                 // A failed statement ends the query string, as in Postgres.
                 Err(PgWireError::UserError(info)) if info.severity != "FATAL" => {
@@ -366,7 +369,22 @@ impl LakeStatements {
         match session_command(client, sql) {
             Some(Ok(Response::Query(answer))) => return Ok(answer.row_schema().to_vec()),
             Some(_) => return Ok(Vec::new()),
-            None if params::count(sql)? > 0 => return Ok(Vec::new()),
+            None if cursors::command_of(sql).is_some() || copy::is_copy(sql) => {
+                return reads::describe(client, sql, format);
+            }
+            None if params::count(sql)? > 0 && catalog::is_catalog_query(sql) => {
+                return Ok(Vec::new());
+            }
+            // Planned with NULL parameters (pgjdbc reads results by it from
+            // its 5th run); one that cannot be is described when it runs.
+            None if params::count(sql)? > 0 => {
+                let caller = self.caller(client, "query:write").await?;
+                let queries = &self.state.queries;
+                return match queries.describe(&caller, &params::with_nulls(sql)?).await {
+                    Ok(schema) => fields_of(&schema, format),
+                    Err(_) => Ok(Vec::new()),
+                };
+            }
             None if catalog::is_catalog_query(sql) => {
                 let caller = self.caller(client, "query:read").await?;
                 let statement = catalog_statement(client, caller, sql)?;
@@ -398,7 +416,7 @@ impl ExtendedQueryHandler for LakeStatements {
         &self,
         client: &mut C,
         portal: &Portal<String>,
-        _max_rows: usize,
+        max_rows: usize,
     ) -> PgWireResult<Response>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
@@ -407,7 +425,29 @@ impl ExtendedQueryHandler for LakeStatements {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let sql = params::inline(portal)?;
-        self.run(client, &sql, &portal.result_column_format).await
+        self.run(client, &sql, &portal.result_column_format, max_rows)
+            .await
+    }
+
+    /// A portal's description, or an open cursor's (psycopg describes its
+    /// named cursor's portal after DECLARE, as Postgres keeps a cursor as a
+    /// portal of its name).
+    async fn on_describe<C>(&self, client: &mut C, message: Describe) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = String>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if message.target_type == TARGET_TYPE_BYTE_PORTAL
+            && let Some(name) = &message.name
+            && client.portal_store().get_portal(name).is_none()
+            && let Some(fields) = reads::cursor_fields(client, name)
+        {
+            let described = DescribePortalResponse::new(fields?);
+            return send_describe_response(client, &described).await;
+        }
+        self._on_describe(client, message).await
     }
 
     async fn do_describe_statement<C>(

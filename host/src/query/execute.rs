@@ -4,7 +4,10 @@
 //! that the job commits with its final state. `stream_rows` runs a read whose
 //! rows go to a client as they come (a streamed query), into no file.
 
-use std::sync::Arc;
+use std::sync::{
+    Arc,
+    atomic::{AtomicBool, AtomicU64, Ordering},
+};
 
 use datafusion::{
     arrow::{
@@ -188,7 +191,8 @@ pub async fn execute(
     }
 }
 
-/// Why a streamed query ends when its client goes away.
+/// Why a streamed query ends when its client goes away while rows are being
+/// sent to it (its connection broke, it was killed mid-result).
 pub const CLIENT_GONE: &str =
     "The client went away before it had read the whole result; the query was stopped.";
 
@@ -197,36 +201,94 @@ pub const CLIENT_GONE: &str =
 /// fair-sharing caps until the time limit.
 pub const CLIENT_STALL_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
 
+/// What a streamed query's client did with its rows: how many it took, and
+/// whether it stopped reading on purpose before the last one. A client
+/// stops on purpose when it leaves a read where it asked to pause: an
+/// extended-protocol Execute's row limit reached (pgjdbc `setMaxRows`), a
+/// cursor closed between FETCHes. Such a query ends SUCCEEDED with the rows
+/// the client took; one whose client goes away while rows are being sent
+/// ends FAILED with [`CLIENT_GONE`], as does a Flight `DoGet` dropped
+/// before its end (gRPC does not tell a client's cancel from a lost
+/// connection).
+#[derive(Clone, Default, Debug)]
+pub struct ClientReading(Arc<ReadingState>);
+
+#[derive(Default, Debug)]
+struct ReadingState {
+    rows: AtomicU64,
+    stopped: AtomicBool,
+}
+
+impl ClientReading {
+    /// The client took `rows` more rows.
+    pub fn took(&self, rows: u64) {
+        self.0.rows.fetch_add(rows, Ordering::Relaxed);
+    }
+
+    /// The client stops reading here, as it asked to: called before the
+    /// rows' receiver is dropped.
+    pub fn stop_on_purpose(&self) {
+        self.0.stopped.store(true, Ordering::Release);
+    }
+
+    /// The rows the client took, when it stopped reading on purpose.
+    pub fn stopped(&self) -> Option<u64> {
+        self.0
+            .stopped
+            .load(Ordering::Acquire)
+            .then(|| self.0.rows.load(Ordering::Relaxed))
+    }
+}
+
 /// Runs the read `plan`, sending its rows to `rows` as they come, each batch
 /// with view types made plain (the types the client was told). A full
 /// channel holds the scan back until the client reads, for at most
 /// `CLIENT_STALL_LIMIT`; a dropped receiver stops it at once, also while no
-/// batch is ready (`CLIENT_GONE`). Nothing is written: the execution has no
-/// small result, no write and no snapshot to reuse.
+/// batch is ready: SUCCEEDED with the rows the client took when `reading`
+/// says it stopped on purpose, else FAILED (`CLIENT_GONE`). Nothing is
+/// written: the execution has no small result, no write and no snapshot to
+/// reuse.
 pub async fn stream_rows(
     context: &SessionContext,
     plan: Arc<dyn ExecutionPlan>,
     rows: mpsc::Sender<RecordBatch>,
+    reading: ClientReading,
 ) -> Result<Execution, QueryError> {
     let schema = plan.schema();
     let plain = Arc::new(without_view_types(&schema));
     let mut stream =
         execute_stream(plan.clone(), context.task_ctx()).map_err(|e| run_error(context, e))?;
     let (mut sent_rows, mut sent_bytes) = (0u64, 0u64);
-    let gone = || QueryError::Failed(CLIENT_GONE.into());
+    // The client left: on purpose (the rows it took), or gone.
+    let left = |sent_bytes: u64| match reading.stopped() {
+        Some(taken) => {
+            crate::observability::metrics::query_scanned(bytes_scanned(plan.as_ref()));
+            Ok(Execution {
+                columns: columns_of(&schema),
+                rows: taken,
+                bytes: sent_bytes,
+                small_result: None,
+                in_row: ResultInRow::default(),
+                write: CatalogWrite::None,
+                staged: Vec::new(),
+                snapshot: None,
+                workers: workers_reached(context),
+            })
+        }
+        None => Err(QueryError::Failed(CLIENT_GONE.into())),
+    };
     loop {
         let next = tokio::select! {
             next = stream.next() => next,
-            () = rows.closed() => return Err(gone()),
+            () = rows.closed() => return left(sent_bytes),
         };
         let Some(batch) = next else { break };
         let batch = plain_batch(&batch.map_err(|e| run_error(context, e))?, &plain)
             .map_err(|e| QueryError::internal("result batch", e))?;
-        sent_rows += batch.num_rows() as u64;
-        sent_bytes += batch.get_array_memory_size() as u64;
+        let (batch_rows, batch_bytes) = (batch.num_rows() as u64, batch.get_array_memory_size());
         match tokio::time::timeout(CLIENT_STALL_LIMIT, rows.send(batch)).await {
             Ok(Ok(())) => {}
-            Ok(Err(_)) => return Err(gone()),
+            Ok(Err(_)) => return left(sent_bytes),
             Err(_) => {
                 return Err(QueryError::Failed(format!(
                     "The client read none of the result for {} seconds; the query was stopped.",
@@ -234,6 +296,8 @@ pub async fn stream_rows(
                 )));
             }
         }
+        sent_rows += batch_rows;
+        sent_bytes += batch_bytes as u64;
     }
     let ran = finished_read(plan).await;
     crate::observability::metrics::query_scanned(bytes_scanned(ran.as_ref()));
@@ -363,4 +427,56 @@ fn bytes_scanned(plan: &dyn ExecutionPlan) -> u64 {
         .into_iter()
         .map(|child| bytes_scanned(child.as_ref()))
         .sum::<u64>()
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::array::Int64Array;
+
+    use super::*;
+
+    /// A read of ten rows in batches of two, its rows sent to a channel of
+    /// one batch, and the reading its client reports to.
+    async fn streaming() -> (
+        tokio::task::JoinHandle<Result<Execution, QueryError>>,
+        mpsc::Receiver<RecordBatch>,
+        ClientReading,
+    ) {
+        let config = datafusion::prelude::SessionConfig::new().with_batch_size(2);
+        let context = SessionContext::new_with_config(config);
+        let frame = context.sql("SELECT value FROM range(0, 10)").await.unwrap();
+        let plan = frame.create_physical_plan().await.unwrap();
+        let (rows, received) = mpsc::channel(1);
+        let reading = ClientReading::default();
+        let run = {
+            let reading = reading.clone();
+            tokio::spawn(async move { stream_rows(&context, plan, rows, reading).await })
+        };
+        (run, received, reading)
+    }
+
+    #[tokio::test]
+    async fn a_client_that_stops_on_purpose_ends_the_read_with_the_rows_it_took() {
+        let (run, mut received, reading) = streaming().await;
+        let first = received.recv().await.expect("a first batch");
+        assert!(first.column(0).as_any().is::<Int64Array>());
+        assert!(first.num_rows() < 10);
+        reading.took(first.num_rows() as u64);
+        reading.stop_on_purpose();
+        drop(received);
+        let execution = run.await.unwrap().expect("the read succeeded");
+        assert_eq!(execution.rows, first.num_rows() as u64);
+    }
+
+    #[tokio::test]
+    async fn a_client_that_goes_away_mid_result_fails_the_read() {
+        let (run, mut received, reading) = streaming().await;
+        let first = received.recv().await.expect("a first batch");
+        reading.took(first.num_rows() as u64);
+        drop(received);
+        match run.await.unwrap() {
+            Err(QueryError::Failed(reason)) => assert_eq!(reason, CLIENT_GONE),
+            other => panic!("not gone: {:?}", other.map(|e| e.rows)),
+        }
+    }
 }

@@ -1,20 +1,32 @@
-//! Parameters inlined as SQL literals, for the front ends that bind values
-//! to a statement (the Postgres extended protocol, Flight SQL prepared
-//! statements). Each placeholder token of the statement (found by the
-//! engine's tokenizer, never in a string, a quoted name or a comment)
-//! becomes the literal its front end made of the bound value. The statement
-//! the query service gets, checks and stores is then self-contained: any
-//! replica can plan it again and `GET /v2/query/{id}` shows what ran.
+//! Parameters inlined as exact, typed SQL literals, for the front ends that
+//! bind values to a statement (the Postgres extended protocol, Flight SQL
+//! prepared statements). Each front end reads its bound values as
+//! DataFusion `ScalarValue`s; `literal` makes each the one literal that
+//! plans back to the same value and type (strings quoted with their quotes
+//! doubled, NaN and the infinities, decimals, dates and timestamps through
+//! `arrow_cast`, arrays through `make_array`). Each placeholder token of the
+//! statement (found by the engine's tokenizer, never in a string, a quoted
+//! name or a comment) becomes its value's literal. The statement the query
+//! service gets, checks and stores is then self-contained: any replica can
+//! plan it again, result reuse keys on its values with its text, and
+//! `GET /v2/query/{id}` shows what ran.
 //!
 //! Each literal stands apart from its neighbours (a space each side), and
 //! the result is tokenized again: a value that changed the statement around
 //! it (a comment, a string or a name swallowing the rest) refuses the
 //! statement.
 
-use datafusion::sql::sqlparser::{
-    dialect::GenericDialect,
-    tokenizer::{Token, Tokenizer, TokenizerError},
+use datafusion::{
+    arrow::datatypes::DataType,
+    sql::sqlparser::{
+        dialect::GenericDialect,
+        tokenizer::{Token, Tokenizer, TokenizerError},
+    },
 };
+
+mod literal;
+
+pub use literal::literal;
 
 /// At most this many parameters in one statement.
 pub const MAX_PARAMETERS: usize = 1_000;
@@ -52,6 +64,15 @@ pub enum ParameterError {
     Mixed,
     #[error("a parameter's value changed the statement around it; it was not run")]
     Changed,
+    /// Several rows bound to a statement that runs with one.
+    #[error(
+        "lakehost binds several rows of parameters only to an INSERT ... VALUES (...) with one row \
+         of placeholders (it inserts them all in one statement); run other statements once per row"
+    )]
+    ManyRows,
+    /// A bound value of a type lakehost does not bind.
+    #[error("lakehost does not bind parameters of type {0}")]
+    Unsupported(DataType),
 }
 
 /// The tokens of `sql` that are code (not whitespace or comments), read with
@@ -81,16 +102,7 @@ fn placeholders(sql: &str, style: Placeholders) -> Result<Vec<Placeholder>, Para
     let tokens = Tokenizer::new(&GenericDialect {}, sql)
         .tokenize_with_location()
         .map_err(|e| ParameterError::Syntax(e.to_string()))?;
-    // Token locations are lines and columns (1-based, in chars).
-    let line_starts: Vec<usize> = std::iter::once(0)
-        .chain(sql.match_indices('\n').map(|(i, _)| i + 1))
-        .collect();
-    let offset_of = |line: u64, column: u64| -> Option<usize> {
-        let start = *line_starts.get(usize::try_from(line).ok()?.checked_sub(1)?)?;
-        let column = usize::try_from(column).ok()?.checked_sub(1)?;
-        let skipped: usize = sql[start..].chars().take(column).map(char::len_utf8).sum();
-        Some(start + skipped)
-    };
+    let offsets = Offsets::of(sql);
     let (mut numbered, mut questions) = (false, 0);
     let mut found = Vec::new();
     for token in tokens {
@@ -115,11 +127,10 @@ fn placeholders(sql: &str, style: Placeholders) -> Result<Vec<Placeholder>, Para
         if index >= MAX_PARAMETERS {
             return Err(ParameterError::TooMany);
         }
-        let at = offset_of(token.span.start.line, token.span.start.column)
+        let at = offsets
+            .at(token.span.start.line, token.span.start.column)
             .filter(|&at| sql.get(at..at + text.len()) == Some(text.as_str()))
-            .ok_or_else(|| {
-                ParameterError::Syntax("a parameter's place in the statement is unclear".into())
-            })?;
+            .ok_or_else(unclear_place)?;
         found.push(Placeholder {
             at,
             text: text.clone(),
@@ -182,6 +193,125 @@ pub fn inline<E: From<ParameterError>>(
         return Err(ParameterError::Changed.into());
     }
     Ok(inlined)
+}
+
+/// `sql` with `rows` rows of bound values inlined: one row as `inline`
+/// does; several only into an INSERT whose `VALUES` is one tuple holding
+/// every placeholder, which becomes one tuple per row (one statement: all
+/// rows are written or none). `literal(row, i)` is value `i` of `row`.
+pub fn inline_rows<E: From<ParameterError>>(
+    sql: &str,
+    style: Placeholders,
+    (rows, supplied): (usize, usize),
+    mut literal: impl FnMut(usize, usize) -> Result<String, E>,
+) -> Result<String, E> {
+    if rows <= 1 {
+        return inline(sql, style, supplied, |i| literal(0, i));
+    }
+    let (open, close) = values_tuple(sql)?;
+    let outside = format!("{}{}", &sql[..open], &sql[close..]);
+    if count(&outside, style)? > 0 {
+        return Err(ParameterError::ManyRows.into());
+    }
+    let tuple = &sql[open..close];
+    let mut inlined = String::from(&sql[..open]);
+    for row in 0..rows {
+        if row > 0 {
+            inlined.push_str(", ");
+        }
+        inlined.push_str(&inline(tuple, style, supplied, |i| literal(row, i))?);
+    }
+    inlined.push_str(&sql[close..]);
+    Ok(inlined)
+}
+
+/// The byte range of the one tuple after an INSERT's last `VALUES`, which
+/// must end the statement (a `;` aside).
+fn values_tuple(sql: &str) -> Result<(usize, usize), ParameterError> {
+    use datafusion::sql::sqlparser::keywords::Keyword;
+    let tokens = located_code_tokens(sql)?;
+    let is_insert = matches!(
+        tokens.first(),
+        Some((Token::Word(word), _)) if word.keyword == Keyword::INSERT
+    );
+    let values = tokens
+        .iter()
+        .rposition(
+            |(token, _)| matches!(token, Token::Word(word) if word.keyword == Keyword::VALUES),
+        )
+        .filter(|_| is_insert)
+        .ok_or(ParameterError::ManyRows)?;
+    let rest = &tokens[values + 1..];
+    let (Some((Token::LParen, open)), mut depth) = (rest.first(), 0usize) else {
+        return Err(ParameterError::ManyRows);
+    };
+    for (i, (token, at)) in rest.iter().enumerate() {
+        match token {
+            Token::LParen => depth += 1,
+            Token::RParen => depth -= 1,
+            _ => {}
+        }
+        if depth == 0 {
+            let after = &rest[i + 1..];
+            let ends = after.is_empty() || matches!(after, [(Token::SemiColon, _)]);
+            return match ends {
+                true => Ok((*open, at + 1)),
+                false => Err(ParameterError::ManyRows),
+            };
+        }
+    }
+    Err(ParameterError::ManyRows)
+}
+
+/// The code tokens of `sql` with their byte offsets.
+fn located_code_tokens(sql: &str) -> Result<Vec<(Token, usize)>, ParameterError> {
+    let tokens = Tokenizer::new(&GenericDialect {}, sql)
+        .tokenize_with_location()
+        .map_err(|e| ParameterError::Syntax(e.to_string()))?;
+    let offsets = Offsets::of(sql);
+    tokens
+        .into_iter()
+        .filter(|token| !matches!(token.token, Token::Whitespace(_)))
+        .map(|token| {
+            let at = offsets
+                .at(token.span.start.line, token.span.start.column)
+                .ok_or_else(unclear_place)?;
+            Ok((token.token, at))
+        })
+        .collect()
+}
+
+fn unclear_place() -> ParameterError {
+    ParameterError::Syntax("a parameter's place in the statement is unclear".into())
+}
+
+/// Byte offsets of a statement's token locations (lines and columns,
+/// 1-based, in chars).
+struct Offsets<'a> {
+    sql: &'a str,
+    line_starts: Vec<usize>,
+}
+
+impl<'a> Offsets<'a> {
+    fn of(sql: &'a str) -> Self {
+        let line_starts = std::iter::once(0)
+            .chain(sql.match_indices('\n').map(|(i, _)| i + 1))
+            .collect();
+        Self { sql, line_starts }
+    }
+
+    fn at(&self, line: u64, column: u64) -> Option<usize> {
+        let start = *self
+            .line_starts
+            .get(usize::try_from(line).ok()?.checked_sub(1)?)?;
+        let column = usize::try_from(column).ok()?.checked_sub(1)?;
+        let skipped: usize = self.sql[start..]
+            .chars()
+            .take(column)
+            .map(char::len_utf8)
+            .sum();
+        Some(start + skipped)
+    }
 }
 
 /// How many tokens of `sql` are code.
@@ -294,5 +424,39 @@ mod tests {
             let at = placeholder.at;
             assert_eq!(&sql[at..at + 2], format!("${}", placeholder.index + 1));
         }
+    }
+
+    #[test]
+    fn several_rows_fill_one_insert_or_are_refused() {
+        let style = Placeholders::NumberedOrQuestionMarks;
+        let rows = [["1", "it's"], ["2", "b"]];
+        let inlined = |sql: &str| {
+            inline_rows(sql, style, (2, 2), |row, i| {
+                Ok::<_, ParameterError>(quoted(rows[row][i]))
+            })
+        };
+        assert_eq!(
+            inlined("INSERT INTO t (a, b) VALUES (?, lower(?));").unwrap(),
+            "INSERT INTO t (a, b) VALUES ( '1' , lower( 'it''s' )), ( '2' , lower( 'b' ));"
+        );
+        for refused in [
+            "SELECT ?, ?",
+            "INSERT INTO t SELECT ?, ?",
+            "INSERT INTO t VALUES (?, ?), (1, 2)",
+            "INSERT INTO t VALUES (?, 1) RETURNING ?",
+            "INSERT INTO t VALUES (?, ?) -- (",
+        ] {
+            let answer = inlined(refused);
+            if refused.ends_with("-- (") {
+                assert!(answer.is_ok(), "a comment is no code: {answer:?}");
+            } else {
+                assert_eq!(answer, Err(ParameterError::ManyRows), "{refused}");
+            }
+        }
+        // One row is any statement.
+        let one = inline_rows("SELECT ?", style, (1, 1), |_, _| {
+            Ok::<_, ParameterError>("1".to_string())
+        });
+        assert_eq!(one.unwrap(), "SELECT  1 ");
     }
 }

@@ -23,6 +23,7 @@ use crate::{
         EngineError,
         layout::{TableLayout, check_table_name},
         plan_read,
+        session::{CATALOG, api_database, foreign_catalog_message},
         snapshot::read_snapshot,
         statement::{Action, Classified, TableName},
     },
@@ -34,6 +35,7 @@ use crate::{
 };
 
 mod alter;
+mod views;
 
 /// What a statement will do once run; built by `prepare`.
 pub enum Prepared {
@@ -95,6 +97,13 @@ type Capability = fn(&Access, DatabaseKind) -> bool;
 
 impl Target<'_> {
     async fn database(&self, name: &TableName) -> Result<LakeDatabase, QueryError> {
+        // A three-part name's catalog: `lakehost` or the connection's database.
+        if let Some(catalog) = &name.catalog {
+            let own = api_database(self.org, self.zone);
+            if *catalog != CATALOG && *catalog != own {
+                return Err(QueryError::Invalid(foreign_catalog_message(catalog, &own)));
+            }
+        }
         let database = name.database.as_deref().unwrap_or(self.default_database);
         self.store
             .database(self.org, self.zone, database)
@@ -191,6 +200,21 @@ pub async fn prepare(
         Action::AlterTable { table, change } => {
             alter::prepare_alter_table(context, target, table, change).await
         }
+        Action::CreateView {
+            view,
+            query,
+            or_replace,
+            if_not_exists,
+        } => {
+            let form = views::ViewForm {
+                or_replace: *or_replace,
+                if_not_exists: *if_not_exists,
+            };
+            views::prepare_create_view(context, target, (view, query), form, now).await
+        }
+        Action::DropViews { views, if_exists } => {
+            views::prepare_drop_views(target, views, *if_exists).await
+        }
     }
 }
 
@@ -237,6 +261,17 @@ async fn prepare_create_table(
     let create = plan_table_creation(context, sql).await?;
     if let Some(existing) = existing {
         return when_table_exists(target, &database, &existing, &table.table, form).await;
+    }
+    if target
+        .store
+        .view(&database.id, &table.table)
+        .await?
+        .is_some()
+    {
+        return Err(QueryError::Invalid(format!(
+            "View '{}.{}' already exists (drop it first)",
+            database.name, table.table
+        )));
     }
     let schema = create.input.schema().as_arrow().clone();
     let layout = TableLayout::for_rows(&schema)?;

@@ -102,14 +102,11 @@ pub(super) fn pg_listener_of(
     anyhow::bail!("server.pg_listen: this lakehost was built without the Postgres wire protocol")
 }
 
-/// Serves the Postgres listener (TLS is there: `Config::validate` requires
-/// it for `server.pg_listen`).
+/// Serves the Postgres listener: over TLS, or without a certificate in the
+/// plain on loopback (`Config::validate` allows no other address then).
 #[cfg(feature = "pg-wire")]
 pub(super) async fn serve_pg(pg: PgListener, limits: ConnectionLimits, stop: CancellationToken) {
-    match pg.tls {
-        Some(tls) => crate::pg::serve(pg.listener, tls, pg.state, limits, stop).await,
-        None => tracing::error!("server.pg_listen needs server.tls_cert; not serving Postgres"),
-    }
+    crate::pg::serve(pg.listener, pg.tls, pg.state, limits, stop).await
 }
 
 #[cfg(not(feature = "pg-wire"))]
@@ -128,6 +125,9 @@ pub(super) fn flight_listener_of(
         validator: state.validator.clone(),
         store: state.store.clone(),
         queries: state.queries.clone(),
+        sessions: std::sync::Arc::new(crate::flight::sessions::FlightSessions::new(
+            state.clock.clone(),
+        )),
     });
     Ok(FlightListener {
         listener,

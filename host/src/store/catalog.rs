@@ -13,6 +13,8 @@ use super::{
     new_id,
 };
 
+pub mod views;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LakeDatabase {
     pub id: String,
@@ -354,6 +356,9 @@ pub(super) async fn insert_table(
     connection: &mut sqlx::AnyConnection,
     table: &LakeTable,
 ) -> Result<()> {
+    if let Some(view) = views::LakeView::from_catalog_entry(table)? {
+        return views::put_view(connection, &view).await;
+    }
     let inserted = sqlx::query(
         "INSERT INTO lake_tables (id, database_id, name, schema_json, partition_columns_json, created_at) \
          VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (database_id, name) DO NOTHING",
@@ -408,7 +413,8 @@ pub(super) async fn insert_files(
 
 /// Deletes a table and its file list, retiring the files as of `now` (the
 /// sweeper deletes them once queries planned on the old list are over);
-/// returns how many files were retired.
+/// returns how many files were retired. With no table `name`, deletes the
+/// view of that name (none retired).
 pub(super) async fn delete_table(
     connection: &mut sqlx::AnyConnection,
     database_id: &str,
@@ -421,6 +427,10 @@ pub(super) async fn delete_table(
         .fetch_optional(&mut *connection)
         .await?;
     let Some(row) = row else {
+        // DROP VIEW: views share their database's names with its tables.
+        if views::delete_view(connection, database_id, name).await? {
+            return Ok(0);
+        }
         return Err(Error::NotFound {
             what: format!("table {name}"),
         });
@@ -447,13 +457,20 @@ pub(super) async fn delete_table(
     Ok(retired)
 }
 
-/// Renames a table and/or replaces its schema.
+/// Renames a table and/or replaces its schema; renames a view (a view's
+/// columns follow its SELECT, so a view has no schema to replace).
 pub(super) async fn alter_table(
     connection: &mut sqlx::AnyConnection,
     table_id: &str,
     new_name: Option<&str>,
     new_schema_json: Option<&str>,
 ) -> Result<()> {
+    if views::is_view_id(table_id) {
+        if let Some(name) = new_name {
+            views::rename_view(connection, table_id, name).await?;
+        }
+        return Ok(());
+    }
     if let Some(name) = new_name {
         sqlx::query("UPDATE lake_tables SET name = $1 WHERE id = $2")
             .bind(name)

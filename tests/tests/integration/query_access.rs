@@ -171,6 +171,11 @@ async fn own_client_analyst_must_filter_to_own_clients() {
         "SELECT count(*) FROM demo_lake_v2.trips WHERE service_client_id <> 1",
         "EXPLAIN SELECT count(*) FROM trips",
         "SELECT count(*) FROM (SELECT * FROM trips) WHERE trip_id > 0",
+        // The way tools write a list: every value must be the caller's.
+        "SELECT count(*) FROM trips WHERE service_client_id = ANY(ARRAY[1, 2])",
+        "SELECT count(*) FROM trips WHERE service_client_id = ANY([1, 2])",
+        "SELECT count(*) FROM trips WHERE service_client_id <> ALL(ARRAY[1])",
+        "SELECT count(*) FROM trips WHERE array_has(ARRAY[1, 2], service_client_id)",
     ] {
         assert!(
             is_service_client_refusal(run(&ctx, sql).await, 2),
@@ -194,6 +199,14 @@ async fn own_client_analyst_must_filter_to_own_clients() {
         .await,
         2
     );
+    // The same list as tools write it (SQLAlchemy, psycopg's `= ANY(%s)`).
+    for sql in [
+        "SELECT count(*) FROM trips WHERE service_client_id = ANY(ARRAY[1, 901])",
+        "SELECT count(*) FROM trips WHERE service_client_id = ANY([1, 901])",
+        "SELECT count(*) FROM trips WHERE array_has(ARRAY[901, 1], service_client_id)",
+    ] {
+        assert_eq!(count(&ctx, sql).await, 4, "{sql}");
+    }
     assert_eq!(
         count(&ctx, "WITH t AS (SELECT * FROM trips WHERE service_client_id IN (1, 901)) SELECT count(*) FROM t").await,
         4

@@ -819,7 +819,8 @@ async fn statements_that_reach_files_or_settings_are_refused() {
         format!("COPY (SELECT 1) TO '{}'", copy_target.display()),
         "SET datafusion.execution.batch_size = 1".to_string(),
         "SELECT * FROM '/etc/passwd'".to_string(),
-        "CREATE VIEW demo_sandbox.v AS SELECT 1 AS x, 1 AS service_client_id".to_string(),
+        "CREATE MATERIALIZED VIEW demo_sandbox.v AS SELECT 1 AS x, 1 AS service_client_id"
+            .to_string(),
     ] {
         invalid(&app, ORG_HOST, &token, &sql).await;
     }

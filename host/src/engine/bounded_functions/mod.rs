@@ -20,10 +20,14 @@
 //!   volatile to the optimizer): a constant is copied into every row of a
 //!   batch by whoever projects it, uncounted, whereas a call makes its rows
 //!   itself, counted and charged.
+//!
+//! The same sessions also read Postgres' date format patterns in
+//! `to_timestamp` and `to_date` (`postgres_patterns.rs`), as tools send them.
 
 mod growth;
 mod live_results;
 mod operators;
+mod postgres_patterns;
 #[cfg(test)]
 mod tests;
 
@@ -133,6 +137,9 @@ fn bound_functions_at(
     for function in &functions {
         context.register_udf(function.as_ref().clone());
     }
+    // Not growing functions, but every session caller SQL runs in is made
+    // here: Postgres' date patterns are read wherever SQL is.
+    postgres_patterns::register(context);
     let string_concat = bounded(Arc::new(StringConcatOperator::new()), Growth::Sum);
     context.add_analyzer_rule(Arc::new(BoundedOperators::new(
         functions,

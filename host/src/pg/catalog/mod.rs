@@ -20,20 +20,33 @@
 //! in Postgres), or names no relation and calls a function only this
 //! session has (`current_schema()`, `to_regtype(...)`, ...).
 //!
-//! - `rewrite.rs`: what DataFusion cannot plan, rewritten first;
+//! - `rewrite.rs`: what DataFusion cannot plan, rewritten first (with
+//!   `array_subqueries.rs` and `output_names.rs`);
+//! - `booleans.rs`: `boolean = 'f'`, as Postgres reads it;
 //! - `arrays.rs`: the Postgres arrays the static tables hold as text,
 //!   subscripted and expanded (`_pg_expandarray`) as arrays;
-//! - `pg_settings.rs`: `pg_catalog.pg_settings` from lakehost's settings;
+//! - `overlay.rs`: the `pg_catalog` tables lakehost answers itself
+//!   (`pg_database`, `pg_tables`, `pg_views`, ...), and `pg_settings.rs`
+//!   its `pg_settings` from lakehost's settings;
+//! - `descriptions.rs`: the functions psql's `\d+`, `\df` and dbt call that
+//!   the others lack (`pg_size_pretty`, `obj_description`, ...);
 //! - `privileges.rs`: `has_table_privilege` and the like, from the caller's
 //!   grants;
 //! - `session.rs`: a connection's catalog session, and the placeholders;
 //! - `admission.rs`: which statements run now, under the caps.
 
 mod admission;
+mod array_subqueries;
 mod arrays;
+mod booleans;
+mod descriptions;
+mod output_names;
+mod overlay;
 mod pg_settings;
 mod privileges;
 mod rewrite;
+#[cfg(test)]
+mod routing_tests;
 mod session;
 
 pub use admission::CatalogAdmission;
@@ -302,6 +315,7 @@ async fn plan(
             &statement.database,
             memory_limit,
         )
+        .await
         .map_err(error_of)?;
     let plan = context
         .state()
@@ -444,48 +458,4 @@ async fn rows_of(
         batches.push(batch);
     }
     Ok(Some(batches))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn catalog_relations_and_functions_route_here_and_lake_statements_do_not() {
-        assert!(is_catalog_query("select 1 from PG_CATALOG.pg_type"));
-        assert!(is_catalog_query("SELECT typname FROM pg_type"));
-        assert!(is_catalog_query(
-            "SELECT table_name FROM information_schema.tables"
-        ));
-        assert!(is_catalog_query("select current_schema()"));
-        assert!(is_catalog_query("SELECT to_regtype('hstore')"));
-        assert!(is_catalog_query(
-            "SELECT c.relname FROM pg_catalog.pg_class c JOIN demo_lake_v2.trips t ON true"
-        ));
-        assert!(!is_catalog_query("SELECT 'pg_catalog.pg_class' AS word"));
-        assert!(!is_catalog_query("SELECT 1 -- FROM pg_catalog.pg_class"));
-        assert!(!is_catalog_query("SELECT count(*) FROM demo_lake_v2.trips"));
-        assert!(!is_catalog_query(
-            "SELECT current_schema() FROM demo_lake_v2.trips"
-        ));
-        assert!(!is_catalog_query("SELECT 1"));
-        assert!(!is_catalog_query("not sql at all"));
-        assert!(is_catalog_query("DROP TABLE information_schema.tables"));
-        assert!(is_catalog_query(PSQL_POLICIES));
-        assert!(parse(PSQL_POLICIES).is_ok());
-    }
-
-    /// The fourth query of psql 15's `\d table`.
-    const PSQL_POLICIES: &str = "SELECT pol.polname, pol.polpermissive,
-  CASE WHEN pol.polroles = '{0}' THEN NULL ELSE pg_catalog.array_to_string(array(select rolname from pg_catalog.pg_roles where oid = any (pol.polroles) order by 1),',') END,
-  pg_catalog.pg_get_expr(pol.polqual, pol.polrelid),
-  pg_catalog.pg_get_expr(pol.polwithcheck, pol.polrelid),
-  CASE pol.polcmd
-    WHEN 'r' THEN 'SELECT'
-    WHEN 'a' THEN 'INSERT'
-    WHEN 'w' THEN 'UPDATE'
-    WHEN 'd' THEN 'DELETE'
-    END AS cmd
-FROM pg_catalog.pg_policy pol
-WHERE pol.polrelid = '16388' ORDER BY 1;";
 }

@@ -1,38 +1,25 @@
 //! `pg_catalog.pg_settings` from lakehost's settings (`pg::settings`, the
-//! list `SHOW` answers from), in place of datafusion-pg-catalog's, which
+//! list `SHOW` answers from), laid over datafusion-pg-catalog's (`overlay.rs`), which
 //! holds `standard_conforming_strings` only: pgjdbc reads `max_index_keys`
 //! before it lists keys, DBeaver reads settings by name on connect.
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use datafusion::{
     arrow::{
         array::{ArrayRef, BooleanArray, Int32Array, StringArray},
         datatypes::{DataType, Field, Schema},
         record_batch::RecordBatch,
     },
-    catalog::{CatalogProvider, MemTable, SchemaProvider, TableProvider},
-    common::internal_err,
+    catalog::MemTable,
     error::DataFusionError,
 };
 
 use crate::pg::settings::SETTINGS;
 
-/// Puts lakehost's `pg_settings` in `catalog`'s `pg_catalog` schema (made by
-/// `setup_pg_catalog` before).
-pub fn overlay(catalog: &dyn CatalogProvider) -> Result<(), DataFusionError> {
-    let Some(inner) = catalog.schema("pg_catalog") else {
-        return internal_err!("no pg_catalog schema to put pg_settings in");
-    };
-    let settings = Arc::new(settings_table()?);
-    catalog.register_schema("pg_catalog", Arc::new(WithSettings { inner, settings }))?;
-    Ok(())
-}
-
 /// The settings as Postgres 15's `pg_settings` view has them: read-only
 /// (`context` internal), each at its default.
-fn settings_table() -> Result<MemTable, DataFusionError> {
+pub fn settings_table() -> Result<MemTable, DataFusionError> {
     let text = |name: &str| Field::new(name, DataType::Utf8, true);
     let schema = Arc::new(Schema::new(vec![
         text("name"),
@@ -79,30 +66,4 @@ fn settings_table() -> Result<MemTable, DataFusionError> {
     ];
     let batch = RecordBatch::try_new(schema.clone(), columns)?;
     MemTable::try_new(schema, vec![vec![batch]])
-}
-
-/// datafusion-pg-catalog's `pg_catalog` schema with lakehost's
-/// `pg_settings`.
-#[derive(Debug)]
-struct WithSettings {
-    inner: Arc<dyn SchemaProvider>,
-    settings: Arc<dyn TableProvider>,
-}
-
-#[async_trait]
-impl SchemaProvider for WithSettings {
-    fn table_names(&self) -> Vec<String> {
-        self.inner.table_names()
-    }
-
-    async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>, DataFusionError> {
-        if name.eq_ignore_ascii_case("pg_settings") {
-            return Ok(Some(self.settings.clone()));
-        }
-        self.inner.table(name).await
-    }
-
-    fn table_exist(&self, name: &str) -> bool {
-        self.inner.table_exist(name)
-    }
 }

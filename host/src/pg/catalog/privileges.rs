@@ -61,6 +61,16 @@ pub struct Privileges {
 }
 
 impl Privileges {
+    /// No privileges on `database` (a session's tests).
+    #[cfg(test)]
+    pub fn none(database: &str) -> Self {
+        Self {
+            database: database.to_string(),
+            schemas: BTreeMap::new(),
+            tables: BTreeSet::new(),
+        }
+    }
+
     /// `caller`'s privileges on what it sees (`visible`) in `database`.
     pub fn of(caller: &LakeCaller, visible: &VisibleCatalog, database: &str) -> Self {
         let access = caller.grant.access();

@@ -12,7 +12,7 @@ use datafusion::sql::sqlparser::{
     parser::Parser,
 };
 
-use super::arrays::EXPAND_ARRAY;
+use super::{array_subqueries, arrays::EXPAND_ARRAY};
 use crate::query::parameters::quoted;
 
 /// The identifier a template's slot is.
@@ -23,7 +23,7 @@ const SLOT: &str = "lakehost_slot";
 /// and parsed again: a parse of nested subqueries can take exponential
 /// time, and what was parsed once within the expression caps stays as it
 /// is.
-fn filled(template: &str, value: ast::Expr) -> Option<ast::Expr> {
+pub(super) fn filled(template: &str, value: ast::Expr) -> Option<ast::Expr> {
     let mut expr = Parser::new(&PostgreSqlDialect {})
         .try_with_sql(template)
         .and_then(|mut parser| parser.parse_expr())
@@ -41,7 +41,7 @@ fn filled(template: &str, value: ast::Expr) -> Option<ast::Expr> {
 }
 
 /// `expr` moved out of its place (NULL left there).
-fn taken(expr: &mut ast::Expr) -> ast::Expr {
+pub(super) fn taken(expr: &mut ast::Expr) -> ast::Expr {
     std::mem::replace(expr, ast::Expr::Value(ast::Value::Null.with_empty_span()))
 }
 
@@ -51,6 +51,10 @@ fn taken(expr: &mut ast::Expr) -> ast::Expr {
 /// - `_pg_expandarray(a)`, a set-returning function, as `unnest` of its
 ///   elements and positions (`arrays.rs`); `(expression).field` as
 ///   `(expression)['field']`;
+/// - `generate_subscripts(a, 1)` (SQLAlchemy's key positions) as the
+///   positions `_pg_expandarray` gives; `ARRAY(subquery)` as an
+///   `array_agg` subquery (`array_subqueries.rs`);
+/// - `pg_get_viewdef(oid)` as the view's SELECT from `pg_views`;
 /// - `'name'::regproc` as the function's name (see [`regproc_lookup`]);
 /// - `LIKE p ESCAPE 'c'` (SQLAlchemy escapes with `/`): DataFusion only
 ///   knows `\`, so `c` in the pattern becomes `\` (and a `\` there a
@@ -59,11 +63,14 @@ fn taken(expr: &mut ast::Expr) -> ast::Expr {
 ///   correlated scalar subquery only when it aggregates (SQLAlchemy's
 ///   inspector sends them; Postgres would fail on a second row, and the
 ///   catalog's have at most one);
+/// - a literal column repeating an earlier one's name, named apart
+///   (`output_names.rs`);
 /// - a correlated scalar subquery inside CASE as NULL: DataFusion cannot
 ///   decorrelate it there. SQLAlchemy's inspector asks that way for a
 ///   column's default, identity and collation, which a lake's columns do
 ///   not have, so NULL is the answer Postgres would give.
 pub fn rewrite(statement: &mut Statement) {
+    super::output_names::distinct(statement);
     let _ = visit_expressions_mut(statement, |expr| {
         match expr {
             ast::Expr::Subquery(query) => {
@@ -89,6 +96,47 @@ pub fn rewrite(statement: &mut Statement) {
                     }
                     ControlFlow::<()>::Continue(())
                 });
+            }
+            ast::Expr::Function(function) if is_named(function, "array") => {
+                if let ast::FunctionArguments::Subquery(query) = &mut function.args
+                    && let Some(aggregated) = array_subqueries::array_of_rows(query)
+                {
+                    *expr = aggregated;
+                }
+            }
+            ast::Expr::Function(function) if is_named(function, "generate_subscripts") => {
+                // The catalog's arrays have one dimension (SQLAlchemy binds
+                // its 1 as a parameter).
+                if let ast::FunctionArguments::List(list) = &mut function.args
+                    && let [
+                        ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(array)),
+                        ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(_)),
+                    ] = list.args.as_mut_slice()
+                    && let Some(subscripts) = filled(
+                        &format!("(unnest({EXPAND_ARRAY}(lakehost_slot)))['n']"),
+                        taken(array),
+                    )
+                {
+                    *expr = subscripts;
+                }
+            }
+            ast::Expr::Function(function) if is_named(function, "pg_get_viewdef") => {
+                // By oid, with or without `pretty`: the SELECT `pg_views` holds.
+                if let ast::FunctionArguments::List(list) = &mut function.args
+                    && let [
+                        ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(oid)),
+                        ..,
+                    ] = list.args.as_mut_slice()
+                    && let Some(definition) = filled(
+                        "(SELECT first_value(v.definition) FROM pg_catalog.pg_views v \
+                         JOIN pg_catalog.pg_namespace n ON n.nspname = v.schemaname \
+                         JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid \
+                         AND c.relname = v.viewname WHERE c.oid = lakehost_slot)",
+                        taken(oid),
+                    )
+                {
+                    *expr = definition;
+                }
             }
             ast::Expr::Function(function) if is_named(function, "_pg_expandarray") => {
                 if let ast::FunctionArguments::List(list) = &mut function.args

@@ -30,21 +30,33 @@ use datafusion::{
 };
 use datafusion_pg_catalog::{pg_catalog::context::EmptyContextProvider, setup_pg_catalog};
 
-use super::{CATALOG_FUNCTIONS, READS_LAKE, arrays, pg_settings, privileges::Privileges};
+use super::{
+    CATALOG_FUNCTIONS, READS_LAKE, arrays, booleans, descriptions,
+    overlay::{self, ListedRelation},
+    privileges::Privileges,
+};
 use crate::{
     auth::LakeCaller,
-    engine::{bounded_functions::bound_functions_and, yield_points::YieldAfterRowMakers},
+    engine::{
+        bounded_functions::bound_functions_and, layout::without_view_types,
+        yield_points::YieldAfterRowMakers,
+    },
+    lake,
     pg::functions,
     query::{
         QueryError,
         service::{VisibleCatalog, columns_of},
     },
+    store::catalog::{LakeTable, views::LakeView},
 };
 
-/// A lake table in the catalog session: its columns, never its rows.
+/// A lake table or view in the catalog session: its columns (and a view's
+/// SELECT), never its rows.
 #[derive(Debug)]
 pub(super) struct LakePlaceholder {
     schema: SchemaRef,
+    kind: TableType,
+    definition: Option<String>,
 }
 
 #[async_trait]
@@ -54,7 +66,12 @@ impl TableProvider for LakePlaceholder {
     }
 
     fn table_type(&self) -> TableType {
-        TableType::Base
+        self.kind
+    }
+
+    /// A view's SELECT (`information_schema.views`).
+    fn get_table_definition(&self) -> Option<&str> {
+        self.definition.as_deref()
     }
 
     async fn scan(
@@ -157,7 +174,7 @@ fn fingerprint(visible: &VisibleCatalog, database: &str, privileges: &Privileges
 impl KeptCatalog {
     /// The session for what `caller` sees (`visible`): the kept one, or a
     /// new one kept instead.
-    pub(super) fn session(
+    pub(super) async fn session(
         &self,
         caller: &LakeCaller,
         visible: &VisibleCatalog,
@@ -166,22 +183,47 @@ impl KeptCatalog {
     ) -> Result<SessionContext, QueryError> {
         let privileges = Arc::new(Privileges::of(caller, visible, database));
         let print = fingerprint(visible, database, &privileges);
-        let mut kept = self.0.lock().expect("kept catalog lock");
-        if let Some((kept_print, context)) = kept.as_ref()
-            && *kept_print == print
         {
-            return Ok(context.clone());
+            let kept = self.0.lock().expect("kept catalog lock");
+            if let Some((kept_print, context)) = kept.as_ref()
+                && *kept_print == print
+            {
+                return Ok(context.clone());
+            }
         }
-        let context = session(visible, database, privileges, memory_limit)?;
-        *kept = Some((print, context.clone()));
+        let context = session(visible, database, privileges, memory_limit).await?;
+        *self.0.lock().expect("kept catalog lock") = Some((print, context.clone()));
         Ok(context)
     }
+}
+
+/// The placeholder of a catalog entry: a view's (`LakeView`) or a
+/// table's.
+fn placeholder(entry: &LakeTable) -> Result<LakePlaceholder, QueryError> {
+    let view = LakeView::from_catalog_entry(entry)
+        .map_err(|e| QueryError::internal(format!("view {}", entry.name), e))?;
+    Ok(match view {
+        Some(view) => {
+            let columns = lake::schema_from_json(&view.schema_json)
+                .map_err(|e| QueryError::internal(format!("view {}", view.name), e))?;
+            LakePlaceholder {
+                schema: Arc::new(without_view_types(&columns)),
+                kind: TableType::View,
+                definition: Some(view.sql),
+            }
+        }
+        None => LakePlaceholder {
+            schema: Arc::new(columns_of(entry)?),
+            kind: TableType::Base,
+            definition: None,
+        },
+    })
 }
 
 /// The catalog session of a caller on `database` (the name it connected
 /// with): `visible`'s databases as schemas of placeholders, and pg_catalog;
 /// the privilege functions answer with `privileges`.
-fn session(
+async fn session(
     visible: &VisibleCatalog,
     database: &str,
     privileges: Arc<Privileges>,
@@ -215,6 +257,7 @@ fn session(
     catalog
         .register_schema("public", Arc::new(SortedSchema::default()))
         .map_err(internal)?;
+    let mut listed = Vec::new();
     for lake_database in &visible.databases {
         let mut schema = SortedSchema::default();
         for table in visible
@@ -222,9 +265,13 @@ fn session(
             .iter()
             .filter(|t| t.database_id == lake_database.id)
         {
-            let placeholder = LakePlaceholder {
-                schema: Arc::new(columns_of(table)?),
-            };
+            let placeholder = placeholder(table)?;
+            listed.push(ListedRelation {
+                schema: lake_database.name.clone(),
+                name: table.name.clone(),
+                kind: placeholder.kind,
+                definition: placeholder.definition.clone(),
+            });
             schema
                 .tables
                 .insert(table.name.clone(), Arc::new(placeholder));
@@ -236,8 +283,11 @@ fn session(
     let catalog = Arc::new(catalog);
     context.register_catalog(database, catalog.clone());
     setup_pg_catalog(&context, database, EmptyContextProvider).map_err(|e| internal(*e))?;
-    pg_settings::overlay(catalog.as_ref()).map_err(internal)?;
+    overlay::overlay(catalog.as_ref(), database, &listed)
+        .await
+        .map_err(internal)?;
     functions::register(&context, database);
+    descriptions::register(&context);
     let [element, expand] = arrays::functions();
     let element = Arc::new(element);
     context.register_udf(element.as_ref().clone());
@@ -246,13 +296,17 @@ fn session(
         context.register_udf(function);
     }
     {
-        // `text[i]` planned before DataFusion's planners see it.
+        // `text[i]` and `boolean = 'f'` planned before DataFusion's
+        // planners see them.
         let state = context.state_ref();
         let mut state = state.write();
-        let planners: Vec<Arc<dyn ExprPlanner>> =
-            std::iter::once(Arc::new(arrays::TextArraySubscripts { element }) as _)
-                .chain(state.expr_planners().iter().cloned())
-                .collect();
+        let planners: Vec<Arc<dyn ExprPlanner>> = [
+            Arc::new(arrays::TextArraySubscripts { element }) as _,
+            Arc::new(booleans::BooleanLiterals) as _,
+        ]
+        .into_iter()
+        .chain(state.expr_planners().iter().cloned())
+        .collect();
         *state = SessionStateBuilder::new_from_existing(state.clone())
             .with_expr_planners(planners)
             .build();
@@ -269,4 +323,136 @@ fn session(
     others.push(arrays::EXPAND_ARRAY);
     bound_functions_and(&context, &others);
     Ok(context)
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::{
+        datatypes::{DataType, Field, Schema},
+        util::pretty::pretty_format_batches,
+    };
+
+    use super::*;
+    use crate::store::{catalog::LakeDatabase, database_kind::DatabaseKind};
+
+    /// A session whose caller reads `demo_sandbox`, holding table `scratch`
+    /// and view `cheap`.
+    async fn sandbox() -> SessionContext {
+        let columns = Schema::new(vec![Field::new("fare", DataType::Float64, true)]);
+        let table = LakeTable {
+            id: "t1".to_string(),
+            database_id: "d1".to_string(),
+            name: "scratch".to_string(),
+            schema_json: lake::schema_to_json(&columns),
+            partition_columns: Vec::new(),
+            created_at: 0,
+        };
+        let view = LakeView::new(
+            "d1",
+            "cheap",
+            ("SELECT fare FROM scratch WHERE fare < 10", "demo_sandbox"),
+            &lake::schema_to_json(&columns),
+            0,
+        );
+        let visible = VisibleCatalog {
+            databases: vec![LakeDatabase {
+                id: "d1".to_string(),
+                org: "demo".to_string(),
+                zone: None,
+                name: "demo_sandbox".to_string(),
+                kind: DatabaseKind::Sandbox,
+            }],
+            tables: vec![table, view.as_catalog_entry()],
+        };
+        session(
+            &visible,
+            "demo",
+            Arc::new(Privileges::none("demo")),
+            64 << 20,
+        )
+        .await
+        .expect("a session")
+    }
+
+    async fn rows(context: &SessionContext, sql: &str) -> String {
+        let batches = context.sql(sql).await.unwrap().collect().await.unwrap();
+        pretty_format_batches(&batches).unwrap().to_string()
+    }
+
+    #[tokio::test]
+    async fn views_are_listed_as_views_and_tables_as_tables() {
+        let context = sandbox().await;
+        let kinds = rows(
+            &context,
+            "SELECT c.relname, c.relkind FROM pg_catalog.pg_class c \
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = 'demo_sandbox' ORDER BY 1",
+        )
+        .await;
+        assert!(kinds.contains("| cheap   | v       |"), "{kinds}");
+        assert!(kinds.contains("| scratch | r       |"), "{kinds}");
+        let listed = rows(
+            &context,
+            "SELECT tablename AS name, 'table' AS type FROM pg_catalog.pg_tables \
+             WHERE schemaname = 'demo_sandbox' UNION ALL \
+             SELECT viewname, definition FROM pg_catalog.pg_views UNION ALL \
+             SELECT matviewname, 'matview' FROM pg_catalog.pg_matviews ORDER BY 1",
+        )
+        .await;
+        assert!(
+            listed.contains("| cheap   | SELECT fare FROM scratch WHERE fare < 10 |"),
+            "{listed}"
+        );
+        assert!(listed.contains("| scratch | table "), "{listed}");
+        assert!(!listed.contains("matview"), "{listed}");
+        let standard = rows(
+            &context,
+            "SELECT t.table_name, t.table_type, v.definition \
+             FROM information_schema.tables t LEFT JOIN information_schema.views v \
+             ON v.table_name = t.table_name WHERE t.table_schema = 'demo_sandbox' ORDER BY 1",
+        )
+        .await;
+        assert!(
+            standard.contains("| cheap      | VIEW       | SELECT fare FROM scratch"),
+            "{standard}"
+        );
+        assert!(
+            standard.contains("| scratch    | BASE TABLE |"),
+            "{standard}"
+        );
+        // psql's `\\d+` of a view shows its SELECT.
+        let mut statements = crate::pg::catalog::parse(
+            "SELECT pg_catalog.pg_get_viewdef(c.oid, true) AS d FROM pg_catalog.pg_class c \
+             WHERE c.relname IN ('cheap', 'scratch') ORDER BY c.relname",
+        )
+        .expect("parses");
+        super::super::rewrite::rewrite(&mut statements[0]);
+        let plan = context
+            .state()
+            .statement_to_plan(datafusion::sql::parser::Statement::Statement(Box::new(
+                statements.remove(0),
+            )))
+            .await
+            .unwrap();
+        let batches = context
+            .execute_logical_plan(plan)
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let definitions = pretty_format_batches(&batches).unwrap().to_string();
+        assert!(
+            definitions.contains("| SELECT fare FROM scratch WHERE fare < 10 |"),
+            "{definitions}"
+        );
+        // One database: the one connected to.
+        let databases = rows(&context, "SELECT datname FROM pg_catalog.pg_database").await;
+        assert_eq!(
+            databases.lines().filter(|l| l.starts_with("| ")).count(),
+            2,
+            "{databases}"
+        );
+        assert!(databases.contains("| demo    |"), "{databases}");
+    }
 }

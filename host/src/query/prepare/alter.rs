@@ -1,6 +1,7 @@
 //! ALTER TABLE's steps: the permission and the table (as DROP has them),
 //! then the change: a rename within the table's database, or a nullable
-//! column typed by the engine's planner.
+//! column typed by the engine's planner. ALTER TABLE of a view renames it
+//! (`views::rename_view`).
 
 use datafusion::{
     arrow::datatypes::{Field, Schema},
@@ -8,7 +9,7 @@ use datafusion::{
     prelude::SessionContext,
 };
 
-use super::{Denial, Prepared, QueryError, Target, plan_error};
+use super::{Denial, Prepared, QueryError, Target, plan_error, views};
 use crate::{
     auth::Access,
     engine::{
@@ -31,6 +32,15 @@ pub(super) async fn prepare_alter_table(
     let database = target
         .database_allowing(table, Access::can_drop_or_alter, Denial::Statement)
         .await?;
+    if target.table(&database, &table.table).await?.is_none()
+        && let Some(view) = target.store.view(&database.id, &table.table).await?
+    {
+        let new = match change {
+            AlterChange::RenameTo(new) => Some(new),
+            _ => None,
+        };
+        return views::rename_view(target, &database, view, new).await;
+    }
     let existing = target.existing_table(&database, &table.table).await?;
     target.check_reads_whole(&database, &existing).await?;
     match change {
@@ -42,7 +52,8 @@ pub(super) async fn prepare_alter_table(
     }
 }
 
-/// RENAME TO: within the same database, to an allowed name no table has.
+/// RENAME TO: within the same database, to an allowed name no table or
+/// view has.
 async fn rename_table(
     target: &Target<'_>,
     database: &LakeDatabase,
@@ -55,7 +66,7 @@ async fn rename_table(
         ));
     }
     check_table_name(&new.table)?;
-    if target.table(database, &new.table).await?.is_some() {
+    if views::name_taken(target, database, &new.table).await? {
         return Err(QueryError::Invalid(format!(
             "Table '{}.{}' already exists",
             database.name, new.table

@@ -6,6 +6,7 @@
 //! decision is made at planning.
 
 mod catalog;
+mod views;
 
 use super::{Denial, Prepared, QueryError};
 use crate::auth::Role;
@@ -345,8 +346,10 @@ fn table() -> Vec<(&'static str, PerRole)> {
             all(invalid("SET statements are not allowed")),
         ),
         (
-            "CREATE VIEW v AS SELECT 1",
-            all(invalid("CREATE statements are not allowed")),
+            "CREATE MATERIALIZED VIEW v AS SELECT 1",
+            all(invalid(
+                "CREATE MATERIALIZED VIEW statements are not allowed",
+            )),
         ),
         (
             "EXPLAIN ANALYZE SELECT 1",

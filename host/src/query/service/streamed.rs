@@ -42,7 +42,7 @@ use crate::{
     observability::jobs,
     query::{
         QueryError,
-        execute::{result_schema, stream_rows},
+        execute::{ClientReading, result_schema, stream_rows},
         prepare::Prepared,
     },
     store::queries::{Delivery, NewQuery, QueryJob, QueryState},
@@ -79,6 +79,11 @@ pub struct StreamedRows {
     pub schema: SchemaRef,
     /// The batches; an error last when the query did not end SUCCEEDED.
     pub batches: BoxStream<'static, Result<RecordBatch, StreamStop>>,
+    /// What the client did with them: the front end counts the rows it
+    /// took and says when it stops reading on purpose before the last one
+    /// (the job then ends SUCCEEDED, not FAILED as when a client goes away
+    /// mid-result).
+    pub reading: ClientReading,
 }
 
 /// How a streamed run ended short of its last row.
@@ -209,7 +214,11 @@ impl QueryJobs {
         };
         jobs::query_submitted(&id, &query.statement_type, false);
         let (rows, mut received) = mpsc::channel(BATCHES_IN_FLIGHT);
-        let started = self.start_run(async move { stream_rows(&context, plan, rows).await });
+        let reading = ClientReading::default();
+        let started = {
+            let reading = reading.clone();
+            self.start_run(async move { stream_rows(&context, plan, rows, reading).await })
+        };
         self.run_in_background(job, started, counted, slot);
         let end = {
             let (service, caller, id) = (self.clone(), caller.clone(), id.clone());
@@ -223,6 +232,7 @@ impl QueryJobs {
             id,
             schema,
             batches,
+            reading,
         }))
     }
 

@@ -1,7 +1,8 @@
 //! What a caller may list: the databases its roles can read
 //! (`Access::can_read_database`, the rule `scan()` applies before refusing
-//! with the spec's text), each with all its tables, and a table's columns as
-//! queries see them. The wire front ends' listings (Flight SQL's GetTables,
+//! with the spec's text), each with all its tables and views (a view as the
+//! catalog entry that carries it, `LakeView::as_catalog_entry`), and a
+//! table's or view's columns as queries see them. The wire front ends' listings (Flight SQL's GetTables,
 //! the Postgres catalog queries of psql) show this and nothing else.
 
 use datafusion::arrow::datatypes::Schema;
@@ -12,10 +13,10 @@ use crate::{
     engine::layout::{table_schema, without_view_types},
     lake,
     query::QueryError,
-    store::catalog::{LakeDatabase, LakeTable},
+    store::catalog::{LakeDatabase, LakeTable, views::LakeView},
 };
 
-/// The databases a caller may read, with their tables.
+/// The databases a caller may read, with their tables and views.
 pub struct VisibleCatalog {
     pub databases: Vec<LakeDatabase>,
     pub tables: Vec<LakeTable>,
@@ -40,17 +41,28 @@ impl QueryService {
             .into_iter()
             .filter(|d| access.can_read_database(d.kind))
             .collect();
+        let views = self
+            .store
+            .views_of(&caller.org, caller.zone.as_deref())
+            .await?;
         let tables = tables
             .into_iter()
+            .chain(views.iter().map(LakeView::as_catalog_entry))
             .filter(|t| databases.iter().any(|d| d.id == t.database_id))
             .collect();
         Ok(VisibleCatalog { databases, tables })
     }
 }
 
-/// A table's columns as queries see them, with the plain string types
-/// results have.
+/// A table's (or view's) columns as queries see them, with the plain
+/// string types results have.
 pub fn columns_of(table: &LakeTable) -> Result<Schema, QueryError> {
+    let unreadable = |e| QueryError::internal(format!("table {}", table.name), e);
+    if let Some(view) = LakeView::from_catalog_entry(table).map_err(unreadable)? {
+        let columns = lake::schema_from_json(&view.schema_json)
+            .map_err(|e| QueryError::internal(format!("view {}", view.name), e))?;
+        return Ok(without_view_types(&columns));
+    }
     let files = lake::schema_from_json(&table.schema_json)
         .map_err(|e| QueryError::internal(format!("table {}", table.name), e))?;
     Ok(without_view_types(&table_schema(

@@ -7,8 +7,12 @@
 
 mod catalog;
 mod catalog_caps;
+mod cursors;
 mod frames;
 mod jdbc;
+mod loopback;
+mod tools_catalog;
+mod tools_params;
 
 use std::path::PathBuf;
 
