@@ -7,7 +7,9 @@
 //! decision reads it from the catalog, never from a file); tables filled by
 //! loads and imports also by `svc$load_id`, then by the partitions the load
 //! asked for. Files store plain string and binary types; reads use view types
-//! unless a statement asks for plain ones (`StringColumns`).
+//! unless a statement asks for plain ones (`StringColumns`). Queries see a
+//! table made by SQL in its statement's column order, partition columns
+//! included (`table_schema`); other tables list partition columns last.
 //! This module never touches a file or the catalog.
 
 use std::sync::Arc;
@@ -134,11 +136,51 @@ pub fn with_view_types(schema: &Schema) -> SchemaRef {
     Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
 }
 
-/// A table's columns as queries see them: the columns in its files, then
-/// its partition columns.
-pub fn table_schema(file_schema: &Schema, partition_columns: &[String]) -> Schema {
+/// A table's columns in the order its files are scanned: the columns in
+/// its files, then its partition columns.
+pub fn scan_schema(file_schema: &Schema, partition_columns: &[String]) -> Schema {
     let mut fields: Vec<FieldRef> = file_schema.fields().iter().cloned().collect();
     fields.extend(partition_columns.iter().map(|name| partition_field(name)));
+    Schema::new(fields)
+}
+
+/// Where each of a table's columns is in its `scan` schema, in the table's
+/// order: the columns `column_order` names, as its `CREATE TABLE [AS]` gave
+/// them, then any other in scan order (every column of a table with no
+/// recorded order, a column added later).
+pub fn column_positions(scan: &Schema, column_order: Option<&[String]>) -> Vec<usize> {
+    let mut positions: Vec<usize> = Vec::with_capacity(scan.fields().len());
+    for name in column_order.unwrap_or_default() {
+        if let Ok(position) = scan.index_of(name)
+            && !positions.contains(&position)
+        {
+            positions.push(position);
+        }
+    }
+    let rest: Vec<usize> = (0..scan.fields().len())
+        .filter(|position| !positions.contains(position))
+        .collect();
+    positions.extend(rest);
+    positions
+}
+
+/// A table's columns as queries see them: its scan schema in the table's
+/// order (`column_positions`).
+pub fn table_schema(
+    file_schema: &Schema,
+    partition_columns: &[String],
+    column_order: Option<&[String]>,
+) -> Schema {
+    let scan = scan_schema(file_schema, partition_columns);
+    in_table_order(&scan, &column_positions(&scan, column_order))
+}
+
+/// The columns of `scan` at `positions` (from `column_positions`), in that order.
+pub fn in_table_order(scan: &Schema, positions: &[usize]) -> Schema {
+    let fields: Vec<FieldRef> = positions
+        .iter()
+        .map(|position| scan.fields()[*position].clone())
+        .collect();
     Schema::new(fields)
 }
 
@@ -177,18 +219,26 @@ pub fn plain_batch(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatc
 }
 
 /// A table's columns split into those stored in its files and its partition
-/// columns (whose values live in the paths and the catalog).
+/// columns (whose values live in the paths and the catalog), and the order
+/// queries see them in (`LakeTable::column_order`).
 #[derive(Debug, Clone)]
 pub struct TableLayout {
     pub file_schema: SchemaRef,
     pub partition_columns: Vec<String>,
+    pub column_order: Option<Vec<String>>,
 }
 
 impl TableLayout {
     /// A new table of rows written by SQL (CREATE TABLE AS, a daily
-    /// refresh): partitioned by `service_client_id`, an integer column.
+    /// refresh): partitioned by `service_client_id`, an integer column;
+    /// queries see its columns in the statement's order.
     pub fn for_rows(schema: &Schema) -> Result<Self, EngineError> {
-        Self::new(schema, vec![SERVICE_CLIENT_COLUMN.to_string()], false)
+        let layout = Self::new(schema, vec![SERVICE_CLIENT_COLUMN.to_string()], false)?;
+        let order = schema.fields().iter().map(|f| f.name().clone()).collect();
+        Ok(Self {
+            column_order: Some(order),
+            ..layout
+        })
     }
 
     /// A new table of loaded rows (a load, an import): partitioned by
@@ -240,6 +290,7 @@ impl TableLayout {
         Ok(Self {
             file_schema: Arc::new(Schema::new(file_fields)),
             partition_columns,
+            column_order: None,
         })
     }
 
@@ -248,6 +299,7 @@ impl TableLayout {
         Ok(Self {
             file_schema: lake::schema_from_json(&table.schema_json)?,
             partition_columns: table.partition_columns.clone(),
+            column_order: table.column_order.clone(),
         })
     }
 
@@ -259,6 +311,7 @@ impl TableLayout {
             name: name.to_string(),
             schema_json: lake::schema_to_json(&self.file_schema),
             partition_columns: self.partition_columns.clone(),
+            column_order: self.column_order.clone(),
             created_at,
         }
     }
@@ -336,6 +389,65 @@ mod tests {
             ["service_client_id", "svc$load_id", "region"]
         );
         assert_eq!(for_loads.file_schema.fields().len(), 1);
+    }
+
+    #[test]
+    fn queries_see_the_statements_order_and_older_tables_partitions_last() {
+        let statement = schema(&[
+            ("trip_id", DataType::Int64),
+            ("service_client_id", DataType::Int64),
+            ("city", DataType::Utf8),
+        ]);
+        let layout = TableLayout::for_rows(&statement).unwrap();
+        let names = |schema: &Schema| -> Vec<String> {
+            schema.fields().iter().map(|f| f.name().clone()).collect()
+        };
+        let files = layout.file_schema.as_ref();
+        let partitions = &layout.partition_columns;
+        assert_eq!(
+            names(&scan_schema(files, partitions)),
+            ["trip_id", "city", "service_client_id"]
+        );
+        let order = layout.column_order.as_deref();
+        assert_eq!(
+            order,
+            Some(&["trip_id".into(), "service_client_id".into(), "city".into()][..])
+        );
+        assert_eq!(
+            names(&table_schema(files, partitions, order)),
+            names(&statement)
+        );
+        let entry = layout.catalog_entry("d1", "t", 0);
+        let read_back = TableLayout::of(&entry).unwrap();
+        assert_eq!(
+            read_back.column_order, layout.column_order,
+            "kept by inserts and loads"
+        );
+        // No recorded order (older tables, loads): file then partition columns.
+        assert_eq!(
+            names(&table_schema(files, partitions, None)),
+            ["trip_id", "city", "service_client_id"]
+        );
+        assert!(
+            TableLayout::for_loads(&statement, &[])
+                .unwrap()
+                .column_order
+                .is_none()
+        );
+        // A column the order does not name (ADD COLUMN) comes after the
+        // others; a name no column has is skipped.
+        let added = schema(&[
+            ("trip_id", DataType::Int64),
+            ("city", DataType::Utf8),
+            ("fare", DataType::Float64),
+        ]);
+        let order = ["service_client_id", "gone", "trip_id", "city"].map(String::from);
+        assert_eq!(
+            names(&table_schema(&added, partitions, Some(&order))),
+            ["service_client_id", "trip_id", "city", "fare"]
+        );
+        let scan = scan_schema(&added, partitions);
+        assert_eq!(column_positions(&scan, Some(&order)), [3, 0, 1, 2]);
     }
 
     #[test]

@@ -10,6 +10,10 @@
 //! other clients' partition values (a filter such as `... OR (service_client_id
 //! = 5 AND region LIKE 'z%')` cannot probe them). Rows are never silently
 //! dropped: the caller narrows the query with their own filter, or gets the 403.
+//!
+//! Queries see the columns in the table's order (`layout::table_schema`); the
+//! files are scanned as file columns then partition columns, and a projection
+//! on top puts a scan's columns back in the order the query asked for.
 
 use std::{fmt, sync::Arc};
 
@@ -28,10 +32,14 @@ use datafusion::{
     },
     execution::object_store::ObjectStoreUrl,
     logical_expr::{Expr, TableProviderFilterPushDown, TableType},
-    physical_plan::{ExecutionPlan, empty::EmptyExec},
+    physical_expr::{PhysicalExpr, expressions::Column},
+    physical_plan::{ExecutionPlan, empty::EmptyExec, projection::ProjectionExec},
 };
 
-use super::layout::{SERVICE_CLIENT_COLUMN, StringColumns, partition_field, table_schema};
+use super::layout::{
+    SERVICE_CLIENT_COLUMN, StringColumns, column_positions, in_table_order, partition_field,
+    scan_schema,
+};
 use crate::{
     auth::ServiceClientScope,
     store::catalog::{DataFile, LakeTable},
@@ -77,7 +85,11 @@ pub struct LakeTableProvider {
     file_schema: SchemaRef,
     /// Partition columns, taken from the catalog's partition values.
     partition_fields: Vec<FieldRef>,
-    /// File columns then partition columns: what queries see.
+    /// File columns then partition columns: the order files are scanned in.
+    scan_schema: SchemaRef,
+    /// Where each column queries see is in `scan_schema`, in the table's order.
+    positions: Vec<usize>,
+    /// `scan_schema` in the table's order: what queries see.
     table_schema: SchemaRef,
     files: Vec<DataFile>,
     read_scope: ServiceClientScope,
@@ -113,12 +125,16 @@ impl LakeTableProvider {
             .map(|name| partition_field(name))
             .collect();
         let file_schema = strings.read_schema(&file_schema);
-        let table_schema = Arc::new(table_schema(&file_schema, &table.partition_columns));
+        let scan_schema = scan_schema(&file_schema, &table.partition_columns);
+        let positions = column_positions(&scan_schema, table.column_order.as_deref());
+        let table_schema = Arc::new(in_table_order(&scan_schema, &positions));
         Self {
             database: database.to_string(),
             table,
             file_schema,
             partition_fields,
+            scan_schema: Arc::new(scan_schema),
+            positions,
             table_schema,
             files,
             read_scope,
@@ -143,6 +159,41 @@ impl LakeTableProvider {
             bytes.extend(part.as_bytes());
         }
         bytes
+    }
+
+    /// The scan's projection for a query's `projection` of the table's
+    /// columns, and, when the scan's columns come out in another order than
+    /// asked, where each asked column is among them.
+    fn scan_projection(
+        &self,
+        projection: Option<&Vec<usize>>,
+    ) -> datafusion::common::Result<ScanProjection> {
+        let in_scan_order = self.positions.iter().enumerate().all(|(i, p)| i == *p);
+        if in_scan_order {
+            return Ok((projection.cloned(), None));
+        }
+        let asked = match projection {
+            None => self.positions.clone(),
+            Some(indices) => indices
+                .iter()
+                .map(|i| {
+                    self.positions.get(*i).copied().ok_or_else(|| {
+                        DataFusionError::Internal(format!("no column {i} in the table"))
+                    })
+                })
+                .collect::<datafusion::common::Result<Vec<usize>>>()?,
+        };
+        let mut scanned = asked.clone();
+        scanned.sort_unstable();
+        scanned.dedup();
+        if scanned == asked {
+            return Ok((Some(scanned), None));
+        }
+        let among = asked
+            .iter()
+            .map(|p| scanned.binary_search(p).unwrap_or_default())
+            .collect();
+        Ok((Some(scanned), Some(among)))
     }
 
     fn partitioned_file(&self, file: &DataFile) -> datafusion::common::Result<PartitionedFile> {
@@ -312,6 +363,10 @@ impl LakeTableProvider {
     }
 }
 
+/// A scan's projection (in scan order), and where each column a query
+/// asked for is among the scanned ones when the orders differ.
+type ScanProjection = (Option<Vec<usize>>, Option<Vec<usize>>);
+
 /// The integers a set of filters names, each with its neighbours: the values
 /// a comparison or range on `service_client_id` admits first.
 fn named_service_clients(filters: &[Expr]) -> std::collections::BTreeSet<i64> {
@@ -390,26 +445,42 @@ impl TableProvider for LakeTableProvider {
         // The catalog knows each file's row count: exact statistics let the
         // planner order joins; files spread over the session's partitions.
         let rows: i64 = files.iter().map(|(_, f)| f.file.row_count).sum();
-        let statistics = Statistics::new_unknown(&self.table_schema)
+        let statistics = Statistics::new_unknown(&self.scan_schema)
             .with_num_rows(Precision::Exact(usize::try_from(rows).unwrap_or(0)));
         let files: Vec<PartitionedFile> = files
             .into_iter()
             .map(|(partitioned, file)| {
                 let file_rows = usize::try_from(file.file.row_count).unwrap_or(0);
                 partitioned.with_statistics(Arc::new(
-                    Statistics::new_unknown(&self.table_schema)
+                    Statistics::new_unknown(&self.scan_schema)
                         .with_num_rows(Precision::Exact(file_rows)),
                 ))
             })
             .collect();
         let partitions = state.config_options().execution.target_partitions.max(1);
         let groups = FileGroup::new(files).split_files(partitions);
+        let (scanned, reorder) = self.scan_projection(projection)?;
         let config = FileScanConfigBuilder::new(self.object_store_url.clone(), source)
             .with_file_groups(groups)
             .with_statistics(statistics)
             .with_limit(limit)
-            .with_projection_indices(projection.cloned())?
+            .with_projection_indices(scanned)?
             .build();
-        Ok(DataSourceExec::from_data_source(config))
+        let scan = DataSourceExec::from_data_source(config);
+        let Some(reorder) = reorder else {
+            return Ok(scan);
+        };
+        // The scan's columns in the order the query asked for them.
+        let scan_fields = scan.schema();
+        let columns = reorder.into_iter().map(|i| {
+            let name = scan_fields.field(i).name().clone();
+            let column: Arc<dyn PhysicalExpr> = Arc::new(Column::new(&name, i));
+            (column, name)
+        });
+        Ok(Arc::new(ProjectionExec::try_new(columns, scan)?))
     }
 }
+
+#[cfg(test)]
+#[path = "column_order_tests.rs"]
+mod column_order_tests;

@@ -26,6 +26,7 @@ fn session(files: &[(i64, &str)], scope: ServiceClientScope) -> SessionContext {
         name: "t".into(),
         schema_json: String::new(),
         partition_columns: vec!["service_client_id".into(), "region".into()],
+        column_order: None,
         created_at: 0,
     };
     let files = files
@@ -184,6 +185,7 @@ async fn name_types(strings: StringColumns) -> (DataType, DataType) {
         name: "t".into(),
         schema_json: String::new(),
         partition_columns: vec!["service_client_id".into()],
+        column_order: None,
         created_at: 0,
     };
     let file_schema = Arc::new(Schema::new(vec![Field::new("name", DataType::Utf8, true)]));

@@ -33,6 +33,10 @@ pub struct LakeTable {
     /// The table's Arrow schema as JSON (written and read by the lake layer).
     pub schema_json: String,
     pub partition_columns: Vec<String>,
+    /// Every column's name as `CREATE TABLE [AS]` ordered them (read by
+    /// `engine::layout::table_schema`; the files are the same either way);
+    /// `None` (older tables, loads, imports): file then partition columns.
+    pub column_order: Option<Vec<String>>,
     pub created_at: i64,
 }
 
@@ -113,20 +117,24 @@ fn database_from_row(row: &sqlx::any::AnyRow) -> Result<LakeDatabase> {
     })
 }
 
-fn table_from_row(row: &sqlx::any::AnyRow) -> Result<LakeTable> {
+/// The table of a row whose id and name columns have the names given.
+fn table_from_row(row: &sqlx::any::AnyRow, (id, name): (&str, &str)) -> Result<LakeTable> {
     let partitions: String = row.try_get("partition_columns_json")?;
+    let order: Option<String> = row.try_get("column_order_json")?;
     Ok(LakeTable {
-        id: row.try_get("id")?,
+        id: row.try_get(id)?,
         database_id: row.try_get("database_id")?,
-        name: row.try_get("name")?,
+        name: row.try_get(name)?,
         schema_json: row.try_get("schema_json")?,
-        partition_columns: parse_partition_columns(&partitions)?,
+        partition_columns: parse_names(&partitions, "partition columns")?,
+        column_order: (order.as_deref().map(|o| parse_names(o, "column order"))).transpose()?,
         created_at: row.try_get("created_at")?,
     })
 }
 
-fn parse_partition_columns(json: &str) -> Result<Vec<String>> {
-    serde_json::from_str(json).map_err(|e| Error::unreadable("partition columns", e))
+/// A JSON list of column names (`what` names it in the error).
+fn parse_names(json: &str, what: &'static str) -> Result<Vec<String>> {
+    serde_json::from_str(json).map_err(|e| Error::unreadable(what, e))
 }
 
 fn file_from_row(row: &sqlx::any::AnyRow) -> Result<DataFile> {
@@ -214,6 +222,7 @@ impl Store {
             name: name.to_string(),
             schema_json: schema_json.to_string(),
             partition_columns: partition_columns.to_vec(),
+            column_order: None,
             created_at: now,
         };
         let mut connection = self.pool().acquire().await?;
@@ -223,38 +232,41 @@ impl Store {
 
     pub async fn table(&self, database_id: &str, name: &str) -> Result<Option<LakeTable>> {
         let row = sqlx::query(
-            "SELECT id, database_id, name, schema_json, partition_columns_json, created_at \
-             FROM lake_tables WHERE database_id = $1 AND name = $2",
+            "SELECT id, database_id, name, schema_json, partition_columns_json, \
+             column_order_json, created_at FROM lake_tables WHERE database_id = $1 AND name = $2",
         )
         .bind(database_id)
         .bind(name)
         .fetch_optional(self.pool())
         .await?;
-        row.as_ref().map(table_from_row).transpose()
+        row.as_ref()
+            .map(|row| table_from_row(row, ("id", "name")))
+            .transpose()
     }
 
     pub async fn tables(&self, database_id: &str) -> Result<Vec<LakeTable>> {
         let rows = sqlx::query(
-            "SELECT id, database_id, name, schema_json, partition_columns_json, created_at \
-             FROM lake_tables WHERE database_id = $1 ORDER BY name",
+            "SELECT id, database_id, name, schema_json, partition_columns_json, \
+             column_order_json, created_at FROM lake_tables WHERE database_id = $1 ORDER BY name",
         )
         .bind(database_id)
         .fetch_all(self.pool())
         .await?;
-        rows.iter().map(table_from_row).collect()
+        rows.iter()
+            .map(|row| table_from_row(row, ("id", "name")))
+            .collect()
     }
 
-    /// Every table of the org's (or zone's) databases, in one query.
-    /// An org's (or zone's) databases and every table in them, in one read
-    /// (a session's catalog: one store round trip per query).
+    /// An org's (or zone's) databases and every table in them, in one read.
     pub async fn catalog_of(
         &self,
         org: &str,
         zone: Option<&str>,
     ) -> Result<(Vec<LakeDatabase>, Vec<LakeTable>)> {
         let rows = sqlx::query(
-            "SELECT d.id, d.org, d.zone, d.name, d.kind, t.id AS table_id, \
-             t.name AS table_name, t.schema_json, t.partition_columns_json, t.created_at \
+            "SELECT d.id, d.org, d.zone, d.name, d.kind, t.id AS table_id, t.database_id, \
+             t.name AS table_name, t.schema_json, t.partition_columns_json, t.column_order_json, \
+             t.created_at \
              FROM lake_databases d LEFT JOIN lake_tables t ON t.database_id = d.id \
              WHERE d.org = $1 AND d.zone = $2 ORDER BY d.name, t.name",
         )
@@ -269,18 +281,9 @@ impl Store {
             if databases.last().is_none_or(|d| d.id != database_id) {
                 databases.push(database_from_row(row)?);
             }
-            let Some(table_id) = row.try_get::<Option<String>, _>("table_id")? else {
-                continue;
-            };
-            let partitions: String = row.try_get("partition_columns_json")?;
-            tables.push(LakeTable {
-                id: table_id,
-                database_id,
-                name: row.try_get("table_name")?,
-                schema_json: row.try_get("schema_json")?,
-                partition_columns: parse_partition_columns(&partitions)?,
-                created_at: row.try_get("created_at")?,
-            });
+            if row.try_get::<Option<String>, _>("table_id")?.is_some() {
+                tables.push(table_from_row(row, ("table_id", "table_name"))?);
+            }
         }
         Ok((databases, tables))
     }
@@ -360,14 +363,21 @@ pub(super) async fn insert_table(
         return views::put_view(connection, &view).await;
     }
     let inserted = sqlx::query(
-        "INSERT INTO lake_tables (id, database_id, name, schema_json, partition_columns_json, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (database_id, name) DO NOTHING",
+        "INSERT INTO lake_tables (id, database_id, name, schema_json, partition_columns_json, \
+         column_order_json, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+         ON CONFLICT (database_id, name) DO NOTHING",
     )
     .bind(&table.id)
     .bind(&table.database_id)
     .bind(&table.name)
     .bind(&table.schema_json)
     .bind(serde_json::to_string(&table.partition_columns).expect("strings serialise"))
+    .bind(
+        table
+            .column_order
+            .as_ref()
+            .map(|order| serde_json::to_string(order).expect("strings serialise")),
+    )
     .bind(table.created_at)
     .execute(&mut *connection)
     .await?;

@@ -1,5 +1,5 @@
--- A table model over a source. service_client_id is last: a table made by
--- SQL lists it last whatever the statement's order (docs/compatibility.md).
+-- A table model over a source. service_client_id is in the middle: a table
+-- made by SQL keeps its statement's column order (partition column or not).
 {{ config(materialized='table') }}
-select trip_id, city, fare, service_client_id
+select trip_id, service_client_id, city, fare
 from {{ source('lake', 'rides') }}

@@ -100,7 +100,7 @@ async fn answer_of(app: &TestApp, host: &str, token: &str, sql: &str) -> (String
     }
 }
 
-/// Every org's and zone's tables, and every file of the lake with the
+/// Every org's and zone's tables and views, and every file of the lake with the
 /// SHA-256 of its bytes (query results aside; staged uploads included):
 /// what no case may change.
 async fn lake_state(app: &TestApp) -> (Vec<String>, Vec<String>) {
@@ -110,6 +110,12 @@ async fn lake_state(app: &TestApp) -> (Vec<String>, Vec<String>) {
             tables.push(format!(
                 "{org}/{zone:?}/{}/{}",
                 table.database_id, table.name
+            ));
+        }
+        for view in app.store.views_of(org, zone).await.unwrap() {
+            tables.push(format!(
+                "{org}/{zone:?}/{}/{} view {}",
+                view.database_id, view.name, view.sql
             ));
         }
     }

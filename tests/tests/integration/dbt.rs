@@ -8,6 +8,8 @@
 //! view, its renames and `drop ... cascade`. Then REST reads what it built:
 //! the admin every row in the models' column order, an own-client analyst
 //! their own rows, refused loudly (403) for the others', view included.
+//! The column order the models rely on is also checked over plain REST,
+//! without dbt.
 
 use std::path::{Path, PathBuf};
 
@@ -199,9 +201,15 @@ async fn dbt_builds_tables_and_views_that_rest_reads_under_the_row_rules() {
         named.sort();
         named.into_iter().map(|(_, name)| name).collect::<Vec<_>>()
     };
+    // Tables made by SQL keep their statement's column order, though
+    // service_client_id is stored in the folders rather than the files.
     assert_eq!(
         columns("trips_by_client"),
-        ["trip_id", "city", "fare", "service_client_id"]
+        ["trip_id", "service_client_id", "city", "fare"]
+    );
+    assert_eq!(
+        columns("city_counts"),
+        ["city", "service_client_id", "trips"]
     );
     assert_eq!(
         columns("trips_view"),
@@ -217,23 +225,20 @@ async fn dbt_builds_tables_and_views_that_rest_reads_under_the_row_rules() {
         "SELECT * FROM demo_sandbox.trips_by_client ORDER BY trip_id",
     )
     .await;
-    assert_eq!(header, ["trip_id", "city", "fare", "service_client_id"]);
+    assert_eq!(header, ["trip_id", "service_client_id", "city", "fare"]);
     let fares: Vec<f64> = rows
         .iter()
-        .map(|row| row[2].as_deref().unwrap().parse().unwrap())
+        .map(|row| row[3].as_deref().unwrap().parse().unwrap())
         .collect();
     assert_eq!(fares, [0.0, 1.5, 0.0, 1.5]);
-    let others: Vec<Vec<Option<String>>> = rows
-        .iter()
-        .map(|row| vec![row[0].clone(), row[1].clone(), row[3].clone()])
-        .collect();
+    let others: Vec<Vec<Option<String>>> = rows.iter().map(|row| row[..3].to_vec()).collect();
     assert_eq!(
         others,
         cells(&[
-            &["100", "city-0", "1"],
-            &["101", "city-1", "1"],
-            &["300", "city-0", "3"],
-            &["301", "city-1", "3"],
+            &["100", "1", "city-0"],
+            &["101", "1", "city-1"],
+            &["300", "3", "city-0"],
+            &["301", "3", "city-1"],
         ])
     );
     let view = "SELECT * FROM demo_sandbox.trips_view ORDER BY trip_id";
@@ -254,14 +259,14 @@ async fn dbt_builds_tables_and_views_that_rest_reads_under_the_row_rules() {
         "SELECT * FROM demo_sandbox.city_counts ORDER BY city, service_client_id",
     )
     .await;
-    assert_eq!(header, ["city", "trips", "service_client_id"]);
+    assert_eq!(header, ["city", "service_client_id", "trips"]);
     assert_eq!(
         rows,
         cells(&[
             &["city-0", "1", "1"],
-            &["city-0", "1", "3"],
+            &["city-0", "3", "1"],
             &["city-1", "1", "1"],
-            &["city-1", "1", "3"],
+            &["city-1", "3", "1"],
         ])
     );
 
@@ -281,6 +286,114 @@ async fn dbt_builds_tables_and_views_that_rest_reads_under_the_row_rules() {
         "SELECT count(*) FROM demo_sandbox.trips_view WHERE service_client_id = 3",
         "SELECT * FROM demo_sandbox.trips_by_client",
         "SELECT city, sum(trips) FROM demo_sandbox.city_counts GROUP BY city",
+    ] {
+        let (status, body) = app
+            .submit(ORG_HOST, &analyst, &json!({ "query": sql }))
+            .await;
+        assert_eq!(
+            (status, body),
+            (StatusCode::FORBIDDEN, json!({ "message": DATA_DENIED })),
+            "{sql}"
+        );
+    }
+}
+
+/// What the models above rely on, over plain REST and without dbt: tables
+/// made by CREATE TABLE AS and CREATE TABLE list their columns in the
+/// statement's order (`service_client_id` in the middle though it is stored
+/// in the folders) in `SELECT *`, projections and information_schema, keep
+/// it through INSERT and RENAME, and keep the row rules.
+#[tokio::test]
+async fn tables_made_by_sql_keep_their_statements_column_order_over_rest() {
+    let app = spawn_app().await;
+    seed_demo_lake(&app).await;
+    app.import(None, "demo_lake_v2", "rides", &[trips_batch(&[1, 3], 2)])
+        .await;
+    let admin = app.client_token("demo", "demo-admin").await;
+    for sql in [
+        "CREATE TABLE demo_sandbox.ordered AS \
+         SELECT trip_id, service_client_id, city FROM demo_lake_v2.rides",
+        "CREATE TABLE demo_sandbox.declared (trip_id BIGINT, service_client_id BIGINT, city TEXT)",
+        "INSERT INTO demo_sandbox.declared \
+         SELECT trip_id, service_client_id, city FROM demo_sandbox.ordered WHERE trip_id < 200",
+        "INSERT INTO demo_sandbox.declared VALUES (900, 3, 'lima')",
+        "ALTER TABLE demo_sandbox.declared RENAME TO renamed",
+    ] {
+        app.rows_of(ORG_HOST, &admin, sql).await;
+    }
+    let (header, rows) = read(
+        &app,
+        &admin,
+        "SELECT * FROM demo_sandbox.ordered ORDER BY trip_id",
+    )
+    .await;
+    assert_eq!(header, ["trip_id", "service_client_id", "city"]);
+    assert_eq!(
+        rows,
+        cells(&[
+            &["100", "1", "city-0"],
+            &["101", "1", "city-1"],
+            &["300", "3", "city-0"],
+            &["301", "3", "city-1"],
+        ])
+    );
+    let (header, rows) = read(
+        &app,
+        &admin,
+        "SELECT * FROM demo_sandbox.renamed ORDER BY trip_id",
+    )
+    .await;
+    assert_eq!(header, ["trip_id", "service_client_id", "city"]);
+    assert_eq!(
+        rows,
+        cells(&[
+            &["100", "1", "city-0"],
+            &["101", "1", "city-1"],
+            &["900", "3", "lima"],
+        ])
+    );
+    let (header, rows) = read(
+        &app,
+        &admin,
+        "SELECT city, service_client_id FROM demo_sandbox.ordered WHERE trip_id > 200 \
+         ORDER BY trip_id",
+    )
+    .await;
+    assert_eq!(header, ["city", "service_client_id"]);
+    assert_eq!(rows, cells(&[&["city-0", "3"], &["city-1", "3"]]));
+    let columns = app
+        .rows_of(
+            ORG_HOST,
+            &admin,
+            "SELECT table_name, column_name FROM information_schema.columns \
+             WHERE table_schema = 'demo_sandbox' AND table_name IN ('ordered', 'renamed') \
+             ORDER BY table_name, ordinal_position",
+        )
+        .await;
+    let listed = ["ordered", "renamed"]
+        .iter()
+        .flat_map(|table| ["trip_id", "service_client_id", "city"].map(|column| [*table, column]))
+        .collect::<Vec<_>>();
+    let listed: Vec<&[&str]> = listed.iter().map(|pair| &pair[..]).collect();
+    assert_eq!(columns, cells(&listed));
+
+    // An own-client analyst (clients 1 and 2): their rows in the same
+    // order with their filter, refused loudly when a read reaches client 3.
+    let analyst = app.client_token("demo", "demo-own-analyst").await;
+    let (header, rows) = read(
+        &app,
+        &analyst,
+        "SELECT * FROM demo_sandbox.ordered WHERE service_client_id = 1 ORDER BY trip_id",
+    )
+    .await;
+    assert_eq!(header, ["trip_id", "service_client_id", "city"]);
+    assert_eq!(
+        rows,
+        cells(&[&["100", "1", "city-0"], &["101", "1", "city-1"]])
+    );
+    for sql in [
+        "SELECT * FROM demo_sandbox.ordered",
+        "SELECT city, trip_id FROM demo_sandbox.renamed WHERE service_client_id > 2",
     ] {
         let (status, body) = app
             .submit(ORG_HOST, &analyst, &json!({ "query": sql }))

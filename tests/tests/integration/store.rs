@@ -781,6 +781,11 @@ async fn catalog_changes_commit_with_the_final_state_or_not_at_all(
         name: "made_by_sql".into(),
         schema_json: r#"{"fields":[]}"#.into(),
         partition_columns: vec!["service_client_id".into()],
+        column_order: Some(vec![
+            "trip_id".into(),
+            "service_client_id".into(),
+            "city".into(),
+        ]),
         created_at: 1,
     };
     let file = NewDataFile {
@@ -852,6 +857,10 @@ async fn catalog_changes_commit_with_the_final_state_or_not_at_all(
         .unwrap()
         .unwrap();
     assert_eq!(store.files(&created.id).await.unwrap().len(), 1);
+    assert_eq!(
+        created.column_order, table.column_order,
+        "{backend}: the statement's column order is kept"
+    );
 
     // The same table again fails the transaction: the job stays RUNNING
     // (the worker then records FAILED), nothing half-written.
@@ -1042,6 +1051,7 @@ async fn load_commits_are_claimed_once_and_end_once_with_their_files(
         name: "trips".into(),
         schema_json: "{\"fields\":[]}".into(),
         partition_columns: vec!["service_client_id".into(), "svc$load_id".into()],
+        column_order: None,
         created_at: 1,
     };
     let success = LoadEnd::Success {
@@ -1361,6 +1371,7 @@ async fn a_refresh_swaps_the_table_only_while_its_run_holds(backend: &'static st
         name: "daily".into(),
         schema_json: "{}".into(),
         partition_columns: vec!["service_client_id".into()],
+        column_order: None,
         created_at: 1,
     };
     let file = |path: &str| NewDataFile {

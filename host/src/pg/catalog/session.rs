@@ -167,6 +167,7 @@ fn fingerprint(visible: &VisibleCatalog, database: &str, privileges: &Privileges
     for table in &visible.tables {
         (&table.database_id, &table.name, &table.schema_json).hash(&mut hasher);
         table.partition_columns.hash(&mut hasher);
+        table.column_order.hash(&mut hasher);
     }
     hasher.finish()
 }
@@ -345,6 +346,7 @@ mod tests {
             name: "scratch".to_string(),
             schema_json: lake::schema_to_json(&columns),
             partition_columns: Vec::new(),
+            column_order: None,
             created_at: 0,
         };
         let view = LakeView::new(

@@ -68,5 +68,6 @@ pub fn columns_of(table: &LakeTable) -> Result<Schema, QueryError> {
     Ok(without_view_types(&table_schema(
         &files,
         &table.partition_columns,
+        table.column_order.as_deref(),
     )))
 }

@@ -1,4 +1,4 @@
-//! SQL views of the lake catalog (`lake_views`, migration 0018): a named
+//! SQL views of the lake catalog (`lake_views`, migration 0017): a named
 //! SELECT of a database, with the database its unqualified names resolve in
 //! and its columns when it was made. The store keeps the text only; the
 //! engine plans it as each reader (`engine::session`), so a view never reads
@@ -73,6 +73,7 @@ impl LakeView {
             name: self.name.clone(),
             schema_json: serde_json::to_string(&definition).expect("strings serialise"),
             partition_columns: Vec::new(),
+            column_order: None,
             created_at: self.created_at,
         }
     }

@@ -9,28 +9,20 @@
 
 use lakehost_tests::*;
 
-/// psql's exit status, stdout and stderr for `args`, connected to a
-/// listener without a certificate with `conninfo`'s extra keys.
+/// psql run against a listener without a certificate, with `extra`
+/// conninfo keys.
 async fn plain_psql(
     port: u16,
     extra: &str,
     password: &str,
     args: &[&str],
 ) -> (bool, String, String) {
-    let output = tokio::process::Command::new("psql")
-        .arg(format!("host=127.0.0.1 port={port} {extra}"))
-        .args(args)
-        .env("PGPASSWORD", password)
-        .env("PGCONNECT_TIMEOUT", "10")
-        .env_remove("PGSSLMODE")
-        .output()
-        .await
-        .expect("psql runs (Debian's postgresql-client, installed by .ci/postgres)");
-    (
-        output.status.success(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
+    super::psql_at(
+        &format!("host=127.0.0.1 port={port} {extra}"),
+        password,
+        args,
     )
+    .await
 }
 
 #[tokio::test]

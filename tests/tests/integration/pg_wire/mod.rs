@@ -446,11 +446,18 @@ async fn psql(
         pg.app.pg_addr.unwrap().port(),
         pg.cert_path.display()
     );
+    psql_at(&conninfo, password, args).await
+}
+
+/// psql's exit status, stdout and stderr for `args`, connected with
+/// `conninfo` and `password`.
+async fn psql_at(conninfo: &str, password: &str, args: &[&str]) -> (bool, String, String) {
     let output = tokio::process::Command::new("psql")
         .arg(conninfo)
         .args(args)
         .env("PGPASSWORD", password)
         .env("PGCONNECT_TIMEOUT", "10")
+        .env_remove("PGSSLMODE")
         .output()
         .await
         .expect("psql runs (Debian's postgresql-client, installed by .ci/postgres)");
