@@ -78,10 +78,7 @@ impl Session {
     /// The database the session connected to: `demo`, or `lab.demo` for
     /// zone `lab`.
     pub fn database(&self) -> String {
-        match &self.zone {
-            Some(zone) => format!("{zone}.{}", self.org),
-            None => self.org.clone(),
-        }
+        crate::engine::session::api_database(&self.org, self.zone.as_deref())
     }
 
     /// The same session with a fresh token for its secret.

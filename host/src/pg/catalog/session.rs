@@ -37,11 +37,7 @@ use super::{
 };
 use crate::{
     auth::LakeCaller,
-    engine::{
-        bounded_functions::bound_functions_and, layout::without_view_types,
-        yield_points::YieldAfterRowMakers,
-    },
-    lake,
+    engine::{bounded_functions::bound_functions_and, yield_points::YieldAfterRowMakers},
     pg::functions,
     query::{
         QueryError,
@@ -199,25 +195,17 @@ impl KeptCatalog {
 }
 
 /// The placeholder of a catalog entry: a view's (`LakeView`) or a
-/// table's.
+/// table's, with the columns queries see (`columns_of` reads both).
 fn placeholder(entry: &LakeTable) -> Result<LakePlaceholder, QueryError> {
     let view = LakeView::from_catalog_entry(entry)
         .map_err(|e| QueryError::internal(format!("view {}", entry.name), e))?;
-    Ok(match view {
-        Some(view) => {
-            let columns = lake::schema_from_json(&view.schema_json)
-                .map_err(|e| QueryError::internal(format!("view {}", view.name), e))?;
-            LakePlaceholder {
-                schema: Arc::new(without_view_types(&columns)),
-                kind: TableType::View,
-                definition: Some(view.sql),
-            }
-        }
-        None => LakePlaceholder {
-            schema: Arc::new(columns_of(entry)?),
-            kind: TableType::Base,
-            definition: None,
+    Ok(LakePlaceholder {
+        schema: Arc::new(columns_of(entry)?),
+        kind: match view {
+            Some(_) => TableType::View,
+            None => TableType::Base,
         },
+        definition: view.map(|view| view.sql),
     })
 }
 
@@ -334,6 +322,7 @@ mod tests {
     };
 
     use super::*;
+    use crate::lake;
     use crate::store::{catalog::LakeDatabase, database_kind::DatabaseKind};
 
     /// A session whose caller reads `demo_sandbox`, holding table `scratch`
