@@ -72,9 +72,11 @@ pub struct QueryConfig {
     /// instead of running. A request's `Prefer: reuse=N` overrides it
     /// (`reuse=0` turns it off for that request).
     pub reuse_max_age_s: BTreeMap<String, u64>,
-    /// Whether a read query also writes its rows as an Arrow IPC stream
-    /// beside the CSV, which the Arrow and Parquet downloads serve (with the
-    /// engine's column types). Off, results are CSV and JSON pages only.
+    /// Whether results are also served as an Arrow IPC stream beside the
+    /// CSV, which the Arrow and Parquet downloads serve (with the engine's
+    /// column types): read back from the CSV when first asked for, or
+    /// written while the query runs when its columns do not read back
+    /// (docs/api.md). Off, results are CSV and JSON pages only.
     pub typed_results: bool,
     /// How that Arrow copy's buffers are compressed (Arrow IPC's own body
     /// compression): `none`, `lz4` or `zstd`.

@@ -21,10 +21,13 @@ use datafusion::{
 use futures::StreamExt as _;
 use tokio::sync::mpsc;
 
-use super::{QueryError, prepare::Prepared, result_writer::ResultWriter};
+use super::{
+    QueryError,
+    prepare::Prepared,
+    result_writer::{ResultWriter, TypedCopies},
+};
 use crate::{
     auth::Access,
-    config::ArrowCompression,
     engine::distributed::{finished_read, worker_failure, workers_reached},
     engine::{
         EngineError,
@@ -56,13 +59,14 @@ pub struct Execution {
 }
 
 /// Where a statement's result goes: the CSV at `csv_path` and, when `typed`
-/// names its compression, its Arrow copy beside it (`lake::result_file_path`);
+/// says it is written while the query runs, its Arrow copy beside it
+/// (`lake::result_file_path`);
 /// each form of at most `in_row_limit` bytes to the job's row instead
 /// (`query.result_in_store_bytes`).
 #[derive(Debug, Clone)]
 pub struct ResultTarget {
     pub csv_path: String,
-    pub typed: Option<ArrowCompression>,
+    pub typed: TypedCopies,
     pub in_row_limit: usize,
 }
 

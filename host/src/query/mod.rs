@@ -7,6 +7,7 @@
 //! is `engine/`'s. This module knows no HTTP; its errors are plain enums that
 //! `api/error.rs` maps to the spec's status codes.
 
+mod csv_read_back;
 mod csv_text;
 pub mod execute;
 mod internal;
@@ -20,6 +21,7 @@ pub mod result_arrow;
 pub mod result_parquet;
 pub mod result_writer;
 pub mod service;
+pub mod typed_conversions;
 
 pub use crate::engine::Denial;
 use crate::engine::{EngineError, session::SessionError};

@@ -5,17 +5,10 @@
 //! written a batch at a time: neither is ever whole in memory (the Parquet
 //! writer holds one row group, `ROW_GROUP_ROWS` rows, encoded).
 //!
-//! A conversion runs as its own task on the engine runtime: a caller that
-//! gives up (a gateway timeout, a closed connection) does not stop it, so
-//! asking again finds it done or joins it, and concurrent askers on one
-//! replica share one run. Two replicas converting at once write the same
-//! bytes; the object store's upload is all or nothing, so a reader never
-//! sees half a file.
+//! `typed_conversions.rs` runs each conversion once per replica, on a task
+//! of its own.
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
-};
+use std::sync::Arc;
 
 use datafusion::{
     arrow::{buffer::Buffer, error::ArrowError, ipc::reader::StreamDecoder},
@@ -26,10 +19,7 @@ use datafusion::{
         file::properties::WriterProperties,
     },
 };
-use futures::{
-    FutureExt as _, StreamExt as _,
-    future::{BoxFuture, Shared},
-};
+use futures::StreamExt as _;
 use object_store::{ObjectStore, ObjectStoreExt as _, buffered::BufWriter, path::Path};
 
 use super::InternalCause;
@@ -132,63 +122,6 @@ pub async fn convert(
     }
 }
 
-type Conversion = Shared<BoxFuture<'static, Result<u64, TypedResultError>>>;
-
-/// The Parquet conversions running on this replica, by Parquet path.
-#[derive(Default)]
-pub struct ParquetConversions {
-    running: Arc<Mutex<HashMap<String, Conversion>>>,
-}
-
-impl ParquetConversions {
-    /// The size of the Parquet copy of the result whose CSV is at
-    /// `csv_path`: made now on `runtime` if it is not there yet (or joined,
-    /// if another request on this replica is making it).
-    pub async fn ensure(
-        &self,
-        runtime: &tokio::runtime::Handle,
-        store: Arc<dyn ObjectStore>,
-        csv_path: &str,
-    ) -> Result<u64, TypedResultError> {
-        let parquet_path = result_file_path(csv_path, ResultFormat::Parquet);
-        match store.head(&Path::from(parquet_path.as_str())).await {
-            Ok(meta) => return Ok(meta.size),
-            Err(object_store::Error::NotFound { .. }) => {}
-            Err(e) => return Err(e.into()),
-        }
-        let conversion = {
-            let mut running = self.running.lock().expect("conversions lock");
-            running
-                .entry(parquet_path.clone())
-                .or_insert_with(|| {
-                    let arrow_path = result_file_path(csv_path, ResultFormat::Arrow);
-                    let running = self.running.clone();
-                    let key = parquet_path.clone();
-                    let task = runtime.spawn(async move {
-                        let outcome = convert(store, &arrow_path, &key).await;
-                        if let Err(TypedResultError::Failed(why)) = &outcome {
-                            tracing::warn!(path = %key, error = %why, "parquet copy failed");
-                        }
-                        running.lock().expect("conversions lock").remove(&key);
-                        outcome
-                    });
-                    async move {
-                        task.await.unwrap_or_else(|e| {
-                            Err(TypedResultError::Failed(InternalCause::new(
-                                "parquet copy task",
-                                e,
-                            )))
-                        })
-                    }
-                    .boxed()
-                    .shared()
-                })
-                .clone()
-        };
-        conversion.await
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use datafusion::{
@@ -201,7 +134,7 @@ mod tests {
     use object_store::memory::InMemory;
 
     use super::*;
-    use crate::query::result_arrow::ArrowResultWriter;
+    use crate::query::{result_arrow::ArrowResultWriter, typed_conversions::TypedConversions};
 
     fn batch(start: i64, rows: i64) -> RecordBatch {
         let schema = Arc::new(Schema::new(vec![
@@ -245,11 +178,11 @@ mod tests {
         let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
         let batches: Vec<_> = (0..40).map(|i| batch(i * 8192, 8192)).collect();
         arrow_copy(&store, "_results/q-1.csv", &batches).await;
-        let conversions = ParquetConversions::default();
+        let conversions = TypedConversions::default();
         let runtime = tokio::runtime::Handle::current();
         let (first, second) = tokio::join!(
-            conversions.ensure(&runtime, store.clone(), "_results/q-1.csv"),
-            conversions.ensure(&runtime, store.clone(), "_results/q-1.csv"),
+            conversions.ensure_parquet(&runtime, store.clone(), "_results/q-1.csv"),
+            conversions.ensure_parquet(&runtime, store.clone(), "_results/q-1.csv"),
         );
         let size = first.unwrap();
         assert_eq!(second.unwrap(), size);
@@ -276,7 +209,7 @@ mod tests {
         assert_eq!(back, all);
         // Asked again: the file is there, nothing is converted.
         let again = conversions
-            .ensure(&runtime, store.clone(), "_results/q-1.csv")
+            .ensure_parquet(&runtime, store.clone(), "_results/q-1.csv")
             .await
             .unwrap();
         assert_eq!(again, size);
@@ -308,10 +241,10 @@ mod tests {
     #[tokio::test]
     async fn a_result_without_an_arrow_copy_has_no_parquet_copy() {
         let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-        let conversions = ParquetConversions::default();
+        let conversions = TypedConversions::default();
         let runtime = tokio::runtime::Handle::current();
         let outcome = conversions
-            .ensure(&runtime, store.clone(), "_results/old-1.csv")
+            .ensure_parquet(&runtime, store.clone(), "_results/old-1.csv")
             .await;
         assert!(matches!(outcome, Err(TypedResultError::NoTypedCopy)));
         assert!(

@@ -23,6 +23,7 @@ use object_store::{ObjectStore, buffered::BufWriter, path::Path};
 use tokio::{io::AsyncWriteExt as _, task::JoinHandle};
 
 use super::{
+    csv_read_back::reads_back,
     csv_text::{encode_rows, push_quoted},
     result_arrow::{TypedCopy, TypedCopyTask},
 };
@@ -184,8 +185,35 @@ impl CsvResultWriter {
     }
 }
 
-/// A result's files: the CSV at its result path and, when typed copies are
-/// kept, the Arrow stream beside it, written on its own task
+/// When a result's typed (Arrow) copy is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TypedCopies {
+    /// Never (`query.typed_results` off).
+    Never,
+    /// While the query runs only when its columns do not read back from
+    /// its CSV (`csv_read_back::reads_back`); else on first request
+    /// (`typed_conversions.rs`), so the CSV's query pays nothing for it.
+    OnRequest(ArrowCompression),
+    /// While the query runs, whatever its columns.
+    WhileRunning(ArrowCompression),
+}
+
+impl TypedCopies {
+    /// How the copy of a result of `schema` is compressed when it is
+    /// written while the query runs; `None` when it is not.
+    pub fn while_running(self, schema: &Schema) -> Option<ArrowCompression> {
+        match self {
+            TypedCopies::Never => None,
+            TypedCopies::OnRequest(_) if reads_back(schema) => None,
+            TypedCopies::OnRequest(compression) | TypedCopies::WhileRunning(compression) => {
+                Some(compression)
+            }
+        }
+    }
+}
+
+/// A result's files: the CSV at its result path and, when `TypedCopies`
+/// says so, the Arrow stream beside it, written on its own task
 /// (`TypedCopyTask`) while this one encodes the CSV.
 pub struct ResultWriter {
     csv: CsvResultWriter,
@@ -194,19 +222,19 @@ pub struct ResultWriter {
 }
 
 impl ResultWriter {
-    /// Starts the CSV at `csv_path` and, when `typed` says how to compress
-    /// it, its Arrow copy; each form of at most `in_row_limit` bytes (at most
-    /// `SMALL_RESULT_BYTES`) is handed back for the store's row instead.
+    /// Starts the CSV at `csv_path` and, when `typed` says it is written
+    /// now, its Arrow copy; each form of at most `in_row_limit` bytes (at
+    /// most `SMALL_RESULT_BYTES`) is handed back for the store's row instead.
     pub async fn create(
         store: Arc<dyn ObjectStore>,
         csv_path: &str,
         schema: &Schema,
-        typed: Option<ArrowCompression>,
+        typed: TypedCopies,
         in_row_limit: usize,
     ) -> std::io::Result<Self> {
         let in_row_limit = in_row_limit.min(SMALL_RESULT_BYTES);
         let csv = CsvResultWriter::create(store.clone(), csv_path, schema).await?;
-        let typed = typed.map(|compression| {
+        let typed = typed.while_running(schema).map(|compression| {
             let path = result_file_path(csv_path, ResultFormat::Arrow);
             TypedCopyTask::start(store, path, schema, compression, in_row_limit)
         });
@@ -267,7 +295,7 @@ impl ResultWriter {
 #[cfg(test)]
 mod tests {
     use datafusion::arrow::{
-        array::Int64Array,
+        array::{ArrayRef, Int64Array},
         datatypes::{DataType, Field},
     };
     use object_store::{ObjectStoreExt as _, memory::InMemory};
@@ -290,7 +318,7 @@ mod tests {
             store.clone(),
             "r.csv",
             &schema,
-            Some(ArrowCompression::Zstd),
+            TypedCopies::WhileRunning(ArrowCompression::Zstd),
             0,
         )
         .await
@@ -321,7 +349,7 @@ mod tests {
                 store.clone(),
                 &path,
                 &schema,
-                Some(ArrowCompression::Zstd),
+                TypedCopies::WhileRunning(ArrowCompression::Zstd),
                 64 * 1024,
             )
             .await
@@ -353,6 +381,36 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[tokio::test]
+    async fn on_request_a_copy_is_written_now_only_for_columns_that_do_not_read_back() {
+        use datafusion::arrow::array::TimestampMicrosecondArray;
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let numbers: ArrayRef = Arc::new(Int64Array::from(vec![1, 2]));
+        let instants: ArrayRef = Arc::new(TimestampMicrosecondArray::from(vec![1, 2]));
+        for (path, column, written_now) in [("n.csv", numbers, false), ("t.csv", instants, true)] {
+            let field = Field::new("c", column.data_type().clone(), false);
+            let schema = Arc::new(Schema::new(vec![field]));
+            let batch = RecordBatch::try_new(schema.clone(), vec![column]).unwrap();
+            let mut writer = ResultWriter::create(
+                store.clone(),
+                path,
+                &schema,
+                TypedCopies::OnRequest(ArrowCompression::Zstd),
+                0,
+            )
+            .await
+            .unwrap();
+            writer.write(&batch).await.unwrap();
+            writer.finish().await.unwrap();
+            let arrow = result_file_path(path, ResultFormat::Arrow);
+            let kept = store.head(&Path::from(arrow.as_str())).await.is_ok();
+            assert_eq!(kept, written_now, "{path}");
+            assert!(store.head(&Path::from(path)).await.is_ok());
+        }
+        let never = TypedCopies::Never.while_running(&Schema::empty());
+        assert_eq!(never, None);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

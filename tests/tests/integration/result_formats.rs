@@ -822,7 +822,7 @@ async fn a_result_kept_without_its_typed_copy_answers_409_and_still_serves_csv()
 }
 
 #[tokio::test]
-async fn typed_copies_sit_beside_the_csv_and_parquet_is_made_when_asked() {
+async fn typed_copies_are_read_back_or_written_as_the_columns_need_and_parquet_when_asked() {
     // Every result in the lake, however small (else this one's rows stay
     // in the store's row: the next test).
     let (app, token) = typed_app(|c| c.query.result_in_store_bytes = 0).await;
@@ -838,13 +838,29 @@ async fn typed_copies_sit_beside_the_csv_and_parquet_is_made_when_asked() {
     let csv_path = format!("_results/{key}");
     let arrow_path = csv_path.replace(".csv", ".arrows");
     let parquet_path = csv_path.replace(".csv", ".parquet");
-    assert!(app.lake_has(&arrow_path).await);
+    // An integer column reads back from the CSV: its query wrote no typed
+    // copy; the first Parquet request reads the Arrow copy back, then
+    // makes the Parquet file from it.
+    assert!(
+        !app.lake_has(&arrow_path).await,
+        "read back on first request only"
+    );
     assert!(
         !app.lake_has(&parquet_path).await,
         "made on first request only"
     );
     link(&app, &token, &id, Some("parquet")).await;
+    assert!(app.lake_has(&arrow_path).await);
     assert!(app.lake_has(&parquet_path).await);
+
+    // A timestamp's CSV keeps milliseconds: its query writes the copy as it
+    // runs.
+    let id = succeeded(&app, &token, "SELECT id, at FROM typed").await;
+    let location = link(&app, &token, &id, None).await;
+    let key = location.split("/_results/").nth(1).unwrap();
+    let key = key.split('?').next().unwrap();
+    let arrow_path = format!("_results/{}", key.replace(".csv", ".arrows"));
+    assert!(app.lake_has(&arrow_path).await, "written while it ran");
 
     // A statement's result (CREATE TABLE AS: its row count) has them too.
     let id = succeeded(

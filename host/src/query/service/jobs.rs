@@ -39,6 +39,7 @@ use crate::{
         QueryError,
         execute::{Execution, ResultTarget, execute, result_schema},
         prepare::{Prepared, Target, prepare},
+        result_writer::TypedCopies,
     },
     runtime::EngineRuntime,
     store::{Store, catalog::standard_databases},
@@ -270,10 +271,11 @@ impl QueryJobs {
         let id = id.to_string();
         let target = ResultTarget {
             csv_path: result_path.to_string(),
-            typed: self
-                .limits
-                .typed_results
-                .then_some(self.limits.typed_results_compression),
+            typed: if self.limits.typed_results {
+                TypedCopies::OnRequest(self.limits.typed_results_compression)
+            } else {
+                TypedCopies::Never
+            },
             in_row_limit: self.limits.result_in_store_bytes,
         };
         self.start_run(

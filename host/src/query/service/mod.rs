@@ -139,6 +139,9 @@ impl QueryService {
             engine: engine.clone(),
             page_tokens: PageTokens::new(signer),
             result_links,
+            typed_copies: limits
+                .typed_results
+                .then_some(limits.typed_results_compression),
         }));
         let jobs = QueryJobs::new(
             jobs::JobsParts {

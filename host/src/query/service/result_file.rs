@@ -4,7 +4,8 @@
 //!
 //! A small result's CSV and Arrow copy may be kept in its job's row instead
 //! of the lake (`query.result_in_store_bytes`): pages and downloads read
-//! them from the store; a link, or the Parquet copy, first writes the form
+//! them from the store (an Arrow copy its row lacks is read back from the
+//! row's CSV in memory); a link, or the Parquet copy, first writes the form
 //! it needs to the lake at the path it would have had (once; any replica
 //! can, the bytes are in the store), and then goes on as for any result.
 
@@ -18,8 +19,15 @@ use url::Url;
 use super::QueryResults;
 use crate::{
     auth::LakeCaller,
+    engine::columns::ResultColumn,
     lake::{self, ResultFormat, result_file_path},
-    query::{QueryError, result_parquet::TypedResultError},
+    query::{
+        QueryError,
+        csv_read_back::schema_of,
+        result_arrow::TypedCopy,
+        result_parquet::TypedResultError,
+        typed_conversions::{ReadBack, arrow_from_csv, read_back_writer},
+    },
     store::queries::{QueryJob, RowForm},
 };
 
@@ -76,11 +84,20 @@ fn no_typed_copy(id: &str) -> QueryError {
     ))
 }
 
+/// A typed copy that could not be had, as the caller is answered.
+fn typed_error(id: &str, error: TypedResultError) -> QueryError {
+    match error {
+        TypedResultError::NoTypedCopy => no_typed_copy(id),
+        TypedResultError::Failed(cause) => QueryError::Internal(cause),
+    }
+}
+
 impl QueryResults {
     /// The result of `job`, the caller's, in `format`: the CSV; the Arrow
-    /// copy written with it; the Parquet copy, made from the Arrow copy on
-    /// first request (`result_parquet.rs`). Each from the job's row when it
-    /// keeps it.
+    /// copy, written while it ran or read back from the CSV on first
+    /// request (`typed_conversions.rs`); the Parquet copy, made from the
+    /// Arrow copy on first request (`result_parquet.rs`). Each from the
+    /// job's row when it keeps it.
     pub async fn result_file(
         &self,
         caller: &LakeCaller,
@@ -105,27 +122,36 @@ impl QueryResults {
         let store = self.lake.object_store();
         let size = match (format, job.result_bytes) {
             (ResultFormat::Csv, Some(bytes)) => u64::try_from(bytes).unwrap_or(0),
-            (ResultFormat::Csv, None) | (ResultFormat::Arrow, _) => {
-                match store.head(&Path::from(path.as_str())).await {
-                    Ok(meta) => meta.size,
-                    Err(object_store::Error::NotFound { .. }) if format == ResultFormat::Arrow => {
-                        return Err(no_typed_copy(id));
-                    }
-                    Err(e) => return Err(QueryError::internal("result file", e)),
+            (ResultFormat::Csv, None) => match store.head(&Path::from(path.as_str())).await {
+                Ok(meta) => meta.size,
+                Err(e) => return Err(QueryError::internal("result file", e)),
+            },
+            (ResultFormat::Arrow, _) => {
+                if let Some(bytes) = self.arrow_read_back_in_row(job).await? {
+                    return Ok(ResultFile {
+                        format,
+                        size: bytes.len() as u64,
+                        path,
+                        source: ResultSource::Row(bytes),
+                    });
                 }
+                self.arrow_in_lake(job, &csv_path).await?
             }
             (ResultFormat::Parquet, _) => {
-                if let Some(arrow) = self.result_in_row(job, ResultFormat::Arrow).await? {
-                    let arrow_path = result_file_path(&csv_path, ResultFormat::Arrow);
-                    self.write_to_lake(&arrow_path, arrow).await?;
+                let arrow_path = result_file_path(&csv_path, ResultFormat::Arrow);
+                match self.result_in_row(job, ResultFormat::Arrow).await? {
+                    Some(arrow) => self.write_to_lake(&arrow_path, arrow).await?,
+                    None => match self.arrow_read_back_in_row(job).await? {
+                        Some(arrow) => self.write_to_lake(&arrow_path, arrow).await?,
+                        None => {
+                            self.arrow_in_lake(job, &csv_path).await?;
+                        }
+                    },
                 }
-                self.parquet_conversions
-                    .ensure(self.engine.handle(), store.clone(), &csv_path)
+                self.conversions
+                    .ensure_parquet(self.engine.handle(), store.clone(), &csv_path)
                     .await
-                    .map_err(|e| match e {
-                        TypedResultError::NoTypedCopy => no_typed_copy(id),
-                        TypedResultError::Failed(cause) => QueryError::Internal(cause),
-                    })?
+                    .map_err(|e| typed_error(id, e))?
             }
         };
         Ok(ResultFile {
@@ -134,6 +160,71 @@ impl QueryResults {
             path,
             source: ResultSource::Lake(store),
         })
+    }
+
+    /// How `job`'s Arrow copy is read back from its CSV; `None` when this
+    /// service keeps no typed copies or its columns do not read back (then
+    /// the copy was written while it ran, or there is none).
+    fn read_back(&self, job: &QueryJob) -> Option<ReadBack> {
+        let compression = self.typed_copies?;
+        let columns: Vec<ResultColumn> =
+            serde_json::from_str(job.result_columns_json.as_deref()?).ok()?;
+        Some(ReadBack {
+            schema: schema_of(&columns)?,
+            compression,
+            csv_bytes: job.result_bytes.and_then(|b| u64::try_from(b).ok())?,
+        })
+    }
+
+    /// The size of `job`'s Arrow copy in the lake: there already, or read
+    /// back from its CSV in the lake now (once per replica at a time).
+    async fn arrow_in_lake(&self, job: &QueryJob, csv_path: &str) -> Result<u64, QueryError> {
+        let id = job.query.id.as_str();
+        let store = self.lake.object_store();
+        let arrow_path = result_file_path(csv_path, ResultFormat::Arrow);
+        match store.head(&Path::from(arrow_path.as_str())).await {
+            Ok(meta) => return Ok(meta.size),
+            Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(QueryError::internal("result file", e)),
+        }
+        let read_back = self.read_back(job).ok_or_else(|| no_typed_copy(id))?;
+        self.conversions
+            .ensure_arrow(self.engine.handle(), store, csv_path, read_back)
+            .await
+            .map_err(|e| typed_error(id, e))
+    }
+
+    /// The Arrow copy of a small result whose CSV its row keeps (and not
+    /// its Arrow copy), read back in memory; `None` for any other result.
+    async fn arrow_read_back_in_row(&self, job: &QueryJob) -> Result<Option<Bytes>, QueryError> {
+        if job.in_row.csv_bytes.is_none() || job.in_row.arrow_bytes.is_some() {
+            return Ok(None);
+        }
+        let (Some(read_back), Some(csv_path)) = (self.read_back(job), &job.result_path) else {
+            return Ok(None);
+        };
+        let Some(csv) = self.result_in_row(job, ResultFormat::Csv).await? else {
+            return Ok(None);
+        };
+        let arrow_path = result_file_path(csv_path, ResultFormat::Arrow);
+        let store = self.lake.object_store();
+        let id = job.query.id.as_str();
+        let writer = read_back_writer(
+            store,
+            &arrow_path,
+            &read_back.schema,
+            read_back.compression,
+            read_back.csv_bytes,
+        )
+        .await
+        .map_err(|e| typed_error(id, e))?;
+        let source = futures::stream::once(async move { Ok(csv) }).boxed();
+        match arrow_from_csv(source, read_back.schema, writer, usize::MAX).await {
+            Ok(TypedCopy::InRow(bytes)) => Ok(Some(bytes)),
+            // Too big to hand back: it is in the lake now.
+            Ok(TypedCopy::Stored(_)) => Ok(None),
+            Err(e) => Err(typed_error(id, e)),
+        }
     }
 
     /// The form of `job`'s result in `format` that its row keeps, read from

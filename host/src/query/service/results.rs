@@ -20,6 +20,7 @@ use super::owns;
 use crate::{
     auth::LakeCaller,
     clock::SharedClock,
+    config::ArrowCompression,
     engine::columns::ResultColumn,
     lake::{Lake, ResultFormat, presigned::ResultLinks},
     query::{
@@ -27,7 +28,7 @@ use crate::{
         page_tokens::PageTokens,
         recent_results::RecentResults,
         result::{CellSink, CsvSource, PAGE_ROWS, PageCursor, PageExtent, PageSource, scan_page},
-        result_parquet::ParquetConversions,
+        typed_conversions::TypedConversions,
     },
     runtime::EngineRuntime,
     store::{
@@ -51,8 +52,11 @@ pub struct QueryResults {
     page_tokens: PageTokens,
     /// Presigned GETs of results on the storage endpoint (lake on disk).
     pub(super) result_links: ResultLinks,
-    /// Parquet copies of results being made on this replica.
-    pub(super) parquet_conversions: ParquetConversions,
+    /// How typed copies read back from a CSV are compressed; `None` when
+    /// this service keeps no typed copies (`query.typed_results` off).
+    pub(super) typed_copies: Option<ArrowCompression>,
+    /// Typed copies of results being made on this replica.
+    pub(super) conversions: TypedConversions,
 }
 
 /// One page of a SUCCEEDED query's result.
@@ -83,6 +87,7 @@ pub(super) struct ResultsParts {
     pub engine: std::sync::Arc<EngineRuntime>,
     pub page_tokens: PageTokens,
     pub result_links: ResultLinks,
+    pub typed_copies: Option<ArrowCompression>,
 }
 
 /// The answer for a streamed query's result, which was not kept.
@@ -120,6 +125,7 @@ impl QueryResults {
             engine,
             page_tokens,
             result_links,
+            typed_copies,
         } = parts;
         Self {
             store,
@@ -130,7 +136,8 @@ impl QueryResults {
             recent_results: Mutex::new(RecentResults::default()),
             page_tokens,
             result_links,
-            parquet_conversions: ParquetConversions::default(),
+            typed_copies,
+            conversions: TypedConversions::default(),
         }
     }
 

@@ -1,0 +1,288 @@
+//! A result's CSV read back into typed batches, for the columns whose text
+//! (`csv_text.rs`) holds every bit of their value: booleans, signed
+//! integers, floats and doubles (Arrow writes the shortest text that reads
+//! back to the same number), decimals of up to 38 digits, dates and
+//! strings. Such a result needs no typed copy while it runs: its Arrow copy
+//! is made from its CSV the first time it is asked for
+//! (`service/result_file.rs`). A result with any other column (timestamps,
+//! whose CSV keeps milliseconds; unsigned or 16-bit floats, which share an
+//! SQL type with another Arrow type; binaries, lists) keeps its typed copy
+//! while it runs, as before.
+//!
+//! Which Arrow type a column is read back as comes from its ColumnInfo
+//! alone (`canonical_type`), so a job's stored columns are enough; a result
+//! is read back only when that type is the one it ran with
+//! (`reads_back`), and the tests below check the text of each type's edge
+//! values (NaN, infinities, -0, the widest integers and decimals, years
+//! past 9999) comes back as the same value.
+//!
+//! The CSV is the spec's: every value quoted (quotes doubled), NULL an
+//! empty unquoted field, one record per line (strings may hold newlines),
+//! a header line first. It is read as it arrives, in any chunking.
+
+use std::sync::Arc;
+
+use datafusion::arrow::{
+    array::{ArrayRef, RecordBatch, StringBuilder},
+    compute::{CastOptions, cast_with_options},
+    datatypes::{DataType, Field, Schema, SchemaRef},
+    error::ArrowError,
+    util::display::FormatOptions,
+};
+
+use crate::engine::columns::{ResultColumn, sql_type};
+
+/// Rows per batch read back.
+pub const BATCH_ROWS: usize = 32_768;
+
+/// The Arrow type a column of this ColumnInfo is read back as, when its
+/// CSV text holds every bit of its values.
+pub fn canonical_type(column: &ResultColumn) -> Option<DataType> {
+    let precision = u8::try_from(column.precision).ok();
+    let scale = i8::try_from(column.scale).ok();
+    Some(match column.sql_type.as_str() {
+        "boolean" => DataType::Boolean,
+        "tinyint" => DataType::Int8,
+        "smallint" => DataType::Int16,
+        "integer" => DataType::Int32,
+        "bigint" => DataType::Int64,
+        "float" => DataType::Float32,
+        "double" => DataType::Float64,
+        "decimal" => match (precision, scale) {
+            (Some(p @ 1..=38), Some(s @ 0..=38)) if s as u8 <= p => DataType::Decimal128(p, s),
+            _ => return None,
+        },
+        "varchar" => DataType::Utf8,
+        "date" => DataType::Date32,
+        _ => return None,
+    })
+}
+
+/// Whether a result of `schema` can be read back from its CSV: every
+/// column's type (strings as the plain type the typed copy holds) is the
+/// canonical type of its ColumnInfo.
+pub fn reads_back(schema: &Schema) -> bool {
+    schema.fields().iter().all(|field| {
+        let plain = match field.data_type() {
+            DataType::Utf8View => DataType::Utf8,
+            other => other.clone(),
+        };
+        let (name, precision, scale) = sql_type(&plain);
+        let column = ResultColumn {
+            name: String::new(),
+            sql_type: name.to_string(),
+            precision,
+            scale,
+            nullable: true,
+        };
+        canonical_type(&column).as_ref() == Some(&plain)
+    })
+}
+
+/// The schema a result with these columns is read back as; `None` when a
+/// column's text does not hold its value (the result needs a typed copy).
+pub fn schema_of(columns: &[ResultColumn]) -> Option<SchemaRef> {
+    let fields = columns
+        .iter()
+        .map(|column| canonical_type(column).map(|t| Field::new(&column.name, t, column.nullable)))
+        .collect::<Option<Vec<_>>>()?;
+    Some(Arc::new(Schema::new(fields)))
+}
+
+/// Where the reader is within the CSV.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum At {
+    /// At the start of a field.
+    FieldStart,
+    /// Inside a quoted field.
+    Quoted,
+    /// After a quote inside a quoted field: a second quote is a quote of
+    /// the value, anything else ends the field.
+    QuoteInQuoted,
+}
+
+/// Reads the spec's CSV of a result into batches of `schema`, a chunk at a
+/// time.
+pub struct CsvReadBack {
+    schema: SchemaRef,
+    at: At,
+    /// The header line is read, not kept.
+    in_header: bool,
+    column: usize,
+    field: Vec<u8>,
+    builders: Vec<StringBuilder>,
+    rows: usize,
+}
+
+fn malformed(why: &str) -> ArrowError {
+    ArrowError::CsvError(format!("the result CSV cannot be read back: {why}"))
+}
+
+impl CsvReadBack {
+    pub fn new(schema: SchemaRef) -> Self {
+        let builders = schema
+            .fields()
+            .iter()
+            .map(|_| StringBuilder::new())
+            .collect();
+        Self {
+            schema,
+            at: At::FieldStart,
+            in_header: true,
+            column: 0,
+            field: Vec::new(),
+            builders,
+            rows: 0,
+        }
+    }
+
+    /// Reads `chunk`; returns the batches it completed.
+    pub fn push(&mut self, chunk: &[u8]) -> Result<Vec<RecordBatch>, ArrowError> {
+        let mut batches = Vec::new();
+        if self.schema.fields().is_empty() {
+            return if chunk.is_empty() {
+                Ok(batches)
+            } else {
+                Err(malformed("a result without columns has text"))
+            };
+        }
+        let mut rest = chunk;
+        while let Some((&byte, after)) = rest.split_first() {
+            match self.at {
+                At::Quoted => {
+                    // The value runs to the next quote: copied whole.
+                    match rest.iter().position(|&b| b == b'"') {
+                        Some(quote) => {
+                            self.field.extend_from_slice(&rest[..quote]);
+                            self.at = At::QuoteInQuoted;
+                            rest = &rest[quote + 1..];
+                        }
+                        None => {
+                            self.field.extend_from_slice(rest);
+                            rest = &[];
+                        }
+                    }
+                    continue;
+                }
+                At::QuoteInQuoted if byte == b'"' => {
+                    self.field.push(b'"');
+                    self.at = At::Quoted;
+                }
+                At::QuoteInQuoted => {
+                    if byte != b',' && byte != b'\n' {
+                        return Err(malformed("text after a closing quote"));
+                    }
+                    self.end_field(Some(()))?;
+                    if self.end_of(byte)? {
+                        self.end_record(&mut batches)?;
+                    }
+                    self.at = At::FieldStart;
+                }
+                At::FieldStart => match byte {
+                    b'"' => self.at = At::Quoted,
+                    b',' | b'\n' => {
+                        self.end_field(None)?;
+                        if self.end_of(byte)? {
+                            self.end_record(&mut batches)?;
+                        }
+                    }
+                    _ => return Err(malformed("an unquoted value")),
+                },
+            }
+            rest = after;
+        }
+        Ok(batches)
+    }
+
+    /// Whether `byte`, ending a field, ends its record; an error when the
+    /// record has too few or too many fields.
+    fn end_of(&self, byte: u8) -> Result<bool, ArrowError> {
+        let width = self.schema.fields().len();
+        match byte {
+            b',' if self.column < width => Ok(false),
+            b'\n' if self.column == width => Ok(true),
+            _ => Err(malformed("a line with another number of fields")),
+        }
+    }
+
+    /// Ends the field being read: a value (`Some`) or NULL.
+    fn end_field(&mut self, value: Option<()>) -> Result<(), ArrowError> {
+        let column = self.column;
+        self.column += 1;
+        if self.in_header {
+            self.field.clear();
+            return Ok(());
+        }
+        let builder = self
+            .builders
+            .get_mut(column)
+            .ok_or_else(|| malformed("a line with more fields than columns"))?;
+        match value {
+            Some(()) => {
+                let text = std::str::from_utf8(&self.field)
+                    .map_err(|_| malformed("a value that is not UTF-8"))?;
+                builder.append_value(text);
+            }
+            None => builder.append_null(),
+        }
+        self.field.clear();
+        Ok(())
+    }
+
+    fn end_record(&mut self, batches: &mut Vec<RecordBatch>) -> Result<(), ArrowError> {
+        self.column = 0;
+        if self.in_header {
+            self.in_header = false;
+            return Ok(());
+        }
+        self.rows += 1;
+        if self.rows == BATCH_ROWS {
+            batches.push(self.take_batch()?);
+        }
+        Ok(())
+    }
+
+    /// The rows read so far as a batch of the schema's types.
+    fn take_batch(&mut self) -> Result<RecordBatch, ArrowError> {
+        let options = CastOptions {
+            safe: false,
+            format_options: FormatOptions::default(),
+        };
+        let columns = self
+            .builders
+            .iter_mut()
+            .zip(self.schema.fields())
+            .map(|(builder, field)| -> Result<ArrayRef, ArrowError> {
+                let text: ArrayRef = Arc::new(builder.finish());
+                match field.data_type() {
+                    DataType::Utf8 => Ok(text),
+                    target => cast_with_options(&text, target, &options),
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        self.rows = 0;
+        RecordBatch::try_new(self.schema.clone(), columns)
+    }
+
+    /// The rows after the last full batch; an error when the CSV ended
+    /// inside a record.
+    pub fn finish(mut self) -> Result<Option<RecordBatch>, ArrowError> {
+        if self.schema.fields().is_empty() {
+            return Ok(None);
+        }
+        if self.at != At::FieldStart || self.column != 0 {
+            return Err(malformed("it ends inside a line"));
+        }
+        if self.in_header {
+            return Err(malformed("it has no header line"));
+        }
+        if self.rows == 0 {
+            return Ok(None);
+        }
+        self.take_batch().map(Some)
+    }
+}
+
+#[cfg(test)]
+#[path = "csv_read_back_tests.rs"]
+mod tests;

@@ -1,0 +1,226 @@
+//! Typed copies made on first request, and kept: the Arrow copy of a result
+//! read back from its CSV (`csv_read_back.rs`), and the Parquet copy made
+//! from the Arrow copy (`result_parquet.rs`).
+//!
+//! A query whose columns read back from their CSV writes the CSV alone
+//! while it runs (the spec's path pays nothing for the typed forms); the
+//! first request for Arrow or Parquet reads the CSV back, a chunk at a
+//! time, and writes `<query>-<attempt>.arrows` beside it, compressed as
+//! `query.typed_results_compression` says. Nothing is ever whole in memory.
+//!
+//! Each conversion runs as its own task on the engine runtime: a caller
+//! that gives up (a gateway timeout, a closed connection) does not stop it,
+//! so asking again finds it done or joins it, and concurrent askers on one
+//! replica share one run. Two replicas converting at once write the same
+//! bytes; the object store's upload is all or nothing, so a reader never
+//! sees half a file.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
+
+use bytes::Bytes;
+use datafusion::arrow::datatypes::SchemaRef;
+use futures::{
+    FutureExt as _, StreamExt as _,
+    future::{BoxFuture, Shared},
+    stream::BoxStream,
+};
+use object_store::{ObjectStore, ObjectStoreExt as _, path::Path};
+
+use super::{
+    InternalCause,
+    csv_read_back::CsvReadBack,
+    result_arrow::{ArrowResultWriter, TypedCopy},
+    result_parquet::{self, TypedResultError},
+};
+use crate::{
+    config::ArrowCompression,
+    lake::{ResultFormat, result_file_path},
+};
+
+/// A CSV smaller than this reads back into an uncompressed copy: for a few
+/// rows a codec costs more than it saves (as for copies made while a query
+/// runs, `result_arrow.rs`).
+const COMPRESS_FROM_CSV_BYTES: u64 = 64 * 1024;
+
+/// Reads the CSV `source` back as `schema` into `writer`; a copy of at most
+/// `in_memory_limit` bytes is handed back, never uploaded.
+pub async fn arrow_from_csv(
+    mut source: BoxStream<'static, std::io::Result<Bytes>>,
+    schema: SchemaRef,
+    mut writer: ArrowResultWriter,
+    in_memory_limit: usize,
+) -> Result<TypedCopy, TypedResultError> {
+    let mut reader = CsvReadBack::new(schema);
+    let written: Result<(), TypedResultError> = async {
+        while let Some(chunk) = source.next().await {
+            let chunk =
+                chunk.map_err(|e| TypedResultError::Failed(InternalCause::new("result CSV", e)))?;
+            for batch in reader.push(&chunk)? {
+                writer.write(&batch).await.map_err(copy_failed)?;
+            }
+        }
+        if let Some(batch) = reader.finish()? {
+            writer.write(&batch).await.map_err(copy_failed)?;
+        }
+        Ok(())
+    }
+    .await;
+    match written {
+        Ok(()) => writer
+            .finish_within(in_memory_limit)
+            .await
+            .map_err(copy_failed),
+        Err(e) => {
+            writer.abort().await;
+            Err(e)
+        }
+    }
+}
+
+fn copy_failed(e: std::io::Error) -> TypedResultError {
+    TypedResultError::Failed(InternalCause::new("arrow copy", e))
+}
+
+/// The Arrow writer of a copy read back from a CSV of `csv_bytes`.
+pub async fn read_back_writer(
+    store: Arc<dyn ObjectStore>,
+    arrow_path: &str,
+    schema: &SchemaRef,
+    compression: ArrowCompression,
+    csv_bytes: u64,
+) -> Result<ArrowResultWriter, TypedResultError> {
+    let codec = if csv_bytes < COMPRESS_FROM_CSV_BYTES {
+        ArrowCompression::None
+    } else {
+        compression
+    };
+    ArrowResultWriter::create(store, arrow_path, schema, codec)
+        .await
+        .map_err(copy_failed)
+}
+
+type Conversion = Shared<BoxFuture<'static, Result<u64, TypedResultError>>>;
+
+/// The typed copies being made on this replica, by the path they go to.
+#[derive(Default)]
+pub struct TypedConversions {
+    pub(super) running: Arc<Mutex<HashMap<String, Conversion>>>,
+}
+
+/// What the Arrow copy of a result is read back from: its CSV in the lake.
+pub struct ReadBack {
+    pub schema: SchemaRef,
+    pub compression: ArrowCompression,
+    pub csv_bytes: u64,
+}
+
+impl TypedConversions {
+    /// The size of the Arrow copy of the result whose CSV is at `csv_path`,
+    /// read back from that CSV now on `runtime` if it is not there yet (or
+    /// joined, if another request on this replica is making it).
+    pub async fn ensure_arrow(
+        &self,
+        runtime: &tokio::runtime::Handle,
+        store: Arc<dyn ObjectStore>,
+        csv_path: &str,
+        read_back: ReadBack,
+    ) -> Result<u64, TypedResultError> {
+        let arrow_path = result_file_path(csv_path, ResultFormat::Arrow);
+        let csv_path = csv_path.to_string();
+        let make = {
+            let store = store.clone();
+            let arrow_path = arrow_path.clone();
+            async move {
+                let source = store
+                    .get(&Path::from(csv_path.as_str()))
+                    .await?
+                    .into_stream()
+                    .map(|chunk| chunk.map_err(std::io::Error::other))
+                    .boxed();
+                let ReadBack {
+                    schema,
+                    compression,
+                    csv_bytes,
+                } = read_back;
+                let writer =
+                    read_back_writer(store, &arrow_path, &schema, compression, csv_bytes).await?;
+                match arrow_from_csv(source, schema, writer, 0).await? {
+                    TypedCopy::Stored(size) => Ok(size),
+                    TypedCopy::InRow(bytes) => Ok(bytes.len() as u64),
+                }
+            }
+            .boxed()
+        };
+        self.ensure(runtime, store, arrow_path, make).await
+    }
+
+    /// The size of the Parquet copy of the result whose CSV is at
+    /// `csv_path`, made from its Arrow copy now on `runtime` if it is not
+    /// there yet (or joined).
+    pub async fn ensure_parquet(
+        &self,
+        runtime: &tokio::runtime::Handle,
+        store: Arc<dyn ObjectStore>,
+        csv_path: &str,
+    ) -> Result<u64, TypedResultError> {
+        let parquet_path = result_file_path(csv_path, ResultFormat::Parquet);
+        let arrow_path = result_file_path(csv_path, ResultFormat::Arrow);
+        let make = {
+            let store = store.clone();
+            let parquet_path = parquet_path.clone();
+            async move { result_parquet::convert(store, &arrow_path, &parquet_path).await }.boxed()
+        };
+        self.ensure(runtime, store, parquet_path, make).await
+    }
+
+    /// The size of the file at `path`, made by `make` on `runtime` unless
+    /// it is there, or joined while this replica makes it.
+    async fn ensure(
+        &self,
+        runtime: &tokio::runtime::Handle,
+        store: Arc<dyn ObjectStore>,
+        path: String,
+        make: BoxFuture<'static, Result<u64, TypedResultError>>,
+    ) -> Result<u64, TypedResultError> {
+        match store.head(&Path::from(path.as_str())).await {
+            Ok(meta) => return Ok(meta.size),
+            Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let conversion = {
+            let mut running = self.running.lock().expect("conversions lock");
+            running
+                .entry(path.clone())
+                .or_insert_with(|| {
+                    let running = self.running.clone();
+                    let task = runtime.spawn(async move {
+                        let outcome = make.await;
+                        if let Err(TypedResultError::Failed(why)) = &outcome {
+                            tracing::warn!(path = %path, error = %why, "typed copy failed");
+                        }
+                        running.lock().expect("conversions lock").remove(&path);
+                        outcome
+                    });
+                    async move {
+                        task.await.unwrap_or_else(|e| {
+                            Err(TypedResultError::Failed(InternalCause::new(
+                                "typed copy task",
+                                e,
+                            )))
+                        })
+                    }
+                    .boxed()
+                    .shared()
+                })
+                .clone()
+        };
+        conversion.await
+    }
+}
+
+#[cfg(test)]
+#[path = "typed_conversions_tests.rs"]
+mod tests;

@@ -1,0 +1,204 @@
+//! Arrow copies read back from a result's CSV: the same rows and types as
+//! the query's, one conversion for concurrent askers, nothing left behind
+//! by one that fails.
+
+use std::sync::Arc;
+
+use datafusion::arrow::{
+    array::{Date32Array, Decimal128Array, Int64Array, RecordBatch, StringViewArray},
+    compute::concat_batches,
+    datatypes::{DataType, Field, Schema},
+    ipc::reader::StreamReader,
+};
+use object_store::memory::InMemory;
+
+use super::*;
+use crate::{
+    engine::{columns::columns_of, layout::without_view_types},
+    query::{csv_read_back::schema_of, result_writer::CsvResultWriter},
+};
+
+fn batch(start: i64, rows: i64) -> RecordBatch {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("price", DataType::Decimal128(15, 2), true),
+        Field::new("day", DataType::Date32, true),
+        Field::new("name", DataType::Utf8View, true),
+    ]));
+    let ids = Int64Array::from_iter_values(start..start + rows);
+    let prices =
+        Decimal128Array::from_iter_values((start..start + rows).map(|i| i128::from(i) * 7))
+            .with_precision_and_scale(15, 2)
+            .unwrap();
+    let days = Date32Array::from_iter_values((start..start + rows).map(|i| (i % 20_000) as i32));
+    let names: StringViewArray = (start..start + rows)
+        .map(|i| (i % 3 != 0).then(|| format!("name \"{i}\"")))
+        .collect();
+    RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(ids),
+            Arc::new(prices),
+            Arc::new(days),
+            Arc::new(names),
+        ],
+    )
+    .unwrap()
+}
+
+/// Writes `batches` as the CSV at `path`, as a query does; returns its size.
+async fn csv_result(store: &Arc<dyn ObjectStore>, path: &str, batches: &[RecordBatch]) -> u64 {
+    let mut writer = CsvResultWriter::create(store.clone(), path, &batches[0].schema())
+        .await
+        .unwrap();
+    for batch in batches {
+        writer.write(batch).await.unwrap();
+    }
+    writer.finish_within(0).await.unwrap().bytes
+}
+
+fn read_back_of(batches: &[RecordBatch], csv_bytes: u64) -> ReadBack {
+    ReadBack {
+        schema: schema_of(&columns_of(&batches[0].schema())).unwrap(),
+        compression: ArrowCompression::Zstd,
+        csv_bytes,
+    }
+}
+
+#[tokio::test]
+async fn the_arrow_copy_read_back_holds_the_query_rows_and_types() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let batches: Vec<_> = (0..5).map(|i| batch(i * 20_000, 20_000)).collect();
+    let csv = "_results/q-1.csv";
+    let csv_bytes = csv_result(&store, csv, &batches).await;
+    let conversions = TypedConversions::default();
+    let runtime = tokio::runtime::Handle::current();
+    let (first, second) = tokio::join!(
+        conversions.ensure_arrow(
+            &runtime,
+            store.clone(),
+            csv,
+            read_back_of(&batches, csv_bytes)
+        ),
+        conversions.ensure_arrow(
+            &runtime,
+            store.clone(),
+            csv,
+            read_back_of(&batches, csv_bytes)
+        ),
+    );
+    let size = first.unwrap();
+    assert_eq!(second.unwrap(), size);
+    assert!(conversions.running.lock().unwrap().is_empty());
+    let bytes = store
+        .get(&Path::from("_results/q-1.arrows"))
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(bytes.len() as u64, size);
+    let reader = StreamReader::try_new(std::io::Cursor::new(bytes), None).unwrap();
+    let plain = Arc::new(without_view_types(&batches[0].schema()));
+    assert_eq!(reader.schema(), plain);
+    let read: Vec<RecordBatch> = reader.map(Result::unwrap).collect();
+    let back = concat_batches(&plain, &read).unwrap();
+    let all = concat_batches(&batches[0].schema(), &batches).unwrap();
+    assert_eq!(back.num_rows(), 100_000);
+    for (i, (left, right)) in all.columns().iter().zip(back.columns()).enumerate() {
+        let left = datafusion::arrow::compute::cast(left, right.data_type()).unwrap();
+        assert_eq!(&left, right, "column {i}");
+    }
+    // The Parquet copy is then made from it.
+    let parquet = conversions
+        .ensure_parquet(&runtime, store.clone(), csv)
+        .await
+        .unwrap();
+    assert!(parquet > 0);
+    // Asked again: the file is there, nothing is read back.
+    store.delete(&Path::from(csv)).await.unwrap();
+    let again = conversions
+        .ensure_arrow(
+            &runtime,
+            store.clone(),
+            csv,
+            read_back_of(&batches, csv_bytes),
+        )
+        .await
+        .unwrap();
+    assert_eq!(again, size);
+}
+
+#[tokio::test]
+async fn a_csv_that_does_not_read_back_leaves_no_arrow_file() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let batches = vec![batch(0, 10)];
+    let csv = "_results/bad-1.csv";
+    store
+        .put(
+            &Path::from(csv),
+            Bytes::from_static(b"\"id\",\"price\",\"day\",\"name\"\n\"1\",\"x\",,\n").into(),
+        )
+        .await
+        .unwrap();
+    let conversions = TypedConversions::default();
+    let runtime = tokio::runtime::Handle::current();
+    let outcome = conversions
+        .ensure_arrow(&runtime, store.clone(), csv, read_back_of(&batches, 40))
+        .await;
+    assert!(
+        matches!(outcome, Err(TypedResultError::Failed(_))),
+        "{outcome:?}"
+    );
+    assert!(
+        store
+            .head(&Path::from("_results/bad-1.arrows"))
+            .await
+            .is_err()
+    );
+    // A missing CSV is an error too, never a panic.
+    let missing = conversions
+        .ensure_arrow(
+            &runtime,
+            store.clone(),
+            "_results/none-1.csv",
+            read_back_of(&batches, 0),
+        )
+        .await;
+    assert!(missing.is_err());
+}
+
+#[tokio::test]
+async fn a_small_csv_reads_back_in_memory() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let batches = vec![batch(0, 3)];
+    let csv = "_results/small-1.csv";
+    let size = csv_result(&store, csv, &batches).await;
+    let source = store.get(&Path::from(csv)).await.unwrap().into_stream();
+    let source = source.map(|c| c.map_err(std::io::Error::other)).boxed();
+    let read_back = read_back_of(&batches, size);
+    let writer = read_back_writer(
+        store.clone(),
+        "_results/small-1.arrows",
+        &read_back.schema,
+        ArrowCompression::Zstd,
+        size,
+    )
+    .await
+    .unwrap();
+    let copy = arrow_from_csv(source, read_back.schema, writer, 1 << 20)
+        .await
+        .unwrap();
+    let TypedCopy::InRow(bytes) = copy else {
+        panic!("a small copy stays in memory: {copy:?}");
+    };
+    let reader = StreamReader::try_new(std::io::Cursor::new(bytes), None).unwrap();
+    let rows: usize = reader.map(|b| b.unwrap().num_rows()).sum();
+    assert_eq!(rows, 3);
+    assert!(
+        store
+            .head(&Path::from("_results/small-1.arrows"))
+            .await
+            .is_err()
+    );
+}
