@@ -81,6 +81,11 @@ pub struct QueryConfig {
     /// How that Arrow copy's buffers are compressed (Arrow IPC's own body
     /// compression): `none`, `lz4` or `zstd`.
     pub typed_results_compression: ArrowCompression,
+    /// Whether every read writes its Arrow copy while it runs, as before
+    /// copies were read back from the CSV: for services whose callers
+    /// download most results as Arrow or Parquet, who then never wait for a
+    /// read-back, at the cost of every CSV read (docs/api.md).
+    pub typed_results_while_running: bool,
     /// A result whose CSV is at most this many bytes is kept in its job's
     /// row in the store instead of the lake (and its Arrow copy too, when
     /// that is as small): a small query then writes no file. A link to it
@@ -124,6 +129,7 @@ impl Default for QueryConfig {
             reuse_max_age_s: BTreeMap::new(),
             typed_results: true,
             typed_results_compression: ArrowCompression::default(),
+            typed_results_while_running: false,
             result_in_store_bytes: 64 * 1024,
             max_page_bytes: 64 << 20,
         }

@@ -23,7 +23,7 @@
 use std::sync::Arc;
 
 use datafusion::arrow::{
-    array::{ArrayRef, RecordBatch, StringBuilder},
+    array::{ArrayRef, Decimal128Builder, RecordBatch, StringBuilder},
     compute::{CastOptions, cast_with_options},
     datatypes::{DataType, Field, Schema, SchemaRef},
     error::ArrowError,
@@ -110,8 +110,102 @@ pub struct CsvReadBack {
     in_header: bool,
     column: usize,
     field: Vec<u8>,
-    builders: Vec<StringBuilder>,
+    builders: Vec<Column>,
     rows: usize,
+}
+
+/// One column's values as they are read: decimals parsed at once (Arrow's
+/// own text-to-decimal cast allocates per value), everything else as text
+/// cast to its type per batch.
+enum Column {
+    Text(StringBuilder),
+    Decimal(Decimal128Builder, i8),
+}
+
+impl Column {
+    fn for_type(data_type: &DataType) -> Self {
+        match data_type {
+            DataType::Decimal128(_, scale) => Column::Decimal(Decimal128Builder::new(), *scale),
+            _ => Column::Text(StringBuilder::new()),
+        }
+    }
+
+    fn append(&mut self, text: &str) -> Result<(), ArrowError> {
+        match self {
+            Column::Text(builder) => builder.append_value(text),
+            Column::Decimal(builder, scale) => {
+                let value = parse_decimal(text.as_bytes(), *scale).ok_or_else(|| {
+                    malformed(&format!("{text:?} is not a decimal of scale {scale}"))
+                })?;
+                builder.append_value(value);
+            }
+        }
+        Ok(())
+    }
+
+    fn append_null(&mut self) {
+        match self {
+            Column::Text(builder) => builder.append_null(),
+            Column::Decimal(builder, _) => builder.append_null(),
+        }
+    }
+
+    fn finish(&mut self, target: &DataType) -> Result<ArrayRef, ArrowError> {
+        match self {
+            Column::Text(builder) => {
+                let text: ArrayRef = Arc::new(builder.finish());
+                match target {
+                    DataType::Utf8 => Ok(text),
+                    target => {
+                        let options = CastOptions {
+                            safe: false,
+                            format_options: FormatOptions::default(),
+                        };
+                        cast_with_options(&text, target, &options)
+                    }
+                }
+            }
+            Column::Decimal(builder, _) => {
+                let values = builder.finish().with_data_type(target.clone());
+                if let DataType::Decimal128(precision, _) = target {
+                    values.validate_decimal_precision(*precision)?;
+                }
+                Ok(Arc::new(values))
+            }
+        }
+    }
+}
+
+/// A decimal's text as Arrow writes it (`-`, digits, and exactly `scale`
+/// digits after a point when `scale` is positive) as its unscaled value.
+fn parse_decimal(text: &[u8], scale: i8) -> Option<i128> {
+    let (negative, digits) = match text.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, text),
+    };
+    let (whole, fraction) = match usize::try_from(scale).ok().filter(|&s| s > 0) {
+        Some(scale) => {
+            let point = digits.len().checked_sub(scale + 1)?;
+            if digits[point] != b'.' {
+                return None;
+            }
+            (&digits[..point], &digits[point + 1..])
+        }
+        None => (digits, &digits[..0]),
+    };
+    if whole.is_empty() || whole.len() + fraction.len() > 39 {
+        return None;
+    }
+    let mut value: i128 = 0;
+    for &digit in whole.iter().chain(fraction) {
+        if !digit.is_ascii_digit() {
+            return None;
+        }
+        value = value
+            .checked_mul(10)?
+            .checked_add(i128::from(digit - b'0'))?;
+    }
+    Some(if negative { -value } else { value })
 }
 
 fn malformed(why: &str) -> ArrowError {
@@ -123,7 +217,7 @@ impl CsvReadBack {
         let builders = schema
             .fields()
             .iter()
-            .map(|_| StringBuilder::new())
+            .map(|field| Column::for_type(field.data_type()))
             .collect();
         Self {
             schema,
@@ -221,7 +315,7 @@ impl CsvReadBack {
             Some(()) => {
                 let text = std::str::from_utf8(&self.field)
                     .map_err(|_| malformed("a value that is not UTF-8"))?;
-                builder.append_value(text);
+                builder.append(text)?;
             }
             None => builder.append_null(),
         }
@@ -244,21 +338,11 @@ impl CsvReadBack {
 
     /// The rows read so far as a batch of the schema's types.
     fn take_batch(&mut self) -> Result<RecordBatch, ArrowError> {
-        let options = CastOptions {
-            safe: false,
-            format_options: FormatOptions::default(),
-        };
         let columns = self
             .builders
             .iter_mut()
             .zip(self.schema.fields())
-            .map(|(builder, field)| -> Result<ArrayRef, ArrowError> {
-                let text: ArrayRef = Arc::new(builder.finish());
-                match field.data_type() {
-                    DataType::Utf8 => Ok(text),
-                    target => cast_with_options(&text, target, &options),
-                }
-            })
+            .map(|(builder, field)| builder.finish(field.data_type()))
             .collect::<Result<Vec<_>, _>>()?;
         self.rows = 0;
         RecordBatch::try_new(self.schema.clone(), columns)

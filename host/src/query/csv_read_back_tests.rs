@@ -292,9 +292,46 @@ fn malformed_text_is_an_error_never_a_panic() {
         (b"\"a\",\"b\"\n\"1\"x,\"y\"\n", "after a closing quote"),
         (b"\"a\",\"b\"\n\"one\",\"x\"\n", "Cannot cast"),
         (b"\"a\",\"b\"\n\"1\",\"\xff\"\n", "not UTF-8"),
+        (
+            b"\"a\",\"b\"\n\"1\",\"x\"\n\"1\",\"y\"\n\"1\",\"z\"\n\"x",
+            "ends inside a line",
+        ),
         (b"", "no header line"),
     ] {
         let error = read_back(schema.clone(), csv, 3).unwrap_err().to_string();
         assert!(error.contains(why), "{why}: {error}");
     }
+}
+
+#[test]
+fn decimals_are_read_as_arrow_writes_them_and_nothing_else() {
+    assert_eq!(parse_decimal(b"123.45", 2), Some(12_345));
+    assert_eq!(parse_decimal(b"-0.05", 2), Some(-5));
+    assert_eq!(parse_decimal(b"7", 0), Some(7));
+    assert_eq!(parse_decimal(b"-99999", 0), Some(-99_999));
+    for (text, scale) in [
+        (&b"1.2"[..], 2),
+        (b"12", 2),
+        (b".05", 2),
+        (b"1,05", 2),
+        (b"1.x5", 2),
+        (b"1.5", 0),
+        (b"", 0),
+        (b"-", 0),
+        (b"--1", 0),
+        (b"1e5", 0),
+        (b"1234567890123456789012345678901234567890", 0),
+    ] {
+        assert_eq!(parse_decimal(text, scale), None, "{text:?}");
+    }
+    let schema = Arc::new(Schema::new(vec![Field::new(
+        "d",
+        DataType::Decimal128(3, 1),
+        true,
+    )]));
+    let error = read_back(schema.clone(), b"\"d\"\n\"1.x\"\n", 64).unwrap_err();
+    assert!(error.to_string().contains("not a decimal"), "{error}");
+    // More digits than the column's precision.
+    let error = read_back(schema, b"\"d\"\n\"1234.5\"\n", 64).unwrap_err();
+    assert!(error.to_string().contains("precision"), "{error}");
 }

@@ -23,7 +23,7 @@ use futures::StreamExt as _;
 use object_store::{ObjectStore, ObjectStoreExt as _, buffered::BufWriter, path::Path};
 
 use super::InternalCause;
-use crate::lake::{ResultFormat, result_file_path};
+use crate::lake;
 
 /// Rows per row group: DuckDB's own default, small enough that a reader
 /// ranging over the file fetches little and the writer holds little.
@@ -42,6 +42,12 @@ pub enum TypedResultError {
 impl From<object_store::Error> for TypedResultError {
     fn from(e: object_store::Error) -> Self {
         TypedResultError::Failed(InternalCause::new("object store", e))
+    }
+}
+
+impl From<std::io::Error> for TypedResultError {
+    fn from(e: std::io::Error) -> Self {
+        TypedResultError::Failed(InternalCause::new("reading the result", e))
     }
 }
 
@@ -75,12 +81,13 @@ pub async fn convert(
     arrow_path: &str,
     parquet_path: &str,
 ) -> Result<u64, TypedResultError> {
-    let source = match store.get(&Path::from(arrow_path)).await {
-        Ok(source) => source,
+    // A megabyte per read (object store's own stream reads a file on disk
+    // 8 KiB at a time).
+    let mut chunks = match lake::object_bytes(store.as_ref(), arrow_path, None).await {
+        Ok(chunks) => chunks,
         Err(object_store::Error::NotFound { .. }) => return Err(TypedResultError::NoTypedCopy),
         Err(e) => return Err(e.into()),
     };
-    let mut chunks = source.into_stream();
     let mut decoder = StreamDecoder::new();
     let target = Path::from(parquet_path);
     let mut writer: Option<AsyncArrowWriter<BufWriter>> = None;
@@ -134,7 +141,10 @@ mod tests {
     use object_store::memory::InMemory;
 
     use super::*;
-    use crate::query::{result_arrow::ArrowResultWriter, typed_conversions::TypedConversions};
+    use crate::{
+        lake::{ResultFormat, result_file_path},
+        query::{result_arrow::ArrowResultWriter, typed_conversions::TypedConversions},
+    };
 
     fn batch(start: i64, rows: i64) -> RecordBatch {
         let schema = Arc::new(Schema::new(vec![

@@ -21,7 +21,7 @@ use std::{
 };
 
 use bytes::Bytes;
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::{array::RecordBatch, datatypes::SchemaRef};
 use futures::{
     FutureExt as _, StreamExt as _,
     future::{BoxFuture, Shared},
@@ -37,7 +37,7 @@ use super::{
 };
 use crate::{
     config::ArrowCompression,
-    lake::{ResultFormat, result_file_path},
+    lake::{self, ResultFormat, result_file_path},
 };
 
 /// A CSV smaller than this reads back into an uncompressed copy: for a few
@@ -45,38 +45,61 @@ use crate::{
 /// runs, `result_arrow.rs`).
 const COMPRESS_FROM_CSV_BYTES: u64 = 64 * 1024;
 
+/// Batches read back and not yet written: the reader runs ahead of the
+/// writer (which encodes and compresses) by at most this many.
+const READ_AHEAD: usize = 2;
+
 /// Reads the CSV `source` back as `schema` into `writer`; a copy of at most
-/// `in_memory_limit` bytes is handed back, never uploaded.
+/// `in_memory_limit` bytes is handed back, never uploaded. The text is read
+/// on this task and the copy written on another, so reading and
+/// compressing run at once.
 pub async fn arrow_from_csv(
     mut source: BoxStream<'static, std::io::Result<Bytes>>,
     schema: SchemaRef,
     mut writer: ArrowResultWriter,
     in_memory_limit: usize,
 ) -> Result<TypedCopy, TypedResultError> {
-    let mut reader = CsvReadBack::new(schema);
-    let written: Result<(), TypedResultError> = async {
+    let (batches, mut to_write) = tokio::sync::mpsc::channel::<RecordBatch>(READ_AHEAD);
+    let writing = tokio::spawn(async move {
+        while let Some(batch) = to_write.recv().await {
+            if let Err(e) = writer.write(&batch).await {
+                writer.abort().await;
+                return Err(e);
+            }
+        }
+        Ok(writer)
+    });
+    let read: Result<(), TypedResultError> = async {
+        let mut reader = CsvReadBack::new(schema);
         while let Some(chunk) = source.next().await {
             let chunk =
                 chunk.map_err(|e| TypedResultError::Failed(InternalCause::new("result CSV", e)))?;
             for batch in reader.push(&chunk)? {
-                writer.write(&batch).await.map_err(copy_failed)?;
+                if batches.send(batch).await.is_err() {
+                    return Ok(()); // The writer failed: its outcome says why.
+                }
             }
         }
         if let Some(batch) = reader.finish()? {
-            writer.write(&batch).await.map_err(copy_failed)?;
+            let _ = batches.send(batch).await;
         }
         Ok(())
     }
     .await;
-    match written {
-        Ok(()) => writer
+    drop(batches);
+    let written = writing
+        .await
+        .map_err(|e| TypedResultError::Failed(InternalCause::new("arrow copy task", e)))?;
+    match (read, written) {
+        (Ok(()), Ok(writer)) => writer
             .finish_within(in_memory_limit)
             .await
             .map_err(copy_failed),
-        Err(e) => {
+        (Err(e), Ok(writer)) => {
             writer.abort().await;
             Err(e)
         }
+        (_, Err(e)) => Err(copy_failed(e)),
     }
 }
 
@@ -134,12 +157,9 @@ impl TypedConversions {
             let store = store.clone();
             let arrow_path = arrow_path.clone();
             async move {
-                let source = store
-                    .get(&Path::from(csv_path.as_str()))
-                    .await?
-                    .into_stream()
-                    .map(|chunk| chunk.map_err(std::io::Error::other))
-                    .boxed();
+                // A megabyte per read (object store's own stream reads a
+                // file on disk 8 KiB at a time).
+                let source = lake::object_bytes(store.as_ref(), &csv_path, None).await?;
                 let ReadBack {
                     schema,
                     compression,

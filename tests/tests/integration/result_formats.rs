@@ -862,6 +862,19 @@ async fn typed_copies_are_read_back_or_written_as_the_columns_need_and_parquet_w
     let arrow_path = format!("_results/{}", key.replace(".csv", ".arrows"));
     assert!(app.lake_has(&arrow_path).await, "written while it ran");
 
+    // An operator may have every read write its copy as it runs.
+    let (app, token) = typed_app(|c| {
+        c.query.result_in_store_bytes = 0;
+        c.query.typed_results_while_running = true;
+    })
+    .await;
+    let id = succeeded(&app, &token, "SELECT id FROM typed").await;
+    let location = link(&app, &token, &id, None).await;
+    let key = location.split("/_results/").nth(1).unwrap();
+    let key = key.split('?').next().unwrap();
+    let arrow_path = format!("_results/{}", key.replace(".csv", ".arrows"));
+    assert!(app.lake_has(&arrow_path).await, "written while it ran");
+
     // A statement's result (CREATE TABLE AS: its row count) has them too.
     let id = succeeded(
         &app,

@@ -271,10 +271,13 @@ impl QueryJobs {
         let id = id.to_string();
         let target = ResultTarget {
             csv_path: result_path.to_string(),
-            typed: if self.limits.typed_results {
-                TypedCopies::OnRequest(self.limits.typed_results_compression)
-            } else {
-                TypedCopies::Never
+            typed: match (
+                self.limits.typed_results,
+                self.limits.typed_results_while_running,
+            ) {
+                (false, _) => TypedCopies::Never,
+                (true, false) => TypedCopies::OnRequest(self.limits.typed_results_compression),
+                (true, true) => TypedCopies::WhileRunning(self.limits.typed_results_compression),
             },
             in_row_limit: self.limits.result_in_store_bytes,
         };
