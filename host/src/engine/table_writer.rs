@@ -32,7 +32,7 @@ use datafusion::{
         row::{RowConverter, SortField},
     },
     common::HashMap,
-    parquet::arrow::AsyncArrowWriter,
+    parquet::{arrow::AsyncArrowWriter, file::properties::WriterProperties},
 };
 use object_store::{ObjectStore, ObjectStoreExt as _, buffered::BufWriter, path::Path};
 use tokio::{sync::mpsc, task::JoinHandle};
@@ -47,6 +47,23 @@ pub const MAX_PARTITIONS: usize = 1000;
 /// buffers) of one write's open files may hold between them; each file's
 /// share is this over the files open.
 pub const BUFFERED_BYTES: usize = 256 << 20;
+
+/// The largest dictionary a column chunk of a lake file keeps before its
+/// values are written plain: a quarter of parquet's default (1 MiB). A
+/// column of few values (flags, dates, codes) stays dictionary-encoded; one
+/// of many (keys, prices, comments) stops hashing its values four times
+/// sooner. On TPC-H lineitem this encodes in about 15% less time for 3%
+/// larger files (bench/README.md).
+const DICTIONARY_PAGE_BYTES: usize = 256 << 10;
+
+/// How lake files are encoded: parquet's defaults (uncompressed, page
+/// statistics and the page index, dictionaries) but for the dictionary
+/// limit above.
+fn lake_file_properties() -> WriterProperties {
+    WriterProperties::builder()
+        .set_dictionary_page_size_limit(DICTIONARY_PAGE_BYTES)
+        .build()
+}
 
 /// Batches waiting for one file's encoder.
 const QUEUED_BATCHES: usize = 2;
@@ -318,7 +335,11 @@ impl TableWriter {
                 UPLOAD_PART_BYTES,
             )
             .with_max_concurrency(UPLOADING_PARTS);
-            let writer = AsyncArrowWriter::try_new(object, self.file_schema.clone(), None)?;
+            let writer = AsyncArrowWriter::try_new(
+                object,
+                self.file_schema.clone(),
+                Some(lake_file_properties()),
+            )?;
             let (batches, queue) = mpsc::channel(QUEUED_BATCHES);
             self.open_count.fetch_add(1, Ordering::Relaxed);
             let share = Share {

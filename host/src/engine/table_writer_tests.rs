@@ -207,3 +207,39 @@ async fn row_groups_are_written_out_once_the_files_hold_their_share_of_memory() 
     }
     assert_eq!(files.iter().map(|f| f.row_count).sum::<i64>(), 204_800);
 }
+
+#[tokio::test]
+async fn a_column_of_many_values_stops_its_dictionary_at_a_quarter_megabyte() {
+    let store = Arc::new(InMemory::new());
+    let mut writer = writer(&store, ServiceClientScope::All);
+    // 100,000 distinct values (800 KB as a dictionary): parquet's default
+    // limit (1 MiB) would keep them all in the dictionary.
+    let rows = 8192;
+    for start in (0..100_000i64).step_by(rows) {
+        let n: Vec<i64> = (start..(start + rows as i64).min(100_000)).collect();
+        let count = n.len();
+        writer
+            .write(&batch(&vec![Some(1); count], &vec![Some("eu"); count], &n))
+            .await
+            .unwrap();
+    }
+    let files = writer.finish().await.unwrap();
+    assert_eq!(files.len(), 1);
+    let (n, _) = values(&store, &files[0].path).await;
+    assert_eq!(n, (0..100_000).collect::<Vec<_>>());
+    let bytes = store
+        .get(&Path::from(files[0].path.as_str()))
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).unwrap();
+    let chunk = builder.metadata().row_group(0).column(0);
+    let dictionary = chunk.dictionary_page_offset().expect("a dictionary page");
+    let dictionary_bytes = chunk.data_page_offset() - dictionary;
+    assert!(
+        (200_000..=300_000).contains(&dictionary_bytes),
+        "a dictionary of {dictionary_bytes} bytes"
+    );
+}
