@@ -78,6 +78,7 @@ FINAL_STATES = ("SUCCEEDED", "FAILED", "CANCELLED")
 # The small queries timed one by one: where one round trip matters.
 SMALL_QUERIES = {
     "SELECT 1": "SELECT 1",
+    "count(*)": "SELECT count(*) FROM lineitem",
     "point lookup": "SELECT o_orderkey, o_custkey, o_totalprice FROM orders WHERE o_orderkey = 4242",
 }
 

@@ -827,15 +827,7 @@ async fn typed_copies_are_read_back_or_written_as_the_columns_need_and_parquet_w
     // in the store's row: the next test).
     let (app, token) = typed_app(|c| c.query.result_in_store_bytes = 0).await;
     let id = succeeded(&app, &token, "SELECT id FROM typed").await;
-    let location = link(&app, &token, &id, None).await;
-    let key = location
-        .split("/_results/")
-        .nth(1)
-        .unwrap()
-        .split('?')
-        .next()
-        .unwrap();
-    let csv_path = format!("_results/{key}");
+    let csv_path = csv_path_of(&app, &token, &id).await;
     let arrow_path = csv_path.replace(".csv", ".arrows");
     let parquet_path = csv_path.replace(".csv", ".parquet");
     // An integer column reads back from the CSV: its query wrote no typed
@@ -856,10 +848,9 @@ async fn typed_copies_are_read_back_or_written_as_the_columns_need_and_parquet_w
     // A timestamp's CSV keeps milliseconds: its query writes the copy as it
     // runs.
     let id = succeeded(&app, &token, "SELECT id, at FROM typed").await;
-    let location = link(&app, &token, &id, None).await;
-    let key = location.split("/_results/").nth(1).unwrap();
-    let key = key.split('?').next().unwrap();
-    let arrow_path = format!("_results/{}", key.replace(".csv", ".arrows"));
+    let arrow_path = csv_path_of(&app, &token, &id)
+        .await
+        .replace(".csv", ".arrows");
     assert!(app.lake_has(&arrow_path).await, "written while it ran");
 
     // An operator may have every read write its copy as it runs.
@@ -869,10 +860,9 @@ async fn typed_copies_are_read_back_or_written_as_the_columns_need_and_parquet_w
     })
     .await;
     let id = succeeded(&app, &token, "SELECT id FROM typed").await;
-    let location = link(&app, &token, &id, None).await;
-    let key = location.split("/_results/").nth(1).unwrap();
-    let key = key.split('?').next().unwrap();
-    let arrow_path = format!("_results/{}", key.replace(".csv", ".arrows"));
+    let arrow_path = csv_path_of(&app, &token, &id)
+        .await
+        .replace(".csv", ".arrows");
     assert!(app.lake_has(&arrow_path).await, "written while it ran");
 
     // A statement's result (CREATE TABLE AS: its row count) has them too.
@@ -907,6 +897,13 @@ async fn typed_copies_are_read_back_or_written_as_the_columns_need_and_parquet_w
     assert_eq!(done["status"]["state"], "FAILED", "{done}");
     let left = result_files_of(&app, &id);
     assert!(left.is_empty(), "{left:?}");
+}
+
+/// The lake path of query `id`'s result CSV, from its link.
+async fn csv_path_of(app: &TestApp, token: &str, id: &str) -> String {
+    let location = link(app, token, id, None).await;
+    let key = location.split("/_results/").nth(1).unwrap();
+    format!("_results/{}", key.split('?').next().unwrap())
 }
 
 /// The names of the files of query `id`'s result in a lake on disk.
