@@ -821,6 +821,38 @@ async fn a_result_kept_without_its_typed_copy_answers_409_and_still_serves_csv()
     assert_eq!(status, StatusCode::OK);
 }
 
+/// A result whose columns do not read back from its CSV (a timestamp) and
+/// whose copy is gone answers the 409, makes nothing, and still serves its
+/// CSV: it is never read back with the wrong type.
+#[tokio::test]
+async fn a_lost_copy_of_a_result_that_does_not_read_back_is_409_and_nothing_is_made() {
+    let (app, token) = typed_app(|c| c.query.result_in_store_bytes = 0).await;
+    let id = succeeded(&app, &token, "SELECT id, at FROM typed ORDER BY id").await;
+    let csv_path = csv_path_of(&app, &token, &id).await;
+    let lake = app.data_dir.join("lake");
+    let arrow_file = lake.join(csv_path.replace(".csv", ".arrows"));
+    std::fs::remove_file(&arrow_file).expect("the copy was written while it ran");
+    let message = format!(
+        "Query {id} has no typed copy of its result: it ran before typed results were kept, or \
+         while this service kept none. Its result is available as CSV and as JSON pages; run the \
+         query again for Arrow or Parquet."
+    );
+    let result = format!("{QUERY}/{id}/result");
+    for accept in [ARROW, PARQUET] {
+        let (status, body) =
+            read(get_with(&app, &token, &result, &[("Accept", accept)]).await).await;
+        assert_eq!(
+            (status, body),
+            (StatusCode::CONFLICT, json!({ "message": message })),
+            "{accept}"
+        );
+    }
+    assert!(!arrow_file.exists(), "nothing read back");
+    assert!(!lake.join(csv_path.replace(".csv", ".parquet")).exists());
+    let rows = csv_rows(&app, &token, &id).await;
+    assert_eq!(rows.len(), ROWS + 1, "the CSV, header and rows");
+}
+
 #[tokio::test]
 async fn typed_copies_are_read_back_or_written_as_the_columns_need_and_parquet_when_asked() {
     // Every result in the lake, however small (else this one's rows stay

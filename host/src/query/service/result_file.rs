@@ -137,22 +137,18 @@ impl QueryResults {
                 }
                 self.arrow_in_lake(job, &csv_path).await?
             }
-            (ResultFormat::Parquet, _) => {
-                let arrow_path = result_file_path(&csv_path, ResultFormat::Arrow);
-                match self.result_in_row(job, ResultFormat::Arrow).await? {
-                    Some(arrow) => self.write_to_lake(&arrow_path, arrow).await?,
-                    None => match self.arrow_read_back_in_row(job).await? {
-                        Some(arrow) => self.write_to_lake(&arrow_path, arrow).await?,
-                        None => {
-                            self.arrow_in_lake(job, &csv_path).await?;
-                        }
-                    },
+            (ResultFormat::Parquet, _) => match store.head(&Path::from(path.as_str())).await {
+                // Made by an earlier request: nothing to read or convert.
+                Ok(meta) => meta.size,
+                Err(object_store::Error::NotFound { .. }) => {
+                    self.arrow_for_parquet(job, &csv_path).await?;
+                    self.conversions
+                        .ensure_parquet(self.engine.handle(), store.clone(), &csv_path)
+                        .await
+                        .map_err(|e| typed_error(id, e))?
                 }
-                self.conversions
-                    .ensure_parquet(self.engine.handle(), store.clone(), &csv_path)
-                    .await
-                    .map_err(|e| typed_error(id, e))?
-            }
+                Err(e) => return Err(QueryError::internal("result file", e)),
+            },
         };
         Ok(ResultFile {
             format,
@@ -181,17 +177,35 @@ impl QueryResults {
     async fn arrow_in_lake(&self, job: &QueryJob, csv_path: &str) -> Result<u64, QueryError> {
         let id = job.query.id.as_str();
         let store = self.lake.object_store();
+        // A result that reads back: `ensure_arrow` finds the copy or makes it.
+        if let Some(read_back) = self.read_back(job) {
+            return self
+                .conversions
+                .ensure_arrow(self.engine.handle(), store, csv_path, read_back)
+                .await
+                .map_err(|e| typed_error(id, e));
+        }
         let arrow_path = result_file_path(csv_path, ResultFormat::Arrow);
         match store.head(&Path::from(arrow_path.as_str())).await {
-            Ok(meta) => return Ok(meta.size),
-            Err(object_store::Error::NotFound { .. }) => {}
-            Err(e) => return Err(QueryError::internal("result file", e)),
+            Ok(meta) => Ok(meta.size),
+            Err(object_store::Error::NotFound { .. }) => Err(no_typed_copy(id)),
+            Err(e) => Err(QueryError::internal("result file", e)),
         }
-        let read_back = self.read_back(job).ok_or_else(|| no_typed_copy(id))?;
-        self.conversions
-            .ensure_arrow(self.engine.handle(), store, csv_path, read_back)
-            .await
-            .map_err(|e| typed_error(id, e))
+    }
+
+    /// Puts `job`'s Arrow copy in the lake for its Parquet copy to be made
+    /// from: from its row (kept, or read back from the row's CSV), or
+    /// found or read back in the lake.
+    async fn arrow_for_parquet(&self, job: &QueryJob, csv_path: &str) -> Result<(), QueryError> {
+        let arrow_path = result_file_path(csv_path, ResultFormat::Arrow);
+        let in_row = match self.result_in_row(job, ResultFormat::Arrow).await? {
+            Some(arrow) => Some(arrow),
+            None => self.arrow_read_back_in_row(job).await?,
+        };
+        match in_row {
+            Some(arrow) => self.write_to_lake(&arrow_path, arrow).await,
+            None => self.arrow_in_lake(job, csv_path).await.map(|_| ()),
+        }
     }
 
     /// The Arrow copy of a small result whose CSV its row keeps (and not
