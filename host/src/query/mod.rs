@@ -14,6 +14,7 @@ mod internal;
 pub mod ipc_batches;
 pub(crate) mod page_tokens;
 pub mod parameters;
+mod parquet_row_groups;
 pub mod prepare;
 mod recent_results;
 pub mod result;

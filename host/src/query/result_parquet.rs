@@ -2,8 +2,9 @@
 //! (`result_arrow.rs`) the first time it is asked for and kept beside it
 //! (`<query>-<attempt>.parquet`), so that its link has a length and answers
 //! ranges like any stored file. The Arrow stream is read and the Parquet file
-//! written a batch at a time: neither is ever whole in memory (the Parquet
-//! writer holds one row group, `ROW_GROUP_ROWS` rows, encoded).
+//! written a batch at a time: neither is ever whole in memory. Row groups of
+//! `ROW_GROUP_ROWS` rows are encoded a few at once on blocking threads
+//! (`parquet_row_groups.rs`), so a conversion uses every core.
 //!
 //! `typed_conversions.rs` runs each conversion once per replica, on a task
 //! of its own.
@@ -13,7 +14,6 @@ use std::sync::Arc;
 use datafusion::{
     arrow::{buffer::Buffer, error::ArrowError, ipc::reader::StreamDecoder},
     parquet::{
-        arrow::AsyncArrowWriter,
         basic::{Compression, ZstdLevel},
         errors::ParquetError,
         file::properties::WriterProperties,
@@ -22,7 +22,7 @@ use datafusion::{
 use futures::StreamExt as _;
 use object_store::{ObjectStore, ObjectStoreExt as _, buffered::BufWriter, path::Path};
 
-use super::InternalCause;
+use super::{InternalCause, parquet_row_groups::ParquetRowGroupWriter};
 use crate::lake;
 
 /// Rows per row group: DuckDB's own default, small enough that a reader
@@ -70,7 +70,6 @@ impl From<ParquetError> for TypedResultError {
 fn writer_properties() -> WriterProperties {
     WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::default()))
-        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
         .build()
 }
 
@@ -90,7 +89,7 @@ pub async fn convert(
     };
     let mut decoder = StreamDecoder::new();
     let target = Path::from(parquet_path);
-    let mut writer: Option<AsyncArrowWriter<BufWriter>> = None;
+    let mut writer: Option<ParquetRowGroupWriter> = None;
     let outcome: Result<(), TypedResultError> = async {
         while let Some(chunk) = chunks.next().await {
             let mut buffer = Buffer::from(chunk?);
@@ -100,10 +99,11 @@ pub async fn convert(
                     && let Some(schema) = decoder.schema()
                 {
                     let upload = BufWriter::new(store.clone(), target.clone());
-                    writer = Some(AsyncArrowWriter::try_new(
+                    writer = Some(ParquetRowGroupWriter::try_new(
                         upload,
                         schema,
-                        Some(writer_properties()),
+                        writer_properties(),
+                        ROW_GROUP_ROWS,
                     )?);
                 }
                 if let (Some(batch), Some(writer)) = (batch, writer.as_mut()) {
