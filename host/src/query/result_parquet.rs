@@ -1,5 +1,6 @@
 //! The Parquet copy of a result, made from its Arrow copy
-//! (`result_arrow.rs`) the first time it is asked for and kept beside it
+//! (`result_arrow.rs`), or straight from its CSV when its columns read back
+//! and it has no Arrow copy yet, the first time it is asked for and kept beside it
 //! (`<query>-<attempt>.parquet`), so that its link has a length and answers
 //! ranges like any stored file. The Arrow stream is read and the Parquet file
 //! written a batch at a time: neither is ever whole in memory. Row groups of
@@ -12,7 +13,7 @@
 use std::sync::Arc;
 
 use datafusion::{
-    arrow::{buffer::Buffer, error::ArrowError, ipc::reader::StreamDecoder},
+    arrow::{buffer::Buffer, datatypes::SchemaRef, error::ArrowError, ipc::reader::StreamDecoder},
     parquet::{
         basic::{Compression, ZstdLevel},
         errors::ParquetError,
@@ -22,7 +23,7 @@ use datafusion::{
 use futures::StreamExt as _;
 use object_store::{ObjectStore, ObjectStoreExt as _, buffered::BufWriter, path::Path};
 
-use super::{InternalCause, parquet_row_groups::ParquetRowGroupWriter};
+use super::{InternalCause, csv_read_back::CsvReadBack, parquet_row_groups::ParquetRowGroupWriter};
 use crate::lake;
 
 /// Rows per row group: DuckDB's own default, small enough that a reader
@@ -71,6 +72,39 @@ fn writer_properties() -> WriterProperties {
     WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::default()))
         .build()
+}
+
+/// Writes the Parquet copy of a result whose columns read back from its CSV
+/// straight from the CSV at `csv_path` (no Arrow copy is made on the way);
+/// returns its size. The text is parsed on this task while row groups are
+/// encoded on blocking threads.
+pub async fn from_csv(
+    store: Arc<dyn ObjectStore>,
+    csv_path: &str,
+    schema: SchemaRef,
+    parquet_path: &str,
+) -> Result<u64, TypedResultError> {
+    let mut chunks = lake::object_bytes(store.as_ref(), csv_path, None).await?;
+    let target = Path::from(parquet_path);
+    let upload = BufWriter::new(store.clone(), target.clone());
+    let mut writer = ParquetRowGroupWriter::try_new(
+        upload,
+        schema.clone(),
+        writer_properties(),
+        ROW_GROUP_ROWS,
+    )?;
+    let mut reader = CsvReadBack::new(schema);
+    while let Some(chunk) = chunks.next().await {
+        for batch in reader.push(&chunk?)? {
+            writer.write(&batch).await?;
+        }
+    }
+    if let Some(batch) = reader.finish()? {
+        writer.write(&batch).await?;
+    }
+    // Any error above drops the writer unfinished: no file appears.
+    writer.close().await?;
+    Ok(store.head(&target).await?.size)
 }
 
 /// Writes the Parquet copy of the Arrow stream at `arrow_path` to

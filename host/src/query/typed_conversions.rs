@@ -1,6 +1,7 @@
 //! Typed copies made on first request, and kept: the Arrow copy of a result
 //! read back from its CSV (`csv_read_back.rs`), and the Parquet copy made
-//! from the Arrow copy (`result_parquet.rs`).
+//! from the Arrow copy, or read back from the CSV when there is no Arrow
+//! copy (`result_parquet.rs`).
 //!
 //! A query whose columns read back from their CSV writes the CSV alone
 //! while it runs (the spec's path pays nothing for the typed forms); the
@@ -192,6 +193,30 @@ impl TypedConversions {
             let store = store.clone();
             let parquet_path = parquet_path.clone();
             async move { result_parquet::convert(store, &arrow_path, &parquet_path).await }.boxed()
+        };
+        self.ensure(runtime, store, parquet_path, make).await
+    }
+
+    /// The size of the Parquet copy of the result whose CSV is at
+    /// `csv_path` and whose columns read back as `schema`, read straight
+    /// from the CSV now on `runtime` if it is not there yet (or joined, also
+    /// by a request making it from the Arrow copy). For a result with no
+    /// Arrow copy: making one first would encode and compress every row
+    /// once more.
+    pub async fn ensure_parquet_read_back(
+        &self,
+        runtime: &tokio::runtime::Handle,
+        store: Arc<dyn ObjectStore>,
+        csv_path: &str,
+        schema: SchemaRef,
+    ) -> Result<u64, TypedResultError> {
+        let parquet_path = result_file_path(csv_path, ResultFormat::Parquet);
+        let csv_path = csv_path.to_string();
+        let make = {
+            let store = store.clone();
+            let parquet_path = parquet_path.clone();
+            async move { result_parquet::from_csv(store, &csv_path, schema, &parquet_path).await }
+                .boxed()
         };
         self.ensure(runtime, store, parquet_path, make).await
     }

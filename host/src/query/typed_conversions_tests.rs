@@ -10,6 +10,7 @@ use datafusion::arrow::{
     datatypes::{DataType, Field, Schema},
     ipc::reader::StreamReader,
 };
+use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use object_store::memory::InMemory;
 
 use super::*;
@@ -201,4 +202,84 @@ async fn a_small_csv_reads_back_in_memory() {
             .await
             .is_err()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parquet_copy_read_straight_from_the_csv_holds_the_query_rows() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let batches: Vec<_> = (0..13).map(|i| batch(i * 20_000, 20_000)).collect();
+    let csv = "_results/p-1.csv";
+    let csv_bytes = csv_result(&store, csv, &batches).await;
+    let schema = read_back_of(&batches, csv_bytes).schema;
+    let conversions = TypedConversions::default();
+    let runtime = tokio::runtime::Handle::current();
+    let (first, second) = tokio::join!(
+        conversions.ensure_parquet_read_back(&runtime, store.clone(), csv, schema.clone()),
+        conversions.ensure_parquet(&runtime, store.clone(), csv),
+    );
+    let size = first.unwrap();
+    assert_eq!(second.unwrap(), size, "the second asker joins the first");
+    assert!(
+        store
+            .head(&Path::from("_results/p-1.arrows"))
+            .await
+            .is_err(),
+        "no Arrow copy is made on the way"
+    );
+    let bytes = store
+        .get(&Path::from("_results/p-1.parquet"))
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(bytes.len() as u64, size);
+    let reader = ParquetRecordBatchReaderBuilder::try_new(bytes).unwrap();
+    assert_eq!(reader.metadata().num_row_groups(), 3, "122,880-row groups");
+    assert_eq!(reader.schema(), &schema);
+    let read: Vec<RecordBatch> = reader.build().unwrap().map(Result::unwrap).collect();
+    let back = concat_batches(&schema, &read).unwrap();
+    let all = concat_batches(&batches[0].schema(), &batches).unwrap();
+    assert_eq!(back.num_rows(), 260_000);
+    for (i, (left, right)) in all.columns().iter().zip(back.columns()).enumerate() {
+        let left = datafusion::arrow::compute::cast(left, right.data_type()).unwrap();
+        assert_eq!(&left, right, "column {i}");
+    }
+}
+
+#[tokio::test]
+async fn a_csv_that_does_not_read_back_leaves_no_parquet_file() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let batches = vec![batch(0, 10)];
+    let csv = "_results/badp-1.csv";
+    // Good rows first, then a price that is no decimal.
+    let mut text = String::from("\"id\",\"price\",\"day\",\"name\"\n");
+    for i in 0..50_000 {
+        text.push_str(&format!("\"{i}\",\"1.25\",\"2020-01-01\",\"n\"\n"));
+    }
+    text.push_str("\"1\",\"x\",,\n");
+    store
+        .put(&Path::from(csv), Bytes::from(text).into())
+        .await
+        .unwrap();
+    let schema = read_back_of(&batches, 0).schema;
+    let conversions = TypedConversions::default();
+    let runtime = tokio::runtime::Handle::current();
+    let outcome = conversions
+        .ensure_parquet_read_back(&runtime, store.clone(), csv, schema.clone())
+        .await;
+    assert!(
+        matches!(outcome, Err(TypedResultError::Failed(_))),
+        "{outcome:?}"
+    );
+    assert!(
+        store
+            .head(&Path::from("_results/badp-1.parquet"))
+            .await
+            .is_err()
+    );
+    let missing = conversions
+        .ensure_parquet_read_back(&runtime, store.clone(), "_results/none-1.csv", schema)
+        .await;
+    assert!(missing.is_err());
 }

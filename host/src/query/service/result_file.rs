@@ -95,9 +95,9 @@ fn typed_error(id: &str, error: TypedResultError) -> QueryError {
 impl QueryResults {
     /// The result of `job`, the caller's, in `format`: the CSV; the Arrow
     /// copy, written while it ran or read back from the CSV on first
-    /// request (`typed_conversions.rs`); the Parquet copy, made from the
-    /// Arrow copy on first request (`result_parquet.rs`). Each from the
-    /// job's row when it keeps it.
+    /// request (`typed_conversions.rs`); the Parquet copy, made on first
+    /// request from the Arrow copy or read back from the CSV
+    /// (`result_parquet.rs`). Each from the job's row when it keeps it.
     pub async fn result_file(
         &self,
         caller: &LakeCaller,
@@ -141,11 +141,7 @@ impl QueryResults {
                 // Made by an earlier request: nothing to read or convert.
                 Ok(meta) => meta.size,
                 Err(object_store::Error::NotFound { .. }) => {
-                    self.arrow_for_parquet(job, &csv_path).await?;
-                    self.conversions
-                        .ensure_parquet(self.engine.handle(), store.clone(), &csv_path)
-                        .await
-                        .map_err(|e| typed_error(id, e))?
+                    self.parquet_in_lake(job, &csv_path).await?
                 }
                 Err(e) => return Err(QueryError::internal("result file", e)),
             },
@@ -191,6 +187,40 @@ impl QueryResults {
             Err(object_store::Error::NotFound { .. }) => Err(no_typed_copy(id)),
             Err(e) => Err(QueryError::internal("result file", e)),
         }
+    }
+
+    /// Makes `job`'s Parquet copy in the lake (once per replica at a time):
+    /// straight from its CSV when its columns read back and it has no Arrow
+    /// copy yet, else from its Arrow copy (put in the lake first).
+    async fn parquet_in_lake(&self, job: &QueryJob, csv_path: &str) -> Result<u64, QueryError> {
+        let id = job.query.id.as_str();
+        let store = self.lake.object_store();
+        let kept_in_row = job.in_row.csv_bytes.is_some() || job.in_row.arrow_bytes.is_some();
+        if !kept_in_row && let Some(read_back) = self.read_back(job) {
+            let arrow_path = result_file_path(csv_path, ResultFormat::Arrow);
+            match store.head(&Path::from(arrow_path.as_str())).await {
+                // Read back already: converting it skips parsing the text.
+                Ok(_) => {}
+                Err(object_store::Error::NotFound { .. }) => {
+                    return self
+                        .conversions
+                        .ensure_parquet_read_back(
+                            self.engine.handle(),
+                            store,
+                            csv_path,
+                            read_back.schema,
+                        )
+                        .await
+                        .map_err(|e| typed_error(id, e));
+                }
+                Err(e) => return Err(QueryError::internal("result file", e)),
+            }
+        }
+        self.arrow_for_parquet(job, csv_path).await?;
+        self.conversions
+            .ensure_parquet(self.engine.handle(), store, csv_path)
+            .await
+            .map_err(|e| typed_error(id, e))
     }
 
     /// Puts `job`'s Arrow copy in the lake for its Parquet copy to be made
