@@ -5,19 +5,23 @@
 //! Most of a big CSV result's CPU is this text, so the common columns take
 //! short paths that give the very same bytes as Arrow's formatter: strings
 //! are copied from the array (no formatting, quotes doubled); dates of
-//! years 0-9999 are written digit by digit; numbers, decimals, dates,
-//! times and timestamps, whose text cannot hold a quote, are formatted
-//! straight into the output. Anything else (lists, structs, binary,
-//! intervals) is formatted, then quoted.
+//! years 0-9999 are written digit by digit; integers, and 128-bit decimals
+//! of scale 0 and up, are written from their digits (`itoa`) with the point
+//! put in; other numbers, dates, times and timestamps, whose text cannot
+//! hold a quote, are formatted straight into the output. Anything else
+//! (lists, structs, binary, intervals) is formatted, then quoted.
 
 use std::fmt::Write as _;
 
 use datafusion::arrow::{
     array::{
-        Array, AsArray as _, Date32Array, LargeStringArray, RecordBatch, StringArray,
-        StringViewArray,
+        Array, AsArray as _, Date32Array, Decimal128Array, LargeStringArray, RecordBatch,
+        StringArray, StringViewArray,
     },
-    datatypes::DataType,
+    datatypes::{
+        DataType, Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type, UInt16Type, UInt32Type,
+        UInt64Type,
+    },
     error::ArrowError,
     util::display::{ArrayFormatter, FormatOptions},
 };
@@ -60,10 +64,91 @@ enum Cells<'a> {
     LargeUtf8(&'a LargeStringArray),
     Utf8View(&'a StringViewArray),
     Dates(&'a Date32Array, ArrayFormatter<'a>),
+    Integers(Integers<'a>),
+    /// With the formatter for the values it does not show as they are.
+    Decimals(&'a Decimal128Array, u8, i8, ArrayFormatter<'a>),
     /// Text that cannot hold a quote: written as it is formatted.
     QuoteFree(ArrayFormatter<'a>),
     /// Anything else: formatted, then quoted.
     Formatted(ArrayFormatter<'a>),
+}
+
+/// An integer column's values.
+enum Integers<'a> {
+    I8(&'a [i8]),
+    I16(&'a [i16]),
+    I32(&'a [i32]),
+    I64(&'a [i64]),
+    U8(&'a [u8]),
+    U16(&'a [u16]),
+    U32(&'a [u32]),
+    U64(&'a [u64]),
+}
+
+impl<'a> Integers<'a> {
+    fn of(column: &'a dyn Array) -> Option<Self> {
+        Some(match column.data_type() {
+            DataType::Int8 => Self::I8(column.as_primitive::<Int8Type>().values()),
+            DataType::Int16 => Self::I16(column.as_primitive::<Int16Type>().values()),
+            DataType::Int32 => Self::I32(column.as_primitive::<Int32Type>().values()),
+            DataType::Int64 => Self::I64(column.as_primitive::<Int64Type>().values()),
+            DataType::UInt8 => Self::U8(column.as_primitive::<UInt8Type>().values()),
+            DataType::UInt16 => Self::U16(column.as_primitive::<UInt16Type>().values()),
+            DataType::UInt32 => Self::U32(column.as_primitive::<UInt32Type>().values()),
+            DataType::UInt64 => Self::U64(column.as_primitive::<UInt64Type>().values()),
+            _ => return None,
+        })
+    }
+
+    fn push(&self, row: usize, digits: &mut itoa::Buffer, out: &mut Vec<u8>) {
+        let text = match self {
+            Self::I8(values) => digits.format(values[row]),
+            Self::I16(values) => digits.format(values[row]),
+            Self::I32(values) => digits.format(values[row]),
+            Self::I64(values) => digits.format(values[row]),
+            Self::U8(values) => digits.format(values[row]),
+            Self::U16(values) => digits.format(values[row]),
+            Self::U32(values) => digits.format(values[row]),
+            Self::U64(values) => digits.format(values[row]),
+        };
+        out.extend_from_slice(text.as_bytes());
+    }
+}
+
+/// Writes the decimal of unscaled `value` as Arrow shows it: its digits,
+/// the point `scale` digits from the right (zeros put before them when they
+/// are fewer), a leading `-`. `false` (nothing written) for a negative
+/// scale, and for a value of more digits than `precision`, which Arrow's
+/// formatter cuts short.
+fn push_decimal(
+    out: &mut Vec<u8>,
+    value: i128,
+    (precision, scale): (u8, i8),
+    digits: &mut itoa::Buffer,
+) -> bool {
+    let Ok(scale) = usize::try_from(scale) else {
+        return false;
+    };
+    let text = digits.format(value.unsigned_abs()).as_bytes();
+    if text.len() > usize::from(precision) {
+        return false;
+    }
+    if value < 0 {
+        out.push(b'-');
+    }
+    if scale == 0 {
+        out.extend_from_slice(text);
+    } else if text.len() > scale {
+        let (whole, fraction) = text.split_at(text.len() - scale);
+        out.extend_from_slice(whole);
+        out.push(b'.');
+        out.extend_from_slice(fraction);
+    } else {
+        out.extend_from_slice(b"0.");
+        out.resize(out.len() + scale - text.len(), b'0');
+        out.extend_from_slice(text);
+    }
+    true
 }
 
 /// Types whose display text never holds a `"`.
@@ -128,6 +213,17 @@ pub fn encode_rows(batch: &RecordBatch, out: &mut Vec<u8>) -> Result<(), ArrowEr
                 DataType::Utf8 => Cells::Utf8(column.as_string()),
                 DataType::LargeUtf8 => Cells::LargeUtf8(column.as_string()),
                 DataType::Utf8View => Cells::Utf8View(column.as_string_view()),
+                data_type if data_type.is_integer() => {
+                    Cells::Integers(Integers::of(column.as_ref()).ok_or_else(|| {
+                        ArrowError::NotYetImplemented(format!("{data_type} as CSV text"))
+                    })?)
+                }
+                DataType::Decimal128(precision, scale) => Cells::Decimals(
+                    column.as_primitive(),
+                    *precision,
+                    *scale,
+                    ArrayFormatter::try_new(column.as_ref(), &options)?,
+                ),
                 data_type => {
                     let formatter = ArrayFormatter::try_new(column.as_ref(), &options)?;
                     if *data_type == DataType::Date32 {
@@ -142,6 +238,7 @@ pub fn encode_rows(batch: &RecordBatch, out: &mut Vec<u8>) -> Result<(), ArrowEr
         })
         .collect::<Result<Vec<_>, _>>()?;
     let mut text = String::new();
+    let mut digits = itoa::Buffer::new();
     for row in 0..batch.num_rows() {
         for (i, (column, cells)) in columns.iter().zip(&cells).enumerate() {
             if i > 0 {
@@ -157,6 +254,20 @@ pub fn encode_rows(batch: &RecordBatch, out: &mut Vec<u8>) -> Result<(), ArrowEr
                 Cells::Dates(dates, formatter) => {
                     out.push(b'"');
                     if !push_date(out, dates.value(row)) {
+                        write!(Bytes(out), "{}", formatter.value(row))
+                            .map_err(|e| ArrowError::ExternalError(Box::new(e)))?;
+                    }
+                    out.push(b'"');
+                }
+                Cells::Integers(values) => {
+                    out.push(b'"');
+                    values.push(row, &mut digits, out);
+                    out.push(b'"');
+                }
+                Cells::Decimals(values, precision, scale, formatter) => {
+                    out.push(b'"');
+                    let value = values.value(row);
+                    if !push_decimal(out, value, (*precision, *scale), &mut digits) {
                         write!(Bytes(out), "{}", formatter.value(row))
                             .map_err(|e| ArrowError::ExternalError(Box::new(e)))?;
                     }
@@ -182,155 +293,5 @@ pub fn encode_rows(batch: &RecordBatch, out: &mut Vec<u8>) -> Result<(), ArrowEr
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use datafusion::arrow::{
-        array::{
-            ArrayRef, BinaryArray, BooleanArray, Decimal128Array, Float64Array, Int64Array,
-            ListArray, TimestampMillisecondArray, UInt64Array,
-        },
-        datatypes::{Int32Type, Schema},
-    };
-
-    use super::*;
-
-    /// Each cell as Arrow's formatter shows it, quoted: the text before the
-    /// short paths, which they must give byte for byte.
-    fn formatted_then_quoted(batch: &RecordBatch) -> Vec<u8> {
-        let options = format_options();
-        let formatters: Vec<_> = batch
-            .columns()
-            .iter()
-            .map(|c| ArrayFormatter::try_new(c.as_ref(), &options).unwrap())
-            .collect();
-        let mut out = Vec::new();
-        for row in 0..batch.num_rows() {
-            for (i, (column, formatter)) in batch.columns().iter().zip(&formatters).enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                if !column.is_null(row) {
-                    push_quoted(&mut out, &formatter.value(row).to_string());
-                }
-            }
-            out.push(b'\n');
-        }
-        out
-    }
-
-    #[test]
-    fn every_short_path_writes_what_the_formatter_shows() {
-        // Dates from the year 0 to 9999 and past both ends, every day of
-        // some leap and century years, and the epoch.
-        let mut days: Vec<Option<i32>> = (-800_000..3_100_000).step_by(997).map(Some).collect();
-        days.extend((-719_528..-719_528 + 800).map(Some)); // the years 0 and 1
-        days.extend((10_957..10_957 + 1_500).map(Some)); // 2000-2003
-        days.extend([
-            None,
-            Some(0),
-            Some(-1),
-            Some(2_932_896),
-            Some(2_932_897),
-            Some(-719_529),
-        ]);
-        days.extend([Some(i32::MIN), Some(i32::MAX)]);
-        let rows = days.len();
-        let texts = [
-            "",
-            "plain",
-            "\"",
-            "a \"b\", c",
-            "ünïcödé",
-            "long enough to leave the view",
-        ];
-        let text = |row: usize| (row % 7 != 3).then(|| texts[row % texts.len()]);
-        let list = ListArray::from_iter_primitive::<Int32Type, _, _>(
-            (0..rows).map(|row| (row % 5 != 0).then(|| vec![Some(row as i32), None])),
-        );
-        let columns: Vec<ArrayRef> = vec![
-            Arc::new(Date32Array::from(days)),
-            Arc::new(StringArray::from_iter((0..rows).map(text))),
-            Arc::new(LargeStringArray::from_iter((0..rows).map(text))),
-            Arc::new(StringViewArray::from_iter((0..rows).map(text))),
-            Arc::new(Int64Array::from_iter(
-                (0..rows).map(|r| (r % 9 != 0).then(|| (r as i64 - 500) * 1_000_003)),
-            )),
-            Arc::new(UInt64Array::from_iter_values(
-                (0..rows).map(|r| u64::MAX - r as u64),
-            )),
-            Arc::new(Float64Array::from_iter_values((0..rows).map(|r| {
-                [f64::NAN, f64::INFINITY, -0.0, 1e-300, 0.1 + 0.2][r % 5] * r as f64
-            }))),
-            Arc::new(
-                Decimal128Array::from_iter_values((0..rows).map(|r| r as i128 * 12_345 - 99_999))
-                    .with_precision_and_scale(12, 2)
-                    .unwrap(),
-            ),
-            Arc::new(BooleanArray::from_iter(
-                (0..rows).map(|r| (r % 4 != 0).then_some(r % 3 == 0)),
-            )),
-            Arc::new(
-                TimestampMillisecondArray::from_iter_values(
-                    (0..rows).map(|r| r as i64 * 86_400_017 - 1_000_000_000_000),
-                )
-                .with_timezone("+02:00"),
-            ),
-            Arc::new(TimestampMillisecondArray::from_iter_values(
-                (0..rows).map(|r| r as i64 * 3_600_001),
-            )),
-            Arc::new(BinaryArray::from_iter(
-                (0..rows).map(|r| (r % 3 != 0).then(|| vec![b'"', r as u8])),
-            )),
-            Arc::new(list),
-        ];
-        let fields: Vec<_> = columns
-            .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                datafusion::arrow::datatypes::Field::new(
-                    format!("c{i}"),
-                    c.data_type().clone(),
-                    true,
-                )
-            })
-            .collect();
-        let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap();
-        let mut out = Vec::new();
-        encode_rows(&batch, &mut out).unwrap();
-        let expected = formatted_then_quoted(&batch);
-        assert_eq!(
-            String::from_utf8_lossy(&out),
-            String::from_utf8_lossy(&expected)
-        );
-        // The dates' short path did the work for most rows, and rows past
-        // year 9999 were still written (by the formatter).
-        let first_column: Vec<&str> = std::str::from_utf8(&out)
-            .unwrap()
-            .lines()
-            .map(|line| line.split(',').next().unwrap())
-            .collect();
-        assert!(
-            first_column.contains(&"\"2000-02-29\""),
-            "{:?}",
-            &first_column[..5]
-        );
-        assert!(first_column.contains(&"\"0000-01-01\""));
-        assert!(first_column.contains(&"\"9999-12-31\""));
-        assert!(first_column.iter().any(|d| d.len() > 12), "years past 9999");
-        assert!(first_column.contains(&""), "a NULL date is an empty field");
-    }
-
-    #[test]
-    fn quotes_inside_a_field_are_doubled() {
-        let mut out = Vec::new();
-        for value in ["", "plain", "\"", "a \"b\" c\"\"", "end\""] {
-            push_quoted(&mut out, value);
-            out.push(b'|');
-        }
-        assert_eq!(
-            String::from_utf8(out).unwrap(),
-            "\"\"|\"plain\"|\"\"\"\"|\"a \"\"b\"\" c\"\"\"\"\"|\"end\"\"\"|"
-        );
-    }
-}
+#[path = "csv_text_tests.rs"]
+mod tests;
