@@ -23,9 +23,9 @@
 use std::sync::Arc;
 
 use datafusion::arrow::{
-    array::{ArrayRef, Decimal128Builder, RecordBatch, StringBuilder},
-    compute::{CastOptions, cast_with_options},
-    datatypes::{DataType, Field, Schema, SchemaRef},
+    array::{ArrayRef, Date32Builder, Decimal128Builder, Int64Builder, RecordBatch, StringBuilder},
+    compute::{CastOptions, cast_with_options, kernels::cast_utils::Parser as _},
+    datatypes::{DataType, Date32Type, Field, Schema, SchemaRef},
     error::ArrowError,
     util::display::FormatOptions,
 };
@@ -114,29 +114,53 @@ pub struct CsvReadBack {
     rows: usize,
 }
 
-/// One column's values as they are read: decimals parsed at once (Arrow's
-/// own text-to-decimal cast allocates per value), everything else as text
-/// cast to its type per batch.
+/// One column's values as they are read: decimals, integers and dates
+/// parsed at once from their bytes (Arrow's text casts allocate per decimal
+/// and go through the text a second time), everything else (booleans,
+/// floats, strings) as text cast to its type per batch.
 enum Column {
     Text(StringBuilder),
     Decimal(Decimal128Builder, i8),
+    /// Any signed width, narrowed (checked) per batch.
+    Integer(Int64Builder),
+    Date(Date32Builder),
 }
 
 impl Column {
     fn for_type(data_type: &DataType) -> Self {
         match data_type {
             DataType::Decimal128(_, scale) => Column::Decimal(Decimal128Builder::new(), *scale),
+            DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 => {
+                Column::Integer(Int64Builder::new())
+            }
+            DataType::Date32 => Column::Date(Date32Builder::new()),
             _ => Column::Text(StringBuilder::new()),
         }
     }
 
-    fn append(&mut self, text: &str) -> Result<(), ArrowError> {
+    fn append(&mut self, bytes: &[u8]) -> Result<(), ArrowError> {
+        let shown = || String::from_utf8_lossy(bytes).into_owned();
         match self {
-            Column::Text(builder) => builder.append_value(text),
+            Column::Text(builder) => builder.append_value(
+                std::str::from_utf8(bytes).map_err(|_| malformed("a value that is not UTF-8"))?,
+            ),
             Column::Decimal(builder, scale) => {
-                let value = parse_decimal(text.as_bytes(), *scale).ok_or_else(|| {
-                    malformed(&format!("{text:?} is not a decimal of scale {scale}"))
+                let value = parse_decimal(bytes, *scale).ok_or_else(|| {
+                    malformed(&format!("{:?} is not a decimal of scale {scale}", shown()))
                 })?;
+                builder.append_value(value);
+            }
+            Column::Integer(builder) => {
+                let value = parse_integer(bytes)
+                    .ok_or_else(|| malformed(&format!("{:?} is not an integer", shown())))?;
+                builder.append_value(value);
+            }
+            Column::Date(builder) => {
+                // Years 0-9999 as `csv_text.rs` writes them; any other as
+                // Arrow's own date parser reads the formatter's text.
+                let value = parse_date(bytes)
+                    .or_else(|| Date32Type::parse(std::str::from_utf8(bytes).ok()?))
+                    .ok_or_else(|| malformed(&format!("{:?} is not a date", shown())))?;
                 builder.append_value(value);
             }
         }
@@ -147,24 +171,26 @@ impl Column {
         match self {
             Column::Text(builder) => builder.append_null(),
             Column::Decimal(builder, _) => builder.append_null(),
+            Column::Integer(builder) => builder.append_null(),
+            Column::Date(builder) => builder.append_null(),
         }
     }
 
     fn finish(&mut self, target: &DataType) -> Result<ArrayRef, ArrowError> {
-        match self {
-            Column::Text(builder) => {
-                let text: ArrayRef = Arc::new(builder.finish());
-                match target {
-                    DataType::Utf8 => Ok(text),
-                    target => {
-                        let options = CastOptions {
-                            safe: false,
-                            format_options: FormatOptions::default(),
-                        };
-                        cast_with_options(&text, target, &options)
-                    }
-                }
+        let strictly = |values: ArrayRef| match target {
+            target if values.data_type() == target => Ok(values),
+            target => {
+                let options = CastOptions {
+                    safe: false,
+                    format_options: FormatOptions::default(),
+                };
+                cast_with_options(&values, target, &options)
             }
+        };
+        match self {
+            Column::Text(builder) => strictly(Arc::new(builder.finish())),
+            Column::Integer(builder) => strictly(Arc::new(builder.finish())),
+            Column::Date(builder) => Ok(Arc::new(builder.finish())),
             Column::Decimal(builder, _) => {
                 let values = builder.finish().with_data_type(target.clone());
                 if let DataType::Decimal128(precision, _) = target {
@@ -206,6 +232,62 @@ fn parse_decimal(text: &[u8], scale: i8) -> Option<i128> {
             .checked_add(i128::from(digit - b'0'))?;
     }
     Some(if negative { -value } else { value })
+}
+
+/// An integer's text as written (`-` and digits) as its value.
+fn parse_integer(text: &[u8]) -> Option<i64> {
+    let (negative, digits) = match text.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, text),
+    };
+    if digits.is_empty() || digits.len() > 19 {
+        return None;
+    }
+    // Summed below zero, so that i64::MIN reads back too.
+    let mut value: i64 = 0;
+    for &digit in digits {
+        if !digit.is_ascii_digit() {
+            return None;
+        }
+        value = value
+            .checked_mul(10)?
+            .checked_sub(i64::from(digit - b'0'))?;
+    }
+    if negative {
+        Some(value)
+    } else {
+        value.checked_neg()
+    }
+}
+
+/// A `YYYY-MM-DD` date (of a year 0-9999, a real day) as days since
+/// 1970-01-01; `None` for any other text.
+fn parse_date(text: &[u8]) -> Option<i32> {
+    let [y0, y1, y2, y3, b'-', m0, m1, b'-', d0, d1] = *text else {
+        return None;
+    };
+    let digit = |b: u8| b.is_ascii_digit().then(|| i64::from(b - b'0'));
+    let year = digit(y0)? * 1000 + digit(y1)? * 100 + digit(y2)? * 10 + digit(y3)?;
+    let month = digit(m0)? * 10 + digit(m1)?;
+    let day = digit(d0)? * 10 + digit(d1)?;
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let days_in_month = match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return None,
+    };
+    if !(1..=days_in_month).contains(&day) {
+        return None;
+    }
+    // Days from the civil date (H. Hinnant's days_from_civil).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let year_of_era = y - era * 400;
+    let day_of_year = (153 * ((month + 9) % 12) + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    i32::try_from(era * 146_097 + day_of_era - 719_468).ok()
 }
 
 fn malformed(why: &str) -> ArrowError {
@@ -312,11 +394,7 @@ impl CsvReadBack {
             .get_mut(column)
             .ok_or_else(|| malformed("a line with more fields than columns"))?;
         match value {
-            Some(()) => {
-                let text = std::str::from_utf8(&self.field)
-                    .map_err(|_| malformed("a value that is not UTF-8"))?;
-                builder.append(text)?;
-            }
+            Some(()) => builder.append(&self.field)?,
             None => builder.append_null(),
         }
         self.field.clear();

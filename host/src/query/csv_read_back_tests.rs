@@ -290,7 +290,11 @@ fn malformed_text_is_an_error_never_a_panic() {
         (b"\"a\",\"b\"\n\"1\",\"x\"", "ends inside a line"),
         (b"\"a\",\"b\"\n\"1\",\"x", "ends inside a line"),
         (b"\"a\",\"b\"\n\"1\"x,\"y\"\n", "after a closing quote"),
-        (b"\"a\",\"b\"\n\"one\",\"x\"\n", "Cannot cast"),
+        (b"\"a\",\"b\"\n\"one\",\"x\"\n", "\"one\" is not an integer"),
+        (
+            b"\"a\",\"b\"\n\"99999999999999999999\",\"x\"\n",
+            "is not an integer",
+        ),
         (b"\"a\",\"b\"\n\"1\",\"\xff\"\n", "not UTF-8"),
         (
             b"\"a\",\"b\"\n\"1\",\"x\"\n\"1\",\"y\"\n\"1\",\"z\"\n\"x",
@@ -299,6 +303,22 @@ fn malformed_text_is_an_error_never_a_panic() {
         (b"", "no header line"),
     ] {
         let error = read_back(schema.clone(), csv, 3).unwrap_err().to_string();
+        assert!(error.contains(why), "{why}: {error}");
+    }
+    // Dates that are no day, and an integer too wide for its column.
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("d", DataType::Date32, true),
+        Field::new("i", DataType::Int8, true),
+    ]));
+    for (csv, why) in [
+        (&b"\"d\",\"i\"\n\"2021-02-29\",\"1\"\n"[..], "is not a date"),
+        (b"\"d\",\"i\"\n\"2021-13-01\",\"1\"\n", "is not a date"),
+        (
+            b"\"d\",\"i\"\n\"2020-02-29\",\"128\"\n",
+            "Can't cast value 128",
+        ),
+    ] {
+        let error = read_back(schema.clone(), csv, 5).unwrap_err().to_string();
         assert!(error.contains(why), "{why}: {error}");
     }
 }

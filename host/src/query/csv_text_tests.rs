@@ -188,7 +188,9 @@ fn integers_and_decimals_are_written_as_the_formatter_shows_them() {
         Arc::new(Int64Array::from_iter_values(
             (0..rows).map(|r| [i64::MIN, -10, 0, 10, i64::MAX][r % 5]),
         )),
-        Arc::new(UInt8Array::from_iter_values((0..rows).map(|r| (r * 5 % 256) as u8))),
+        Arc::new(UInt8Array::from_iter_values(
+            (0..rows).map(|r| (r * 5 % 256) as u8),
+        )),
         Arc::new(UInt16Array::from_iter_values(
             (0..rows).map(|r| [0, 9, 10, u16::MAX][r % 4]),
         )),
