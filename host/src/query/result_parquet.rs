@@ -1,11 +1,12 @@
-//! The Parquet copy of a result, made from its Arrow copy
-//! (`result_arrow.rs`), or straight from its CSV when its columns read back
-//! and it has no Arrow copy yet, the first time it is asked for and kept beside it
-//! (`<query>-<attempt>.parquet`), so that its link has a length and answers
-//! ranges like any stored file. The Arrow stream is read and the Parquet file
-//! written a batch at a time: neither is ever whole in memory. Row groups of
-//! `ROW_GROUP_ROWS` rows are encoded a few at once on blocking threads
-//! (`parquet_row_groups.rs`), so a conversion uses every core.
+//! The Parquet copy of a result, made the first time it is asked for and
+//! kept beside it (`<query>-<attempt>.parquet`), so that its link has a
+//! length and answers ranges like any stored file: from its Arrow copy
+//! (`result_arrow.rs`), or straight from its CSV (`csv_read_back.rs`) when
+//! its columns read back and it has no Arrow copy yet. The source is read
+//! and the Parquet file written a batch at a time: neither is ever whole in
+//! memory. Row groups of `ROW_GROUP_ROWS` rows are encoded a few at once on
+//! blocking threads (`parquet_row_groups.rs`), so a conversion uses every
+//! core.
 //!
 //! `typed_conversions.rs` runs each conversion once per replica, on a task
 //! of its own.
