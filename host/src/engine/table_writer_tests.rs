@@ -11,7 +11,7 @@ use datafusion::{
     parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder,
 };
 use futures::TryStreamExt as _;
-use object_store::{ObjectStore as _, ObjectStoreExt as _, memory::InMemory, path::Path};
+use object_store::{ObjectStore as _, memory::InMemory};
 
 use super::{
     layout::{LOAD_ID_COLUMN, SERVICE_CLIENT_COLUMN},
@@ -68,13 +68,7 @@ async fn stored(store: &InMemory) -> Vec<String> {
 
 /// The `n` values of a stored file, in order, and its row groups.
 async fn values(store: &InMemory, path: &str) -> (Vec<i64>, usize) {
-    let bytes = store
-        .get(&Path::from(path))
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap();
+    let bytes = crate::lake::stored_bytes(store, path).await;
     let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).unwrap();
     let groups = builder.metadata().num_row_groups();
     let mut n = Vec::new();
@@ -227,13 +221,7 @@ async fn a_column_of_many_values_stops_its_dictionary_at_a_quarter_megabyte() {
     assert_eq!(files.len(), 1);
     let (n, _) = values(&store, &files[0].path).await;
     assert_eq!(n, (0..100_000).collect::<Vec<_>>());
-    let bytes = store
-        .get(&Path::from(files[0].path.as_str()))
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap();
+    let bytes = crate::lake::stored_bytes(store.as_ref(), files[0].path.as_str()).await;
     let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).unwrap();
     let chunk = builder.metadata().row_group(0).column(0);
     let dictionary = chunk.dictionary_page_offset().expect("a dictionary page");

@@ -399,6 +399,18 @@ pub fn schema_from_json(text: &str) -> Result<SchemaRef, Error> {
     Ok(Arc::new(Schema::new(fields)))
 }
 
+/// The whole object at `path`, for tests: panics when it cannot be read.
+#[cfg(test)]
+pub async fn stored_bytes(store: &dyn ObjectStore, path: &str) -> bytes::Bytes {
+    store
+        .get(&ObjectPath::from(path))
+        .await
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+        .bytes()
+        .await
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -38,6 +38,18 @@ fn formatted_then_quoted(batch: &RecordBatch) -> Vec<u8> {
     out
 }
 
+/// A batch of `columns`, named `c0`, `c1`, ...
+fn batch_of(columns: Vec<ArrayRef>) -> RecordBatch {
+    let fields: Vec<_> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            datafusion::arrow::datatypes::Field::new(format!("c{i}"), c.data_type().clone(), true)
+        })
+        .collect();
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap()
+}
+
 #[test]
 fn every_short_path_writes_what_the_formatter_shows() {
     // Dates from the year 0 to 9999 and past both ends, every day of
@@ -103,14 +115,7 @@ fn every_short_path_writes_what_the_formatter_shows() {
         )),
         Arc::new(list),
     ];
-    let fields: Vec<_> = columns
-        .iter()
-        .enumerate()
-        .map(|(i, c)| {
-            datafusion::arrow::datatypes::Field::new(format!("c{i}"), c.data_type().clone(), true)
-        })
-        .collect();
-    let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap();
+    let batch = batch_of(columns);
     let mut out = Vec::new();
     encode_rows(&batch, &mut out).unwrap();
     let expected = formatted_then_quoted(&batch);
@@ -201,14 +206,7 @@ fn integers_and_decimals_are_written_as_the_formatter_shows_them() {
             (0..rows).map(|r| [0, 10_u64.pow(19), u64::MAX][r % 3]),
         )),
     ];
-    let fields: Vec<_> = columns
-        .iter()
-        .enumerate()
-        .map(|(i, c)| {
-            datafusion::arrow::datatypes::Field::new(format!("c{i}"), c.data_type().clone(), true)
-        })
-        .collect();
-    let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap();
+    let batch = batch_of(columns);
     let mut out = Vec::new();
     encode_rows(&batch, &mut out).unwrap();
     let text = String::from_utf8(out).unwrap();

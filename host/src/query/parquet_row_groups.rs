@@ -267,7 +267,7 @@ mod tests {
             writer.write(batch).await.unwrap();
         }
         writer.close().await.unwrap();
-        let bytes = store.get(&path).await.unwrap().bytes().await.unwrap();
+        let bytes = crate::lake::stored_bytes(store.as_ref(), "out.parquet").await;
         let reader = ParquetRecordBatchReaderBuilder::try_new(bytes).unwrap();
         let groups: Vec<i64> = reader
             .metadata()

@@ -271,7 +271,7 @@ pub(super) mod tests {
 
     use super::*;
     use crate::{config::SMALL_RESULT_BYTES, query::result_writer::CsvResultWriter};
-    use object_store::{ObjectStoreExt as _, memory::InMemory};
+    use object_store::memory::InMemory;
 
     /// A sink that keeps the rows it is given (tests only: pages are never
     /// held whole otherwise), and may stop after `stop_after` rows.
@@ -368,13 +368,7 @@ pub(super) mod tests {
         let written = writer.finish().await.unwrap();
         let (rows, bytes) = (written.rows, written.bytes);
         assert_eq!(rows, 6);
-        let text = store
-            .get(&Path::from("r.csv"))
-            .await
-            .unwrap()
-            .bytes()
-            .await
-            .unwrap();
+        let text = crate::lake::stored_bytes(store.as_ref(), "r.csv").await;
         assert_eq!(text.len() as u64, bytes);
         let text = String::from_utf8(text.to_vec()).unwrap();
         assert!(

@@ -454,13 +454,7 @@ mod tests {
 
     /// The bytes stored at `r.arrows`.
     async fn stored(store: &Arc<dyn ObjectStore>) -> bytes::Bytes {
-        store
-            .get(&Path::from("r.arrows"))
-            .await
-            .unwrap()
-            .bytes()
-            .await
-            .unwrap()
+        crate::lake::stored_bytes(store.as_ref(), "r.arrows").await
     }
 
     async fn read_back(store: &Arc<dyn ObjectStore>, size: u64) {

@@ -232,13 +232,7 @@ mod tests {
         let size = first.unwrap();
         assert_eq!(second.unwrap(), size);
         assert!(conversions.running.lock().unwrap().is_empty());
-        let bytes = store
-            .get(&Path::from("_results/q-1.parquet"))
-            .await
-            .unwrap()
-            .bytes()
-            .await
-            .unwrap();
+        let bytes = crate::lake::stored_bytes(store.as_ref(), "_results/q-1.parquet").await;
         assert_eq!(bytes.len() as u64, size);
         let reader = ParquetRecordBatchReaderBuilder::try_new(bytes).unwrap();
         assert_eq!(
@@ -271,13 +265,7 @@ mod tests {
         writer.finish().await.unwrap();
         let outcome = convert(store.clone(), &path, "_results/ddl-1.parquet").await;
         let size = outcome.unwrap();
-        let bytes = store
-            .get(&Path::from("_results/ddl-1.parquet"))
-            .await
-            .unwrap()
-            .bytes()
-            .await
-            .unwrap();
+        let bytes = crate::lake::stored_bytes(store.as_ref(), "_results/ddl-1.parquet").await;
         assert_eq!(bytes.len() as u64, size);
         let reader = ParquetRecordBatchReaderBuilder::try_new(bytes).unwrap();
         assert_eq!(reader.metadata().file_metadata().num_rows(), 0);

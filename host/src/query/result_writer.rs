@@ -327,13 +327,7 @@ mod tests {
         writer.write(&batch).await.unwrap();
         let written = writer.finish().await.unwrap();
         assert_eq!(written.rows, 4);
-        let csv = store
-            .get(&Path::from("r.csv"))
-            .await
-            .unwrap()
-            .bytes()
-            .await
-            .unwrap();
+        let csv = crate::lake::stored_bytes(store.as_ref(), "r.csv").await;
         assert_eq!(&csv[..], b"\"a\",\"b\"\n\"1\"\n\"2\"\n\"1\"\n\"2\"\n");
         let arrow = result_file_path("r.csv", ResultFormat::Arrow);
         assert!(store.head(&Path::from(arrow.as_str())).await.is_err());
@@ -432,13 +426,7 @@ mod tests {
         }
         let written = writer.finish().await.unwrap();
         assert_eq!(written.rows, next as u64);
-        let csv = store
-            .get(&Path::from("r.csv"))
-            .await
-            .unwrap()
-            .bytes()
-            .await
-            .unwrap();
+        let csv = crate::lake::stored_bytes(store.as_ref(), "r.csv").await;
         let expected: String = std::iter::once("\"n\"\n".to_string())
             .chain((0..next).map(|n| format!("\"{n}\"\n")))
             .collect();

@@ -91,13 +91,7 @@ async fn the_arrow_copy_read_back_holds_the_query_rows_and_types() {
     let size = first.unwrap();
     assert_eq!(second.unwrap(), size);
     assert!(conversions.running.lock().unwrap().is_empty());
-    let bytes = store
-        .get(&Path::from("_results/q-1.arrows"))
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap();
+    let bytes = crate::lake::stored_bytes(store.as_ref(), "_results/q-1.arrows").await;
     assert_eq!(bytes.len() as u64, size);
     let reader = StreamReader::try_new(std::io::Cursor::new(bytes), None).unwrap();
     let plain = Arc::new(without_view_types(&batches[0].schema()));
@@ -226,13 +220,7 @@ async fn a_parquet_copy_read_straight_from_the_csv_holds_the_query_rows() {
             .is_err(),
         "no Arrow copy is made on the way"
     );
-    let bytes = store
-        .get(&Path::from("_results/p-1.parquet"))
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap();
+    let bytes = crate::lake::stored_bytes(store.as_ref(), "_results/p-1.parquet").await;
     assert_eq!(bytes.len() as u64, size);
     let reader = ParquetRecordBatchReaderBuilder::try_new(bytes).unwrap();
     assert_eq!(reader.metadata().num_row_groups(), 3, "122,880-row groups");
