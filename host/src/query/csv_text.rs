@@ -66,7 +66,7 @@ enum Cells<'a> {
     Dates(&'a Date32Array, ArrayFormatter<'a>),
     Integers(Integers<'a>),
     /// With the formatter for the values it does not show as they are.
-    Decimals(&'a Decimal128Array, u8, i8, ArrayFormatter<'a>),
+    Decimals(&'a Decimal128Array, ArrayFormatter<'a>),
     /// Text that cannot hold a quote: written as it is formatted.
     QuoteFree(ArrayFormatter<'a>),
     /// Anything else: formatted, then quoted.
@@ -209,19 +209,15 @@ pub fn encode_rows(batch: &RecordBatch, out: &mut Vec<u8>) -> Result<(), ArrowEr
     let cells = columns
         .iter()
         .map(|column| -> Result<Cells<'_>, ArrowError> {
+            if let Some(integers) = Integers::of(column.as_ref()) {
+                return Ok(Cells::Integers(integers));
+            }
             Ok(match column.data_type() {
                 DataType::Utf8 => Cells::Utf8(column.as_string()),
                 DataType::LargeUtf8 => Cells::LargeUtf8(column.as_string()),
                 DataType::Utf8View => Cells::Utf8View(column.as_string_view()),
-                data_type if data_type.is_integer() => {
-                    Cells::Integers(Integers::of(column.as_ref()).ok_or_else(|| {
-                        ArrowError::NotYetImplemented(format!("{data_type} as CSV text"))
-                    })?)
-                }
-                DataType::Decimal128(precision, scale) => Cells::Decimals(
+                DataType::Decimal128(_, _) => Cells::Decimals(
                     column.as_primitive(),
-                    *precision,
-                    *scale,
                     ArrayFormatter::try_new(column.as_ref(), &options)?,
                 ),
                 data_type => {
@@ -264,10 +260,10 @@ pub fn encode_rows(batch: &RecordBatch, out: &mut Vec<u8>) -> Result<(), ArrowEr
                     values.push(row, &mut digits, out);
                     out.push(b'"');
                 }
-                Cells::Decimals(values, precision, scale, formatter) => {
+                Cells::Decimals(values, formatter) => {
                     out.push(b'"');
-                    let value = values.value(row);
-                    if !push_decimal(out, value, (*precision, *scale), &mut digits) {
+                    let shape = (values.precision(), values.scale());
+                    if !push_decimal(out, values.value(row), shape, &mut digits) {
                         write!(Bytes(out), "{}", formatter.value(row))
                             .map_err(|e| ArrowError::ExternalError(Box::new(e)))?;
                     }

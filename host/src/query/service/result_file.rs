@@ -196,31 +196,39 @@ impl QueryResults {
         let id = job.query.id.as_str();
         let store = self.lake.object_store();
         let kept_in_row = job.in_row.csv_bytes.is_some() || job.in_row.arrow_bytes.is_some();
-        if !kept_in_row && let Some(read_back) = self.read_back(job) {
-            let arrow_path = result_file_path(csv_path, ResultFormat::Arrow);
-            match store.head(&Path::from(arrow_path.as_str())).await {
-                // Read back already: converting it skips parsing the text.
-                Ok(_) => {}
-                Err(object_store::Error::NotFound { .. }) => {
-                    return self
-                        .conversions
-                        .ensure_parquet_read_back(
-                            self.engine.handle(),
-                            store,
-                            csv_path,
-                            read_back.schema,
-                        )
-                        .await
-                        .map_err(|e| typed_error(id, e));
+        let read_back = self.read_back(job).filter(|_| !kept_in_row);
+        let made = match read_back {
+            // A result in the lake that reads back: from its Arrow copy when
+            // that was read back already (no text to parse), else from its CSV.
+            Some(read_back) => {
+                let arrow_path = result_file_path(csv_path, ResultFormat::Arrow);
+                match store.head(&Path::from(arrow_path.as_str())).await {
+                    Ok(_) => {
+                        self.conversions
+                            .ensure_parquet(self.engine.handle(), store, csv_path)
+                            .await
+                    }
+                    Err(object_store::Error::NotFound { .. }) => {
+                        self.conversions
+                            .ensure_parquet_read_back(
+                                self.engine.handle(),
+                                store,
+                                csv_path,
+                                read_back.schema,
+                            )
+                            .await
+                    }
+                    Err(e) => return Err(QueryError::internal("result file", e)),
                 }
-                Err(e) => return Err(QueryError::internal("result file", e)),
             }
-        }
-        self.arrow_for_parquet(job, csv_path).await?;
-        self.conversions
-            .ensure_parquet(self.engine.handle(), store, csv_path)
-            .await
-            .map_err(|e| typed_error(id, e))
+            None => {
+                self.arrow_for_parquet(job, csv_path).await?;
+                self.conversions
+                    .ensure_parquet(self.engine.handle(), store, csv_path)
+                    .await
+            }
+        };
+        made.map_err(|e| typed_error(id, e))
     }
 
     /// Puts `job`'s Arrow copy in the lake for its Parquet copy to be made
