@@ -1,7 +1,9 @@
 //! The `Prefer` request header (RFC 7240) of `POST /query`: the opt-in
 //! preferences lakehost honours there, `wait=N` (hold the request up to N
-//! seconds for the query to end) and `reuse=N` (answer with a result of the
-//! same query and data at most N seconds old). Unknown preferences are
+//! seconds for the query to end), `reuse=N` (answer with a result of the
+//! same query and data at most N seconds old) and `result-format=arrow`
+//! (write the result as Arrow while the query runs, the CSV when first
+//! asked for; `csv` is the default). Unknown preferences are
 //! ignored, as the RFC asks; a known one with a bad value is a 400, since a
 //! silently ignored typo would cost the caller a round trip or a rerun.
 //! `Preference-Applied` names the ones honoured.
@@ -11,7 +13,9 @@ use std::time::Duration;
 use axum::http::{HeaderMap, HeaderValue, header::HeaderName};
 
 use super::error::ApiError;
-use crate::config::MAX_REUSE_AGE_S;
+use crate::{
+    config::MAX_REUSE_AGE_S, query::service::SubmitPreferences, store::queries::ResultFirst,
+};
 
 /// The longest wait: under the API gateway's 30-second request limit.
 pub const MAX_WAIT_S: u64 = 25;
@@ -26,6 +30,8 @@ pub struct Preferences {
     pub wait: Option<Duration>,
     /// `reuse=N`: the oldest result, in seconds, the caller accepts.
     pub reuse_max_age_s: Option<u64>,
+    /// `result-format=arrow|csv`: the file the query writes while it runs.
+    pub result_first: Option<ResultFirst>,
 }
 
 impl Preferences {
@@ -50,20 +56,34 @@ impl Preferences {
                     preferences.wait = Some(Duration::from_secs(seconds));
                 } else if name.eq_ignore_ascii_case("reuse") {
                     preferences.reuse_max_age_s = Some(seconds(value, "reuse", MAX_REUSE_AGE_S)?);
+                } else if name.eq_ignore_ascii_case("result-format") {
+                    preferences.result_first = Some(result_format(value)?);
                 }
             }
         }
         Ok(preferences)
     }
 
-    /// The `Preference-Applied` value naming what this request honoured.
-    pub fn applied(&self) -> Option<HeaderValue> {
+    /// What the query service is asked.
+    pub fn submit(&self) -> SubmitPreferences {
+        SubmitPreferences {
+            reuse_max_age_s: self.reuse_max_age_s,
+            result_first: self.result_first.unwrap_or_default(),
+        }
+    }
+
+    /// The `Preference-Applied` value naming what this request honoured;
+    /// `result-format` only where typed results are kept (`typed_results`).
+    pub fn applied(&self, typed_results: bool) -> Option<HeaderValue> {
         let mut applied = Vec::new();
         if let Some(wait) = self.wait {
             applied.push(format!("wait={}", wait.as_secs()));
         }
         if let Some(reuse) = self.reuse_max_age_s {
             applied.push(format!("reuse={reuse}"));
+        }
+        if let Some(first) = self.result_first.filter(|_| typed_results) {
+            applied.push(format!("result-format={}", first.as_str()));
         }
         if applied.is_empty() {
             return None;
@@ -82,6 +102,16 @@ fn seconds(value: Option<&str>, name: &str, max: u64) -> Result<u64, ApiError> {
                 "InvalidParameterError: Prefer {name} must be a whole number of seconds from 0 to {max}."
             ))
         })
+}
+
+fn result_format(value: Option<&str>) -> Result<ResultFirst, ApiError> {
+    match value {
+        Some(v) if v.eq_ignore_ascii_case("arrow") => Ok(ResultFirst::Arrow),
+        Some(v) if v.eq_ignore_ascii_case("csv") => Ok(ResultFirst::Csv),
+        _ => Err(ApiError::BadRequest(
+            "InvalidParameterError: Prefer result-format must be csv or arrow.".into(),
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -105,16 +135,39 @@ mod tests {
         assert_eq!(split.wait, Some(Duration::from_secs(25)));
         assert_eq!(split.reuse_max_age_s, Some(0));
         assert_eq!(
-            split.applied().unwrap().to_str().unwrap(),
+            split.applied(true).unwrap().to_str().unwrap(),
             "wait=25, reuse=0"
         );
+    }
+
+    #[test]
+    fn reads_the_result_format_and_applies_it_only_with_typed_results() {
+        let arrow = parse(&["result-format=Arrow, wait=1"]).unwrap();
+        assert_eq!(arrow.result_first, Some(ResultFirst::Arrow));
+        assert_eq!(arrow.submit().result_first, ResultFirst::Arrow);
+        let applied = |typed| arrow.applied(typed).unwrap().to_str().unwrap().to_string();
+        assert_eq!(applied(true), "wait=1, result-format=arrow");
+        assert_eq!(applied(false), "wait=1");
+        let csv = parse(&["result-format=\"csv\""]).unwrap();
+        assert_eq!(csv.submit().result_first, ResultFirst::Csv);
+        assert_eq!(parse(&[]).unwrap().submit().result_first, ResultFirst::Csv);
+        for bad in [
+            "result-format=parquet",
+            "result-format",
+            "result-format=json",
+        ] {
+            let Err(ApiError::BadRequest(message)) = parse(&[bad]) else {
+                panic!("{bad} accepted");
+            };
+            assert!(message.contains("must be csv or arrow"), "{message}");
+        }
     }
 
     #[test]
     fn nothing_asked_is_nothing_applied() {
         let none = parse(&["return=minimal"]).unwrap();
         assert_eq!(none, Preferences::default());
-        assert!(none.applied().is_none());
+        assert!(none.applied(true).is_none());
     }
 
     #[test]

@@ -98,7 +98,7 @@ fn query_resource(job: &QueryJob) -> Value {
     path = "/v2/query",
     tag = "query",
     security(("bearer" = ["query:write"])),
-    params(("Prefer" = Option<String>, Header, description = "Opt-in (RFC 7240): `wait=N` (0-25) holds the request up to N seconds for the query to end; `reuse=N` (0-86400) answers with the result of the same query over unchanged data, run by a caller with the same access at most N seconds ago. Honoured ones are named in `Preference-Applied`."), IdempotencyKey),
+    params(("Prefer" = Option<String>, Header, description = "Opt-in (RFC 7240): `wait=N` (0-25) holds the request up to N seconds for the query to end; `reuse=N` (0-86400) answers with the result of the same query over unchanged data, run by a caller with the same access at most N seconds ago; `result-format=arrow` writes the result as an Arrow IPC stream while the query runs (its fastest typed download) and its CSV, pages and CSV link when first asked for (`csv`, the default, the other way round). Honoured ones are named in `Preference-Applied`."), IdempotencyKey),
     request_body(content = schemas::QueryRequest, description = "The statement, and optionally the database its unqualified names resolve in"),
     responses(
         (status = 200, description = "With `Prefer: wait=N` only: the query ended within the wait. The Query resource in its final state and, when it SUCCEEDED, its first result page", body = schemas::QueryEnded),
@@ -158,14 +158,14 @@ async fn submit_once(
     });
     let submitted = state
         .queries
-        .submit_and_wait(&caller, sql, database, preferences.reuse_max_age_s, wait)
+        .submit_and_wait(&caller, sql, database, preferences.submit(), wait)
         .await
         .map_err(|e| ApiError::query(e, QueryOperation::Start))?;
     let mut response = match submitted.ended {
         Some(job) => ended_answer_in_time(&state, &caller, &job, shape, received).await,
         None => accepted(submitted.id),
     };
-    if let Some(applied) = preferences.applied() {
+    if let Some(applied) = preferences.applied(state.queries.keeps_typed_results()) {
         response.headers_mut().insert(PREFERENCE_APPLIED, applied);
     }
     Ok(response)

@@ -86,6 +86,12 @@ pub struct QueryConfig {
     /// download most results as Arrow or Parquet, who then never wait for a
     /// read-back, at the cost of every CSV read (docs/api.md).
     pub typed_results_while_running: bool,
+    /// How the Arrow file of a query asked for with `Prefer:
+    /// result-format=arrow` is compressed: that file is written while the
+    /// query runs and is its caller's download, so the default is `lz4`,
+    /// which compresses on the query's own time at a fraction of zstd's
+    /// cost (docs/api.md "Arrow first").
+    pub arrow_first_compression: ArrowCompression,
     /// A result whose CSV is at most this many bytes is kept in its job's
     /// row in the store instead of the lake (and its Arrow copy too, when
     /// that is as small): a small query then writes no file. A link to it
@@ -130,6 +136,7 @@ impl Default for QueryConfig {
             typed_results: true,
             typed_results_compression: ArrowCompression::default(),
             typed_results_while_running: false,
+            arrow_first_compression: ArrowCompression::Lz4,
             result_in_store_bytes: 64 * 1024,
             max_page_bytes: 64 << 20,
         }

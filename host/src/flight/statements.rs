@@ -34,7 +34,7 @@ use crate::{
     engine::layout::without_view_types,
     query::{
         QueryError,
-        service::{StreamStart, WireEnd},
+        service::{StreamStart, SubmitPreferences, WireEnd},
     },
 };
 
@@ -166,7 +166,7 @@ impl LakeFlightSql {
             }
             None => {
                 let submitted = queries
-                    .submit(&caller, sql, None, None, None)
+                    .submit(&caller, sql, None, SubmitPreferences::default(), None)
                     .await
                     .map_err(status::status_of)?;
                 (submitted.id.clone(), submitted.id.into_bytes())
@@ -239,7 +239,7 @@ impl LakeFlightSql {
             ));
         }
         let submitted = queries
-            .submit(&caller, sql, None, None, None)
+            .submit(&caller, sql, None, SubmitPreferences::default(), None)
             .await
             .map_err(status::status_of)?;
         let end = queries

@@ -47,7 +47,7 @@ use crate::{
     observability::metrics::{self, token_rejected},
     query::{
         ipc_batches::IpcBatches,
-        service::{StreamStop, WireEnd},
+        service::{StreamStop, SubmitPreferences, WireEnd},
     },
 };
 
@@ -197,7 +197,7 @@ impl LakeStatements {
             return Ok(reads::paused_rows(response, max_rows, reading));
         }
         let submitted = queries
-            .submit(&caller, sql, None, None, None)
+            .submit(&caller, sql, None, SubmitPreferences::default(), None)
             .await
             .map_err(error_of)?;
         client

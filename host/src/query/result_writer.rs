@@ -19,7 +19,7 @@ use std::{collections::VecDeque, sync::Arc};
 
 use bytes::Bytes;
 use datafusion::arrow::{array::RecordBatch, datatypes::Schema};
-use object_store::{ObjectStore, buffered::BufWriter, path::Path};
+use object_store::{ObjectStore, ObjectStoreExt as _, buffered::BufWriter, path::Path};
 use tokio::{io::AsyncWriteExt as _, task::JoinHandle};
 
 use super::{
@@ -39,6 +39,21 @@ const ENCODING_AHEAD: usize = 4;
 /// Batches at most this many rows are made text on the writer's own task:
 /// a task of their own would cost more than it saves.
 const ENCODE_INLINE_ROWS: usize = 1024;
+
+/// The CSV's header row: every column's name, quoted (none for a result
+/// without columns: its CSV is empty).
+fn push_header(buffer: &mut Vec<u8>, schema: &Schema) {
+    if schema.fields().is_empty() {
+        return;
+    }
+    for (i, field) in schema.fields().iter().enumerate() {
+        if i > 0 {
+            buffer.push(b',');
+        }
+        push_quoted(buffer, field.name());
+    }
+    buffer.push(b'\n');
+}
 
 /// Streams a result to `path` as CSV.
 pub struct CsvResultWriter {
@@ -83,13 +98,7 @@ impl CsvResultWriter {
             encoding: VecDeque::new(),
         };
         if !schema.fields().is_empty() {
-            for (i, field) in schema.fields().iter().enumerate() {
-                if i > 0 {
-                    writer.buffer.push(b',');
-                }
-                push_quoted(&mut writer.buffer, field.name());
-            }
-            writer.buffer.push(b'\n');
+            push_header(&mut writer.buffer, schema);
             writer.flush_buffer().await?;
         }
         Ok(writer)
@@ -196,6 +205,11 @@ pub enum TypedCopies {
     OnRequest(ArrowCompression),
     /// While the query runs, whatever its columns.
     WhileRunning(ArrowCompression),
+    /// As the result itself (`Prefer: result-format=arrow`): the Arrow
+    /// stream is written while the query runs and the CSV only while it is
+    /// small; a bigger CSV is made from the Arrow file when first asked for
+    /// (`typed_conversions::ensure_csv`).
+    First(ArrowCompression),
 }
 
 impl TypedCopies {
@@ -205,20 +219,49 @@ impl TypedCopies {
         match self {
             TypedCopies::Never => None,
             TypedCopies::OnRequest(_) if reads_back(schema) => None,
-            TypedCopies::OnRequest(compression) | TypedCopies::WhileRunning(compression) => {
-                Some(compression)
-            }
+            TypedCopies::OnRequest(compression)
+            | TypedCopies::WhileRunning(compression)
+            | TypedCopies::First(compression) => Some(compression),
         }
     }
 }
 
 /// A result's files: the CSV at its result path and, when `TypedCopies`
 /// says so, the Arrow stream beside it, written on its own task
-/// (`TypedCopyTask`) while this one encodes the CSV.
+/// (`TypedCopyTask`) while this one encodes the CSV. With the Arrow stream
+/// first (`TypedCopies::First`) that stream is the result, and the CSV is
+/// kept only while small (`SmallCsv`).
 pub struct ResultWriter {
-    csv: CsvResultWriter,
+    csv: CsvForm,
     typed: Option<TypedCopyTask>,
     in_row_limit: usize,
+    store: Arc<dyn ObjectStore>,
+    csv_path: String,
+    rows: u64,
+}
+
+/// How a `ResultWriter` makes the CSV.
+enum CsvForm {
+    /// Streamed to the lake while the query runs.
+    Whole(CsvResultWriter),
+    /// Arrow first: made text inline while it is at most
+    /// `SMALL_RESULT_BYTES` (so a small result's pages need no conversion),
+    /// and left to the first request once it is bigger (`None`).
+    WhileSmall(Option<Vec<u8>>),
+}
+
+impl CsvForm {
+    /// Adds `batch`'s rows to a CSV kept while small; drops it once it
+    /// outgrows `SMALL_RESULT_BYTES`.
+    fn keep_while_small(kept: &mut Option<Vec<u8>>, batch: &RecordBatch) -> std::io::Result<()> {
+        if let Some(text) = kept {
+            encode_rows(batch, text).map_err(std::io::Error::other)?;
+            if text.len() > SMALL_RESULT_BYTES {
+                *kept = None;
+            }
+        }
+        Ok(())
+    }
 }
 
 impl ResultWriter {
@@ -233,16 +276,31 @@ impl ResultWriter {
         in_row_limit: usize,
     ) -> std::io::Result<Self> {
         let in_row_limit = in_row_limit.min(SMALL_RESULT_BYTES);
-        let csv = CsvResultWriter::create(store.clone(), csv_path, schema).await?;
+        let csv = match typed {
+            TypedCopies::First(_) => {
+                let mut header = Vec::new();
+                push_header(&mut header, schema);
+                CsvForm::WhileSmall(Some(header))
+            }
+            _ => CsvForm::Whole(CsvResultWriter::create(store.clone(), csv_path, schema).await?),
+        };
         let typed = typed.while_running(schema).map(|compression| {
             let path = result_file_path(csv_path, ResultFormat::Arrow);
-            TypedCopyTask::start(store, path, schema, compression, in_row_limit)
+            TypedCopyTask::start(store.clone(), path, schema, compression, in_row_limit)
         });
         Ok(Self {
             csv,
             typed,
             in_row_limit,
+            store,
+            csv_path: csv_path.to_string(),
+            rows: 0,
         })
+    }
+
+    /// Whether the Arrow stream is the result (its failure fails the query).
+    fn arrow_first(&self) -> bool {
+        matches!(self.csv, CsvForm::WhileSmall(_))
     }
 
     pub async fn write(&mut self, batch: &RecordBatch) -> std::io::Result<()> {
@@ -255,25 +313,53 @@ impl ResultWriter {
             && !typed.write(batch).await
             && let Some(failed) = self.typed.take()
         {
-            let why = failed.outcome().await.err().map(|e| e.to_string());
+            let why = failed.outcome().await.err();
+            if self.arrow_first() {
+                return Err(
+                    why.unwrap_or_else(|| std::io::Error::other("the Arrow file ended early"))
+                );
+            }
+            let why = why.map(|e| e.to_string());
             tracing::warn!(
                 error = why.as_deref().unwrap_or("ended early"),
                 "result kept without its typed copy"
             );
         }
-        self.csv.write(batch).await
+        self.rows += batch.num_rows() as u64;
+        match &mut self.csv {
+            CsvForm::Whole(csv) => csv.write(batch).await,
+            CsvForm::WhileSmall(kept) => CsvForm::keep_while_small(kept, batch),
+        }
     }
 
     /// Completes both files at once (a CSV that fails fails the query,
     /// whose end deletes every file of the result; both are done by then).
     pub async fn finish(self) -> std::io::Result<WrittenResult> {
+        let Self {
+            csv,
+            typed,
+            in_row_limit,
+            store,
+            csv_path,
+            rows,
+        } = self;
+        let csv = match csv {
+            CsvForm::Whole(csv) => csv,
+            CsvForm::WhileSmall(kept) => {
+                let typed = typed.ok_or_else(|| std::io::Error::other("no Arrow file"))?;
+                let written = finish_arrow_first(kept, typed, in_row_limit, store, &csv_path);
+                return written
+                    .await
+                    .map(|written| WrittenResult { rows, ..written });
+            }
+        };
         let typed = async {
-            match self.typed {
+            match typed {
                 Some(typed) => typed.finish().await.map(Some),
                 None => Ok(None),
             }
         };
-        let (typed, csv) = tokio::join!(typed, self.csv.finish_within(self.in_row_limit));
+        let (typed, csv) = tokio::join!(typed, csv.finish_within(in_row_limit));
         let mut written = csv?;
         match typed {
             Ok(Some(TypedCopy::InRow(arrow))) => written.in_row.arrow = Some(arrow),
@@ -288,149 +374,59 @@ impl ResultWriter {
         if let Some(typed) = self.typed {
             typed.abort().await;
         }
-        self.csv.abort().await;
+        if let CsvForm::Whole(csv) = self.csv {
+            csv.abort().await;
+        }
     }
+}
+
+/// Completes an Arrow-first result: its Arrow file, and its CSV when that
+/// stayed small (in the row, or put in the lake). Without a CSV, the Arrow
+/// file is always in the lake (the CSV is made from it there) and
+/// `bytes` is its size.
+async fn finish_arrow_first(
+    kept: Option<Vec<u8>>,
+    typed: TypedCopyTask,
+    in_row_limit: usize,
+    store: Arc<dyn ObjectStore>,
+    csv_path: &str,
+) -> std::io::Result<WrittenResult> {
+    let arrow = typed.finish().await?;
+    let Some(csv) = kept.map(Bytes::from) else {
+        let bytes = match arrow {
+            TypedCopy::Stored(size) => size,
+            TypedCopy::InRow(bytes) => {
+                let arrow_path = result_file_path(csv_path, ResultFormat::Arrow);
+                let size = bytes.len() as u64;
+                store.put(&Path::from(arrow_path), bytes.into()).await?;
+                size
+            }
+        };
+        return Ok(WrittenResult {
+            rows: 0,
+            bytes,
+            small: None,
+            in_row: ResultInRow::default(),
+        });
+    };
+    let in_row = (csv.len() <= in_row_limit).then(|| csv.clone());
+    if in_row.is_none() {
+        store.put(&Path::from(csv_path), csv.clone().into()).await?;
+    }
+    Ok(WrittenResult {
+        rows: 0,
+        bytes: csv.len() as u64,
+        small: Some(csv),
+        in_row: ResultInRow {
+            csv: in_row,
+            arrow: match arrow {
+                TypedCopy::InRow(bytes) => Some(bytes),
+                TypedCopy::Stored(_) => None,
+            },
+        },
+    })
 }
 
 #[cfg(test)]
-mod tests {
-    use datafusion::arrow::{
-        array::{ArrayRef, Int64Array},
-        datatypes::{DataType, Field},
-    };
-    use object_store::{ObjectStoreExt as _, memory::InMemory};
-
-    use super::*;
-
-    #[tokio::test]
-    async fn a_typed_copy_that_fails_leaves_the_csv_whole_and_no_arrow_file() {
-        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-        let schema = Schema::new(vec![
-            Field::new("a", DataType::Int64, false),
-            Field::new("b", DataType::Int64, false),
-        ]);
-        // A batch the Arrow copy cannot take (one column of the two its
-        // stream was started with); the CSV writes what it is given.
-        let one_column = Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, false)]));
-        let batch =
-            RecordBatch::try_new(one_column, vec![Arc::new(Int64Array::from(vec![1, 2]))]).unwrap();
-        let mut writer = ResultWriter::create(
-            store.clone(),
-            "r.csv",
-            &schema,
-            TypedCopies::WhileRunning(ArrowCompression::Zstd),
-            0,
-        )
-        .await
-        .unwrap();
-        writer.write(&batch).await.unwrap();
-        writer.write(&batch).await.unwrap();
-        let written = writer.finish().await.unwrap();
-        assert_eq!(written.rows, 4);
-        let csv = crate::lake::stored_bytes(store.as_ref(), "r.csv").await;
-        assert_eq!(&csv[..], b"\"a\",\"b\"\n\"1\"\n\"2\"\n\"1\"\n\"2\"\n");
-        let arrow = result_file_path("r.csv", ResultFormat::Arrow);
-        assert!(store.head(&Path::from(arrow.as_str())).await.is_err());
-    }
-
-    #[tokio::test]
-    async fn a_result_within_the_row_limit_comes_back_and_leaves_no_object() {
-        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-        let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, false)]));
-        for (rows, in_row) in [(3i64, true), (20_000, false)] {
-            let path = format!("r{rows}.csv");
-            let mut writer = ResultWriter::create(
-                store.clone(),
-                &path,
-                &schema,
-                TypedCopies::WhileRunning(ArrowCompression::Zstd),
-                64 * 1024,
-            )
-            .await
-            .unwrap();
-            let batch = RecordBatch::try_new(
-                schema.clone(),
-                vec![Arc::new(Int64Array::from((0..rows).collect::<Vec<_>>()))],
-            )
-            .unwrap();
-            writer.write(&batch).await.unwrap();
-            let written = writer.finish().await.unwrap();
-            let arrow_path = result_file_path(&path, ResultFormat::Arrow);
-            let csv_object = store.head(&Path::from(path.as_str())).await;
-            let arrow_object = store.head(&Path::from(arrow_path.as_str())).await;
-            if in_row {
-                let csv = written.in_row.csv.expect("the CSV in the row");
-                assert_eq!(&csv[..], b"\"n\"\n\"0\"\n\"1\"\n\"2\"\n");
-                assert_eq!(written.bytes, csv.len() as u64);
-                assert!(written.in_row.arrow.is_some(), "the Arrow copy in the row");
-                assert!(csv_object.is_err() && arrow_object.is_err(), "no object");
-            } else {
-                assert!(written.in_row.csv.is_none(), "a big CSV is uploaded");
-                assert_eq!(csv_object.unwrap().size, written.bytes);
-                // Each form is kept by its own size: this Arrow copy,
-                // compressed, may fit the row where the CSV does not.
-                assert!(
-                    written.in_row.arrow.is_some() != arrow_object.is_ok(),
-                    "the Arrow copy in the row or the lake, once"
-                );
-            }
-        }
-    }
-
-    #[tokio::test]
-    async fn on_request_a_copy_is_written_now_only_for_columns_that_do_not_read_back() {
-        use datafusion::arrow::array::TimestampMicrosecondArray;
-        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-        let numbers: ArrayRef = Arc::new(Int64Array::from(vec![1, 2]));
-        let instants: ArrayRef = Arc::new(TimestampMicrosecondArray::from(vec![1, 2]));
-        for (path, column, written_now) in [("n.csv", numbers, false), ("t.csv", instants, true)] {
-            let field = Field::new("c", column.data_type().clone(), false);
-            let schema = Arc::new(Schema::new(vec![field]));
-            let batch = RecordBatch::try_new(schema.clone(), vec![column]).unwrap();
-            let mut writer = ResultWriter::create(
-                store.clone(),
-                path,
-                &schema,
-                TypedCopies::OnRequest(ArrowCompression::Zstd),
-                0,
-            )
-            .await
-            .unwrap();
-            writer.write(&batch).await.unwrap();
-            writer.finish().await.unwrap();
-            let arrow = result_file_path(path, ResultFormat::Arrow);
-            let kept = store.head(&Path::from(arrow.as_str())).await.is_ok();
-            assert_eq!(kept, written_now, "{path}");
-            assert!(store.head(&Path::from(path)).await.is_ok());
-        }
-        let never = TypedCopies::Never.while_running(&Schema::empty());
-        assert_eq!(never, None);
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn batches_made_text_on_tasks_are_written_in_their_order() {
-        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-        let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, false)]));
-        let mut writer = CsvResultWriter::create(store.clone(), "r.csv", &schema)
-            .await
-            .unwrap();
-        // Big batches (each on a task) between small ones (inline when
-        // nothing is in flight), more of them than are encoded at once.
-        let sizes = [3, 5000, 2, 9000, 4000, 1, 7000, 3000, 8000, 6000, 5];
-        let mut next = 0i64;
-        for size in sizes {
-            let n: Vec<i64> = (next..next + size).collect();
-            next += size;
-            let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from(n))]);
-            writer.write(&batch.unwrap()).await.unwrap();
-        }
-        let written = writer.finish().await.unwrap();
-        assert_eq!(written.rows, next as u64);
-        let csv = crate::lake::stored_bytes(store.as_ref(), "r.csv").await;
-        let expected: String = std::iter::once("\"n\"\n".to_string())
-            .chain((0..next).map(|n| format!("\"{n}\"\n")))
-            .collect();
-        assert_eq!(written.bytes, expected.len() as u64);
-        assert!(csv == expected.as_bytes(), "rows out of order");
-    }
-}
+#[path = "result_writer_tests.rs"]
+mod tests;

@@ -1,7 +1,8 @@
-//! Typed copies made on first request, and kept: the Arrow copy of a result
-//! read back from its CSV (`csv_read_back.rs`), and the Parquet copy made
+//! Forms of a result made on first request, and kept: the Arrow copy of a
+//! result read back from its CSV (`csv_read_back.rs`), the Parquet copy made
 //! from the Arrow copy, or read back from the CSV when there is no Arrow
-//! copy (`result_parquet.rs`).
+//! copy (`result_parquet.rs`), and the CSV of a result written Arrow first
+//! (`Prefer: result-format=arrow`), made from its Arrow file.
 //!
 //! A query whose columns read back from their CSV writes the CSV alone
 //! while it runs (the spec's path pays nothing for the typed forms); the
@@ -33,8 +34,10 @@ use object_store::{ObjectStore, ObjectStoreExt as _, path::Path};
 use super::{
     InternalCause,
     csv_read_back::CsvReadBack,
+    ipc_batches::IpcBatches,
     result_arrow::{ArrowResultWriter, TypedCopy},
     result_parquet::{self, TypedResultError},
+    result_writer::CsvResultWriter,
 };
 use crate::{
     config::ArrowCompression,
@@ -101,6 +104,33 @@ pub async fn arrow_from_csv(
             Err(e)
         }
         (_, Err(e)) => Err(copy_failed(e)),
+    }
+}
+
+/// Writes the CSV at `csv_path` from the Arrow stream at `arrow_path`, a
+/// batch at a time; a failure leaves no CSV. Its size.
+async fn csv_from_arrow(
+    store: Arc<dyn ObjectStore>,
+    arrow_path: &str,
+    csv_path: &str,
+) -> Result<u64, TypedResultError> {
+    let source = lake::object_bytes(store.as_ref(), arrow_path, None).await?;
+    let mut batches = IpcBatches::new(source);
+    let schema = batches.schema().await?;
+    let mut writer = CsvResultWriter::create(store, csv_path, &schema).await?;
+    let written: Result<(), TypedResultError> = async {
+        while let Some(batch) = batches.next_batch().await? {
+            writer.write(&batch).await?;
+        }
+        Ok(())
+    }
+    .await;
+    match written {
+        Ok(()) => Ok(writer.finish().await?.bytes),
+        Err(e) => {
+            writer.abort().await;
+            Err(e)
+        }
     }
 }
 
@@ -219,6 +249,26 @@ impl TypedConversions {
                 .boxed()
         };
         self.ensure(runtime, store, parquet_path, make).await
+    }
+
+    /// The size of the CSV at `csv_path` of a result written Arrow first,
+    /// made now on `runtime` from its Arrow file if it is not there yet (or
+    /// joined): the same text the query would have written, since it is
+    /// encoded from the same values by the same writer.
+    pub async fn ensure_csv(
+        &self,
+        runtime: &tokio::runtime::Handle,
+        store: Arc<dyn ObjectStore>,
+        csv_path: &str,
+    ) -> Result<u64, TypedResultError> {
+        let arrow_path = result_file_path(csv_path, ResultFormat::Arrow);
+        let make = {
+            let store = store.clone();
+            let csv_path = csv_path.to_string();
+            async move { csv_from_arrow(store, &arrow_path, &csv_path).await }.boxed()
+        };
+        self.ensure(runtime, store, csv_path.to_string(), make)
+            .await
     }
 
     /// The size of the file at `path`, made by `make` on `runtime` unless

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use datafusion::arrow::{
-    array::{Date32Array, Decimal128Array, Int64Array, RecordBatch, StringViewArray},
+    array::{ArrayRef, Date32Array, Decimal128Array, Int64Array, RecordBatch, StringViewArray},
     compute::concat_batches,
     datatypes::{DataType, Field, Schema},
     ipc::reader::StreamReader,
@@ -270,4 +270,104 @@ async fn a_csv_that_does_not_read_back_leaves_no_parquet_file() {
         .ensure_parquet_read_back(&runtime, store.clone(), "_results/none-1.csv", schema)
         .await;
     assert!(missing.is_err());
+}
+
+/// Writes `batches` as the Arrow file at `path`, as a query written Arrow
+/// first does.
+async fn arrow_result(store: &Arc<dyn ObjectStore>, path: &str, batches: &[RecordBatch]) {
+    let schema = batches[0].schema();
+    let mut writer = ArrowResultWriter::create(store.clone(), path, &schema, ArrowCompression::Lz4)
+        .await
+        .unwrap();
+    for batch in batches {
+        writer.write(batch).await.unwrap();
+    }
+    writer.finish().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_csv_made_from_the_arrow_file_is_the_csv_the_query_writes() {
+    use datafusion::arrow::array::{ListArray, TimestampMicrosecondArray};
+    use datafusion::arrow::datatypes::Int32Type;
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let conversions = TypedConversions::default();
+    let runtime = tokio::runtime::Handle::current();
+    // Columns that read back from their text, and ones that do not (an
+    // instant with its zone, a list): the CSV is encoded from the values.
+    let instants = TimestampMicrosecondArray::from(vec![Some(1_700_000_000_123_456), None])
+        .with_timezone("UTC");
+    let lists = ListArray::from_iter_primitive::<Int32Type, _, _>(vec![
+        Some(vec![Some(1), None, Some(3)]),
+        None,
+    ]);
+    let odd = RecordBatch::try_from_iter([
+        ("at", Arc::new(instants) as ArrayRef),
+        ("l", Arc::new(lists) as ArrayRef),
+    ])
+    .unwrap();
+    let cases = [
+        (
+            "typed",
+            (0..4).map(|i| batch(i * 9_000, 9_000)).collect::<Vec<_>>(),
+        ),
+        ("odd", vec![odd.clone(), odd]),
+    ];
+    for (name, batches) in cases {
+        let query_csv = format!("_results/{name}-csv-1.csv");
+        let csv_bytes = csv_result(&store, &query_csv, &batches).await;
+        let csv = format!("_results/{name}-arrow-1.csv");
+        arrow_result(
+            &store,
+            &result_file_path(&csv, ResultFormat::Arrow),
+            &batches,
+        )
+        .await;
+        let (first, second) = tokio::join!(
+            conversions.ensure_csv(&runtime, store.clone(), &csv),
+            conversions.ensure_csv(&runtime, store.clone(), &csv),
+        );
+        assert_eq!(first.unwrap(), csv_bytes, "{name}");
+        assert_eq!(second.unwrap(), csv_bytes, "{name}: joined");
+        let made = crate::lake::stored_bytes(store.as_ref(), &csv).await;
+        let written = crate::lake::stored_bytes(store.as_ref(), &query_csv).await;
+        assert!(
+            made == written,
+            "{name}: the made CSV differs from the query's"
+        );
+    }
+    assert!(conversions.running.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_csv_whose_arrow_file_is_missing_or_cut_is_an_error_and_no_file() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let conversions = TypedConversions::default();
+    let runtime = tokio::runtime::Handle::current();
+    let missing = conversions
+        .ensure_csv(&runtime, store.clone(), "_results/gone-1.csv")
+        .await;
+    assert!(
+        matches!(missing, Err(TypedResultError::Failed(_))),
+        "{missing:?}"
+    );
+    assert!(
+        store
+            .head(&Path::from("_results/gone-1.csv"))
+            .await
+            .is_err()
+    );
+    // An Arrow file cut short: its rows so far are never a CSV.
+    let batches: Vec<_> = (0..3).map(|i| batch(i * 9_000, 9_000)).collect();
+    arrow_result(&store, "_results/cut-1.arrows", &batches).await;
+    let whole = crate::lake::stored_bytes(store.as_ref(), "_results/cut-1.arrows").await;
+    let cut = whole.slice(..whole.len() * 2 / 3);
+    store
+        .put(&Path::from("_results/cut-1.arrows"), cut.into())
+        .await
+        .unwrap();
+    let cut = conversions
+        .ensure_csv(&runtime, store.clone(), "_results/cut-1.csv")
+        .await;
+    assert!(matches!(cut, Err(TypedResultError::Failed(_))), "{cut:?}");
+    assert!(store.head(&Path::from("_results/cut-1.csv")).await.is_err());
 }

@@ -328,6 +328,7 @@ async fn daily_runs_their_steps_and_lease_takeovers_are_counted() {
         database: "demo_lake_v2".into(),
         statement_type: "DML".into(),
         access_json: json!({ "roles": ["ZoneAdmin"], "service_clients": [0] }).to_string(),
+        result_first: Default::default(),
     };
     app.store.insert_query(&job, now).await.unwrap();
     app.store

@@ -848,6 +848,7 @@ async fn a_query_running_when_its_server_died_ends_failed_and_is_not_run_again()
         database: "demo_lake_v2".into(),
         statement_type: "DML".into(),
         access_json: grant.to_string(),
+        result_first: Default::default(),
     };
     first.stop_abruptly().await;
     let store = lakehost::store::Store::open_sqlite(&dir.path().join("lakehost.db"))

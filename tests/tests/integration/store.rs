@@ -83,6 +83,7 @@ fn query(id: &str, submitted_order: u32) -> NewQuery {
         database: "demo_lake_v2".into(),
         statement_type: "DML".into(),
         access_json: "{}".into(),
+        result_first: Default::default(),
     }
 }
 

@@ -42,7 +42,11 @@ use crate::{
         result_writer::TypedCopies,
     },
     runtime::EngineRuntime,
-    store::{Store, catalog::standard_databases},
+    store::{
+        Store,
+        catalog::standard_databases,
+        queries::{NewQuery, ResultFirst},
+    },
 };
 
 /// The job lifecycle: submission, the worker pool, ends, cancels, streamed
@@ -259,25 +263,38 @@ impl QueryJobs {
         Ok(result_schema(&planned.prepared))
     }
 
-    /// Starts executing `planned` on the engine runtime, its result to
-    /// `result_path`; dropping the returned handle aborts it.
-    pub(super) fn start_engine(&self, planned: Planned, id: &str, result_path: &str) -> Started {
+    /// Starts executing `planned`, the statement of `query`, on the engine
+    /// runtime, its result to `result_path` (written first as
+    /// `query.result_first` says); dropping the returned handle aborts it.
+    pub(super) fn start_engine(
+        &self,
+        planned: Planned,
+        query: &NewQuery,
+        result_path: &str,
+    ) -> Started {
         let Planned {
             context,
             prepared,
             access,
         } = planned;
         let lake = self.lake.clone();
-        let id = id.to_string();
+        let id = query.id.clone();
+        let limits = &self.limits;
         let target = ResultTarget {
             csv_path: result_path.to_string(),
             typed: match (
-                self.limits.typed_results,
-                self.limits.typed_results_while_running,
+                limits.typed_results,
+                query.result_first,
+                limits.typed_results_while_running,
             ) {
-                (false, _) => TypedCopies::Never,
-                (true, false) => TypedCopies::OnRequest(self.limits.typed_results_compression),
-                (true, true) => TypedCopies::WhileRunning(self.limits.typed_results_compression),
+                (false, _, _) => TypedCopies::Never,
+                (true, ResultFirst::Arrow, _) => TypedCopies::First(limits.arrow_first_compression),
+                (true, ResultFirst::Csv, false) => {
+                    TypedCopies::OnRequest(limits.typed_results_compression)
+                }
+                (true, ResultFirst::Csv, true) => {
+                    TypedCopies::WhileRunning(limits.typed_results_compression)
+                }
             },
             in_row_limit: self.limits.result_in_store_bytes,
         };

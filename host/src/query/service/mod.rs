@@ -79,7 +79,7 @@ pub use result_file::ResultFile;
 pub use results::{QueryResults, ResultPage, WireEnd};
 pub use runs_here::{CountedRun, RunsHere};
 pub use streamed::{StreamPlan, StreamStart, StreamStop, StreamedRows};
-pub use submit::Submitted;
+pub use submit::{SubmitPreferences, Submitted};
 pub use visible_catalog::{VisibleCatalog, columns_of};
 pub use waiting::{WaitLimit, WaitedSubmission};
 pub use worker::ABANDONED_QUERY;
@@ -187,17 +187,23 @@ impl QueryService {
         self.jobs.describe(caller, sql).await
     }
 
+    /// Whether results have typed copies here (`query.typed_results`):
+    /// without them `Prefer: result-format=arrow` is not honoured.
+    pub fn keeps_typed_results(&self) -> bool {
+        self.jobs.limits.typed_results
+    }
+
     /// `QueryJobs::submit`.
     pub async fn submit(
         &self,
         caller: &LakeCaller,
         sql: &str,
         database: Option<&str>,
-        reuse_max_age_s: Option<u64>,
+        preferences: SubmitPreferences,
         wait: Option<Duration>,
     ) -> Result<Submitted, QueryError> {
         self.jobs
-            .submit(caller, sql, database, reuse_max_age_s, wait)
+            .submit(caller, sql, database, preferences, wait)
             .await
     }
 
@@ -207,11 +213,11 @@ impl QueryService {
         caller: &LakeCaller,
         sql: &str,
         database: Option<&str>,
-        reuse_max_age_s: Option<u64>,
+        preferences: SubmitPreferences,
         wait: Option<WaitLimit>,
     ) -> Result<WaitedSubmission, QueryError> {
         self.jobs
-            .submit_and_wait(caller, sql, database, reuse_max_age_s, wait)
+            .submit_and_wait(caller, sql, database, preferences, wait)
             .await
     }
 

@@ -2,6 +2,10 @@
 //! as a stored file to stream (`result_file`), or as a signed link to that
 //! file (`result_link`).
 //!
+//! A result written Arrow first (`Prefer: result-format=arrow`) whose CSV
+//! was too big to keep has its CSV made from the Arrow file on first
+//! request (`csv_in_lake`); pages and CSV links then read it as any other.
+//!
 //! A small result's CSV and Arrow copy may be kept in its job's row instead
 //! of the lake (`query.result_in_store_bytes`): pages and downloads read
 //! them from the store (an Arrow copy its row lacks is read back from the
@@ -28,7 +32,7 @@ use crate::{
         result_parquet::TypedResultError,
         typed_conversions::{ReadBack, arrow_from_csv, read_back_writer},
     },
-    store::queries::{QueryJob, RowForm},
+    store::queries::{QueryJob, ResultFirst, RowForm},
 };
 
 /// A finished query's whole result in one format: a file of known size,
@@ -120,13 +124,9 @@ impl QueryResults {
             });
         }
         let store = self.lake.object_store();
-        let size = match (format, job.result_bytes) {
-            (ResultFormat::Csv, Some(bytes)) => u64::try_from(bytes).unwrap_or(0),
-            (ResultFormat::Csv, None) => match store.head(&Path::from(path.as_str())).await {
-                Ok(meta) => meta.size,
-                Err(e) => return Err(QueryError::internal("result file", e)),
-            },
-            (ResultFormat::Arrow, _) => {
+        let size = match format {
+            ResultFormat::Csv => self.csv_in_lake(job, &csv_path).await?,
+            ResultFormat::Arrow => {
                 if let Some(bytes) = self.arrow_read_back_in_row(job).await? {
                     return Ok(ResultFile {
                         format,
@@ -137,7 +137,7 @@ impl QueryResults {
                 }
                 self.arrow_in_lake(job, &csv_path).await?
             }
-            (ResultFormat::Parquet, _) => match store.head(&Path::from(path.as_str())).await {
+            ResultFormat::Parquet => match store.head(&Path::from(path.as_str())).await {
                 // Made by an earlier request: nothing to read or convert.
                 Ok(meta) => meta.size,
                 Err(object_store::Error::NotFound { .. }) => {
@@ -152,6 +152,31 @@ impl QueryResults {
             path,
             source: ResultSource::Lake(store),
         })
+    }
+
+    /// The size of `job`'s CSV in the lake at `csv_path`: as its query
+    /// wrote it, or, for a result written Arrow first whose CSV was too big
+    /// to keep, made from its Arrow file now (once per replica at a time).
+    pub(super) async fn csv_in_lake(
+        &self,
+        job: &QueryJob,
+        csv_path: &str,
+    ) -> Result<u64, QueryError> {
+        let store = self.lake.object_store();
+        if job.query.result_first == ResultFirst::Arrow {
+            return self
+                .conversions
+                .ensure_csv(self.engine.handle(), store, csv_path)
+                .await
+                .map_err(|e| typed_error(&job.query.id, e));
+        }
+        match job.result_bytes {
+            Some(bytes) => Ok(u64::try_from(bytes).unwrap_or(0)),
+            None => match store.head(&Path::from(csv_path)).await {
+                Ok(meta) => Ok(meta.size),
+                Err(e) => Err(QueryError::internal("result file", e)),
+            },
+        }
     }
 
     /// How `job`'s Arrow copy is read back from its CSV; `None` when this

@@ -185,9 +185,8 @@ impl QueryResults {
     ) -> Result<PageSource, QueryError> {
         Self::check_readable(caller, job)?;
         let id = job.query.id.as_str();
-        let (Some(path), Some(bytes), Some(columns)) = (
+        let (Some(path), Some(columns)) = (
             job.result_path.as_deref(),
-            job.result_bytes,
             job.result_columns_json.as_deref(),
         ) else {
             return Err(QueryError::unexpected(format!("query {id} has no result")));
@@ -210,7 +209,7 @@ impl QueryResults {
             None => CsvSource::Lake {
                 store: self.lake.object_store(),
                 path: path.to_string(),
-                size: u64::try_from(bytes).unwrap_or(0),
+                size: self.csv_in_lake(job, path).await?,
             },
         };
         Ok(PageSource::new(id.to_string(), columns, cursor, csv))

@@ -21,8 +21,20 @@ use crate::{
     lake,
     observability::jobs,
     query::{QueryError, execute::result_schema},
-    store::queries::{NewQuery, QueryJob, QueryState},
+    store::queries::{NewQuery, QueryJob, QueryState, ResultFirst},
 };
+
+/// What a caller asks of a submission beyond its statement (POST /query's
+/// `Prefer`); the wire front ends ask nothing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SubmitPreferences {
+    /// `Prefer: reuse=N`: the oldest earlier result the caller accepts;
+    /// `None` leaves it to the org's setting.
+    pub reuse_max_age_s: Option<u64>,
+    /// `Prefer: result-format=arrow`: the file the query writes while it
+    /// runs (honoured while this service keeps typed results).
+    pub result_first: ResultFirst,
+}
 
 /// What POST /query made.
 #[derive(Debug)]
@@ -40,8 +52,10 @@ impl QueryJobs {
     /// is free, else queues it. Returns the id.
     ///
     /// A read may instead be answered with an earlier result (`reuse.rs`):
-    /// `reuse_max_age_s` is the caller's `Prefer: reuse=N`, else the org's
-    /// setting applies.
+    /// `preferences.reuse_max_age_s` is the caller's `Prefer: reuse=N`, else
+    /// the org's setting applies. Its result is written as
+    /// `preferences.result_first` says when this service keeps typed
+    /// results, else as CSV.
     ///
     /// `wait` is the caller's `Prefer: wait` (what is left of it): a query
     /// that ends within `RUN_BEFORE_STORING` of it is stored once, at its end
@@ -51,7 +65,7 @@ impl QueryJobs {
         caller: &LakeCaller,
         sql: &str,
         database: Option<&str>,
-        reuse_max_age_s: Option<u64>,
+        preferences: SubmitPreferences,
         wait: Option<Duration>,
     ) -> Result<Submitted, QueryError> {
         let database = database
@@ -62,8 +76,11 @@ impl QueryJobs {
             .await?;
         let schema = result_schema(&planned.prepared);
         let id = uuid::Uuid::new_v4().to_string();
-        let query = Self::new_query(caller, &id, sql, database, statement_type);
-        if let Some(max_age_s) = self.reuse_max_age_s(&query, reuse_max_age_s)
+        let mut query = Self::new_query(caller, &id, sql, database, statement_type);
+        if self.limits.typed_results {
+            query.result_first = preferences.result_first;
+        }
+        if let Some(max_age_s) = self.reuse_max_age_s(&query, preferences.reuse_max_age_s)
             && let Some(reused) = self.reuse(&query, &planned, max_age_s).await?
         {
             return Ok(Submitted {
@@ -110,7 +127,7 @@ impl QueryJobs {
     ) -> Result<Option<QueryJob>, QueryError> {
         let id = &query.id;
         let result_path = Self::result_path_of(&query, 1);
-        let mut started = self.start_engine(planned, id, &result_path);
+        let mut started = self.start_engine(planned, &query, &result_path);
         if let Some(wait) = wait
             && let Some(ended) = self
                 .end_before_storing(&query, &mut started, &result_path, wait)
@@ -173,6 +190,7 @@ impl QueryJobs {
             database,
             statement_type: statement_type.as_str().to_string(),
             access_json: serde_json::to_string(&caller.grant).expect("grant serialises"),
+            result_first: ResultFirst::Csv,
         }
     }
 

@@ -28,7 +28,7 @@ use std::{sync::Arc, time::Duration};
 
 use tokio::time::Instant;
 
-use super::{QueryJobs, jobs::Started, worker::RunEnd};
+use super::{QueryJobs, jobs::Started, submit::SubmitPreferences, worker::RunEnd};
 use crate::{
     auth::LakeCaller,
     engine::table_writer::delete_paths,
@@ -156,13 +156,13 @@ impl QueryJobs {
 
     /// POST /query with or without `Prefer: wait`: `submit`, then, when the
     /// caller waits and the query did not end within `submit`, a wait for
-    /// its end. `reuse_max_age_s` is the caller's `Prefer: reuse=N`.
+    /// its end, as the caller's `Prefer` asks (`preferences`).
     pub async fn submit_and_wait(
         self: &Arc<Self>,
         caller: &LakeCaller,
         sql: &str,
         database: Option<&str>,
-        reuse_max_age_s: Option<u64>,
+        preferences: SubmitPreferences,
         wait: Option<WaitLimit>,
     ) -> Result<WaitedSubmission, QueryError> {
         let submitted = self
@@ -170,7 +170,7 @@ impl QueryJobs {
                 caller,
                 sql,
                 database,
-                reuse_max_age_s,
+                preferences,
                 wait.map(|wait| wait.left()),
             )
             .await?;

@@ -269,7 +269,7 @@ impl QueryJobs {
             (Some(started), _) => started,
             (None, Some(result_path)) => {
                 let planned = self.plan_job(job).await?;
-                self.start_engine(planned, &job.query.id, result_path)
+                self.start_engine(planned, &job.query, result_path)
             }
             // Its rows had a client on the replica that started it.
             (None, None) => {

@@ -146,9 +146,9 @@ impl Store {
              database_name, statement_type, access_json, state, submitted_at, started_at, \
              lease_owner, lease_expires_at, attempts, state_change_reason, completed_at, \
              result_path, result_rows, result_bytes, result_columns_json, reuse_key, delivery, \
-             workers, result_csv, result_arrow) \
+             workers, result_csv, result_arrow, result_first) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
-             $17, $18, $19, $20, $21, $22, $23, $24, $25, $26)",
+             $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27)",
         )
         .bind(&query.id)
         .bind(&query.org)
@@ -176,6 +176,7 @@ impl Store {
         .bind(end.workers)
         .bind(end.csv_in_row())
         .bind(end.arrow_in_row())
+        .bind(query.result_first.as_str())
         .execute(self.pool())
         .await?;
         Ok(QueryJob {

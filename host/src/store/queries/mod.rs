@@ -94,6 +94,35 @@ impl Delivery {
     }
 }
 
+/// The file a query writes its result to while it runs; every other form
+/// is made from it when first asked for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ResultFirst {
+    /// The spec's CSV (typed copies read it back).
+    #[default]
+    Csv,
+    /// The Arrow IPC stream, and the CSV only while it is small
+    /// (`Prefer: result-format=arrow`).
+    Arrow,
+}
+
+impl ResultFirst {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResultFirst::Csv => "csv",
+            ResultFirst::Arrow => "arrow",
+        }
+    }
+
+    fn parse(text: &str) -> Result<Self> {
+        Ok(match text {
+            "csv" => ResultFirst::Csv,
+            "arrow" => ResultFirst::Arrow,
+            other => return Err(Error::Corrupt(format!("query result_first {other:?}"))),
+        })
+    }
+}
+
 /// What a caller submits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewQuery {
@@ -109,6 +138,9 @@ pub struct NewQuery {
     /// The caller's roles and service clients, as JSON, so that any replica's
     /// worker plans the query with the submitter's access.
     pub access_json: String,
+    /// The file its result is written to while it runs (a reused job
+    /// answers with its source's files, so it has its source's).
+    pub result_first: ResultFirst,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -192,7 +224,7 @@ const COLUMNS: &str = "id, org, zone, owner_sub, access_fingerprint, sql_text, d
     result_path, result_rows, result_bytes, result_columns_json, access_json, \
     CAST(attempts AS BIGINT) AS attempts, reused_query_id, delivery, workers, \
     CAST(length(result_csv) AS BIGINT) AS csv_in_row_bytes, \
-    CAST(length(result_arrow) AS BIGINT) AS arrow_in_row_bytes, result_expired_at";
+    CAST(length(result_arrow) AS BIGINT) AS arrow_in_row_bytes, result_expired_at, result_first";
 
 fn job_from_row(row: &sqlx::any::AnyRow) -> Result<QueryJob> {
     let zone: String = row.try_get("zone")?;
@@ -207,6 +239,7 @@ fn job_from_row(row: &sqlx::any::AnyRow) -> Result<QueryJob> {
             database: row.try_get("database_name")?,
             statement_type: row.try_get("statement_type")?,
             access_json: row.try_get("access_json")?,
+            result_first: ResultFirst::parse(&row.try_get::<String, _>("result_first")?)?,
         },
         state: QueryState::parse(&row.try_get::<String, _>("state")?)?,
         state_change_reason: row.try_get("state_change_reason")?,

@@ -36,10 +36,10 @@ impl Store {
             "INSERT INTO query_jobs (id, org, zone, owner_sub, access_fingerprint, sql_text, \
              database_name, statement_type, access_json, state, submitted_at, started_at, \
              completed_at, result_path, result_rows, result_bytes, result_columns_json, \
-             attempts, reused_query_id, result_csv, result_arrow) \
+             attempts, reused_query_id, result_csv, result_arrow, result_first) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'SUCCEEDED', $10, $10, $10, $11, $12, \
              $13, $14, 0, $15, (SELECT result_csv FROM query_jobs WHERE id = $15), \
-             (SELECT result_arrow FROM query_jobs WHERE id = $15))",
+             (SELECT result_arrow FROM query_jobs WHERE id = $15), $16)",
         )
         .bind(&query.id)
         .bind(&query.org)
@@ -56,10 +56,15 @@ impl Store {
         .bind(source.result_bytes)
         .bind(source.result_columns_json.as_deref())
         .bind(&source.query.id)
+        .bind(source.query.result_first.as_str())
         .execute(self.pool())
         .await?;
         Ok(QueryJob {
-            query: query.clone(),
+            // The source's files, so its way of making the other forms.
+            query: NewQuery {
+                result_first: source.query.result_first,
+                ..query.clone()
+            },
             state: QueryState::Succeeded,
             state_change_reason: None,
             submitted_at: now,
