@@ -15,7 +15,10 @@ For lakehost it measures:
   from the Arrow copy when Arrow was asked for first, and, on a fresh
   result, straight from the CSV when Parquet is the first typed request;
 * end to end per format: query + (Parquet: making it as the first typed
-  request) + download.
+  request) + download;
+* Arrow first (`Prefer: result-format=arrow`, per `--arrow-first`
+  compression): the query writing the Arrow file alone, its link's
+  download, and the CSV made from it on its first request.
 
 Peers, in process, on the lake's parquet files: DuckDB `COPY (SELECT ...) TO`
 CSV (every value quoted, like lakehost's), Parquet (zstd) and Arrow IPC (the
@@ -83,10 +86,12 @@ HTTP_TIMEOUT_S = 600
 # ----------------------------------------------------------------------- lakehost
 
 
-def write_config(work: Path, port: int, compression: str | None) -> tuple[Path, Path]:
+def write_config(work: Path, port: int, compression: str | None,
+                 arrow_first: str = "lz4") -> tuple[Path, Path]:
     """<work>/lakehost.toml on <work>/lakehost-data (kept between servers:
     each serves the lake the first imported). `compression`: the typed
-    copy's, or None for no typed copy."""
+    copy's, or None for no typed copy; `arrow_first`: the compression of
+    the Arrow file a `Prefer: result-format=arrow` query writes."""
     data_dir = work / "lakehost-data"
     config = work / "lakehost.toml"
     typed = "false" if compression is None else "true"
@@ -100,6 +105,7 @@ def write_config(work: Path, port: int, compression: str | None) -> tuple[Path, 
         "[query]\n"
         f"typed_results = {typed}\n"
         f"typed_results_compression = {json.dumps(compression or 'none')}\n"
+        f"arrow_first_compression = {json.dumps(arrow_first)}\n"
     )
     return config, data_dir
 
@@ -140,10 +146,12 @@ class Client:
         response = self.api.getresponse()
         return response.status, dict(response.getheaders()), response.read()
 
-    def run(self, sql: str) -> tuple[str, float]:
-        """Submit, poll until final; the id and seconds to SUCCEEDED."""
+    def run(self, sql: str, prefer: str | None = None) -> tuple[str, float]:
+        """Submit (with `Prefer: <prefer>`), poll until final; the id and
+        seconds to SUCCEEDED."""
         start = time.perf_counter()
-        status, _, body = self.call("POST", "/v2/query", {"query": sql})
+        headers = {"Prefer": prefer} if prefer else None
+        status, _, body = self.call("POST", "/v2/query", {"query": sql}, headers)
         if status != 202:
             raise RuntimeError(f"submit: {status} {body[:300]!r}")
         query_id = json.loads(body)["queryId"]
@@ -370,6 +378,32 @@ def run(args: argparse.Namespace) -> None:
                 parquet_first_s[compression].append(seconds)
                 remove_results(data_dir)
 
+    # Arrow first (`Prefer: result-format=arrow`): the query writes the
+    # Arrow file alone; its link is then a download, and the CSV is made
+    # from it on its first request.
+    arrow_first: dict[str, dict[str, list[float]]] = {}
+    arrow_first_mb: dict[str, float] = {}
+    for af in args.arrow_first:
+        config, _ = write_config(work, port, args.compressions[0], af)
+        log = work / f"server-arrow-first-{af}.log"
+        with LakehostServer(lakehost, config, port, log) as server, \
+                RssSampler(server.proc.pid) as sampler:
+            rss[f"arrow first {af}"] = sampler
+            client = Client(server.base_url)
+            client.run(SQL, "result-format=arrow")  # warm-up
+            remove_results(data_dir)
+            times = arrow_first[af] = {"query": [], "link": [], "csv": []}
+            for _ in range(args.runs):
+                query_id, seconds = client.run(SQL, "result-format=arrow")
+                times["query"].append(seconds)
+                url, seconds = client.link(query_id, "arrow")
+                size, download = download_link(url)
+                times["link"].append(seconds + download)
+                arrow_first_mb[af] = size / 1e6
+                _, seconds = client.link(query_id, "csv")
+                times["csv"].append(seconds)
+                remove_results(data_dir)
+
     out = work / "peer-out"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir()
@@ -429,7 +463,7 @@ def run(args: argparse.Namespace) -> None:
         print("  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
                                for i, (c, w) in enumerate(zip(r, widths))))
     print("\nlakehost resident memory (sampled from /proc): "
-          + "; ".join(f"{'typed results off, queries' if c is None else f'{c} copy, queries and downloads'}"
+          + "; ".join(f"{'typed results off, queries' if c is None else c if c.startswith('arrow first') else f'{c} copy, queries and downloads'}"
                       f" {s.before:.0f} MiB before, {s.peak:.0f} MiB peak (+{s.peak - s.before:.0f})"
                       for c, s in rss.items()))
     worst = max(csv_download_rss, key=lambda s: s.peak - s.before)
@@ -448,6 +482,23 @@ def run(args: argparse.Namespace) -> None:
                        duckdb_s=median([p[fmt][0] for p in peers["duckdb"]]),
                        **{"datafusion-python_s":
                           median([p[fmt][0] for p in peers["datafusion-python"]])})
+    duck_arrow = median([p["arrow"][0] for p in peers["duckdb"]])
+    fusion_arrow = median([p["arrow"][0] for p in peers["datafusion-python"]])
+    for af, times in arrow_first.items():
+        query, link = median(times["query"]), median(times["link"])
+        e2e = query + link
+        print(f"\nArrow first (Prefer: result-format=arrow, {af}; median of {args.runs}): "
+              f"query {query:.2f} s (writes {arrow_first_mb[af]:,.1f} MB of Arrow, no CSV), "
+              f"link + download {link:.2f} s, end to end {e2e:.2f} s, {rows / e2e:,.0f} rows/s; "
+              f"DuckDB {duck_arrow:.2f} s ({e2e / duck_arrow:.2f}x, target at most 1.5x), "
+              f"DataFusion-python {fusion_arrow:.2f} s ({e2e / fusion_arrow:.2f}x); "
+              f"its CSV made on the first CSV link request in {median(times['csv']):.2f} s")
+        sampler = rss[f"arrow first {af}"]
+        append_summary(args.summary, bench="results", scale=args.scale,
+                       work=f"whole result as arrow, arrow first ({af})", rows=rows,
+                       bytes=int(arrow_first_mb[af] * 1e6), lakehost_s=e2e,
+                       rss_before_mib=sampler.before, rss_peak_mib=sampler.peak,
+                       duckdb_s=duck_arrow, **{"datafusion-python_s": fusion_arrow})
     csv_link = median(link_s[(first, "csv")])
     for c in args.compressions:
         print(f"  Arrow ({c}) over CSV, link download rows/s: "
@@ -473,6 +524,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         type=lambda text: [c.strip() for c in text.split(",") if c.strip()],
                         help="Arrow copy compressions to measure, comma separated, of none, "
                              "lz4, zstd (default: zstd, the server's default)")
+    parser.add_argument("--arrow-first", default="lz4",
+                        type=lambda text: [c.strip() for c in text.split(",") if c.strip()],
+                        help="compressions of the Arrow file written first (Prefer: "
+                             "result-format=arrow) to measure, comma separated, of none, lz4, "
+                             "zstd; empty for none (default: lz4, the server's default)")
     parser.add_argument("--summary", type=Path, metavar="FILE",
                         help="append the figures as JSON lines to FILE (bench/run-all)")
     parser.add_argument("--lakehost", type=Path, default=REPO_ROOT / "target/release/lakehost",
@@ -484,6 +540,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--runs must be >= 1, --scale > 0")
     if not args.compressions or set(args.compressions) - {"none", "lz4", "zstd"}:
         parser.error("--compressions: a list of none, lz4, zstd")
+    if set(args.arrow_first) - {"none", "lz4", "zstd"}:
+        parser.error("--arrow-first: a list of none, lz4, zstd")
     return args
 
 

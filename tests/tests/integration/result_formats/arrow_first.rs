@@ -198,3 +198,30 @@ async fn a_bad_result_format_is_refused_and_without_typed_results_the_csv_comes_
         .await;
     assert_eq!(kinds_of(&plain, &id), ["csv"]);
 }
+
+/// The Arrow file a query wrote first (lz4 by default) is what pyarrow,
+/// pandas and DuckDB read from its link: the CSV's rows and types.
+#[tokio::test]
+#[cfg_attr(
+    not(lakehost_has_python),
+    ignore = "needs the Python clients: eval \"$(.ci/python)\" first (README, Tests)"
+)]
+async fn an_arrow_first_link_read_by_pyarrow_pandas_and_duckdb_equals_the_csv() {
+    let python = test_python();
+    let (app, token) = typed_app(|_| {}).await;
+    let id = succeeded_arrow_first(&app, &token, TYPED_SQL).await;
+    let arrow_link = link(&app, &token, &id, Some("arrow")).await;
+    let read = result_client(&python, "read_arrow", &json!({ "url": arrow_link })).await;
+    assert_eq!(read["content_type"], ARROW);
+    assert_eq!(
+        kinds_of(&app, &id),
+        ["arrows"],
+        "nothing made for an Arrow link"
+    );
+    let csv = csv_rows(&app, &token, &id).await;
+    assert_eq!(csv.len(), ROWS + 1);
+    let types = sql_types(&app, &token, &id).await;
+    for reader in ["pyarrow", "pandas", "duckdb"] {
+        assert_equals_csv(reader, &read["readers"][reader], &csv, &types);
+    }
+}
