@@ -12,6 +12,7 @@ mod csv_text;
 pub mod execute;
 mod internal;
 pub mod ipc_batches;
+mod ipc_encoding;
 pub(crate) mod page_tokens;
 pub mod parameters;
 mod parquet_row_groups;

@@ -34,10 +34,8 @@ use datafusion::arrow::{
 use object_store::{ObjectStore, buffered::BufWriter, path::Path};
 use tokio::{io::AsyncWriteExt as _, sync::mpsc, task::JoinHandle};
 
-use crate::{
-    config::ArrowCompression,
-    engine::layout::{plain_batch, without_view_types},
-};
+use super::ipc_encoding::BatchEncoder;
+use crate::{config::ArrowCompression, engine::layout::without_view_types};
 
 /// Bytes gathered before they go to the object store.
 const FLUSH_BYTES: usize = 1 << 20;
@@ -45,12 +43,13 @@ const FLUSH_BYTES: usize = 1 << 20;
 /// The zstd level of compressed copies: the fastest of its standard levels.
 const ZSTD_LEVEL: i32 = 1;
 
-/// Streams a result to `path` as an Arrow IPC stream.
+/// Streams a result to `path` as an Arrow IPC stream, its batches encoded
+/// on every core (`ipc_encoding.rs`).
 pub struct ArrowResultWriter {
     ipc: StreamWriter<Vec<u8>>,
+    encoder: BatchEncoder,
     upload: BufWriter,
     path: Path,
-    schema: SchemaRef,
     bytes: u64,
 }
 
@@ -81,13 +80,14 @@ impl ArrowResultWriter {
             .and_then(|options| options.try_with_compression_level(level))
             .map_err(io_error)?;
         let buffer = Vec::with_capacity(2 * FLUSH_BYTES);
+        let encoder = BatchEncoder::new(schema.clone(), options.clone());
         let ipc = StreamWriter::try_new_with_options(buffer, &schema, options).map_err(io_error)?;
         let path = Path::from(path);
         Ok(Self {
             ipc,
+            encoder,
             upload: BufWriter::new(store, path.clone()),
             path,
-            schema,
             bytes: 0,
         })
     }
@@ -101,8 +101,10 @@ impl ArrowResultWriter {
     }
 
     pub async fn write(&mut self, batch: &RecordBatch) -> std::io::Result<()> {
-        let batch = plain_batch(batch, &self.schema).map_err(io_error)?;
-        self.ipc.write(&batch).map_err(io_error)?;
+        self.encoder
+            .write(&mut self.ipc, batch.clone())
+            .await
+            .map_err(io_error)?;
         if self.ipc.get_ref().len() >= FLUSH_BYTES {
             self.flush().await?;
         }
@@ -122,6 +124,7 @@ impl ArrowResultWriter {
     /// bytes (less than `FLUSH_BYTES`, so none of it went out yet) is
     /// handed back, never uploaded; a bigger one's upload completes.
     pub async fn finish_within(mut self, in_row_limit: usize) -> std::io::Result<TypedCopy> {
+        self.encoder.drain(&mut self.ipc).await.map_err(io_error)?;
         self.ipc.finish().map_err(io_error)?;
         let stream = self.ipc.get_ref();
         let nothing_sent = self.bytes == 0;
@@ -137,6 +140,7 @@ impl ArrowResultWriter {
 
     /// Abandons the upload (cancellation, failure).
     pub async fn abort(mut self) {
+        self.encoder.abort();
         let _ = self.upload.abort().await;
         tracing::debug!(path = %self.path, "typed result upload abandoned");
     }
