@@ -17,8 +17,9 @@ For lakehost it measures:
 * end to end per format: query + (Parquet: making it as the first typed
   request) + download;
 * Arrow first (`Prefer: result-format=arrow`, per `--arrow-first`
-  compression): the query writing the Arrow file alone, its link's
-  download, and the CSV made from it on its first request.
+  compression) and Parquet first (`Prefer: result-format=parquet`): the
+  query writing that file alone, its link's download, and the CSV made from
+  it on its first request.
 
 Peers, in process, on the lake's parquet files: DuckDB `COPY (SELECT ...) TO`
 CSV (every value quoted, like lakehost's), Parquet (zstd) and Arrow IPC (the
@@ -383,6 +384,7 @@ def run(args: argparse.Namespace) -> None:
     # from it on its first request.
     arrow_first: dict[str, dict[str, list[float]]] = {}
     arrow_first_mb: dict[str, float] = {}
+    parquet_first: dict[str, list[float]] = {}
     for af in args.arrow_first:
         config, _ = write_config(work, port, args.compressions[0], af)
         log = work / f"server-arrow-first-{af}.log"
@@ -402,6 +404,21 @@ def run(args: argparse.Namespace) -> None:
                 arrow_first_mb[af] = size / 1e6
                 _, seconds = client.link(query_id, "csv")
                 times["csv"].append(seconds)
+                remove_results(data_dir)
+            if parquet_first:
+                continue
+            # Parquet first (`Prefer: result-format=parquet`), on the first
+            # of these servers: the query writes the Parquet file alone.
+            parquet_first = {"query": [], "link": [], "csv": []}
+            for _ in range(args.runs):
+                query_id, seconds = client.run(SQL, "result-format=parquet")
+                parquet_first["query"].append(seconds)
+                url, seconds = client.link(query_id, "parquet")
+                size, download = download_link(url)
+                parquet_first["link"].append(seconds + download)
+                parquet_first["mb"] = [size / 1e6]
+                _, seconds = client.link(query_id, "csv")
+                parquet_first["csv"].append(seconds)
                 remove_results(data_dir)
 
     out = work / "peer-out"
@@ -499,6 +516,23 @@ def run(args: argparse.Namespace) -> None:
                        bytes=int(arrow_first_mb[af] * 1e6), lakehost_s=e2e,
                        rss_before_mib=sampler.before, rss_peak_mib=sampler.peak,
                        duckdb_s=duck_arrow, **{"datafusion-python_s": fusion_arrow})
+    if parquet_first:
+        duck, fusion = (median([p["parquet"][0] for p in peers[name]])
+                        for name in ("duckdb", "datafusion-python"))
+        query, link = median(parquet_first["query"]), median(parquet_first["link"])
+        e2e = query + link
+        print(f"\nParquet first (Prefer: result-format=parquet; median of {args.runs}): "
+              f"query {query:.2f} s (writes {parquet_first['mb'][0]:,.1f} MB of Parquet, no "
+              f"CSV), link + download {link:.2f} s, end to end {e2e:.2f} s, "
+              f"{rows / e2e:,.0f} rows/s; DuckDB {duck:.2f} s ({e2e / duck:.2f}x, target at "
+              f"most 1.5x), DataFusion-python {fusion:.2f} s ({e2e / fusion:.2f}x); its CSV "
+              f"made on the first CSV link request in {median(parquet_first['csv']):.2f} s")
+        sampler = rss[f"arrow first {args.arrow_first[0]}"]
+        append_summary(args.summary, bench="results", scale=args.scale,
+                       work="whole result as parquet, parquet first", rows=rows,
+                       bytes=int(parquet_first["mb"][0] * 1e6), lakehost_s=e2e,
+                       rss_before_mib=sampler.before, rss_peak_mib=sampler.peak,
+                       duckdb_s=duck, **{"datafusion-python_s": fusion})
     csv_link = median(link_s[(first, "csv")])
     for c in args.compressions:
         print(f"  Arrow ({c}) over CSV, link download rows/s: "

@@ -17,6 +17,7 @@ import datetime
 import decimal
 import json
 import math
+import os
 import sys
 import urllib.request
 
@@ -156,4 +157,9 @@ COMMANDS = {"read_arrow": read_arrow, "read_parquet": read_parquet}
 
 if __name__ == "__main__":
     command, arguments = sys.argv[1], json.loads(sys.argv[2])
-    print(json.dumps(COMMANDS[command](arguments)))
+    print(json.dumps(COMMANDS[command](arguments)), flush=True)
+    # The answer is out: leave without running DuckDB's and Arrow's C++
+    # destructors, whose threads (httpfs's, loaded for the links) now and
+    # then abort the interpreter's exit ("terminate called without an active
+    # exception") after a correct answer.
+    os._exit(0)

@@ -1,9 +1,9 @@
 //! The `Prefer` request header (RFC 7240) of `POST /query`: the opt-in
 //! preferences lakehost honours there, `wait=N` (hold the request up to N
 //! seconds for the query to end), `reuse=N` (answer with a result of the
-//! same query and data at most N seconds old) and `result-format=arrow`
-//! (write the result as Arrow while the query runs, the CSV when first
-//! asked for; `csv` is the default). Unknown preferences are
+//! same query and data at most N seconds old) and `result-format=arrow` or
+//! `parquet` (write the result in that format while the query runs, the CSV
+//! when first asked for; `csv` is the default). Unknown preferences are
 //! ignored, as the RFC asks; a known one with a bad value is a 400, since a
 //! silently ignored typo would cost the caller a round trip or a rerun.
 //! `Preference-Applied` names the ones honoured.
@@ -30,7 +30,8 @@ pub struct Preferences {
     pub wait: Option<Duration>,
     /// `reuse=N`: the oldest result, in seconds, the caller accepts.
     pub reuse_max_age_s: Option<u64>,
-    /// `result-format=arrow|csv`: the file the query writes while it runs.
+    /// `result-format=csv|arrow|parquet`: the file the query writes while
+    /// it runs.
     pub result_first: Option<ResultFirst>,
 }
 
@@ -107,9 +108,10 @@ fn seconds(value: Option<&str>, name: &str, max: u64) -> Result<u64, ApiError> {
 fn result_format(value: Option<&str>) -> Result<ResultFirst, ApiError> {
     match value {
         Some(v) if v.eq_ignore_ascii_case("arrow") => Ok(ResultFirst::Arrow),
+        Some(v) if v.eq_ignore_ascii_case("parquet") => Ok(ResultFirst::Parquet),
         Some(v) if v.eq_ignore_ascii_case("csv") => Ok(ResultFirst::Csv),
         _ => Err(ApiError::BadRequest(
-            "InvalidParameterError: Prefer result-format must be csv or arrow.".into(),
+            "InvalidParameterError: Prefer result-format must be csv, arrow or parquet.".into(),
         )),
     }
 }
@@ -151,15 +153,16 @@ mod tests {
         let csv = parse(&["result-format=\"csv\""]).unwrap();
         assert_eq!(csv.submit().result_first, ResultFirst::Csv);
         assert_eq!(parse(&[]).unwrap().submit().result_first, ResultFirst::Csv);
-        for bad in [
-            "result-format=parquet",
-            "result-format",
-            "result-format=json",
-        ] {
+        let parquet = parse(&["result-format=parquet"]).unwrap();
+        assert_eq!(parquet.submit().result_first, ResultFirst::Parquet);
+        for bad in ["result-format=orc", "result-format", "result-format=json"] {
             let Err(ApiError::BadRequest(message)) = parse(&[bad]) else {
                 panic!("{bad} accepted");
             };
-            assert!(message.contains("must be csv or arrow"), "{message}");
+            assert!(
+                message.contains("must be csv, arrow or parquet"),
+                "{message}"
+            );
         }
     }
 

@@ -98,7 +98,7 @@ fn query_resource(job: &QueryJob) -> Value {
     path = "/v2/query",
     tag = "query",
     security(("bearer" = ["query:write"])),
-    params(("Prefer" = Option<String>, Header, description = "Opt-in (RFC 7240): `wait=N` (0-25) holds the request up to N seconds for the query to end; `reuse=N` (0-86400) answers with the result of the same query over unchanged data, run by a caller with the same access at most N seconds ago; `result-format=arrow` writes the result as an Arrow IPC stream while the query runs (its fastest typed download) and its CSV, pages and CSV link when first asked for (`csv`, the default, the other way round). Honoured ones are named in `Preference-Applied`."), IdempotencyKey),
+    params(("Prefer" = Option<String>, Header, description = "Opt-in (RFC 7240): `wait=N` (0-25) holds the request up to N seconds for the query to end; `reuse=N` (0-86400) answers with the result of the same query over unchanged data, run by a caller with the same access at most N seconds ago; `result-format=arrow` (or `parquet`) writes the result as an Arrow IPC stream (or Parquet file) while the query runs (that format's fastest download) and its CSV, pages and CSV link when first asked for (`csv`, the default, the other way round). Honoured ones are named in `Preference-Applied`."), IdempotencyKey),
     request_body(content = schemas::QueryRequest, description = "The statement, and optionally the database its unqualified names resolve in"),
     responses(
         (status = 200, description = "With `Prefer: wait=N` only: the query ended within the wait. The Query resource in its final state and, when it SUCCEEDED, its first result page", body = schemas::QueryEnded),

@@ -20,6 +20,7 @@ pub mod prepare;
 mod recent_results;
 pub mod result;
 pub mod result_arrow;
+mod result_first;
 pub mod result_parquet;
 pub mod result_writer;
 pub mod service;

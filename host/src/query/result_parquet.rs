@@ -8,20 +8,28 @@
 //! blocking threads (`parquet_row_groups.rs`), so a conversion uses every
 //! core.
 //!
+//! A result written Parquet first (`result_first.rs`) is read back from its
+//! file by ranges (`StoredParquet`).
+//!
 //! `typed_conversions.rs` runs each conversion once per replica, on a task
 //! of its own.
 
-use std::sync::Arc;
+use std::{ops::Range, sync::Arc};
 
+use bytes::Bytes;
 use datafusion::{
     arrow::{buffer::Buffer, datatypes::SchemaRef, error::ArrowError, ipc::reader::StreamDecoder},
     parquet::{
+        arrow::{arrow_reader::ArrowReaderOptions, async_reader::AsyncFileReader},
         basic::{Compression, ZstdLevel},
         errors::ParquetError,
-        file::properties::WriterProperties,
+        file::{
+            metadata::{ParquetMetaData, ParquetMetaDataReader},
+            properties::WriterProperties,
+        },
     },
 };
-use futures::StreamExt as _;
+use futures::{FutureExt as _, StreamExt as _, future::BoxFuture};
 use object_store::{ObjectStore, ObjectStoreExt as _, buffered::BufWriter, path::Path};
 
 use super::{InternalCause, csv_read_back::CsvReadBack, parquet_row_groups::ParquetRowGroupWriter};
@@ -75,6 +83,63 @@ fn writer_properties() -> WriterProperties {
         .build()
 }
 
+/// A result's Parquet file of `schema` at `path`, as every Parquet form of a
+/// result is written (`writer_properties`, `ROW_GROUP_ROWS`); it appears
+/// in the store only once closed.
+pub fn parquet_file(
+    store: Arc<dyn ObjectStore>,
+    path: &Path,
+    schema: SchemaRef,
+) -> Result<ParquetRowGroupWriter, ParquetError> {
+    let upload = BufWriter::new(store, path.clone());
+    ParquetRowGroupWriter::try_new(upload, schema, writer_properties(), ROW_GROUP_ROWS)
+}
+
+/// A result's Parquet file in the lake, read by ranges: its footer first,
+/// then the column chunks its reader asks for.
+pub struct StoredParquet {
+    store: Arc<dyn ObjectStore>,
+    path: Path,
+    size: u64,
+}
+
+impl StoredParquet {
+    pub async fn open(
+        store: Arc<dyn ObjectStore>,
+        path: &str,
+    ) -> Result<Self, object_store::Error> {
+        let path = Path::from(path);
+        let size = store.head(&path).await?.size;
+        Ok(Self { store, path, size })
+    }
+}
+
+impl AsyncFileReader for StoredParquet {
+    fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, Result<Bytes, ParquetError>> {
+        async move {
+            self.store
+                .get_range(&self.path, range)
+                .await
+                .map_err(|e| ParquetError::External(Box::new(e)))
+        }
+        .boxed()
+    }
+
+    fn get_metadata<'a>(
+        &'a mut self,
+        _options: Option<&'a ArrowReaderOptions>,
+    ) -> BoxFuture<'a, Result<Arc<ParquetMetaData>, ParquetError>> {
+        async move {
+            let size = self.size;
+            let metadata = ParquetMetaDataReader::new()
+                .load_and_finish(self, size)
+                .await?;
+            Ok(Arc::new(metadata))
+        }
+        .boxed()
+    }
+}
+
 /// Writes the Parquet copy of a result whose columns read back from its CSV
 /// straight from the CSV at `csv_path` (no Arrow copy is made on the way);
 /// returns its size. The text is parsed on this task while row groups are
@@ -87,13 +152,7 @@ pub async fn from_csv(
 ) -> Result<u64, TypedResultError> {
     let mut chunks = lake::object_bytes(store.as_ref(), csv_path, None).await?;
     let target = Path::from(parquet_path);
-    let upload = BufWriter::new(store.clone(), target.clone());
-    let mut writer = ParquetRowGroupWriter::try_new(
-        upload,
-        schema.clone(),
-        writer_properties(),
-        ROW_GROUP_ROWS,
-    )?;
+    let mut writer = parquet_file(store.clone(), &target, schema.clone())?;
     let mut reader = CsvReadBack::new(schema);
     while let Some(chunk) = chunks.next().await {
         for batch in reader.push(&chunk?)? {
@@ -133,13 +192,7 @@ pub async fn convert(
                 if writer.is_none()
                     && let Some(schema) = decoder.schema()
                 {
-                    let upload = BufWriter::new(store.clone(), target.clone());
-                    writer = Some(ParquetRowGroupWriter::try_new(
-                        upload,
-                        schema,
-                        writer_properties(),
-                        ROW_GROUP_ROWS,
-                    )?);
+                    writer = Some(parquet_file(store.clone(), &target, schema)?);
                 }
                 if let (Some(batch), Some(writer)) = (batch, writer.as_mut()) {
                     writer.write(&batch).await?;

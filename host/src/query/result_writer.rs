@@ -10,6 +10,8 @@
 //! (`result_arrow.rs`, on a task of its own) when `query.typed_results` is
 //! on; the CSV never depends on it: a typed copy that fails is dropped, the
 //! query goes on.
+//! A result may instead be written Arrow or Parquet first (`ResultWriter`,
+//! `result_first.rs`).
 //! A result whose CSV is at most the writer's `in_row_limit` is never
 //! uploaded: its bytes (and its Arrow copy's, when that is as small) come
 //! back in `WrittenResult::in_row`, for the job's row in the store
@@ -19,13 +21,14 @@ use std::{collections::VecDeque, sync::Arc};
 
 use bytes::Bytes;
 use datafusion::arrow::{array::RecordBatch, datatypes::Schema};
-use object_store::{ObjectStore, ObjectStoreExt as _, buffered::BufWriter, path::Path};
+use object_store::{ObjectStore, buffered::BufWriter, path::Path};
 use tokio::{io::AsyncWriteExt as _, task::JoinHandle};
 
 use super::{
     csv_read_back::reads_back,
     csv_text::{encode_rows, push_quoted},
     result_arrow::{TypedCopy, TypedCopyTask},
+    result_first::{FirstFormat, TypedFirstWriter},
 };
 use crate::{
     config::{ArrowCompression, SMALL_RESULT_BYTES},
@@ -42,7 +45,7 @@ const ENCODE_INLINE_ROWS: usize = 1024;
 
 /// The CSV's header row: every column's name, quoted (none for a result
 /// without columns: its CSV is empty).
-fn push_header(buffer: &mut Vec<u8>, schema: &Schema) {
+pub(super) fn push_header(buffer: &mut Vec<u8>, schema: &Schema) {
     if schema.fields().is_empty() {
         return;
     }
@@ -206,10 +209,11 @@ pub enum TypedCopies {
     /// While the query runs, whatever its columns.
     WhileRunning(ArrowCompression),
     /// As the result itself (`Prefer: result-format=arrow`): the Arrow
-    /// stream is written while the query runs and the CSV only while it is
-    /// small; a bigger CSV is made from the Arrow file when first asked for
-    /// (`typed_conversions::ensure_csv`).
-    First(ArrowCompression),
+    /// stream is written while the query runs, the CSV only while it is
+    /// small (`result_first.rs`).
+    ArrowFirst(ArrowCompression),
+    /// The same with the Parquet file (`Prefer: result-format=parquet`).
+    ParquetFirst,
 }
 
 impl TypedCopies {
@@ -217,57 +221,26 @@ impl TypedCopies {
     /// written while the query runs; `None` when it is not.
     pub fn while_running(self, schema: &Schema) -> Option<ArrowCompression> {
         match self {
-            TypedCopies::Never => None,
+            TypedCopies::Never | TypedCopies::ParquetFirst => None,
             TypedCopies::OnRequest(_) if reads_back(schema) => None,
             TypedCopies::OnRequest(compression)
             | TypedCopies::WhileRunning(compression)
-            | TypedCopies::First(compression) => Some(compression),
+            | TypedCopies::ArrowFirst(compression) => Some(compression),
         }
     }
 }
 
-/// A result's files: the CSV at its result path and, when `TypedCopies`
-/// says so, the Arrow stream beside it, written on its own task
-/// (`TypedCopyTask`) while this one encodes the CSV. With the Arrow stream
-/// first (`TypedCopies::First`) that stream is the result, and the CSV is
-/// kept only while small (`SmallCsv`).
-pub struct ResultWriter {
-    csv: CsvForm,
-    typed: Option<TypedCopyTask>,
-    in_row_limit: usize,
-    store: Arc<dyn ObjectStore>,
-    csv_path: String,
-    rows: u64,
-}
-
-/// How a `ResultWriter` makes the CSV.
-enum CsvForm {
-    /// Streamed to the lake while the query runs.
-    Whole(CsvResultWriter),
-    /// Arrow first: made text inline while it is at most
-    /// `SMALL_RESULT_BYTES` (so a small result's pages need no conversion),
-    /// and left to the first request once it is bigger (`None`).
-    WhileSmall(Option<Vec<u8>>),
-}
-
-impl CsvForm {
-    /// Adds `batch`'s rows to a CSV kept while small; drops it once it
-    /// outgrows `SMALL_RESULT_BYTES`.
-    fn keep_while_small(kept: &mut Option<Vec<u8>>, batch: &RecordBatch) -> std::io::Result<()> {
-        if let Some(text) = kept {
-            encode_rows(batch, text).map_err(std::io::Error::other)?;
-            if text.len() > SMALL_RESULT_BYTES {
-                *kept = None;
-            }
-        }
-        Ok(())
-    }
+/// A result's files, as `TypedCopies` says: written CSV first
+/// (`CsvFirstWriter`), or in a typed format first (`TypedFirstWriter`).
+pub enum ResultWriter {
+    CsvFirst(CsvFirstWriter),
+    TypedFirst(TypedFirstWriter),
 }
 
 impl ResultWriter {
-    /// Starts the CSV at `csv_path` and, when `typed` says it is written
-    /// now, its Arrow copy; each form of at most `in_row_limit` bytes (at
-    /// most `SMALL_RESULT_BYTES`) is handed back for the store's row instead.
+    /// Starts the result's files at `csv_path` (and beside it); each form
+    /// of at most `in_row_limit` bytes (at most `SMALL_RESULT_BYTES`) is
+    /// handed back for the store's row instead.
     pub async fn create(
         store: Arc<dyn ObjectStore>,
         csv_path: &str,
@@ -276,31 +249,74 @@ impl ResultWriter {
         in_row_limit: usize,
     ) -> std::io::Result<Self> {
         let in_row_limit = in_row_limit.min(SMALL_RESULT_BYTES);
-        let csv = match typed {
-            TypedCopies::First(_) => {
-                let mut header = Vec::new();
-                push_header(&mut header, schema);
-                CsvForm::WhileSmall(Some(header))
+        let first = match typed {
+            TypedCopies::ArrowFirst(compression) => FirstFormat::Arrow(compression),
+            TypedCopies::ParquetFirst => FirstFormat::Parquet,
+            _ => {
+                let writer =
+                    CsvFirstWriter::create(store, csv_path, schema, typed, in_row_limit).await?;
+                return Ok(ResultWriter::CsvFirst(writer));
             }
-            _ => CsvForm::Whole(CsvResultWriter::create(store.clone(), csv_path, schema).await?),
         };
+        let writer = TypedFirstWriter::create(store, csv_path, schema, first, in_row_limit).await?;
+        Ok(ResultWriter::TypedFirst(writer))
+    }
+
+    pub async fn write(&mut self, batch: &RecordBatch) -> std::io::Result<()> {
+        match self {
+            ResultWriter::CsvFirst(writer) => writer.write(batch).await,
+            ResultWriter::TypedFirst(writer) => writer.write(batch).await,
+        }
+    }
+
+    /// Completes every file (a failure fails the query, whose end deletes
+    /// every file of the result).
+    pub async fn finish(self) -> std::io::Result<WrittenResult> {
+        match self {
+            ResultWriter::CsvFirst(writer) => writer.finish().await,
+            ResultWriter::TypedFirst(writer) => writer.finish().await,
+        }
+    }
+
+    /// Abandons every upload (cancellation, failure).
+    pub async fn abort(self) {
+        match self {
+            ResultWriter::CsvFirst(writer) => writer.abort().await,
+            ResultWriter::TypedFirst(writer) => writer.abort().await,
+        }
+    }
+}
+
+/// A result's files: the CSV at its result path and, when `TypedCopies`
+/// says so, the Arrow stream beside it, written on its own task
+/// (`TypedCopyTask`) while this one encodes the CSV.
+pub struct CsvFirstWriter {
+    csv: CsvResultWriter,
+    typed: Option<TypedCopyTask>,
+    in_row_limit: usize,
+}
+
+impl CsvFirstWriter {
+    /// Starts the CSV at `csv_path` and, when `typed` says it is written
+    /// now, its Arrow copy; each form of at most `in_row_limit` bytes is
+    /// handed back for the store's row instead.
+    async fn create(
+        store: Arc<dyn ObjectStore>,
+        csv_path: &str,
+        schema: &Schema,
+        typed: TypedCopies,
+        in_row_limit: usize,
+    ) -> std::io::Result<Self> {
+        let csv = CsvResultWriter::create(store.clone(), csv_path, schema).await?;
         let typed = typed.while_running(schema).map(|compression| {
             let path = result_file_path(csv_path, ResultFormat::Arrow);
-            TypedCopyTask::start(store.clone(), path, schema, compression, in_row_limit)
+            TypedCopyTask::start(store, path, schema, compression, in_row_limit)
         });
         Ok(Self {
             csv,
             typed,
             in_row_limit,
-            store,
-            csv_path: csv_path.to_string(),
-            rows: 0,
         })
-    }
-
-    /// Whether the Arrow stream is the result (its failure fails the query).
-    fn arrow_first(&self) -> bool {
-        matches!(self.csv, CsvForm::WhileSmall(_))
     }
 
     pub async fn write(&mut self, batch: &RecordBatch) -> std::io::Result<()> {
@@ -313,53 +329,25 @@ impl ResultWriter {
             && !typed.write(batch).await
             && let Some(failed) = self.typed.take()
         {
-            let why = failed.outcome().await.err();
-            if self.arrow_first() {
-                return Err(
-                    why.unwrap_or_else(|| std::io::Error::other("the Arrow file ended early"))
-                );
-            }
-            let why = why.map(|e| e.to_string());
+            let why = failed.outcome().await.err().map(|e| e.to_string());
             tracing::warn!(
                 error = why.as_deref().unwrap_or("ended early"),
                 "result kept without its typed copy"
             );
         }
-        self.rows += batch.num_rows() as u64;
-        match &mut self.csv {
-            CsvForm::Whole(csv) => csv.write(batch).await,
-            CsvForm::WhileSmall(kept) => CsvForm::keep_while_small(kept, batch),
-        }
+        self.csv.write(batch).await
     }
 
     /// Completes both files at once (a CSV that fails fails the query,
     /// whose end deletes every file of the result; both are done by then).
     pub async fn finish(self) -> std::io::Result<WrittenResult> {
-        let Self {
-            csv,
-            typed,
-            in_row_limit,
-            store,
-            csv_path,
-            rows,
-        } = self;
-        let csv = match csv {
-            CsvForm::Whole(csv) => csv,
-            CsvForm::WhileSmall(kept) => {
-                let typed = typed.ok_or_else(|| std::io::Error::other("no Arrow file"))?;
-                let written = finish_arrow_first(kept, typed, in_row_limit, store, &csv_path);
-                return written
-                    .await
-                    .map(|written| WrittenResult { rows, ..written });
-            }
-        };
         let typed = async {
-            match typed {
+            match self.typed {
                 Some(typed) => typed.finish().await.map(Some),
                 None => Ok(None),
             }
         };
-        let (typed, csv) = tokio::join!(typed, csv.finish_within(in_row_limit));
+        let (typed, csv) = tokio::join!(typed, self.csv.finish_within(self.in_row_limit));
         let mut written = csv?;
         match typed {
             Ok(Some(TypedCopy::InRow(arrow))) => written.in_row.arrow = Some(arrow),
@@ -374,57 +362,8 @@ impl ResultWriter {
         if let Some(typed) = self.typed {
             typed.abort().await;
         }
-        if let CsvForm::Whole(csv) = self.csv {
-            csv.abort().await;
-        }
+        self.csv.abort().await;
     }
-}
-
-/// Completes an Arrow-first result: its Arrow file, and its CSV when that
-/// stayed small (in the row, or put in the lake). Without a CSV, the Arrow
-/// file is always in the lake (the CSV is made from it there) and
-/// `bytes` is its size.
-async fn finish_arrow_first(
-    kept: Option<Vec<u8>>,
-    typed: TypedCopyTask,
-    in_row_limit: usize,
-    store: Arc<dyn ObjectStore>,
-    csv_path: &str,
-) -> std::io::Result<WrittenResult> {
-    let arrow = typed.finish().await?;
-    let Some(csv) = kept.map(Bytes::from) else {
-        let bytes = match arrow {
-            TypedCopy::Stored(size) => size,
-            TypedCopy::InRow(bytes) => {
-                let arrow_path = result_file_path(csv_path, ResultFormat::Arrow);
-                let size = bytes.len() as u64;
-                store.put(&Path::from(arrow_path), bytes.into()).await?;
-                size
-            }
-        };
-        return Ok(WrittenResult {
-            rows: 0,
-            bytes,
-            small: None,
-            in_row: ResultInRow::default(),
-        });
-    };
-    let in_row = (csv.len() <= in_row_limit).then(|| csv.clone());
-    if in_row.is_none() {
-        store.put(&Path::from(csv_path), csv.clone().into()).await?;
-    }
-    Ok(WrittenResult {
-        rows: 0,
-        bytes: csv.len() as u64,
-        small: Some(csv),
-        in_row: ResultInRow {
-            csv: in_row,
-            arrow: match arrow {
-                TypedCopy::InRow(bytes) => Some(bytes),
-                TypedCopy::Stored(_) => None,
-            },
-        },
-    })
 }
 
 #[cfg(test)]

@@ -149,16 +149,22 @@ async fn arrow_first(
     rows: i64,
     in_row_limit: usize,
 ) -> WrittenResult {
+    let first = TypedCopies::ArrowFirst(ArrowCompression::Lz4);
+    typed_first(store, path, rows, in_row_limit, first).await
+}
+
+/// A result of `rows` numbered rows written as `first` says.
+async fn typed_first(
+    store: &Arc<dyn ObjectStore>,
+    path: &str,
+    rows: i64,
+    in_row_limit: usize,
+    first: TypedCopies,
+) -> WrittenResult {
     let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, false)]));
-    let mut writer = ResultWriter::create(
-        store.clone(),
-        path,
-        &schema,
-        TypedCopies::First(ArrowCompression::Lz4),
-        in_row_limit,
-    )
-    .await
-    .unwrap();
+    let mut writer = ResultWriter::create(store.clone(), path, &schema, first, in_row_limit)
+        .await
+        .unwrap();
     for start in (0..rows).step_by(8192) {
         let n: Vec<i64> = (start..rows.min(start + 8192)).collect();
         let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from(n))]);
@@ -220,7 +226,7 @@ async fn arrow_first_fails_when_its_arrow_file_fails_and_leaves_nothing() {
         store.clone(),
         "r.csv",
         &schema,
-        TypedCopies::First(ArrowCompression::None),
+        TypedCopies::ArrowFirst(ArrowCompression::None),
         0,
     )
     .await
@@ -241,4 +247,43 @@ async fn arrow_first_fails_when_its_arrow_file_fails_and_leaves_nothing() {
     for path in ["r.csv", "r.arrows"] {
         assert!(store.head(&Path::from(path)).await.is_err(), "{path} left");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parquet_first_writes_the_parquet_file_and_the_csv_only_while_small() {
+    use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let parquet_rows = |path: &'static str| {
+        let store = store.clone();
+        async move {
+            let bytes = crate::lake::stored_bytes(store.as_ref(), path).await;
+            let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).unwrap();
+            let reader = builder.build().unwrap();
+            reader.map(|b| b.unwrap().num_rows()).sum::<usize>()
+        }
+    };
+    let small = typed_first(&store, "small.csv", 3, 64 * 1024, TypedCopies::ParquetFirst).await;
+    assert_eq!(&small.in_row.csv.unwrap()[..], numbered_csv(3).as_bytes());
+    assert!(small.in_row.arrow.is_none(), "no Arrow file");
+    assert_eq!(parquet_rows("small.parquet").await, 3);
+    let rows = 300_000;
+    let big = typed_first(
+        &store,
+        "big.csv",
+        rows,
+        64 * 1024,
+        TypedCopies::ParquetFirst,
+    )
+    .await;
+    assert!(
+        store.head(&Path::from("big.csv")).await.is_err(),
+        "no CSV written"
+    );
+    assert!(
+        store.head(&Path::from("big.arrows")).await.is_err(),
+        "no Arrow file"
+    );
+    let size = store.head(&Path::from("big.parquet")).await.unwrap().size;
+    assert_eq!((big.rows, big.bytes), (rows as u64, size));
+    assert_eq!(parquet_rows("big.parquet").await, rows as usize);
 }

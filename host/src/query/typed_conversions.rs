@@ -1,8 +1,9 @@
 //! Forms of a result made on first request, and kept: the Arrow copy of a
 //! result read back from its CSV (`csv_read_back.rs`), the Parquet copy made
 //! from the Arrow copy, or read back from the CSV when there is no Arrow
-//! copy (`result_parquet.rs`), and the CSV of a result written Arrow first
-//! (`Prefer: result-format=arrow`), made from its Arrow file.
+//! copy (`result_parquet.rs`), and the CSV of a result written Arrow or
+//! Parquet first (`Prefer: result-format=`), made from that file (and the
+//! Arrow copy of one written Parquet first, from its Parquet file).
 //!
 //! A query whose columns read back from their CSV writes the CSV alone
 //! while it runs (the spec's path pays nothing for the typed forms); the
@@ -23,7 +24,10 @@ use std::{
 };
 
 use bytes::Bytes;
-use datafusion::arrow::{array::RecordBatch, datatypes::SchemaRef};
+use datafusion::{
+    arrow::{array::RecordBatch, datatypes::SchemaRef},
+    parquet::arrow::ParquetRecordBatchStreamBuilder,
+};
 use futures::{
     FutureExt as _, StreamExt as _,
     future::{BoxFuture, Shared},
@@ -36,7 +40,7 @@ use super::{
     csv_read_back::CsvReadBack,
     ipc_batches::IpcBatches,
     result_arrow::{ArrowResultWriter, TypedCopy},
-    result_parquet::{self, TypedResultError},
+    result_parquet::{self, StoredParquet, TypedResultError},
     result_writer::CsvResultWriter,
 };
 use crate::{
@@ -107,26 +111,85 @@ pub async fn arrow_from_csv(
     }
 }
 
-/// Writes the CSV at `csv_path` from the Arrow stream at `arrow_path`, a
-/// batch at a time; a failure leaves no CSV. Its size.
-async fn csv_from_arrow(
+/// The record batches of a result's typed file at `path` (an Arrow IPC
+/// stream or a Parquet file), read a part at a time; with its schema.
+async fn typed_batches(
     store: Arc<dyn ObjectStore>,
-    arrow_path: &str,
-    csv_path: &str,
-) -> Result<u64, TypedResultError> {
-    let source = lake::object_bytes(store.as_ref(), arrow_path, None).await?;
+    path: &str,
+    format: ResultFormat,
+) -> Result<
+    (
+        SchemaRef,
+        BoxStream<'static, Result<RecordBatch, TypedResultError>>,
+    ),
+    TypedResultError,
+> {
+    if format == ResultFormat::Parquet {
+        let reader = StoredParquet::open(store, path).await?;
+        let stream = ParquetRecordBatchStreamBuilder::new(reader)
+            .await?
+            .build()?;
+        let schema = stream.schema().clone();
+        return Ok((schema, stream.map(|batch| Ok(batch?)).boxed()));
+    }
+    let source = lake::object_bytes(store.as_ref(), path, None).await?;
     let mut batches = IpcBatches::new(source);
     let schema = batches.schema().await?;
+    Ok((
+        schema,
+        batches.into_stream().map(|batch| Ok(batch?)).boxed(),
+    ))
+}
+
+/// Writes the CSV at `csv_path` from the result's typed file at `path` in
+/// `format`, a batch at a time; a failure leaves no CSV. Its size.
+async fn csv_from_typed(
+    store: Arc<dyn ObjectStore>,
+    path: &str,
+    format: ResultFormat,
+    csv_path: &str,
+) -> Result<u64, TypedResultError> {
+    let (schema, mut batches) = typed_batches(store.clone(), path, format).await?;
     let mut writer = CsvResultWriter::create(store, csv_path, &schema).await?;
     let written: Result<(), TypedResultError> = async {
-        while let Some(batch) = batches.next_batch().await? {
-            writer.write(&batch).await?;
+        while let Some(batch) = batches.next().await {
+            writer.write(&batch?).await?;
         }
         Ok(())
     }
     .await;
     match written {
         Ok(()) => Ok(writer.finish().await?.bytes),
+        Err(e) => {
+            writer.abort().await;
+            Err(e)
+        }
+    }
+}
+
+/// Writes the Arrow copy at `arrow_path` of a result written Parquet first
+/// from its Parquet file at `parquet_path`; a failure leaves no file. Its
+/// size.
+async fn arrow_from_parquet(
+    store: Arc<dyn ObjectStore>,
+    parquet_path: &str,
+    arrow_path: &str,
+    compression: ArrowCompression,
+) -> Result<u64, TypedResultError> {
+    let (schema, mut batches) =
+        typed_batches(store.clone(), parquet_path, ResultFormat::Parquet).await?;
+    let mut writer = ArrowResultWriter::create(store, arrow_path, &schema, compression)
+        .await
+        .map_err(copy_failed)?;
+    let written: Result<(), TypedResultError> = async {
+        while let Some(batch) = batches.next().await {
+            writer.write(&batch?).await.map_err(copy_failed)?;
+        }
+        Ok(())
+    }
+    .await;
+    match written {
+        Ok(()) => writer.finish().await.map_err(copy_failed),
         Err(e) => {
             writer.abort().await;
             Err(e)
@@ -251,24 +314,46 @@ impl TypedConversions {
         self.ensure(runtime, store, parquet_path, make).await
     }
 
-    /// The size of the CSV at `csv_path` of a result written Arrow first,
-    /// made now on `runtime` from its Arrow file if it is not there yet (or
-    /// joined): the same text the query would have written, since it is
-    /// encoded from the same values by the same writer.
+    /// The size of the CSV at `csv_path` of a result written in the typed
+    /// format `first` first, made now on `runtime` from that file if it is
+    /// not there yet (or joined): the same text the query would have
+    /// written, since it is encoded from the same values by the same writer.
     pub async fn ensure_csv(
         &self,
         runtime: &tokio::runtime::Handle,
         store: Arc<dyn ObjectStore>,
         csv_path: &str,
+        first: ResultFormat,
     ) -> Result<u64, TypedResultError> {
-        let arrow_path = result_file_path(csv_path, ResultFormat::Arrow);
+        let source = result_file_path(csv_path, first);
         let make = {
             let store = store.clone();
             let csv_path = csv_path.to_string();
-            async move { csv_from_arrow(store, &arrow_path, &csv_path).await }.boxed()
+            async move { csv_from_typed(store, &source, first, &csv_path).await }.boxed()
         };
         self.ensure(runtime, store, csv_path.to_string(), make)
             .await
+    }
+
+    /// The size of the Arrow copy of a result written Parquet first (its
+    /// CSV at `csv_path`), made now on `runtime` from the Parquet file if it
+    /// is not there yet (or joined).
+    pub async fn ensure_arrow_from_parquet(
+        &self,
+        runtime: &tokio::runtime::Handle,
+        store: Arc<dyn ObjectStore>,
+        csv_path: &str,
+        compression: ArrowCompression,
+    ) -> Result<u64, TypedResultError> {
+        let arrow_path = result_file_path(csv_path, ResultFormat::Arrow);
+        let parquet_path = result_file_path(csv_path, ResultFormat::Parquet);
+        let make = {
+            let store = store.clone();
+            let arrow_path = arrow_path.clone();
+            async move { arrow_from_parquet(store, &parquet_path, &arrow_path, compression).await }
+                .boxed()
+        };
+        self.ensure(runtime, store, arrow_path, make).await
     }
 
     /// The size of the file at `path`, made by `make` on `runtime` unless

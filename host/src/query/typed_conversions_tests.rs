@@ -285,8 +285,21 @@ async fn arrow_result(store: &Arc<dyn ObjectStore>, path: &str, batches: &[Recor
     writer.finish().await.unwrap();
 }
 
+/// Writes `batches` as the Parquet file at `path`, as a query written
+/// Parquet first does.
+async fn parquet_result(store: &Arc<dyn ObjectStore>, path: &str, batches: &[RecordBatch]) {
+    let plain = Arc::new(without_view_types(&batches[0].schema()));
+    let mut writer =
+        result_parquet::parquet_file(store.clone(), &Path::from(path), plain.clone()).unwrap();
+    for batch in batches {
+        let batch = crate::engine::layout::plain_batch(batch, &plain).unwrap();
+        writer.write(&batch).await.unwrap();
+    }
+    writer.close().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_csv_made_from_the_arrow_file_is_the_csv_the_query_writes() {
+async fn a_csv_made_from_the_typed_file_is_the_csv_the_query_writes() {
     use datafusion::arrow::array::{ListArray, TimestampMicrosecondArray};
     use datafusion::arrow::datatypes::Int32Type;
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
@@ -315,25 +328,45 @@ async fn a_csv_made_from_the_arrow_file_is_the_csv_the_query_writes() {
     for (name, batches) in cases {
         let query_csv = format!("_results/{name}-csv-1.csv");
         let csv_bytes = csv_result(&store, &query_csv, &batches).await;
-        let csv = format!("_results/{name}-arrow-1.csv");
-        arrow_result(
-            &store,
-            &result_file_path(&csv, ResultFormat::Arrow),
-            &batches,
-        )
-        .await;
-        let (first, second) = tokio::join!(
-            conversions.ensure_csv(&runtime, store.clone(), &csv),
-            conversions.ensure_csv(&runtime, store.clone(), &csv),
-        );
-        assert_eq!(first.unwrap(), csv_bytes, "{name}");
-        assert_eq!(second.unwrap(), csv_bytes, "{name}: joined");
-        let made = crate::lake::stored_bytes(store.as_ref(), &csv).await;
-        let written = crate::lake::stored_bytes(store.as_ref(), &query_csv).await;
-        assert!(
-            made == written,
-            "{name}: the made CSV differs from the query's"
-        );
+        for first in [ResultFormat::Arrow, ResultFormat::Parquet] {
+            let csv = format!("_results/{name}-{}-1.csv", first.extension());
+            let typed = result_file_path(&csv, first);
+            match first {
+                ResultFormat::Parquet => parquet_result(&store, &typed, &batches).await,
+                _ => arrow_result(&store, &typed, &batches).await,
+            }
+            let (one, two) = tokio::join!(
+                conversions.ensure_csv(&runtime, store.clone(), &csv, first),
+                conversions.ensure_csv(&runtime, store.clone(), &csv, first),
+            );
+            assert_eq!(one.unwrap(), csv_bytes, "{name} from {first:?}");
+            assert_eq!(two.unwrap(), csv_bytes, "{name} from {first:?}: joined");
+            let made = crate::lake::stored_bytes(store.as_ref(), &csv).await;
+            let written = crate::lake::stored_bytes(store.as_ref(), &query_csv).await;
+            assert!(
+                made == written,
+                "{name}: the CSV made from {first:?} differs"
+            );
+        }
+        // Written Parquet first, its Arrow copy holds the query's values.
+        let csv = format!("_results/{name}-parquet-1.csv");
+        let compression = ArrowCompression::Zstd;
+        let arrow =
+            conversions.ensure_arrow_from_parquet(&runtime, store.clone(), &csv, compression);
+        let size = arrow.await.unwrap();
+        let arrow_path = result_file_path(&csv, ResultFormat::Arrow);
+        let bytes = crate::lake::stored_bytes(store.as_ref(), &arrow_path).await;
+        assert_eq!(bytes.len() as u64, size);
+        let reader = StreamReader::try_new(std::io::Cursor::new(bytes), None).unwrap();
+        let plain = Arc::new(without_view_types(&batches[0].schema()));
+        assert_eq!(reader.schema(), plain, "{name}");
+        let read: Vec<RecordBatch> = reader.map(Result::unwrap).collect();
+        let back = concat_batches(&plain, &read).unwrap();
+        let all = concat_batches(&batches[0].schema(), &batches).unwrap();
+        for (i, (left, right)) in all.columns().iter().zip(back.columns()).enumerate() {
+            let left = datafusion::arrow::compute::cast(left, right.data_type()).unwrap();
+            assert_eq!(&left, right, "{name} column {i}");
+        }
     }
     assert!(conversions.running.lock().unwrap().is_empty());
 }
@@ -344,7 +377,12 @@ async fn a_csv_whose_arrow_file_is_missing_or_cut_is_an_error_and_no_file() {
     let conversions = TypedConversions::default();
     let runtime = tokio::runtime::Handle::current();
     let missing = conversions
-        .ensure_csv(&runtime, store.clone(), "_results/gone-1.csv")
+        .ensure_csv(
+            &runtime,
+            store.clone(),
+            "_results/gone-1.csv",
+            ResultFormat::Arrow,
+        )
         .await;
     assert!(
         matches!(missing, Err(TypedResultError::Failed(_))),
@@ -366,7 +404,12 @@ async fn a_csv_whose_arrow_file_is_missing_or_cut_is_an_error_and_no_file() {
         .await
         .unwrap();
     let cut = conversions
-        .ensure_csv(&runtime, store.clone(), "_results/cut-1.csv")
+        .ensure_csv(
+            &runtime,
+            store.clone(),
+            "_results/cut-1.csv",
+            ResultFormat::Arrow,
+        )
         .await;
     assert!(matches!(cut, Err(TypedResultError::Failed(_))), "{cut:?}");
     assert!(store.head(&Path::from("_results/cut-1.csv")).await.is_err());

@@ -288,7 +288,10 @@ impl QueryJobs {
                 limits.typed_results_while_running,
             ) {
                 (false, _, _) => TypedCopies::Never,
-                (true, ResultFirst::Arrow, _) => TypedCopies::First(limits.arrow_first_compression),
+                (true, ResultFirst::Arrow, _) => {
+                    TypedCopies::ArrowFirst(limits.arrow_first_compression)
+                }
+                (true, ResultFirst::Parquet, _) => TypedCopies::ParquetFirst,
                 (true, ResultFirst::Csv, false) => {
                     TypedCopies::OnRequest(limits.typed_results_compression)
                 }

@@ -188,7 +188,7 @@ impl QueryService {
     }
 
     /// Whether results have typed copies here (`query.typed_results`):
-    /// without them `Prefer: result-format=arrow` is not honoured.
+    /// without them `Prefer: result-format=arrow|parquet` is not honoured.
     pub fn keeps_typed_results(&self) -> bool {
         self.jobs.limits.typed_results
     }

@@ -2,9 +2,10 @@
 //! as a stored file to stream (`result_file`), or as a signed link to that
 //! file (`result_link`).
 //!
-//! A result written Arrow first (`Prefer: result-format=arrow`) whose CSV
-//! was too big to keep has its CSV made from the Arrow file on first
-//! request (`csv_in_lake`); pages and CSV links then read it as any other.
+//! A result written Arrow or Parquet first (`Prefer: result-format=`) whose
+//! CSV was too big to keep has its CSV made from that file on first request
+//! (`csv_in_lake`); pages and CSV links then read it as any other. One
+//! written Parquet first has its Arrow copy made from the Parquet file.
 //!
 //! A small result's CSV and Arrow copy may be kept in its job's row instead
 //! of the lake (`query.result_in_store_bytes`): pages and downloads read
@@ -88,6 +89,16 @@ fn no_typed_copy(id: &str) -> QueryError {
     ))
 }
 
+/// The typed file `job`'s query wrote its result to first, if not its CSV
+/// (`Prefer: result-format=`).
+fn first_file(job: &QueryJob) -> Option<ResultFormat> {
+    match job.query.result_first {
+        ResultFirst::Csv => None,
+        ResultFirst::Arrow => Some(ResultFormat::Arrow),
+        ResultFirst::Parquet => Some(ResultFormat::Parquet),
+    }
+}
+
 /// A typed copy that could not be had, as the caller is answered.
 fn typed_error(id: &str, error: TypedResultError) -> QueryError {
     match error {
@@ -155,18 +166,19 @@ impl QueryResults {
     }
 
     /// The size of `job`'s CSV in the lake at `csv_path`: as its query
-    /// wrote it, or, for a result written Arrow first whose CSV was too big
-    /// to keep, made from its Arrow file now (once per replica at a time).
+    /// wrote it, or, for a result written Arrow or Parquet first whose CSV
+    /// was too big to keep, made from that file now (once per replica at a
+    /// time).
     pub(super) async fn csv_in_lake(
         &self,
         job: &QueryJob,
         csv_path: &str,
     ) -> Result<u64, QueryError> {
         let store = self.lake.object_store();
-        if job.query.result_first == ResultFirst::Arrow {
+        if let Some(first) = first_file(job) {
             return self
                 .conversions
-                .ensure_csv(self.engine.handle(), store, csv_path)
+                .ensure_csv(self.engine.handle(), store, csv_path, first)
                 .await
                 .map_err(|e| typed_error(&job.query.id, e));
         }
@@ -198,6 +210,16 @@ impl QueryResults {
     async fn arrow_in_lake(&self, job: &QueryJob, csv_path: &str) -> Result<u64, QueryError> {
         let id = job.query.id.as_str();
         let store = self.lake.object_store();
+        // Written Parquet first: made from the Parquet file.
+        if let (Some(ResultFormat::Parquet), Some(compression)) =
+            (first_file(job), self.typed_copies)
+        {
+            return self
+                .conversions
+                .ensure_arrow_from_parquet(self.engine.handle(), store, csv_path, compression)
+                .await
+                .map_err(|e| typed_error(id, e));
+        }
         // A result that reads back: `ensure_arrow` finds the copy or makes it.
         if let Some(read_back) = self.read_back(job) {
             return self

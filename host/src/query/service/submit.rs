@@ -31,8 +31,8 @@ pub struct SubmitPreferences {
     /// `Prefer: reuse=N`: the oldest earlier result the caller accepts;
     /// `None` leaves it to the org's setting.
     pub reuse_max_age_s: Option<u64>,
-    /// `Prefer: result-format=arrow`: the file the query writes while it
-    /// runs (honoured while this service keeps typed results).
+    /// `Prefer: result-format=arrow|parquet`: the file the query writes
+    /// while it runs (honoured while this service keeps typed results).
     pub result_first: ResultFirst,
 }
 

@@ -104,6 +104,9 @@ pub enum ResultFirst {
     /// The Arrow IPC stream, and the CSV only while it is small
     /// (`Prefer: result-format=arrow`).
     Arrow,
+    /// The Parquet file, and the CSV only while it is small
+    /// (`Prefer: result-format=parquet`).
+    Parquet,
 }
 
 impl ResultFirst {
@@ -111,6 +114,7 @@ impl ResultFirst {
         match self {
             ResultFirst::Csv => "csv",
             ResultFirst::Arrow => "arrow",
+            ResultFirst::Parquet => "parquet",
         }
     }
 
@@ -118,6 +122,7 @@ impl ResultFirst {
         Ok(match text {
             "csv" => ResultFirst::Csv,
             "arrow" => ResultFirst::Arrow,
+            "parquet" => ResultFirst::Parquet,
             other => return Err(Error::Corrupt(format!("query result_first {other:?}"))),
         })
     }

@@ -13,10 +13,10 @@
 //! JSON pages; refusals) and `copies.rs` (when each copy is made, kept in
 //! a row, or missing); the fixtures and helpers they share are here.
 
-mod arrow_first;
 mod copies;
 mod pages;
 mod readers;
+mod typed_first;
 
 use std::sync::Arc;
 

@@ -1,11 +1,14 @@
-//! Results written Arrow first (`Prefer: result-format=arrow`, issue 50):
-//! the query writes its Arrow IPC stream alone (and the CSV only while
-//! small); the pages, the CSV link and Parquet are then made from it on
-//! first request and are the very bytes and rows a CSV-first run gives; a
-//! reused result keeps its way; bad preferences are refused, and a service
-//! without typed results runs the query CSV first.
+//! Results written Arrow or Parquet first (`Prefer: result-format=arrow`
+//! or `parquet`, issue 50): the query writes that file alone (and the CSV
+//! only while small); the pages, the CSV link and the other typed format
+//! are then made from it on first request and are the very bytes and rows a
+//! CSV-first run gives; a reused result keeps its way; bad preferences are
+//! refused, and a service without typed results runs the query CSV first.
 
-use datafusion::arrow::{compute::concat_batches, ipc::reader::StreamReader};
+use datafusion::{
+    arrow::{compute::concat_batches, ipc::reader::StreamReader},
+    parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder,
+};
 
 use super::*;
 
@@ -35,9 +38,15 @@ async fn submit_preferring(
 
 /// Runs `sql` Arrow first to SUCCEEDED; its id.
 async fn succeeded_arrow_first(app: &TestApp, token: &str, sql: &str) -> String {
-    let (status, applied, body) = submit_preferring(app, token, sql, "result-format=arrow").await;
+    succeeded_first(app, token, sql, "arrow").await
+}
+
+/// Runs `sql` with `Prefer: result-format=<format>` to SUCCEEDED; its id.
+async fn succeeded_first(app: &TestApp, token: &str, sql: &str, format: &str) -> String {
+    let prefer = format!("result-format={format}");
+    let (status, applied, body) = submit_preferring(app, token, sql, &prefer).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-    assert_eq!(applied.as_deref(), Some("result-format=arrow"));
+    assert_eq!(applied, Some(prefer));
     let id = body["queryId"].as_str().unwrap().to_string();
     let resource = app.wait_for(ORG_HOST, token, &id, None).await;
     assert_eq!(resource["status"]["state"], "SUCCEEDED", "{resource}");
@@ -50,6 +59,15 @@ fn kinds_of(app: &TestApp, id: &str) -> Vec<String> {
         .iter()
         .map(|name| name.rsplit('.').next().unwrap().to_string())
         .collect()
+}
+
+/// Every batch of a Parquet file, as one.
+fn parquet_rows(bytes: bytes::Bytes) -> RecordBatch {
+    let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).unwrap();
+    let schema = builder.schema().clone();
+    let reader = builder.build().unwrap();
+    let batches: Vec<RecordBatch> = reader.map(Result::unwrap).collect();
+    concat_batches(&schema, &batches).unwrap()
 }
 
 /// Every batch of an Arrow IPC stream, as one.
@@ -119,6 +137,45 @@ async fn arrow_first_writes_the_arrow_file_alone_and_every_other_form_equals_csv
 }
 
 #[tokio::test]
+async fn parquet_first_writes_the_parquet_file_alone_and_every_other_form_equals_csv_first() {
+    let (app, token) = typed_app(|_| {}).await;
+    let csv_first = succeeded(&app, &token, TYPED_SQL).await;
+    let id = succeeded_first(&app, &token, TYPED_SQL, "parquet").await;
+    assert_eq!(
+        kinds_of(&app, &id),
+        ["parquet"],
+        "the query wrote its Parquet file alone"
+    );
+    // The file the query wrote holds the rows a CSV-first result's Parquet
+    // copy does, with the same types.
+    let parquet = parquet_rows(whole_result(&app, &token, &id, PARQUET).await);
+    let expected = parquet_rows(whole_result(&app, &token, &csv_first, PARQUET).await);
+    assert_eq!(parquet.num_rows(), ROWS);
+    assert_eq!(parquet, expected);
+    // Its pages and CSV are made from it: the CSV-first ones.
+    let (status, page) = app.result_page(ORG_HOST, &token, &id, None).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let (_, theirs) = app.result_page(ORG_HOST, &token, &csv_first, None).await;
+    assert_eq!(page["resultSet"], theirs["resultSet"]);
+    let made = reqwest::get(link(&app, &token, &id, None).await)
+        .await
+        .unwrap();
+    let written = reqwest::get(link(&app, &token, &csv_first, None).await)
+        .await
+        .unwrap();
+    let (made, written) = (made.bytes().await.unwrap(), written.bytes().await.unwrap());
+    assert!(
+        made == written,
+        "the CSV made from the Parquet file differs"
+    );
+    // And its Arrow copy, from the Parquet file.
+    let arrow = arrow_rows(whole_result(&app, &token, &id, ARROW).await);
+    let expected = arrow_rows(whole_result(&app, &token, &csv_first, ARROW).await);
+    assert_eq!(arrow, expected);
+    assert_eq!(kinds_of(&app, &id), ["arrows", "csv", "parquet"]);
+}
+
+#[tokio::test]
 async fn a_small_arrow_first_result_is_kept_as_any_small_result_and_reuse_keeps_its_way() {
     let (app, token) = typed_app(|_| {}).await;
     // Small: answered within the wait, both forms in the job's row.
@@ -160,16 +217,14 @@ async fn a_small_arrow_first_result_is_kept_as_any_small_result_and_reuse_keeps_
 async fn a_bad_result_format_is_refused_and_without_typed_results_the_csv_comes_first() {
     let (app, token) = typed_app(|_| {}).await;
     for bad in [
-        "result-format=parquet",
+        "result-format=orc",
         "result-format",
         "wait=1, result-format=json",
     ] {
         let (status, _, body) = submit_preferring(&app, &token, TYPED_SQL, bad).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
-        assert_eq!(
-            body,
-            json!({ "message": "InvalidParameterError: Prefer result-format must be csv or arrow." })
-        );
+        let message = "InvalidParameterError: Prefer result-format must be csv, arrow or parquet.";
+        assert_eq!(body, json!({ "message": message }));
     }
     // Unauthenticated, the preference changes nothing: the spec's 401.
     let response = app
