@@ -74,8 +74,10 @@ impl Preferences {
     }
 
     /// The `Preference-Applied` value naming what this request honoured;
-    /// `result-format` only where typed results are kept (`typed_results`).
-    pub fn applied(&self, typed_results: bool) -> Option<HeaderValue> {
+    /// `result-format` only when the result is written as it asked
+    /// (`written`: not where typed results are not kept, nor for Parquet
+    /// of columns it cannot hold, nor for a reused result written otherwise).
+    pub fn applied(&self, written: ResultFirst) -> Option<HeaderValue> {
         let mut applied = Vec::new();
         if let Some(wait) = self.wait {
             applied.push(format!("wait={}", wait.as_secs()));
@@ -83,7 +85,7 @@ impl Preferences {
         if let Some(reuse) = self.reuse_max_age_s {
             applied.push(format!("reuse={reuse}"));
         }
-        if let Some(first) = self.result_first.filter(|_| typed_results) {
+        if let Some(first) = self.result_first.filter(|asked| *asked == written) {
             applied.push(format!("result-format={}", first.as_str()));
         }
         if applied.is_empty() {
@@ -137,19 +139,26 @@ mod tests {
         assert_eq!(split.wait, Some(Duration::from_secs(25)));
         assert_eq!(split.reuse_max_age_s, Some(0));
         assert_eq!(
-            split.applied(true).unwrap().to_str().unwrap(),
+            split.applied(ResultFirst::Csv).unwrap().to_str().unwrap(),
             "wait=25, reuse=0"
         );
     }
 
     #[test]
-    fn reads_the_result_format_and_applies_it_only_with_typed_results() {
+    fn reads_the_result_format_and_applies_it_only_when_written_so() {
         let arrow = parse(&["result-format=Arrow, wait=1"]).unwrap();
         assert_eq!(arrow.result_first, Some(ResultFirst::Arrow));
         assert_eq!(arrow.submit().result_first, ResultFirst::Arrow);
-        let applied = |typed| arrow.applied(typed).unwrap().to_str().unwrap().to_string();
-        assert_eq!(applied(true), "wait=1, result-format=arrow");
-        assert_eq!(applied(false), "wait=1");
+        let applied = |written| {
+            arrow
+                .applied(written)
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .to_string()
+        };
+        assert_eq!(applied(ResultFirst::Arrow), "wait=1, result-format=arrow");
+        assert_eq!(applied(ResultFirst::Csv), "wait=1");
         let csv = parse(&["result-format=\"csv\""]).unwrap();
         assert_eq!(csv.submit().result_first, ResultFirst::Csv);
         assert_eq!(parse(&[]).unwrap().submit().result_first, ResultFirst::Csv);
@@ -170,7 +179,7 @@ mod tests {
     fn nothing_asked_is_nothing_applied() {
         let none = parse(&["return=minimal"]).unwrap();
         assert_eq!(none, Preferences::default());
-        assert!(none.applied(true).is_none());
+        assert!(none.applied(ResultFirst::Csv).is_none());
     }
 
     #[test]

@@ -165,7 +165,7 @@ async fn submit_once(
         Some(job) => ended_answer_in_time(&state, &caller, &job, shape, received).await,
         None => accepted(submitted.id),
     };
-    if let Some(applied) = preferences.applied(state.queries.keeps_typed_results()) {
+    if let Some(applied) = preferences.applied(submitted.result_first) {
         response.headers_mut().insert(PREFERENCE_APPLIED, applied);
     }
     Ok(response)

@@ -9,7 +9,7 @@
 //! | `lakehost_http_request_duration_seconds` | histogram | `api`, `method`, `route`, `status` | time to the response head (a streamed body may take longer) |
 //! | `lakehost_queries_submitted_total` | counter | `statement_type`, `admission` | queries accepted: `started` at once, `queued`, or answered with a `reused` result |
 //! | `lakehost_queries_ended_total` | counter | `state`, `statement_type` | queries that ended `SUCCEEDED`, `FAILED` or `CANCELLED` |
-//! | `lakehost_query_result_bytes_total` | counter | `statement_type` | bytes of the result CSVs of SUCCEEDED queries |
+//! | `lakehost_query_result_bytes_total` | counter | `statement_type` | bytes of the result files SUCCEEDED queries wrote (the CSV, or the Arrow or Parquet file of one written typed first) |
 //! | `lakehost_query_scanned_bytes_total` | counter | | parquet bytes read by statements that ran to their end (DataFusion's `bytes_scanned`) |
 //! | `lakehost_read_cache_bytes_total` | counter | `outcome` | bytes of lake file ranges queries read: `hit` (kept in memory from an earlier read, `query.read_cache_bytes`) or `miss` (read from the lake) |
 //! | `lakehost_jobs_queued` | gauge | `kind` | `query`: QUEUED; `load_commit`: PROCESSING, held by no worker (store-wide) |

@@ -18,9 +18,16 @@ use std::{ops::Range, sync::Arc};
 
 use bytes::Bytes;
 use datafusion::{
-    arrow::{buffer::Buffer, datatypes::SchemaRef, error::ArrowError, ipc::reader::StreamDecoder},
+    arrow::{
+        buffer::Buffer,
+        datatypes::{DataType, IntervalUnit, Schema, SchemaRef, TimeUnit},
+        error::ArrowError,
+        ipc::reader::StreamDecoder,
+    },
     parquet::{
-        arrow::{arrow_reader::ArrowReaderOptions, async_reader::AsyncFileReader},
+        arrow::{
+            ArrowSchemaConverter, arrow_reader::ArrowReaderOptions, async_reader::AsyncFileReader,
+        },
         basic::{Compression, ZstdLevel},
         errors::ParquetError,
         file::{
@@ -33,7 +40,7 @@ use futures::{FutureExt as _, StreamExt as _, future::BoxFuture};
 use object_store::{ObjectStore, ObjectStoreExt as _, buffered::BufWriter, path::Path};
 
 use super::{InternalCause, csv_read_back::CsvReadBack, parquet_row_groups::ParquetRowGroupWriter};
-use crate::lake;
+use crate::{engine::layout::without_view_types, lake};
 
 /// Rows per row group: DuckDB's own default, small enough that a reader
 /// ranging over the file fetches little and the writer holds little.
@@ -81,6 +88,35 @@ fn writer_properties() -> WriterProperties {
     WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::default()))
         .build()
+}
+
+/// Whether Parquet holds columns of `schema` (in their plain types). The
+/// types parquet's writer panics on rather than refuses (unions, times of
+/// day in seconds) or refuses only once it meets a value (intervals with
+/// nanoseconds) are ruled out here, before it is asked.
+pub fn parquet_holds(schema: &Schema) -> bool {
+    schema.fields().iter().all(|f| writer_takes(f.data_type()))
+        && ArrowSchemaConverter::new()
+            .convert(&without_view_types(schema))
+            .is_ok()
+}
+
+fn writer_takes(data_type: &DataType) -> bool {
+    match data_type {
+        DataType::Union(..)
+        | DataType::Interval(IntervalUnit::MonthDayNano)
+        | DataType::Time32(TimeUnit::Second) => false,
+        DataType::List(field)
+        | DataType::LargeList(field)
+        | DataType::ListView(field)
+        | DataType::LargeListView(field)
+        | DataType::FixedSizeList(field, _)
+        | DataType::Map(field, _) => writer_takes(field.data_type()),
+        DataType::Struct(fields) => fields.iter().all(|f| writer_takes(f.data_type())),
+        DataType::Dictionary(_, values) => writer_takes(values),
+        DataType::RunEndEncoded(_, values) => writer_takes(values.data_type()),
+        _ => true,
+    }
 }
 
 /// A result's Parquet file of `schema` at `path`, as every Parquet form of a
@@ -219,6 +255,33 @@ pub async fn convert(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn parquet_holds_what_its_writer_takes_and_not_what_it_panics_on() {
+        use datafusion::arrow::datatypes::{Field, UnionFields, UnionMode};
+        let of = |data_type: DataType| Schema::new(vec![Field::new("c", data_type, true)]);
+        for held in [
+            DataType::Utf8View,
+            DataType::Decimal128(38, 10),
+            DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())),
+            DataType::Interval(IntervalUnit::DayTime),
+            DataType::new_list(DataType::Int32, true),
+        ] {
+            assert!(parquet_holds(&of(held.clone())), "{held}");
+        }
+        let union = DataType::Union(
+            UnionFields::try_new(vec![0], vec![Field::new("a", DataType::Int32, true)]).unwrap(),
+            UnionMode::Dense,
+        );
+        for refused in [
+            DataType::Interval(IntervalUnit::MonthDayNano),
+            DataType::Time32(TimeUnit::Second),
+            DataType::new_list(DataType::Interval(IntervalUnit::MonthDayNano), true),
+            union,
+        ] {
+            assert!(!parquet_holds(&of(refused.clone())), "{refused}");
+        }
+    }
+
     use datafusion::{
         arrow::{
             array::{Decimal128Array, Int64Array, RecordBatch, StringArray},

@@ -187,12 +187,6 @@ impl QueryService {
         self.jobs.describe(caller, sql).await
     }
 
-    /// Whether results have typed copies here (`query.typed_results`):
-    /// without them `Prefer: result-format=arrow|parquet` is not honoured.
-    pub fn keeps_typed_results(&self) -> bool {
-        self.jobs.limits.typed_results
-    }
-
     /// `QueryJobs::submit`.
     pub async fn submit(
         &self,

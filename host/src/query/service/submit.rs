@@ -20,7 +20,7 @@ use crate::{
     engine::{layout::StringColumns, statement::StatementType, table_writer::delete_paths},
     lake,
     observability::jobs,
-    query::{QueryError, execute::result_schema},
+    query::{QueryError, execute::result_schema, result_parquet::parquet_holds},
     store::queries::{NewQuery, QueryJob, QueryState, ResultFirst},
 };
 
@@ -45,6 +45,9 @@ pub struct Submitted {
     pub ended: Option<QueryJob>,
     /// The columns the result will have, as the engine types them.
     pub schema: SchemaRef,
+    /// How its result is (or was) written: what the caller preferred when
+    /// it was honoured, else CSV first; a reused result's way.
+    pub result_first: ResultFirst,
 }
 
 impl QueryJobs {
@@ -77,7 +80,14 @@ impl QueryJobs {
         let schema = result_schema(&planned.prepared);
         let id = uuid::Uuid::new_v4().to_string();
         let mut query = Self::new_query(caller, &id, sql, database, statement_type);
-        if self.limits.typed_results {
+        // Typed first only where typed results are kept, and Parquet first
+        // only for columns Parquet holds (else the result is written CSV
+        // first, and its Parquet request answers as for any such result).
+        let holds = match preferences.result_first {
+            ResultFirst::Parquet => parquet_holds(&schema),
+            ResultFirst::Csv | ResultFirst::Arrow => true,
+        };
+        if self.limits.typed_results && holds {
             query.result_first = preferences.result_first;
         }
         if let Some(max_age_s) = self.reuse_max_age_s(&query, preferences.reuse_max_age_s)
@@ -85,6 +95,7 @@ impl QueryJobs {
         {
             return Ok(Submitted {
                 id,
+                result_first: reused.query.result_first,
                 ended: Some(reused),
                 schema,
             });
@@ -107,11 +118,18 @@ impl QueryJobs {
                 id,
                 ended: None,
                 schema,
+                result_first: query.result_first,
             });
         };
+        let result_first = query.result_first;
         self.run_admitted(query, planned, (slot, counted), wait)
             .await
-            .map(|ended| Submitted { id, ended, schema })
+            .map(|ended| Submitted {
+                id,
+                ended,
+                schema,
+                result_first,
+            })
     }
 
     /// Runs the admitted `query` now, its plan started while the job is

@@ -34,7 +34,7 @@ use crate::{
     engine::table_writer::delete_paths,
     observability::jobs,
     query::QueryError,
-    store::queries::{CatalogWrite, NewQuery, QueryJob, QueryState},
+    store::queries::{CatalogWrite, NewQuery, QueryJob, QueryState, ResultFirst},
 };
 
 /// How long one look for a query's end lasts before the next, in
@@ -174,7 +174,7 @@ impl QueryJobs {
                 wait.map(|wait| wait.left()),
             )
             .await?;
-        let id = submitted.id;
+        let (id, result_first) = (submitted.id, submitted.result_first);
         // The job exists from here on: whatever goes wrong while waiting, the
         // answer is at worst its id (never an error that would hide it, or
         // make a keyed retry submit it again).
@@ -189,7 +189,11 @@ impl QueryJobs {
                 }
             },
         };
-        Ok(WaitedSubmission { id, ended })
+        Ok(WaitedSubmission {
+            id,
+            ended,
+            result_first,
+        })
     }
 }
 
@@ -217,4 +221,6 @@ pub struct WaitedSubmission {
     /// time (ran before it was stored, was answered with a reused result, or
     /// ended while waited for); `None` without a wait.
     pub ended: Option<QueryJob>,
+    /// How its result is written (`Submitted::result_first`).
+    pub result_first: ResultFirst,
 }

@@ -239,6 +239,19 @@ async fn a_bad_result_format_is_refused_and_without_typed_results_the_csv_comes_
         (StatusCode::UNAUTHORIZED, unauthorized())
     );
 
+    // Columns Parquet has no type for: written CSV first, not applied.
+    let sql = "SELECT id, INTERVAL '1 day' AS span FROM typed";
+    let (status, applied, body) =
+        submit_preferring(&app, &token, sql, "result-format=parquet").await;
+    assert_eq!((status, applied), (StatusCode::ACCEPTED, None), "{body}");
+    let id = body["queryId"].as_str().unwrap().to_string();
+    app.wait_for(ORG_HOST, &token, &id, Some("SUCCEEDED")).await;
+    assert!(
+        kinds_of(&app, &id).is_empty(),
+        "a small CSV-first result, in its row"
+    );
+    assert_eq!(csv_rows(&app, &token, &id).await.len(), ROWS + 1);
+
     let (plain, token) = typed_app(|config| config.query.typed_results = false).await;
     let (status, applied, body) =
         submit_preferring(&plain, &token, TYPED_SQL, "result-format=arrow").await;
