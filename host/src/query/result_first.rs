@@ -45,7 +45,7 @@ enum FirstFile {
     Arrow(TypedCopyTask),
     /// With the plain types it is written in (no view types: the same
     /// schema as a Parquet copy made from the Arrow copy).
-    Parquet(ParquetRowGroupWriter, SchemaRef, Path),
+    Parquet(Box<ParquetRowGroupWriter>, SchemaRef, Path),
     /// The Arrow file's task failed (the write that found it said why).
     Failed,
 }
@@ -86,7 +86,7 @@ impl TypedFirstWriter {
                 let plain = Arc::new(without_view_types(schema));
                 let path = Path::from(result_file_path(csv_path, ResultFormat::Parquet));
                 let writer = parquet_file(store.clone(), &path, plain.clone()).map_err(io_error)?;
-                FirstFile::Parquet(writer, plain, path)
+                FirstFile::Parquet(Box::new(writer), plain, path)
             }
         };
         let mut header = Vec::new();

@@ -233,7 +233,7 @@ impl TypedCopies {
 /// A result's files, as `TypedCopies` says: written CSV first
 /// (`CsvFirstWriter`), or in a typed format first (`TypedFirstWriter`).
 pub enum ResultWriter {
-    CsvFirst(CsvFirstWriter),
+    CsvFirst(Box<CsvFirstWriter>),
     TypedFirst(TypedFirstWriter),
 }
 
@@ -255,7 +255,7 @@ impl ResultWriter {
             _ => {
                 let writer =
                     CsvFirstWriter::create(store, csv_path, schema, typed, in_row_limit).await?;
-                return Ok(ResultWriter::CsvFirst(writer));
+                return Ok(ResultWriter::CsvFirst(Box::new(writer)));
             }
         };
         let writer = TypedFirstWriter::create(store, csv_path, schema, first, in_row_limit).await?;
