@@ -499,40 +499,30 @@ def run(args: argparse.Namespace) -> None:
                        duckdb_s=median([p[fmt][0] for p in peers["duckdb"]]),
                        **{"datafusion-python_s":
                           median([p[fmt][0] for p in peers["datafusion-python"]])})
-    duck_arrow = median([p["arrow"][0] for p in peers["duckdb"]])
-    fusion_arrow = median([p["arrow"][0] for p in peers["datafusion-python"]])
-    for af, times in arrow_first.items():
+    def first_line(label: str, fmt: str, times: dict, mb: float, sampler, work_name: str):
+        """One written-first way's figures beside the peers writing `fmt`."""
+        duck, fusion = (median([p[fmt][0] for p in peers[name]])
+                        for name in ("duckdb", "datafusion-python"))
         query, link = median(times["query"]), median(times["link"])
         e2e = query + link
-        print(f"\nArrow first (Prefer: result-format=arrow, {af}; median of {args.runs}): "
-              f"query {query:.2f} s (writes {arrow_first_mb[af]:,.1f} MB of Arrow, no CSV), "
-              f"link + download {link:.2f} s, end to end {e2e:.2f} s, {rows / e2e:,.0f} rows/s; "
-              f"DuckDB {duck_arrow:.2f} s ({e2e / duck_arrow:.2f}x, target at most 1.5x), "
-              f"DataFusion-python {fusion_arrow:.2f} s ({e2e / fusion_arrow:.2f}x); "
-              f"its CSV made on the first CSV link request in {median(times['csv']):.2f} s")
-        sampler = rss[f"arrow first {af}"]
-        append_summary(args.summary, bench="results", scale=args.scale,
-                       work=f"whole result as arrow, arrow first ({af})", rows=rows,
-                       bytes=int(arrow_first_mb[af] * 1e6), lakehost_s=e2e,
-                       rss_before_mib=sampler.before, rss_peak_mib=sampler.peak,
-                       duckdb_s=duck_arrow, **{"datafusion-python_s": fusion_arrow})
-    if parquet_first:
-        duck, fusion = (median([p["parquet"][0] for p in peers[name]])
-                        for name in ("duckdb", "datafusion-python"))
-        query, link = median(parquet_first["query"]), median(parquet_first["link"])
-        e2e = query + link
-        print(f"\nParquet first (Prefer: result-format=parquet; median of {args.runs}): "
-              f"query {query:.2f} s (writes {parquet_first['mb'][0]:,.1f} MB of Parquet, no "
-              f"CSV), link + download {link:.2f} s, end to end {e2e:.2f} s, "
+        print(f"\n{label}; median of {args.runs}): query {query:.2f} s (writes {mb:,.1f} MB, "
+              f"no CSV), link + download {link:.2f} s, end to end {e2e:.2f} s, "
               f"{rows / e2e:,.0f} rows/s; DuckDB {duck:.2f} s ({e2e / duck:.2f}x, target at "
               f"most 1.5x), DataFusion-python {fusion:.2f} s ({e2e / fusion:.2f}x); its CSV "
-              f"made on the first CSV link request in {median(parquet_first['csv']):.2f} s")
-        sampler = rss[f"arrow first {args.arrow_first[0]}"]
-        append_summary(args.summary, bench="results", scale=args.scale,
-                       work="whole result as parquet, parquet first", rows=rows,
-                       bytes=int(parquet_first["mb"][0] * 1e6), lakehost_s=e2e,
+              f"made on the first CSV link request in {median(times['csv']):.2f} s")
+        append_summary(args.summary, bench="results", scale=args.scale, work=work_name,
+                       rows=rows, bytes=int(mb * 1e6), lakehost_s=e2e,
                        rss_before_mib=sampler.before, rss_peak_mib=sampler.peak,
                        duckdb_s=duck, **{"datafusion-python_s": fusion})
+
+    for af, times in arrow_first.items():
+        first_line(f"Arrow first (Prefer: result-format=arrow, {af}", "arrow", times,
+                   arrow_first_mb[af], rss[f"arrow first {af}"],
+                   f"whole result as arrow, arrow first ({af})")
+    if parquet_first:
+        first_line("Parquet first (Prefer: result-format=parquet", "parquet", parquet_first,
+                   parquet_first["mb"][0], rss[f"arrow first {args.arrow_first[0]}"],
+                   "whole result as parquet, parquet first")
     csv_link = median(link_s[(first, "csv")])
     for c in args.compressions:
         print(f"  Arrow ({c}) over CSV, link download rows/s: "

@@ -1199,3 +1199,26 @@ pub async fn rss_growth_while<T>(work: impl std::future::Future<Output = T>) -> 
 pub async fn result_client(python: &std::path::Path, command: &str, args: &Value) -> Value {
     python_client(python, "result_client.py", command, args).await
 }
+
+/// POST /query with `Prefer` set to `prefer`; status, `Preference-Applied`, body.
+pub async fn submit_preferring(
+    app: &TestApp,
+    token: &str,
+    prefer: &str,
+    body: &Value,
+) -> (StatusCode, Option<String>, Value) {
+    let response = app
+        .request(reqwest::Method::POST, ORG_HOST, QUERY)
+        .bearer_auth(token)
+        .header("Prefer", prefer)
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    let applied = response
+        .headers()
+        .get("preference-applied")
+        .map(|v| v.to_str().unwrap().to_string());
+    let (status, body) = read(response).await;
+    (status, applied, body)
+}

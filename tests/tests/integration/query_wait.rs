@@ -7,7 +7,8 @@
 use std::time::Duration;
 
 use lakehost_tests::{
-    ORG_HOST, QUERY, TestApp, read, seed_demo_lake, spawn_app, spawn_app_with, spawn_in,
+    ORG_HOST, QUERY, TestApp, seed_demo_lake, spawn_app, spawn_app_with, spawn_in,
+    submit_preferring,
 };
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -17,29 +18,6 @@ const ENDLESS: &str = "SELECT count(*) FROM generate_series(1, 1000000000000)";
 
 fn admin(app: &TestApp) -> String {
     app.token_for(&["ZoneAdmin"], "[0]")
-}
-
-/// POST /query with `Prefer` set to `prefer`; status, `Preference-Applied`, body.
-async fn submit_preferring(
-    app: &TestApp,
-    token: &str,
-    prefer: &str,
-    body: &Value,
-) -> (StatusCode, Option<String>, Value) {
-    let response = app
-        .request(reqwest::Method::POST, ORG_HOST, QUERY)
-        .bearer_auth(token)
-        .header("Prefer", prefer)
-        .json(body)
-        .send()
-        .await
-        .unwrap();
-    let applied = response
-        .headers()
-        .get("preference-applied")
-        .map(|v| v.to_str().unwrap().to_string());
-    let (status, body) = read(response).await;
-    (status, applied, body)
 }
 
 #[tokio::test]

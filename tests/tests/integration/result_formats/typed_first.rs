@@ -12,30 +12,6 @@ use datafusion::{
 
 use super::*;
 
-/// POST /query of `sql` with `prefer`: the response's status, its
-/// `Preference-Applied` and its body.
-async fn submit_preferring(
-    app: &TestApp,
-    token: &str,
-    sql: &str,
-    prefer: &str,
-) -> (StatusCode, Option<String>, Value) {
-    let response = app
-        .request(reqwest::Method::POST, ORG_HOST, QUERY)
-        .bearer_auth(token)
-        .header("Prefer", prefer)
-        .json(&json!({ "query": sql }))
-        .send()
-        .await
-        .unwrap();
-    let applied = response
-        .headers()
-        .get("preference-applied")
-        .map(|v| v.to_str().unwrap().to_string());
-    let (status, body) = read(response).await;
-    (status, applied, body)
-}
-
 /// Runs `sql` Arrow first to SUCCEEDED; its id.
 async fn succeeded_arrow_first(app: &TestApp, token: &str, sql: &str) -> String {
     succeeded_first(app, token, sql, "arrow").await
@@ -44,7 +20,8 @@ async fn succeeded_arrow_first(app: &TestApp, token: &str, sql: &str) -> String 
 /// Runs `sql` with `Prefer: result-format=<format>` to SUCCEEDED; its id.
 async fn succeeded_first(app: &TestApp, token: &str, sql: &str, format: &str) -> String {
     let prefer = format!("result-format={format}");
-    let (status, applied, body) = submit_preferring(app, token, sql, &prefer).await;
+    let (status, applied, body) =
+        submit_preferring(app, token, &prefer, &json!({ "query": sql })).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     assert_eq!(applied, Some(prefer));
     let id = body["queryId"].as_str().unwrap().to_string();
@@ -180,8 +157,13 @@ async fn a_small_arrow_first_result_is_kept_as_any_small_result_and_reuse_keeps_
     let (app, token) = typed_app(|_| {}).await;
     // Small: answered within the wait, both forms in the job's row.
     let sql = "SELECT id, name, at_utc FROM typed WHERE id < 3 ORDER BY id";
-    let (status, applied, body) =
-        submit_preferring(&app, &token, sql, "wait=10, result-format=arrow").await;
+    let (status, applied, body) = submit_preferring(
+        &app,
+        &token,
+        "wait=10, result-format=arrow",
+        &json!({ "query": sql }),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(applied.as_deref(), Some("wait=10, result-format=arrow"));
     let id = body["queryId"].as_str().unwrap().to_string();
@@ -197,7 +179,8 @@ async fn a_small_arrow_first_result_is_kept_as_any_small_result_and_reuse_keeps_
     // A big result reused by a CSV-first caller is served from the Arrow
     // file it has: its CSV is made on that caller's first request.
     let big = succeeded_arrow_first(&app, &token, TYPED_SQL).await;
-    let (status, applied, body) = submit_preferring(&app, &token, TYPED_SQL, "reuse=3600").await;
+    let (status, applied, body) =
+        submit_preferring(&app, &token, "reuse=3600", &json!({ "query": TYPED_SQL })).await;
     assert_eq!(
         (status, applied.as_deref()),
         (StatusCode::ACCEPTED, Some("reuse=3600"))
@@ -221,7 +204,8 @@ async fn a_bad_result_format_is_refused_and_without_typed_results_the_csv_comes_
         "result-format",
         "wait=1, result-format=json",
     ] {
-        let (status, _, body) = submit_preferring(&app, &token, TYPED_SQL, bad).await;
+        let (status, _, body) =
+            submit_preferring(&app, &token, bad, &json!({ "query": TYPED_SQL })).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
         let message = "InvalidParameterError: Prefer result-format must be csv, arrow or parquet.";
         assert_eq!(body, json!({ "message": message }));
@@ -241,8 +225,13 @@ async fn a_bad_result_format_is_refused_and_without_typed_results_the_csv_comes_
 
     // Columns Parquet has no type for: written CSV first, not applied.
     let sql = "SELECT id, INTERVAL '1 day' AS span FROM typed";
-    let (status, applied, body) =
-        submit_preferring(&app, &token, sql, "result-format=parquet").await;
+    let (status, applied, body) = submit_preferring(
+        &app,
+        &token,
+        "result-format=parquet",
+        &json!({ "query": sql }),
+    )
+    .await;
     assert_eq!((status, applied), (StatusCode::ACCEPTED, None), "{body}");
     let id = body["queryId"].as_str().unwrap().to_string();
     app.wait_for(ORG_HOST, &token, &id, Some("SUCCEEDED")).await;
@@ -253,8 +242,13 @@ async fn a_bad_result_format_is_refused_and_without_typed_results_the_csv_comes_
     assert_eq!(csv_rows(&app, &token, &id).await.len(), ROWS + 1);
 
     let (plain, token) = typed_app(|config| config.query.typed_results = false).await;
-    let (status, applied, body) =
-        submit_preferring(&plain, &token, TYPED_SQL, "result-format=arrow").await;
+    let (status, applied, body) = submit_preferring(
+        &plain,
+        &token,
+        "result-format=arrow",
+        &json!({ "query": TYPED_SQL }),
+    )
+    .await;
     assert_eq!(
         (status, applied),
         (StatusCode::ACCEPTED, None),
