@@ -80,7 +80,7 @@ impl ArrowResultWriter {
             .and_then(|options| options.try_with_compression_level(level))
             .map_err(io_error)?;
         let buffer = Vec::with_capacity(2 * FLUSH_BYTES);
-        let encoder = BatchEncoder::new(schema.clone(), options.clone());
+        let encoder = BatchEncoder::new(schema.clone(), options.clone(), codec.is_some());
         let ipc = StreamWriter::try_new_with_options(buffer, &schema, options).map_err(io_error)?;
         let path = Path::from(path);
         Ok(Self {
