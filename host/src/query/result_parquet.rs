@@ -52,6 +52,9 @@ pub enum TypedResultError {
     /// or with `query.typed_results` off).
     #[error("the result has no typed copy")]
     NoTypedCopy,
+    /// The result has columns Parquet does not hold (`parquet_holds`).
+    #[error("the result has columns Parquet does not hold")]
+    NotHeld,
     #[error("{0}")]
     Failed(#[source] InternalCause),
 }
@@ -228,6 +231,11 @@ pub async fn convert(
                 if writer.is_none()
                     && let Some(schema) = decoder.schema()
                 {
+                    // Refused before its writer is asked (it would fail or
+                    // panic on the first such value).
+                    if !parquet_holds(&schema) {
+                        return Err(TypedResultError::NotHeld);
+                    }
                     writer = Some(parquet_file(store.clone(), &target, schema)?);
                 }
                 if let (Some(batch), Some(writer)) = (batch, writer.as_mut()) {

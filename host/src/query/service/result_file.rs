@@ -103,6 +103,10 @@ fn first_file(job: &QueryJob) -> Option<ResultFormat> {
 fn typed_error(id: &str, error: TypedResultError) -> QueryError {
     match error {
         TypedResultError::NoTypedCopy => no_typed_copy(id),
+        TypedResultError::NotHeld => QueryError::FormatUnavailable(format!(
+            "Query {id} has columns Parquet cannot hold (intervals with nanoseconds, unions or \
+             times of day in seconds). Its result is available as CSV, as JSON pages and as Arrow."
+        )),
         TypedResultError::Failed(cause) => QueryError::Internal(cause),
     }
 }

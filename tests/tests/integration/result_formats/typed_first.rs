@@ -240,6 +240,27 @@ async fn a_bad_result_format_is_refused_and_without_typed_results_the_csv_comes_
         "a small CSV-first result, in its row"
     );
     assert_eq!(csv_rows(&app, &token, &id).await.len(), ROWS + 1);
+    // Nor is it written as Parquet when asked later: a 409 that says why
+    // (its writer would fail on the first interval), as Arrow it is served.
+    let message = format!(
+        "Query {id} has columns Parquet cannot hold (intervals with nanoseconds, unions or times \
+         of day in seconds). Its result is available as CSV, as JSON pages and as Arrow."
+    );
+    let result = format!("{QUERY}/{id}/result");
+    for (path, accept) in [
+        (result.clone(), Some(PARQUET)),
+        (format!("{QUERY}/{id}/csv?format=parquet"), None),
+    ] {
+        let headers: Vec<(&str, &str)> = accept.iter().map(|a| ("Accept", *a)).collect();
+        let (status, body) = read(get_with(&app, &token, &path, &headers).await).await;
+        assert_eq!(
+            (status, body),
+            (StatusCode::CONFLICT, json!({ "message": message })),
+            "{path}"
+        );
+    }
+    let arrow = whole_result(&app, &token, &id, ARROW).await;
+    assert_eq!(arrow_rows(arrow).num_rows(), ROWS);
 
     let (plain, token) = typed_app(|config| config.query.typed_results = false).await;
     let (status, applied, body) = submit_preferring(
