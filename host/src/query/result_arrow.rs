@@ -25,7 +25,6 @@ use bytes::Bytes;
 use datafusion::arrow::{
     array::RecordBatch,
     datatypes::{Schema, SchemaRef},
-    error::ArrowError,
     ipc::{
         CompressionType,
         writer::{IpcWriteOptions, StreamWriter},
@@ -53,10 +52,6 @@ pub struct ArrowResultWriter {
     bytes: u64,
 }
 
-fn io_error(error: ArrowError) -> std::io::Error {
-    std::io::Error::other(error)
-}
-
 impl ArrowResultWriter {
     /// Starts the stream with its schema message; record batches' buffers
     /// are compressed as `compression` says.
@@ -78,10 +73,11 @@ impl ArrowResultWriter {
         let options = IpcWriteOptions::default()
             .try_with_compression(codec)
             .and_then(|options| options.try_with_compression_level(level))
-            .map_err(io_error)?;
+            .map_err(std::io::Error::other)?;
         let buffer = Vec::with_capacity(2 * FLUSH_BYTES);
         let encoder = BatchEncoder::new(schema.clone(), options.clone(), codec.is_some());
-        let ipc = StreamWriter::try_new_with_options(buffer, &schema, options).map_err(io_error)?;
+        let ipc = StreamWriter::try_new_with_options(buffer, &schema, options)
+            .map_err(std::io::Error::other)?;
         let path = Path::from(path);
         Ok(Self {
             ipc,
@@ -104,7 +100,7 @@ impl ArrowResultWriter {
         self.encoder
             .write(&mut self.ipc, batch.clone())
             .await
-            .map_err(io_error)?;
+            .map_err(std::io::Error::other)?;
         if self.ipc.get_ref().len() >= FLUSH_BYTES {
             self.flush().await?;
         }
@@ -124,8 +120,11 @@ impl ArrowResultWriter {
     /// bytes (less than `FLUSH_BYTES`, so none of it went out yet) is
     /// handed back, never uploaded; a bigger one's upload completes.
     pub async fn finish_within(mut self, in_row_limit: usize) -> std::io::Result<TypedCopy> {
-        self.encoder.drain(&mut self.ipc).await.map_err(io_error)?;
-        self.ipc.finish().map_err(io_error)?;
+        self.encoder
+            .drain(&mut self.ipc)
+            .await
+            .map_err(std::io::Error::other)?;
+        self.ipc.finish().map_err(std::io::Error::other)?;
         let stream = self.ipc.get_ref();
         let nothing_sent = self.bytes == 0;
         if in_row_limit > 0 && nothing_sent && stream.len() <= in_row_limit.min(FLUSH_BYTES) {

@@ -61,10 +61,6 @@ pub struct TypedFirstWriter {
     csv_path: String,
 }
 
-fn io_error(e: impl std::error::Error + Send + Sync + 'static) -> std::io::Error {
-    std::io::Error::other(e)
-}
-
 impl TypedFirstWriter {
     /// Starts the typed file beside `csv_path` (a small Arrow file, at
     /// most `in_row_limit`, is handed back for the store's row).
@@ -85,7 +81,8 @@ impl TypedFirstWriter {
             FirstFormat::Parquet => {
                 let plain = Arc::new(without_view_types(schema));
                 let path = Path::from(result_file_path(csv_path, ResultFormat::Parquet));
-                let writer = parquet_file(store.clone(), &path, plain.clone()).map_err(io_error)?;
+                let writer = parquet_file(store.clone(), &path, plain.clone())
+                    .map_err(std::io::Error::other)?;
                 FirstFile::Parquet(Box::new(writer), plain, path)
             }
         };
@@ -113,13 +110,13 @@ impl TypedFirstWriter {
                 }
             }
             FirstFile::Parquet(writer, plain, _) => {
-                let batch = plain_batch(batch, plain).map_err(io_error)?;
-                writer.write(&batch).await.map_err(io_error)?;
+                let batch = plain_batch(batch, plain).map_err(std::io::Error::other)?;
+                writer.write(&batch).await.map_err(std::io::Error::other)?;
             }
             FirstFile::Failed => return Err(failed()),
         }
         if let Some(text) = &mut self.small_csv {
-            encode_rows(batch, text).map_err(io_error)?;
+            encode_rows(batch, text).map_err(std::io::Error::other)?;
             if text.len() > SMALL_RESULT_BYTES {
                 self.small_csv = None;
             }
@@ -145,8 +142,11 @@ impl TypedFirstWriter {
                 TypedCopy::InRow(bytes) => (bytes.len() as u64, Some(bytes)),
             },
             FirstFile::Parquet(writer, _, path) => {
-                writer.close().await.map_err(io_error)?;
-                (store.head(&path).await.map_err(io_error)?.size, None)
+                writer.close().await.map_err(std::io::Error::other)?;
+                (
+                    store.head(&path).await.map_err(std::io::Error::other)?.size,
+                    None,
+                )
             }
             FirstFile::Failed => return Err(failed()),
         };
@@ -157,7 +157,7 @@ impl TypedFirstWriter {
                 store
                     .put(&Path::from(path), arrow.into())
                     .await
-                    .map_err(io_error)?;
+                    .map_err(std::io::Error::other)?;
             }
             return Ok(WrittenResult {
                 rows,
@@ -172,7 +172,7 @@ impl TypedFirstWriter {
             store
                 .put(&path, csv.clone().into())
                 .await
-                .map_err(io_error)?;
+                .map_err(std::io::Error::other)?;
         }
         Ok(WrittenResult {
             rows,

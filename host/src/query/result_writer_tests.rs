@@ -10,18 +10,23 @@ use object_store::{ObjectStoreExt as _, memory::InMemory};
 
 use super::*;
 
-#[tokio::test]
-async fn a_typed_copy_that_fails_leaves_the_csv_whole_and_no_arrow_file() {
-    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+/// An empty store, a result's two columns and a batch an Arrow stream of
+/// them cannot take (one column of the two).
+fn mismatched() -> (Arc<dyn ObjectStore>, Schema, RecordBatch) {
     let schema = Schema::new(vec![
         Field::new("a", DataType::Int64, false),
         Field::new("b", DataType::Int64, false),
     ]);
-    // A batch the Arrow copy cannot take (one column of the two its
-    // stream was started with); the CSV writes what it is given.
     let one_column = Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, false)]));
     let batch =
         RecordBatch::try_new(one_column, vec![Arc::new(Int64Array::from(vec![1, 2]))]).unwrap();
+    (Arc::new(InMemory::new()), schema, batch)
+}
+
+#[tokio::test]
+async fn a_typed_copy_that_fails_leaves_the_csv_whole_and_no_arrow_file() {
+    let (store, schema, batch) = mismatched();
+    // The CSV writes what it is given.
     let mut writer = ResultWriter::create(
         store.clone(),
         "r.csv",
@@ -214,14 +219,7 @@ async fn arrow_first_keeps_a_small_csv_and_leaves_a_big_one_to_be_made() {
 
 #[tokio::test]
 async fn arrow_first_fails_when_its_arrow_file_fails_and_leaves_nothing() {
-    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let schema = Schema::new(vec![
-        Field::new("a", DataType::Int64, false),
-        Field::new("b", DataType::Int64, false),
-    ]);
-    let one_column = Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, false)]));
-    let batch =
-        RecordBatch::try_new(one_column, vec![Arc::new(Int64Array::from(vec![1, 2]))]).unwrap();
+    let (store, schema, batch) = mismatched();
     let mut writer = ResultWriter::create(
         store.clone(),
         "r.csv",

@@ -14,20 +14,13 @@ async fn a_result_kept_without_its_typed_copy_answers_409_and_still_serves_csv()
          query again for Arrow or Parquet."
     );
     let result = format!("{QUERY}/{id}/result");
-    for (path, accept) in [
+    let requests = [
         (result.clone(), Some(PARQUET)),
         (result.clone(), Some(ARROW)),
         (format!("{QUERY}/{id}/csv?format=parquet"), None),
         (format!("{QUERY}/{id}/csv?format=arrow"), None),
-    ] {
-        let headers: Vec<(&str, &str)> = accept.iter().map(|a| ("Accept", *a)).collect();
-        let (status, body) = read(get_with(&app, &token, &path, &headers).await).await;
-        assert_eq!(
-            (status, body),
-            (StatusCode::CONFLICT, json!({ "message": message })),
-            "{path}"
-        );
-    }
+    ];
+    each_answers_409(&app, &token, &requests, &message).await;
     // No file was written beside the CSV, nor made by asking.
     let csv_link = link(&app, &token, &id, Some("csv")).await;
     let csv_key = csv_link
@@ -73,15 +66,8 @@ async fn a_lost_copy_of_a_result_that_does_not_read_back_is_409_and_nothing_is_m
          query again for Arrow or Parquet."
     );
     let result = format!("{QUERY}/{id}/result");
-    for accept in [ARROW, PARQUET] {
-        let (status, body) =
-            read(get_with(&app, &token, &result, &[("Accept", accept)]).await).await;
-        assert_eq!(
-            (status, body),
-            (StatusCode::CONFLICT, json!({ "message": message })),
-            "{accept}"
-        );
-    }
+    let requests = [(result.clone(), Some(ARROW)), (result, Some(PARQUET))];
+    each_answers_409(&app, &token, &requests, &message).await;
     assert!(!arrow_file.exists(), "nothing read back");
     assert!(!lake.join(csv_path.replace(".csv", ".parquet")).exists());
     let rows = csv_rows(&app, &token, &id).await;

@@ -208,6 +208,25 @@ async fn get_with(
     request.send().await.unwrap()
 }
 
+/// Each of `requests` (a path, with an `Accept` or none) answers 409 with
+/// `message`.
+async fn each_answers_409(
+    app: &TestApp,
+    token: &str,
+    requests: &[(String, Option<&str>)],
+    message: &str,
+) {
+    for (path, accept) in requests {
+        let headers: Vec<(&str, &str)> = accept.iter().map(|a| ("Accept", *a)).collect();
+        let (status, body) = read(get_with(app, token, path, &headers).await).await;
+        assert_eq!(
+            (status, body),
+            (StatusCode::CONFLICT, json!({ "message": message })),
+            "{path}"
+        );
+    }
+}
+
 /// The signed link of `GET /query/{id}/csv` (`?format=` when given).
 async fn link(app: &TestApp, token: &str, id: &str, format: Option<&str>) -> String {
     let path = match format {

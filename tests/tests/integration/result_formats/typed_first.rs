@@ -247,18 +247,11 @@ async fn a_bad_result_format_is_refused_and_without_typed_results_the_csv_comes_
          of day in seconds). Its result is available as CSV, as JSON pages and as Arrow."
     );
     let result = format!("{QUERY}/{id}/result");
-    for (path, accept) in [
-        (result.clone(), Some(PARQUET)),
+    let requests = [
+        (result, Some(PARQUET)),
         (format!("{QUERY}/{id}/csv?format=parquet"), None),
-    ] {
-        let headers: Vec<(&str, &str)> = accept.iter().map(|a| ("Accept", *a)).collect();
-        let (status, body) = read(get_with(&app, &token, &path, &headers).await).await;
-        assert_eq!(
-            (status, body),
-            (StatusCode::CONFLICT, json!({ "message": message })),
-            "{path}"
-        );
-    }
+    ];
+    each_answers_409(&app, &token, &requests, &message).await;
     let arrow = whole_result(&app, &token, &id, ARROW).await;
     assert_eq!(arrow_rows(arrow).num_rows(), ROWS);
 
