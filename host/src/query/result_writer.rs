@@ -28,13 +28,16 @@ use super::{
     csv_read_back::reads_back,
     csv_text::{encode_rows, push_quoted},
     result_arrow::{TypedCopy, TypedCopyTask},
-    result_first::{FirstFormat, TypedFirstWriter},
+    result_first::TypedFirstWriter,
 };
 use crate::{
     config::{ArrowCompression, SMALL_RESULT_BYTES},
     lake::{ResultFormat, result_file_path},
     store::queries::ResultInRow,
 };
+
+/// The typed format a result may be written in first (`TypedCopies::First`).
+pub use super::result_first::FirstFormat;
 
 /// Batches being made text at once, ahead of the one written next.
 const ENCODING_AHEAD: usize = 4;
@@ -208,12 +211,10 @@ pub enum TypedCopies {
     OnRequest(ArrowCompression),
     /// While the query runs, whatever its columns.
     WhileRunning(ArrowCompression),
-    /// As the result itself (`Prefer: result-format=arrow`): the Arrow
-    /// stream is written while the query runs, the CSV only while it is
-    /// small (`result_first.rs`).
-    ArrowFirst(ArrowCompression),
-    /// The same with the Parquet file (`Prefer: result-format=parquet`).
-    ParquetFirst,
+    /// As the result itself (`Prefer: result-format=arrow` or `parquet`):
+    /// the typed file is written while the query runs, the CSV only while
+    /// it is small (`result_first.rs`).
+    First(FirstFormat),
 }
 
 impl TypedCopies {
@@ -221,11 +222,11 @@ impl TypedCopies {
     /// written while the query runs; `None` when it is not.
     pub fn while_running(self, schema: &Schema) -> Option<ArrowCompression> {
         match self {
-            TypedCopies::Never | TypedCopies::ParquetFirst => None,
+            TypedCopies::Never | TypedCopies::First(FirstFormat::Parquet) => None,
             TypedCopies::OnRequest(_) if reads_back(schema) => None,
             TypedCopies::OnRequest(compression)
             | TypedCopies::WhileRunning(compression)
-            | TypedCopies::ArrowFirst(compression) => Some(compression),
+            | TypedCopies::First(FirstFormat::Arrow(compression)) => Some(compression),
         }
     }
 }
@@ -249,17 +250,14 @@ impl ResultWriter {
         in_row_limit: usize,
     ) -> std::io::Result<Self> {
         let in_row_limit = in_row_limit.min(SMALL_RESULT_BYTES);
-        let first = match typed {
-            TypedCopies::ArrowFirst(compression) => FirstFormat::Arrow(compression),
-            TypedCopies::ParquetFirst => FirstFormat::Parquet,
-            _ => {
-                let writer =
-                    CsvFirstWriter::create(store, csv_path, schema, typed, in_row_limit).await?;
-                return Ok(ResultWriter::CsvFirst(Box::new(writer)));
-            }
-        };
-        let writer = TypedFirstWriter::create(store, csv_path, schema, first, in_row_limit).await?;
-        Ok(ResultWriter::TypedFirst(writer))
+        Ok(match typed {
+            TypedCopies::First(first) => ResultWriter::TypedFirst(
+                TypedFirstWriter::create(store, csv_path, schema, first, in_row_limit).await?,
+            ),
+            _ => ResultWriter::CsvFirst(Box::new(
+                CsvFirstWriter::create(store, csv_path, schema, typed, in_row_limit).await?,
+            )),
+        })
     }
 
     pub async fn write(&mut self, batch: &RecordBatch) -> std::io::Result<()> {

@@ -154,7 +154,7 @@ async fn arrow_first(
     rows: i64,
     in_row_limit: usize,
 ) -> WrittenResult {
-    let first = TypedCopies::ArrowFirst(ArrowCompression::Lz4);
+    let first = TypedCopies::First(FirstFormat::Arrow(ArrowCompression::Lz4));
     typed_first(store, path, rows, in_row_limit, first).await
 }
 
@@ -224,7 +224,7 @@ async fn arrow_first_fails_when_its_arrow_file_fails_and_leaves_nothing() {
         store.clone(),
         "r.csv",
         &schema,
-        TypedCopies::ArrowFirst(ArrowCompression::None),
+        TypedCopies::First(FirstFormat::Arrow(ArrowCompression::None)),
         0,
     )
     .await
@@ -260,7 +260,14 @@ async fn parquet_first_writes_the_parquet_file_and_the_csv_only_while_small() {
             reader.map(|b| b.unwrap().num_rows()).sum::<usize>()
         }
     };
-    let small = typed_first(&store, "small.csv", 3, 64 * 1024, TypedCopies::ParquetFirst).await;
+    let small = typed_first(
+        &store,
+        "small.csv",
+        3,
+        64 * 1024,
+        TypedCopies::First(FirstFormat::Parquet),
+    )
+    .await;
     assert_eq!(&small.in_row.csv.unwrap()[..], numbered_csv(3).as_bytes());
     assert!(small.in_row.arrow.is_none(), "no Arrow file");
     assert_eq!(parquet_rows("small.parquet").await, 3);
@@ -270,7 +277,7 @@ async fn parquet_first_writes_the_parquet_file_and_the_csv_only_while_small() {
         "big.csv",
         rows,
         64 * 1024,
-        TypedCopies::ParquetFirst,
+        TypedCopies::First(FirstFormat::Parquet),
     )
     .await;
     assert!(
@@ -284,4 +291,35 @@ async fn parquet_first_writes_the_parquet_file_and_the_csv_only_while_small() {
     let size = store.head(&Path::from("big.parquet")).await.unwrap().size;
     assert_eq!((big.rows, big.bytes), (rows as u64, size));
     assert_eq!(parquet_rows("big.parquet").await, rows as usize);
+}
+
+/// A statement that is not a read (`Prefer: result-format=` is honoured for
+/// every statement): a DDL's result has no columns and no rows. Written in
+/// either typed format first it succeeds and keeps the CSV a CSV-first run
+/// keeps in the row.
+#[tokio::test]
+async fn a_result_of_no_columns_is_written_in_either_typed_format_first() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let write = |path: &'static str, typed: TypedCopies| {
+        let store = store.clone();
+        async move {
+            let schema = Schema::empty();
+            let writer = ResultWriter::create(store, path, &schema, typed, 64 * 1024);
+            let written = writer.await.unwrap().finish().await;
+            written.unwrap_or_else(|e| panic!("{typed:?}: {e}"))
+        }
+    };
+    let csv_first = write("csv.csv", TypedCopies::OnRequest(ArrowCompression::Lz4)).await;
+    let firsts = [
+        ("arrow.csv", FirstFormat::Arrow(ArrowCompression::Lz4)),
+        ("parquet.csv", FirstFormat::Parquet),
+    ];
+    for (path, first) in firsts {
+        let written = write(path, TypedCopies::First(first)).await;
+        assert_eq!(
+            (written.rows, written.bytes, &written.in_row.csv),
+            (0, csv_first.bytes, &csv_first.in_row.csv),
+            "{first:?}"
+        );
+    }
 }

@@ -39,7 +39,7 @@ use crate::{
         QueryError,
         execute::{Execution, ResultTarget, execute, result_schema},
         prepare::{Prepared, Target, prepare},
-        result_writer::TypedCopies,
+        result_writer::{FirstFormat, TypedCopies},
     },
     runtime::EngineRuntime,
     store::{
@@ -289,9 +289,9 @@ impl QueryJobs {
             ) {
                 (false, _, _) => TypedCopies::Never,
                 (true, ResultFirst::Arrow, _) => {
-                    TypedCopies::ArrowFirst(limits.arrow_first_compression)
+                    TypedCopies::First(FirstFormat::Arrow(limits.arrow_first_compression))
                 }
-                (true, ResultFirst::Parquet, _) => TypedCopies::ParquetFirst,
+                (true, ResultFirst::Parquet, _) => TypedCopies::First(FirstFormat::Parquet),
                 (true, ResultFirst::Csv, false) => {
                     TypedCopies::OnRequest(limits.typed_results_compression)
                 }
