@@ -2,7 +2,7 @@
 //! (`lakehost::fuzzing`): from the checked-in seeds in `tests/corpus/fuzz/
 //! <target>/`, it mutates inputs (bit flips, interesting bytes, insertions,
 //! deletions, duplicated and spliced chunks) for `LAKEHOST_TEST_FUZZ_SECONDS` per
-//! target (3 by default; `.ci/run` gives each 60) and fails on any panic,
+//! target (3 by default; `.ci/run` gives each 30) and fails on any panic,
 //! saving the input under `target/fuzz-crashes/`.
 //!
 //! This runs on the stable toolchain inside the test suite, without coverage
