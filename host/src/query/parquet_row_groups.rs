@@ -50,6 +50,8 @@ pub struct ParquetRowGroupWriter {
     /// Row groups handed out so far (the next one's index).
     started: usize,
     encoding: VecDeque<EncodedGroup>,
+    /// Bytes sent to `upload` so far.
+    sent: u64,
 }
 
 impl ParquetRowGroupWriter {
@@ -74,6 +76,7 @@ impl ParquetRowGroupWriter {
             pending_rows: 0,
             started: 0,
             encoding: VecDeque::new(),
+            sent: 0,
         })
     }
 
@@ -130,12 +133,14 @@ impl ParquetRowGroupWriter {
         let bytes = self.bytes.take();
         if !bytes.is_empty() {
             self.upload.write_all(&bytes).await?;
+            self.sent += bytes.len() as u64;
         }
         Ok(())
     }
 
-    /// Writes the last row group and the footer and completes the upload.
-    pub async fn close(mut self) -> Result<(), ParquetError> {
+    /// Writes the last row group and the footer and completes the upload;
+    /// the file's size.
+    pub async fn close(mut self) -> Result<u64, ParquetError> {
         if self.pending_rows > 0 {
             self.start_group().await?;
         }
@@ -145,7 +150,7 @@ impl ParquetRowGroupWriter {
         self.file.finish()?;
         self.send_bytes().await?;
         self.upload.shutdown().await?;
-        Ok(())
+        Ok(self.sent)
     }
 }
 
@@ -266,8 +271,9 @@ mod tests {
         for batch in &batches {
             writer.write(batch).await.unwrap();
         }
-        writer.close().await.unwrap();
+        let size = writer.close().await.unwrap();
         let bytes = crate::lake::stored_bytes(store.as_ref(), "out.parquet").await;
+        assert_eq!(size, bytes.len() as u64, "close tells the file's size");
         let reader = ParquetRecordBatchReaderBuilder::try_new(bytes).unwrap();
         let groups: Vec<i64> = reader
             .metadata()

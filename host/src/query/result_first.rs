@@ -45,7 +45,7 @@ enum FirstFile {
     Arrow(TypedCopyTask),
     /// With the plain types it is written in (no view types: the same
     /// schema as a Parquet copy made from the Arrow copy).
-    Parquet(Box<ParquetRowGroupWriter>, SchemaRef, Path),
+    Parquet(Box<ParquetRowGroupWriter>, SchemaRef),
     /// The Arrow file's task failed (the write that found it said why).
     Failed,
 }
@@ -83,7 +83,7 @@ impl TypedFirstWriter {
                 let path = Path::from(result_file_path(csv_path, ResultFormat::Parquet));
                 let writer = parquet_file(store.clone(), &path, plain.clone())
                     .map_err(std::io::Error::other)?;
-                FirstFile::Parquet(Box::new(writer), plain, path)
+                FirstFile::Parquet(Box::new(writer), plain)
             }
         };
         let mut header = Vec::new();
@@ -109,7 +109,7 @@ impl TypedFirstWriter {
                     return Err(self.arrow_failure().await);
                 }
             }
-            FirstFile::Parquet(writer, plain, _) => {
+            FirstFile::Parquet(writer, plain) => {
                 let batch = plain_batch(batch, plain).map_err(std::io::Error::other)?;
                 writer.write(&batch).await.map_err(std::io::Error::other)?;
             }
@@ -141,12 +141,8 @@ impl TypedFirstWriter {
                 TypedCopy::Stored(size) => (size, None),
                 TypedCopy::InRow(bytes) => (bytes.len() as u64, Some(bytes)),
             },
-            FirstFile::Parquet(writer, _, path) => {
-                writer.close().await.map_err(std::io::Error::other)?;
-                (
-                    store.head(&path).await.map_err(std::io::Error::other)?.size,
-                    None,
-                )
+            FirstFile::Parquet(writer, _) => {
+                (writer.close().await.map_err(std::io::Error::other)?, None)
             }
             FirstFile::Failed => return Err(failed()),
         };

@@ -202,8 +202,7 @@ pub async fn from_csv(
         writer.write(&batch).await?;
     }
     // Any error above drops the writer unfinished: no file appears.
-    writer.close().await?;
-    Ok(store.head(&target).await?.size)
+    Ok(writer.close().await?)
 }
 
 /// Writes the Parquet copy of the Arrow stream at `arrow_path` to
@@ -248,10 +247,7 @@ pub async fn convert(
     }
     .await;
     match (outcome, writer) {
-        (Ok(()), Some(writer)) => {
-            writer.close().await?;
-            Ok(store.head(&target).await?.size)
-        }
+        (Ok(()), Some(writer)) => Ok(writer.close().await?),
         (Ok(()), None) => Err(TypedResultError::Failed(InternalCause::unexpected(
             "the Arrow copy holds no schema",
         ))),

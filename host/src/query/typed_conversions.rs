@@ -19,7 +19,7 @@
 //! sees half a file.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, VecDeque},
     sync::{Arc, Mutex},
 };
 
@@ -141,6 +141,62 @@ async fn typed_batches(
     ))
 }
 
+/// A result file written from record batches: finished whole, or aborted
+/// leaving nothing.
+trait BatchSink: Sized {
+    async fn write(&mut self, batch: &RecordBatch) -> std::io::Result<()>;
+    /// The file's size.
+    async fn finish(self) -> std::io::Result<u64>;
+    async fn abort(self);
+}
+
+impl BatchSink for CsvResultWriter {
+    async fn write(&mut self, batch: &RecordBatch) -> std::io::Result<()> {
+        CsvResultWriter::write(self, batch).await
+    }
+    async fn finish(self) -> std::io::Result<u64> {
+        Ok(CsvResultWriter::finish(self).await?.bytes)
+    }
+    async fn abort(self) {
+        CsvResultWriter::abort(self).await;
+    }
+}
+
+impl BatchSink for ArrowResultWriter {
+    async fn write(&mut self, batch: &RecordBatch) -> std::io::Result<()> {
+        ArrowResultWriter::write(self, batch).await
+    }
+    async fn finish(self) -> std::io::Result<u64> {
+        ArrowResultWriter::finish(self).await
+    }
+    async fn abort(self) {
+        ArrowResultWriter::abort(self).await;
+    }
+}
+
+/// Writes every batch of `batches` to `sink`; the first error aborts it.
+/// The file's size.
+async fn write_all(
+    mut batches: BoxStream<'static, Result<RecordBatch, TypedResultError>>,
+    mut sink: impl BatchSink,
+    failed: fn(std::io::Error) -> TypedResultError,
+) -> Result<u64, TypedResultError> {
+    let written: Result<(), TypedResultError> = async {
+        while let Some(batch) = batches.next().await {
+            sink.write(&batch?).await.map_err(failed)?;
+        }
+        Ok(())
+    }
+    .await;
+    match written {
+        Ok(()) => sink.finish().await.map_err(failed),
+        Err(e) => {
+            sink.abort().await;
+            Err(e)
+        }
+    }
+}
+
 /// Writes the CSV at `csv_path` from the result's typed file at `path` in
 /// `format`, a batch at a time; a failure leaves no CSV. Its size.
 async fn csv_from_typed(
@@ -149,22 +205,9 @@ async fn csv_from_typed(
     format: ResultFormat,
     csv_path: &str,
 ) -> Result<u64, TypedResultError> {
-    let (schema, mut batches) = typed_batches(store.clone(), path, format).await?;
-    let mut writer = CsvResultWriter::create(store, csv_path, &schema).await?;
-    let written: Result<(), TypedResultError> = async {
-        while let Some(batch) = batches.next().await {
-            writer.write(&batch?).await?;
-        }
-        Ok(())
-    }
-    .await;
-    match written {
-        Ok(()) => Ok(writer.finish().await?.bytes),
-        Err(e) => {
-            writer.abort().await;
-            Err(e)
-        }
-    }
+    let (schema, batches) = typed_batches(store.clone(), path, format).await?;
+    let writer = CsvResultWriter::create(store, csv_path, &schema).await?;
+    write_all(batches, writer, TypedResultError::from).await
 }
 
 /// Writes the Arrow copy at `arrow_path` of a result written Parquet first
@@ -176,25 +219,12 @@ async fn arrow_from_parquet(
     arrow_path: &str,
     compression: ArrowCompression,
 ) -> Result<u64, TypedResultError> {
-    let (schema, mut batches) =
+    let (schema, batches) =
         typed_batches(store.clone(), parquet_path, ResultFormat::Parquet).await?;
-    let mut writer = ArrowResultWriter::create(store, arrow_path, &schema, compression)
+    let writer = ArrowResultWriter::create(store, arrow_path, &schema, compression)
         .await
         .map_err(copy_failed)?;
-    let written: Result<(), TypedResultError> = async {
-        while let Some(batch) = batches.next().await {
-            writer.write(&batch?).await.map_err(copy_failed)?;
-        }
-        Ok(())
-    }
-    .await;
-    match written {
-        Ok(()) => writer.finish().await.map_err(copy_failed),
-        Err(e) => {
-            writer.abort().await;
-            Err(e)
-        }
-    }
+    write_all(batches, writer, copy_failed).await
 }
 
 fn copy_failed(e: std::io::Error) -> TypedResultError {
@@ -221,10 +251,46 @@ pub async fn read_back_writer(
 
 type Conversion = Shared<BoxFuture<'static, Result<u64, TypedResultError>>>;
 
-/// The typed copies being made on this replica, by the path they go to.
+/// The typed copies being made on this replica, by the path they go to,
+/// and the sizes of those it found or made.
 #[derive(Default)]
 pub struct TypedConversions {
     pub(super) running: Arc<Mutex<HashMap<String, Conversion>>>,
+    known: Arc<Mutex<KnownSizes>>,
+}
+
+/// Files whose sizes a replica keeps (a path and a number each, about
+/// 100 bytes: 400 KiB in all).
+const KNOWN_SIZES: usize = 4096;
+
+/// The sizes of result files this replica found in the lake or made, the
+/// `KNOWN_SIZES` latest: every page of a result written Arrow or Parquet
+/// first asks for its CSV's size, which would otherwise be a HEAD (a round
+/// trip on S3) per page. A file made is never changed, and a result swept
+/// by retention is marked deleted in its row before its files go, so a
+/// read of it is refused before it gets here.
+#[derive(Default)]
+struct KnownSizes {
+    sizes: HashMap<String, u64>,
+    /// Oldest first.
+    order: VecDeque<String>,
+}
+
+impl KnownSizes {
+    fn get(&self, path: &str) -> Option<u64> {
+        self.sizes.get(path).copied()
+    }
+
+    fn insert(&mut self, path: String, size: u64) {
+        if self.sizes.insert(path.clone(), size).is_none() {
+            self.order.push_back(path);
+            if self.order.len() > KNOWN_SIZES
+                && let Some(oldest) = self.order.pop_front()
+            {
+                self.sizes.remove(&oldest);
+            }
+        }
+    }
 }
 
 /// What the Arrow copy of a result is read back from: its CSV in the lake.
@@ -357,7 +423,8 @@ impl TypedConversions {
     }
 
     /// The size of the file at `path`, made by `make` on `runtime` unless
-    /// it is there, or joined while this replica makes it.
+    /// it is there (known to this replica, or found), or joined while this
+    /// replica makes it.
     async fn ensure(
         &self,
         runtime: &tokio::runtime::Handle,
@@ -365,8 +432,21 @@ impl TypedConversions {
         path: String,
         make: BoxFuture<'static, Result<u64, TypedResultError>>,
     ) -> Result<u64, TypedResultError> {
+        let known = self.known.clone();
+        let remember = move |path: &str, size: u64| {
+            known
+                .lock()
+                .expect("known sizes lock")
+                .insert(path.to_string(), size);
+        };
+        if let Some(size) = self.known.lock().expect("known sizes lock").get(&path) {
+            return Ok(size);
+        }
         match store.head(&Path::from(path.as_str())).await {
-            Ok(meta) => return Ok(meta.size),
+            Ok(meta) => {
+                remember(&path, meta.size);
+                return Ok(meta.size);
+            }
             Err(object_store::Error::NotFound { .. }) => {}
             Err(e) => return Err(e.into()),
         }
@@ -378,8 +458,12 @@ impl TypedConversions {
                     let running = self.running.clone();
                     let task = runtime.spawn(async move {
                         let outcome = make.await;
-                        if let Err(TypedResultError::Failed(why)) = &outcome {
-                            tracing::warn!(path = %path, error = %why, "typed copy failed");
+                        match &outcome {
+                            Ok(size) => remember(&path, *size),
+                            Err(TypedResultError::Failed(why)) => {
+                                tracing::warn!(path = %path, error = %why, "typed copy failed");
+                            }
+                            Err(_) => {}
                         }
                         running.lock().expect("conversions lock").remove(&path);
                         outcome

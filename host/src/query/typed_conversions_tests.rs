@@ -414,3 +414,60 @@ async fn a_csv_whose_arrow_file_is_missing_or_cut_is_an_error_and_no_file() {
     assert!(matches!(cut, Err(TypedResultError::Failed(_))), "{cut:?}");
     assert!(store.head(&Path::from("_results/cut-1.csv")).await.is_err());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_size_found_or_made_is_not_asked_of_the_store_again() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let conversions = TypedConversions::default();
+    let runtime = tokio::runtime::Handle::current();
+    let batches = vec![batch(0, 100)];
+    let made = "_results/known-arrow-1.csv";
+    arrow_result(
+        &store,
+        &result_file_path(made, ResultFormat::Arrow),
+        &batches,
+    )
+    .await;
+    let found = "_results/known-csv-1.csv";
+    let found_bytes = csv_result(&store, found, &batches).await;
+    let size = conversions
+        .ensure_csv(&runtime, store.clone(), made, ResultFormat::Arrow)
+        .await
+        .unwrap();
+    let head = conversions
+        .ensure_csv(&runtime, store.clone(), found, ResultFormat::Arrow)
+        .await
+        .unwrap();
+    assert_eq!(head, found_bytes);
+    // A store holding nothing: asking it would find no file, and nothing
+    // to make one from.
+    let empty: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    for (path, expected) in [(made, size), (found, found_bytes)] {
+        let known = conversions
+            .ensure_csv(&runtime, empty.clone(), path, ResultFormat::Arrow)
+            .await;
+        assert_eq!(known.unwrap(), expected, "{path}");
+        // A replica that never saw the file asks, and gets an error.
+        let unknown = TypedConversions::default()
+            .ensure_csv(&runtime, empty.clone(), path, ResultFormat::Arrow)
+            .await;
+        assert!(unknown.is_err(), "{path}");
+    }
+}
+
+#[test]
+fn known_sizes_keep_the_latest_files_only() {
+    let mut known = KnownSizes::default();
+    for i in 0..KNOWN_SIZES {
+        known.insert(format!("f{i}"), i as u64);
+    }
+    // Known again: not a second entry.
+    known.insert("f0".into(), 0);
+    assert_eq!(known.order.len(), KNOWN_SIZES);
+    known.insert("new".into(), 7);
+    assert_eq!(known.get("f0"), None, "the oldest goes");
+    assert_eq!(known.get("f1"), Some(1));
+    assert_eq!(known.get("new"), Some(7));
+    assert_eq!(known.sizes.len(), KNOWN_SIZES);
+    assert_eq!(known.order.len(), KNOWN_SIZES);
+}
