@@ -16,7 +16,9 @@
 //! so asking again finds it done or joins it, and concurrent askers on one
 //! replica share one run. Two replicas converting at once write the same
 //! bytes; the object store's upload is all or nothing, so a reader never
-//! sees half a file.
+//! sees half a file. The sizes of the files a replica found or made are
+//! kept (`KnownSizes`), so a page of a typed-first result does not HEAD its
+//! CSV again.
 
 use std::{
     collections::{HashMap, VecDeque},
