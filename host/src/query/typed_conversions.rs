@@ -270,7 +270,9 @@ const KNOWN_SIZES: usize = 4096;
 /// first asks for its CSV's size, which would otherwise be a HEAD (a round
 /// trip on S3) per page. A file made is never changed, and a result swept
 /// by retention is marked deleted in its row before its files go, so a
-/// read of it is refused before it gets here.
+/// read of it is refused before it gets here. A file deleted behind the
+/// service's back then fails its read on this replica, as a CSV-first
+/// result's CSV (whose size is its row's) always did.
 #[derive(Default)]
 struct KnownSizes {
     sizes: HashMap<String, u64>,
