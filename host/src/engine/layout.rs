@@ -16,13 +16,12 @@ use std::sync::Arc;
 
 use datafusion::arrow::{
     array::{ArrayRef, RecordBatch, RecordBatchOptions},
-    compute::cast,
     datatypes::{DataType, Field, FieldRef, Schema, SchemaRef},
     error::ArrowError,
 };
 use object_store::ObjectStore;
 
-use super::{EngineError, table_writer::TableWriter};
+use super::{EngineError, plain_columns::plain_column, table_writer::TableWriter};
 use crate::{
     auth::ServiceClientScope,
     lake,
@@ -200,19 +199,14 @@ pub fn without_view_types(schema: &Schema) -> Schema {
     Schema::new_with_metadata(fields, schema.metadata().clone())
 }
 
-/// `batch` with the types of `schema` (view types cast to plain ones).
+/// `batch` with the types of `schema` (view types made plain ones,
+/// `plain_columns`).
 pub fn plain_batch(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, ArrowError> {
     let columns = batch
         .columns()
         .iter()
         .zip(schema.fields())
-        .map(|(column, field)| {
-            if column.data_type() == field.data_type() {
-                Ok(column.clone())
-            } else {
-                cast(column, field.data_type())
-            }
-        })
+        .map(|(column, field)| plain_column(column, field.data_type()))
         .collect::<Result<Vec<ArrayRef>, _>>()?;
     let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
     RecordBatch::try_new_with_options(schema.clone(), columns, &options)

@@ -13,6 +13,7 @@ pub mod distributed;
 pub mod expression_limits;
 pub mod layout;
 pub mod literal_lists;
+pub mod plain_columns;
 pub mod plan_rules;
 pub mod provider;
 pub mod session;

@@ -37,7 +37,10 @@ use datafusion::{
 use object_store::{ObjectStore, ObjectStoreExt as _, buffered::BufWriter, path::Path};
 use tokio::{sync::mpsc, task::JoinHandle};
 
-use super::layout::{LOAD_ID_COLUMN, SERVICE_CLIENT_COLUMN};
+use super::{
+    layout::{LOAD_ID_COLUMN, SERVICE_CLIENT_COLUMN},
+    plain_columns::plain_column,
+};
 use crate::{auth::ServiceClientScope, store::catalog::NewDataFile};
 
 /// Distinct partition value combinations one statement may write.
@@ -277,11 +280,7 @@ impl TableWriter {
                 let column = batch
                     .column_by_name(field.name())
                     .ok_or_else(|| TableWriteError::MissingColumn(field.name().clone()))?;
-                if column.data_type() == field.data_type() {
-                    Ok(column.clone())
-                } else {
-                    Ok(cast(column, field.data_type())?)
-                }
+                Ok(plain_column(column, field.data_type())?)
             })
             .collect::<Result<Vec<_>, TableWriteError>>()?;
         Ok(RecordBatch::try_new(self.file_schema.clone(), columns)?)
