@@ -27,9 +27,8 @@ pub fn plain_column(column: &ArrayRef, to: &DataType) -> Result<ArrayRef, ArrowE
     match (column.data_type(), to) {
         (DataType::Utf8View, DataType::Utf8) => {
             let views = column.as_any().downcast_ref::<StringViewArray>();
-            if let Some((offsets, values, nulls)) =
-                views.and_then(|v| copied_out(v.views(), v.data_buffers(), v.nulls()))
-            {
+            if let Some(v) = views {
+                let (offsets, values, nulls) = copied_out(v.views(), v.data_buffers(), v.nulls())?;
                 // SAFETY: the values are the views' own, each valid UTF-8
                 // (a `StringViewArray` holds nothing else), laid end to end
                 // at the offsets, so every value is whole and valid.
@@ -39,9 +38,8 @@ pub fn plain_column(column: &ArrayRef, to: &DataType) -> Result<ArrayRef, ArrowE
         }
         (DataType::BinaryView, DataType::Binary) => {
             let views = column.as_any().downcast_ref::<BinaryViewArray>();
-            if let Some((offsets, values, nulls)) =
-                views.and_then(|v| copied_out(v.views(), v.data_buffers(), v.nulls()))
-            {
+            if let Some(v) = views {
+                let (offsets, values, nulls) = copied_out(v.views(), v.data_buffers(), v.nulls())?;
                 return Ok(Arc::new(BinaryArray::try_new(offsets, values, nulls)?));
             }
         }
@@ -51,13 +49,13 @@ pub fn plain_column(column: &ArrayRef, to: &DataType) -> Result<ArrayRef, ArrowE
 }
 
 /// The values of `views` (over `buffers`) end to end, with their offsets
-/// and `nulls` (a null's value is empty); `None` when they do not fit
-/// 32-bit offsets, which Arrow's cast then refuses in its own words.
+/// and `nulls` (a null's value is empty); an error when they do not fit
+/// 32-bit offsets (Arrow's cast panics there).
 fn copied_out(
     views: &ScalarBuffer<u128>,
     buffers: &[Buffer],
     nulls: Option<&NullBuffer>,
-) -> Option<(OffsetBuffer<i32>, Buffer, Option<NullBuffer>)> {
+) -> Result<(OffsetBuffer<i32>, Buffer, Option<NullBuffer>), ArrowError> {
     let valid = |i: usize| nulls.is_none_or(|n| n.is_valid(i));
     let length = |view: u128| view as u32 as usize;
     let total: usize = views
@@ -66,7 +64,7 @@ fn copied_out(
         .filter(|(i, _)| valid(*i))
         .map(|(_, view)| length(*view))
         .sum();
-    i32::try_from(total).ok()?;
+    i32::try_from(total).map_err(|_| ArrowError::OffsetOverflowError(total))?;
     // Room for an inline value's whole 12 bytes past the last value.
     let mut values: Vec<u8> = Vec::with_capacity(total + 12);
     let mut offsets: Vec<i32> = Vec::with_capacity(views.len() + 1);
@@ -91,7 +89,7 @@ fn copied_out(
         offsets.push(values.len() as i32);
     }
     let offsets = OffsetBuffer::new(ScalarBuffer::from(offsets));
-    Some((offsets, Buffer::from_vec(values), nulls.cloned()))
+    Ok((offsets, Buffer::from_vec(values), nulls.cloned()))
 }
 
 #[cfg(test)]
