@@ -9,6 +9,9 @@
 //!   one for the connection's first request (HTTP/2, gRPC on the Flight
 //!   listener among them, has no header-read timeout of its own: a client
 //!   that sends the preface, or nothing, and no request is closed then);
+//! - a request refused before its body was read has the rest of its body
+//!   read past, within bounds, beside its answer (`linger.rs`), so the
+//!   client gets the answer rather than a reset;
 //! - idle timeouts (`activity.rs`): a connection on which no byte moved for
 //!   the short one while nothing runs on it, or the long one while a
 //!   request runs, is closed, and so is one whose response its client has
@@ -28,6 +31,7 @@
 //! moves on a connection and its timeouts are `activity.rs`'s.
 
 mod activity;
+mod linger;
 mod shares;
 
 pub(crate) use activity::{Activity, ActivityIo, IdleTimeouts};
@@ -182,10 +186,14 @@ pub async fn serve(
                 request.extensions_mut().insert(Peer(peer));
                 request.extensions_mut().insert(org.clone());
                 let busy = activity.busy();
+                let (request, unread) = linger::watch_request(request);
                 let answered = hyper::service::Service::call(&service, request);
                 let (activity, close) = (activity.clone(), close.clone());
                 async move {
                     let response = answered.await?;
+                    if let Some(rest) = unread.and_then(linger::Unread::rest) {
+                        tokio::spawn(linger::read_past(rest));
+                    }
                     drop(busy);
                     if response.extensions().get::<CloseConnection>().is_some() {
                         close.cancel();
