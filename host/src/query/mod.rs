@@ -13,6 +13,7 @@ pub mod execute;
 mod internal;
 pub mod ipc_batches;
 mod ipc_encoding;
+mod known_sizes;
 pub(crate) mod page_tokens;
 pub mod parameters;
 mod parquet_row_groups;

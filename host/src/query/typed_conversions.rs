@@ -17,11 +17,11 @@
 //! replica share one run. Two replicas converting at once write the same
 //! bytes; the object store's upload is all or nothing, so a reader never
 //! sees half a file. The sizes of the files a replica found or made are
-//! kept (`KnownSizes`), so a page of a typed-first result does not HEAD its
-//! CSV again.
+//! kept (`known_sizes.rs`), so a page of a typed-first result, or a download
+//! of a copy made, does not HEAD its file again.
 
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::HashMap,
     sync::{Arc, Mutex},
 };
 
@@ -41,6 +41,7 @@ use super::{
     InternalCause,
     csv_read_back::CsvReadBack,
     ipc_batches::IpcBatches,
+    known_sizes::KnownSizes,
     result_arrow::{ArrowResultWriter, TypedCopy},
     result_parquet::{self, StoredParquet, TypedResultError},
     result_writer::CsvResultWriter,
@@ -261,42 +262,6 @@ pub struct TypedConversions {
     known: Arc<Mutex<KnownSizes>>,
 }
 
-/// Files whose sizes a replica keeps (a path and a number each, about
-/// 100 bytes: 400 KiB in all).
-const KNOWN_SIZES: usize = 4096;
-
-/// The sizes of result files this replica found in the lake or made, the
-/// `KNOWN_SIZES` latest: every page of a result written Arrow or Parquet
-/// first asks for its CSV's size, which would otherwise be a HEAD (a round
-/// trip on S3) per page. A file made is never changed, and a result swept
-/// by retention is marked deleted in its row before its files go, so a
-/// read of it is refused before it gets here. A file deleted behind the
-/// service's back then fails its read on this replica, as a CSV-first
-/// result's CSV (whose size is its row's) always did.
-#[derive(Default)]
-struct KnownSizes {
-    sizes: HashMap<String, u64>,
-    /// Oldest first.
-    order: VecDeque<String>,
-}
-
-impl KnownSizes {
-    fn get(&self, path: &str) -> Option<u64> {
-        self.sizes.get(path).copied()
-    }
-
-    fn insert(&mut self, path: String, size: u64) {
-        if self.sizes.insert(path.clone(), size).is_none() {
-            self.order.push_back(path);
-            if self.order.len() > KNOWN_SIZES
-                && let Some(oldest) = self.order.pop_front()
-            {
-                self.sizes.remove(&oldest);
-            }
-        }
-    }
-}
-
 /// What the Arrow copy of a result is read back from: its CSV in the lake.
 pub struct ReadBack {
     pub schema: SchemaRef,
@@ -426,6 +391,28 @@ impl TypedConversions {
         self.ensure(runtime, store, arrow_path, make).await
     }
 
+    /// The size of the result file at `path` when it is in the lake: known
+    /// to this replica, or found by a HEAD (and known from then on); `None`
+    /// when it is not there.
+    pub async fn found(
+        &self,
+        store: &dyn ObjectStore,
+        path: &str,
+    ) -> Result<Option<u64>, object_store::Error> {
+        if let Some(size) = self.known.lock().expect("known sizes lock").get(path) {
+            return Ok(Some(size));
+        }
+        match store.head(&Path::from(path)).await {
+            Ok(meta) => {
+                let mut known = self.known.lock().expect("known sizes lock");
+                known.insert(path.to_string(), meta.size);
+                Ok(Some(meta.size))
+            }
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// The size of the file at `path`, made by `make` on `runtime` unless
     /// it is there (known to this replica, or found), or joined while this
     /// replica makes it.
@@ -436,6 +423,9 @@ impl TypedConversions {
         path: String,
         make: BoxFuture<'static, Result<u64, TypedResultError>>,
     ) -> Result<u64, TypedResultError> {
+        if let Some(size) = self.found(store.as_ref(), &path).await? {
+            return Ok(size);
+        }
         let known = self.known.clone();
         let remember = move |path: &str, size: u64| {
             known
@@ -443,17 +433,6 @@ impl TypedConversions {
                 .expect("known sizes lock")
                 .insert(path.to_string(), size);
         };
-        if let Some(size) = self.known.lock().expect("known sizes lock").get(&path) {
-            return Ok(size);
-        }
-        match store.head(&Path::from(path.as_str())).await {
-            Ok(meta) => {
-                remember(&path, meta.size);
-                return Ok(meta.size);
-            }
-            Err(object_store::Error::NotFound { .. }) => {}
-            Err(e) => return Err(e.into()),
-        }
         let conversion = {
             let mut running = self.running.lock().expect("conversions lock");
             running

@@ -455,19 +455,32 @@ async fn a_size_found_or_made_is_not_asked_of_the_store_again() {
     }
 }
 
-#[test]
-fn known_sizes_keep_the_latest_files_only() {
-    let mut known = KnownSizes::default();
-    for i in 0..KNOWN_SIZES {
-        known.insert(format!("f{i}"), i as u64);
-    }
-    // Known again: not a second entry.
-    known.insert("f0".into(), 0);
-    assert_eq!(known.order.len(), KNOWN_SIZES);
-    known.insert("new".into(), 7);
-    assert_eq!(known.get("f0"), None, "the oldest goes");
-    assert_eq!(known.get("f1"), Some(1));
-    assert_eq!(known.get("new"), Some(7));
-    assert_eq!(known.sizes.len(), KNOWN_SIZES);
-    assert_eq!(known.order.len(), KNOWN_SIZES);
+#[tokio::test]
+async fn a_file_found_once_is_known_without_the_store_and_a_missing_one_is_none() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let conversions = TypedConversions::default();
+    let path = "_results/found-1.parquet";
+    assert_eq!(conversions.found(store.as_ref(), path).await.unwrap(), None);
+    store
+        .put(
+            &Path::from(path),
+            Bytes::from_static(b"PAR1....PAR1").into(),
+        )
+        .await
+        .unwrap();
+    // Not there when first asked: nothing was remembered.
+    assert_eq!(
+        conversions.found(store.as_ref(), path).await.unwrap(),
+        Some(12)
+    );
+    // Found once: known to this replica, not asked of the store again.
+    let empty = InMemory::new();
+    assert_eq!(conversions.found(&empty, path).await.unwrap(), Some(12));
+    assert_eq!(
+        TypedConversions::default()
+            .found(&empty, path)
+            .await
+            .unwrap(),
+        None
+    );
 }

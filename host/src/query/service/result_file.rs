@@ -152,13 +152,11 @@ impl QueryResults {
                 }
                 self.arrow_in_lake(job, &csv_path).await?
             }
-            ResultFormat::Parquet => match store.head(&Path::from(path.as_str())).await {
-                // Made by an earlier request: nothing to read or convert.
-                Ok(meta) => meta.size,
-                Err(object_store::Error::NotFound { .. }) => {
-                    self.parquet_in_lake(job, &csv_path).await?
-                }
-                Err(e) => return Err(QueryError::internal("result file", e)),
+            // Written first, or made by an earlier request: nothing to
+            // read or convert.
+            ResultFormat::Parquet => match self.found(&path).await? {
+                Some(size) => size,
+                None => self.parquet_in_lake(job, &csv_path).await?,
             },
         };
         Ok(ResultFile {
@@ -233,11 +231,19 @@ impl QueryResults {
                 .map_err(|e| typed_error(id, e));
         }
         let arrow_path = result_file_path(csv_path, ResultFormat::Arrow);
-        match store.head(&Path::from(arrow_path.as_str())).await {
-            Ok(meta) => Ok(meta.size),
-            Err(object_store::Error::NotFound { .. }) => Err(no_typed_copy(id)),
-            Err(e) => Err(QueryError::internal("result file", e)),
-        }
+        self.found(&arrow_path)
+            .await?
+            .ok_or_else(|| no_typed_copy(id))
+    }
+
+    /// The size of the result file at `path` when the lake has it (known to
+    /// this replica, or found by a HEAD).
+    async fn found(&self, path: &str) -> Result<Option<u64>, QueryError> {
+        let store = self.lake.object_store();
+        self.conversions
+            .found(store.as_ref(), path)
+            .await
+            .map_err(|e| QueryError::internal("result file", e))
     }
 
     /// Makes `job`'s Parquet copy in the lake (once per replica at a time):
@@ -253,13 +259,13 @@ impl QueryResults {
             // that was read back already (no text to parse), else from its CSV.
             Some(read_back) => {
                 let arrow_path = result_file_path(csv_path, ResultFormat::Arrow);
-                match store.head(&Path::from(arrow_path.as_str())).await {
-                    Ok(_) => {
+                match self.found(&arrow_path).await? {
+                    Some(_) => {
                         self.conversions
                             .ensure_parquet(self.engine.handle(), store, csv_path)
                             .await
                     }
-                    Err(object_store::Error::NotFound { .. }) => {
+                    None => {
                         self.conversions
                             .ensure_parquet_read_back(
                                 self.engine.handle(),
@@ -269,7 +275,6 @@ impl QueryResults {
                             )
                             .await
                     }
-                    Err(e) => return Err(QueryError::internal("result file", e)),
                 }
             }
             None => {
@@ -362,13 +367,11 @@ impl QueryResults {
     /// there already (another request, or replica, wrote it): the same
     /// bytes either way.
     async fn write_to_lake(&self, path: &str, bytes: Bytes) -> Result<(), QueryError> {
+        if self.found(path).await?.is_some() {
+            return Ok(());
+        }
         let store = self.lake.object_store();
         let at = Path::from(path);
-        match store.head(&at).await {
-            Ok(_) => return Ok(()),
-            Err(object_store::Error::NotFound { .. }) => {}
-            Err(e) => return Err(QueryError::internal("result file", e)),
-        }
         store
             .put(&at, bytes.into())
             .await
