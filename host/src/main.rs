@@ -38,9 +38,12 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// again, so threads that went idle kept their pages: 816 MiB on an idle
 /// server after scale-1 commits, 1,405 MiB at their peak. With 100 ms: 606
 /// and 1,085 MiB. With 0: 470 and 839 MiB, but a point lookup took 11 ms
-/// instead of 6 (its buffers faulted in again every time). Measured in
-/// bench/README.md.
-const PURGE_DELAY_MS: std::ffi::c_long = 100;
+/// instead of 6 (its buffers faulted in again every time), and a CSV
+/// download 1.6 s instead of 0.65. With 10 ms, against 100 ms on one
+/// binary: commits 766 MiB at their peak instead of 854, in the same time;
+/// a typed-first result and its copies 863 MiB instead of 1,085; the
+/// queries and the point lookup as fast. Measured in bench/README.md.
+const PURGE_DELAY_MS: std::ffi::c_long = 10;
 
 /// Sets mimalloc's purge delay to `PURGE_DELAY_MS`, unless the operator
 /// chose one (`MIMALLOC_PURGE_DELAY`, which mimalloc reads itself).
