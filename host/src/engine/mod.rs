@@ -11,6 +11,7 @@ pub mod bounded_functions;
 pub mod columns;
 pub mod distributed;
 pub mod expression_limits;
+pub mod late_filters;
 pub mod layout;
 pub mod literal_lists;
 pub mod plain_columns;

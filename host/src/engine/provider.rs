@@ -36,6 +36,7 @@ use datafusion::{
     physical_plan::{ExecutionPlan, empty::EmptyExec, projection::ProjectionExec},
 };
 
+use super::late_filters::filter_while_decoding;
 use super::layout::{
     SERVICE_CLIENT_COLUMN, StringColumns, column_positions, in_table_order, partition_field,
     scan_schema,
@@ -434,14 +435,21 @@ impl TableProvider for LakeTableProvider {
         // (a file never changes in place; a new load is a new path).
         let store = state.runtime_env().object_store(&self.object_store_url)?;
         let metadata_cache = state.runtime_env().cache_manager.get_file_metadata_cache();
-        let source = Arc::new(
-            ParquetSource::new(table_schema)
-                .with_table_parquet_options(state.table_options().parquet.clone())
-                .with_parquet_file_reader_factory(Arc::new(CachedParquetFileReaderFactory::new(
-                    store,
-                    metadata_cache,
-                ))),
-        );
+        let mut source = ParquetSource::new(table_schema)
+            .with_table_parquet_options(state.table_options().parquet.clone())
+            .with_parquet_file_reader_factory(Arc::new(CachedParquetFileReaderFactory::new(
+                store,
+                metadata_cache,
+            )));
+        let partition_names: Vec<&str> = self
+            .partition_fields
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect();
+        if filter_while_decoding(filters, &projected, &partition_names) {
+            source = source.with_pushdown_filters(true);
+        }
+        let source = Arc::new(source);
         // The catalog knows each file's row count: exact statistics let the
         // planner order joins; files spread over the session's partitions.
         let rows: i64 = files.iter().map(|(_, f)| f.file.row_count).sum();
