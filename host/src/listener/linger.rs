@@ -44,10 +44,11 @@ pub(crate) struct Lingering<B> {
 pub(crate) struct Unread<B>(oneshot::Receiver<B>);
 
 impl<B: HttpBody + Unpin> Lingering<B> {
-    /// `body`, watched; `None` when there is nothing to read past (no body,
-    /// or one its client holds back for a `100 Continue`).
-    pub(crate) fn watch(body: B, expects_continue: bool) -> Result<(Self, Unread<B>), B> {
-        if body.is_end_stream() || expects_continue {
+    /// `body`, watched; `Err(body)` as it was when there is nothing to read
+    /// past (no body) or it is to be left unread (`leave_unread`: one its
+    /// client holds back for a `100 Continue`, or an HTTP/2 stream).
+    pub(crate) fn watch(body: B, leave_unread: bool) -> Result<(Self, Unread<B>), B> {
+        if body.is_end_stream() || leave_unread {
             return Err(body);
         }
         let (sender, receiver) = oneshot::channel();
@@ -100,7 +101,8 @@ impl<B> Drop for Lingering<B> {
 }
 
 /// `request` with its body watched, and what tells afterwards whether its
-/// handler left part of the body unread.
+/// handler left part of the body unread. HTTP/1 only: an HTTP/2 stream
+/// dropped unread is reset alone, its answer and connection unharmed.
 pub(crate) fn watch_request<B>(
     request: http::Request<B>,
 ) -> (http::Request<axum::body::Body>, Option<Unread<B>>)
@@ -108,12 +110,13 @@ where
     B: HttpBody<Data = bytes::Bytes> + Send + Unpin + 'static,
     B::Error: Into<axum::BoxError>,
 {
-    let expects_continue = request
-        .headers()
-        .get(http::header::EXPECT)
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    let leave_unread = request.version() >= http::Version::HTTP_2
+        || request
+            .headers()
+            .get(http::header::EXPECT)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
     let (parts, body) = request.into_parts();
-    match Lingering::watch(body, expects_continue) {
+    match Lingering::watch(body, leave_unread) {
         Ok((body, unread)) => (
             http::Request::from_parts(parts, axum::body::Body::new(body)),
             Some(unread),
