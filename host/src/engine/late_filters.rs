@@ -306,12 +306,19 @@ mod tests {
         let context = session_on_one_file().await;
         // The statement, whether its scan filters (no filter left above
         // it), and the keys it returns.
-        let cases: [(&str, bool, Vec<i64>); 6] = [
+        let cases: [(&str, bool, Vec<i64>); 7] = [
             ("SELECT * FROM t WHERE k = 4242", true, vec![4242]),
             (
                 "SELECT * FROM t WHERE k IN (7, 4242, 9999)",
                 true,
                 vec![7, 4242, 9999],
+            ),
+            // With a filter on the partition column, which the scan's row
+            // filter then reads from the file's folder.
+            (
+                "SELECT * FROM t WHERE service_client_id = 1 AND k = 4242",
+                true,
+                vec![4242],
             ),
             // A string lookup keeping one row in seven.
             (
