@@ -6,7 +6,7 @@
 
 use std::net::SocketAddr;
 
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
 
 /// One request: the method, the target (path and query, as sent) and the
 /// headers; `Content-Length` and `Connection: close` are added when sent.
@@ -131,6 +131,39 @@ pub async fn send_with_pause(
         }
     }
     parse_response(&answer)
+}
+
+/// Reads one answer from `stream`, which stays open after it (keep-alive):
+/// up to the end of its `Content-Length` body, or of its chunked body.
+/// `None` when the connection ends (or is reset) before a whole answer.
+pub async fn read_answer<R: AsyncRead + Unpin>(stream: &mut R) -> Option<RawResponse> {
+    let mut answer = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
+    loop {
+        let n = stream.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        answer.extend_from_slice(&chunk[..n]);
+        let Some(split) = answer.windows(4).position(|w| w == b"\r\n\r\n") else {
+            continue;
+        };
+        let head = String::from_utf8_lossy(&answer[..split]).to_ascii_lowercase();
+        let body = &answer[split + 4..];
+        let whole = if head.contains("transfer-encoding: chunked") {
+            body.ends_with(b"0\r\n\r\n")
+        } else {
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            body.len() >= length
+        };
+        if whole {
+            return Some(parse_response(&answer));
+        }
+    }
 }
 
 fn parse_response(answer: &[u8]) -> RawResponse {

@@ -258,7 +258,7 @@ async fn put_raw(
     framing: &str,
     sent: &[u8],
 ) -> (u16, Value) {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    use tokio::io::AsyncWriteExt as _;
     let mut stream = tokio::net::TcpStream::connect(app.addr).await.unwrap();
     let head = format!(
         "PUT {COMPONENTS}/{path_digest} HTTP/1.1\r\nHost: {ORG_HOST}:{}\r\n\
@@ -268,41 +268,17 @@ async fn put_raw(
     );
     stream.write_all(head.as_bytes()).await.unwrap();
     stream.write_all(sent).await.unwrap();
-    let mut answer = Vec::new();
-    let mut buffer = [0u8; 4096];
-    let read_all = async {
-        loop {
-            let n = stream.read(&mut buffer).await.unwrap();
-            answer.extend_from_slice(&buffer[..n]);
-            let text = String::from_utf8_lossy(&answer).to_string();
-            if n == 0 {
-                return text;
-            }
-            if let Some((head, body)) = text.split_once("\r\n\r\n") {
-                let length = head
-                    .lines()
-                    .find_map(|l| {
-                        l.to_ascii_lowercase()
-                            .strip_prefix("content-length: ")
-                            .map(String::from)
-                    })
-                    .and_then(|v| v.trim().parse::<usize>().ok());
-                if length.is_some_and(|length| body.len() >= length) {
-                    return text;
-                }
-            }
-        }
-    };
-    let text = tokio::time::timeout(std::time::Duration::from_secs(60), read_all)
-        .await
-        .expect("an answer before the body's end");
-    let (head, body) = text.split_once("\r\n\r\n").expect("a response head");
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .expect("a status");
-    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+    let answer = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        lakehost_tests::raw_http::read_answer(&mut stream),
+    )
+    .await
+    .expect("an answer before the body's end")
+    .expect("an answer, not a closed connection");
+    (
+        answer.status,
+        serde_json::from_slice(&answer.body).unwrap_or(Value::Null),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
