@@ -2,7 +2,10 @@
 //! reading one again (every page of a typed-first result reads its CSV's
 //! size) is not a HEAD, a round trip on S3, each time.
 
-use std::collections::{HashMap, VecDeque};
+use std::{
+    collections::{HashMap, VecDeque},
+    sync::Mutex,
+};
 
 /// Files whose sizes a replica keeps (a path and a number each, about
 /// 100 bytes: 400 KiB in all).
@@ -17,7 +20,10 @@ const KNOWN_SIZES: usize = 4096;
 /// service's back then fails its read on this replica, as a CSV-first
 /// result's CSV (whose size is its row's) always did.
 #[derive(Default)]
-pub(super) struct KnownSizes {
+pub(super) struct KnownSizes(Mutex<Known>);
+
+#[derive(Default)]
+struct Known {
     sizes: HashMap<String, u64>,
     /// Oldest first.
     order: VecDeque<String>,
@@ -25,18 +31,26 @@ pub(super) struct KnownSizes {
 
 impl KnownSizes {
     pub(super) fn get(&self, path: &str) -> Option<u64> {
-        self.sizes.get(path).copied()
+        self.known().sizes.get(path).copied()
     }
 
-    pub(super) fn insert(&mut self, path: String, size: u64) {
-        if self.sizes.insert(path.clone(), size).is_none() {
-            self.order.push_back(path);
-            if self.order.len() > KNOWN_SIZES
-                && let Some(oldest) = self.order.pop_front()
+    pub(super) fn insert(&self, path: &str, size: u64) {
+        let mut known = self.known();
+        if known.sizes.insert(path.to_string(), size).is_none() {
+            known.order.push_back(path.to_string());
+            if known.order.len() > KNOWN_SIZES
+                && let Some(oldest) = known.order.pop_front()
             {
-                self.sizes.remove(&oldest);
+                known.sizes.remove(&oldest);
             }
         }
+    }
+
+    fn known(&self) -> std::sync::MutexGuard<'_, Known> {
+        // A panic under the lock leaves a map of true sizes: go on with it.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -46,18 +60,18 @@ mod tests {
 
     #[test]
     fn known_sizes_keep_the_latest_files_only() {
-        let mut known = KnownSizes::default();
+        let known = KnownSizes::default();
         for i in 0..KNOWN_SIZES {
-            known.insert(format!("f{i}"), i as u64);
+            known.insert(&format!("f{i}"), i as u64);
         }
         // Known again: not a second entry.
-        known.insert("f0".into(), 0);
-        assert_eq!(known.order.len(), KNOWN_SIZES);
-        known.insert("new".into(), 7);
+        known.insert("f0", 0);
+        assert_eq!(known.known().order.len(), KNOWN_SIZES);
+        known.insert("new", 7);
         assert_eq!(known.get("f0"), None, "the oldest goes");
         assert_eq!(known.get("f1"), Some(1));
         assert_eq!(known.get("new"), Some(7));
-        assert_eq!(known.sizes.len(), KNOWN_SIZES);
-        assert_eq!(known.order.len(), KNOWN_SIZES);
+        assert_eq!(known.known().sizes.len(), KNOWN_SIZES);
+        assert_eq!(known.known().order.len(), KNOWN_SIZES);
     }
 }

@@ -259,7 +259,7 @@ type Conversion = Shared<BoxFuture<'static, Result<u64, TypedResultError>>>;
 #[derive(Default)]
 pub struct TypedConversions {
     pub(super) running: Arc<Mutex<HashMap<String, Conversion>>>,
-    known: Arc<Mutex<KnownSizes>>,
+    known: Arc<KnownSizes>,
 }
 
 /// What the Arrow copy of a result is read back from: its CSV in the lake.
@@ -399,18 +399,23 @@ impl TypedConversions {
         store: &dyn ObjectStore,
         path: &str,
     ) -> Result<Option<u64>, object_store::Error> {
-        if let Some(size) = self.known.lock().expect("known sizes lock").get(path) {
+        if let Some(size) = self.known.get(path) {
             return Ok(Some(size));
         }
         match store.head(&Path::from(path)).await {
             Ok(meta) => {
-                let mut known = self.known.lock().expect("known sizes lock");
-                known.insert(path.to_string(), meta.size);
+                self.known.insert(path, meta.size);
                 Ok(Some(meta.size))
             }
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    /// Remembers that the result file at `path`, just put in the lake
+    /// whole, has `size` bytes.
+    pub fn remember(&self, path: &str, size: u64) {
+        self.known.insert(path, size);
     }
 
     /// The size of the file at `path`, made by `make` on `runtime` unless
@@ -427,12 +432,6 @@ impl TypedConversions {
             return Ok(size);
         }
         let known = self.known.clone();
-        let remember = move |path: &str, size: u64| {
-            known
-                .lock()
-                .expect("known sizes lock")
-                .insert(path.to_string(), size);
-        };
         let conversion = {
             let mut running = self.running.lock().expect("conversions lock");
             running
@@ -442,7 +441,7 @@ impl TypedConversions {
                     let task = runtime.spawn(async move {
                         let outcome = make.await;
                         match &outcome {
-                            Ok(size) => remember(&path, *size),
+                            Ok(size) => known.insert(&path, *size),
                             Err(TypedResultError::Failed(why)) => {
                                 tracing::warn!(path = %path, error = %why, "typed copy failed");
                             }

@@ -370,12 +370,13 @@ impl QueryResults {
         if self.found(path).await?.is_some() {
             return Ok(());
         }
-        let store = self.lake.object_store();
-        let at = Path::from(path);
-        store
-            .put(&at, bytes.into())
+        let size = bytes.len() as u64;
+        self.lake
+            .object_store()
+            .put(&Path::from(path), bytes.into())
             .await
             .map_err(|e| QueryError::internal("writing the result", e))?;
+        self.conversions.remember(path, size);
         Ok(())
     }
 
