@@ -333,6 +333,14 @@ impl LakeTableProvider {
     /// refused when the service-client filters keep a file, or admit a named
     /// client, outside the caller's read scope; then pruned by every
     /// partition filter.
+    /// The names of the columns the table's folders hold.
+    fn partition_names(&self) -> Vec<&str> {
+        self.partition_fields
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect()
+    }
+
     fn files_to_read(
         &self,
         filters: &[Expr],
@@ -354,12 +362,7 @@ impl LakeTableProvider {
                 return Err(self.refusal(*named));
             }
         }
-        let partition_names: Vec<&str> = self
-            .partition_fields
-            .iter()
-            .map(|f| f.name().as_str())
-            .collect();
-        let partition_filters = Self::filters_on(filters, &partition_names);
+        let partition_filters = Self::filters_on(filters, &self.partition_names());
         self.files_passing(reachable, &partition_filters)
     }
 }
@@ -441,12 +444,7 @@ impl TableProvider for LakeTableProvider {
                 store,
                 metadata_cache,
             )));
-        let partition_names: Vec<&str> = self
-            .partition_fields
-            .iter()
-            .map(|f| f.name().as_str())
-            .collect();
-        if filter_while_decoding(filters, &projected, &partition_names) {
+        if filter_while_decoding(filters, &projected, &self.partition_names()) {
             source = source.with_pushdown_filters(true);
         }
         let source = Arc::new(source);
