@@ -168,6 +168,7 @@ mod tests {
     use std::convert::Infallible;
 
     use bytes::Bytes;
+    use futures::StreamExt as _;
     use http_body_util::{Full, StreamBody};
 
     /// A body of data frames, one per size, none declaring a length.
@@ -236,6 +237,25 @@ mod tests {
             LINGER_BYTES + chunk as u64,
             "stops at the first chunk past the bound"
         );
+    }
+
+    #[tokio::test]
+    async fn a_rest_that_never_ends_is_given_up_after_the_time_bound() {
+        // A client that sends 10 bytes and then nothing, for good.
+        let frames =
+            futures::stream::iter([Ok::<_, Infallible>(Frame::data(Bytes::from(vec![
+                b'x';
+                10
+            ])))])
+            .chain(futures::stream::pending());
+        let (body, unread) = Lingering::watch(StreamBody::new(frames), false)
+            .ok()
+            .unwrap();
+        drop(body);
+        let read = tokio::time::timeout(LINGER_TIME * 4, read_past(unread.rest().unwrap()))
+            .await
+            .expect("read_past gives up by itself");
+        assert_eq!(read, 10);
     }
 
     #[test]
