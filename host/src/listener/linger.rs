@@ -242,12 +242,8 @@ mod tests {
     #[tokio::test]
     async fn a_rest_that_never_ends_is_given_up_after_the_time_bound() {
         // A client that sends 10 bytes and then nothing, for good.
-        let frames =
-            futures::stream::iter([Ok::<_, Infallible>(Frame::data(Bytes::from(vec![
-                b'x';
-                10
-            ])))])
-            .chain(futures::stream::pending());
+        let first = Ok::<_, Infallible>(Frame::data(Bytes::from(vec![b'x'; 10])));
+        let frames = futures::stream::iter([first]).chain(futures::stream::pending());
         let (body, unread) = Lingering::watch(StreamBody::new(frames), false)
             .ok()
             .unwrap();
