@@ -65,6 +65,9 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 TABLE = "lineitem"
 POLL_S = 0.02
+# Reopen the API connection before a call after this long idle: well under
+# the server's idle timeout (`server.idle_timeout_s`).
+IDLE_REOPEN_S = 5.0
 # What lakehost's lake files are: parquet-rs's default writer properties.
 COMPRESSION = "uncompressed"
 
@@ -104,6 +107,7 @@ class Loader:
         the server's idle timeout at larger scales."""
         parsed = urllib.parse.urlsplit(self.base_url)
         self.api = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=600)
+        self.last_call = time.monotonic()
         token = requests.post(
             f"{self.base_url}/realms/{ORG}/protocol/openid-connect/token",
             data={"grant_type": "client_credentials", "client_id": CLIENT_ID, "client_secret": CLIENT_SECRET},
@@ -113,9 +117,16 @@ class Loader:
 
     def call(self, method: str, path: str, body: dict | None = None) -> dict:
         data = None if body is None else json.dumps(body).encode()
+        # A connection left idle while files upload (minutes at scale 10) is
+        # closed by the server's idle timeout: open a fresh one first, as a
+        # pooling client would, rather than send a POST on a closed socket.
+        if time.monotonic() - self.last_call > IDLE_REOPEN_S:
+            self.api.close()
         self.api.request(method, path, body=data, headers=self.headers)
+        self.last_call = time.monotonic()
         response = self.api.getresponse()
         payload = response.read()
+        self.last_call = time.monotonic()
         if response.status >= 300:
             raise RuntimeError(f"{method} {path}: {response.status} {payload[:500]!r}")
         return json.loads(payload) if payload else {}

@@ -82,6 +82,11 @@ MEDIA_TYPES = {
 }
 CHUNK = 1 << 20
 HTTP_TIMEOUT_S = 600
+# A token is renewed before a call once it is this old (the embedded IdP's
+# last 5 minutes), and the connection is opened again before a call after
+# this long idle (well under the server's `server.idle_timeout_s`).
+TOKEN_RENEW_S = 60.0
+IDLE_REOPEN_S = 5.0
 
 
 # ----------------------------------------------------------------------- lakehost
@@ -128,16 +133,31 @@ class Client:
         self.base_url = base_url
         parsed = urllib.parse.urlsplit(base_url)
         self.api = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=HTTP_TIMEOUT_S)
-        token = requests.post(
-            f"{base_url}/realms/{ORG}/protocol/openid-connect/token",
-            data={"grant_type": "client_credentials", "client_id": CLIENT_ID,
-                  "client_secret": CLIENT_SECRET},
-            timeout=10,
-        ).json()["access_token"]
-        self.headers = {"Host": API_HOST, "Authorization": f"Bearer {token}"}
+        self.headers = {"Host": API_HOST}
+        self.token_at = -TOKEN_RENEW_S
+        self.last_call = time.monotonic()
+        self.renew()
+
+    def renew(self) -> None:
+        """Before a call: a fresh token once the last is old (a scale-10 run
+        outlives one), and a fresh connection after an idle spell (the
+        server's idle timeout closes the kept one), as a client does."""
+        now = time.monotonic()
+        if now - self.last_call > IDLE_REOPEN_S:
+            self.api.close()
+        if now - self.token_at > TOKEN_RENEW_S:
+            token = requests.post(
+                f"{self.base_url}/realms/{ORG}/protocol/openid-connect/token",
+                data={"grant_type": "client_credentials", "client_id": CLIENT_ID,
+                      "client_secret": CLIENT_SECRET},
+                timeout=10,
+            ).json()["access_token"]
+            self.headers["Authorization"] = f"Bearer {token}"
+            self.token_at = now
 
     def call(self, method: str, path: str, body: dict | None = None,
              headers: dict | None = None) -> tuple[int, dict, bytes]:
+        self.renew()
         all_headers = dict(self.headers, **(headers or {}))
         data = None
         if body is not None:
@@ -145,7 +165,9 @@ class Client:
             all_headers["Content-Type"] = "application/json"
         self.api.request(method, path, body=data, headers=all_headers)
         response = self.api.getresponse()
-        return response.status, dict(response.getheaders()), response.read()
+        answer = response.status, dict(response.getheaders()), response.read()
+        self.last_call = time.monotonic()
+        return answer
 
     def run(self, sql: str, prefer: str | None = None) -> tuple[str, float]:
         """Submit (with `Prefer: <prefer>`), poll until final; the id and
@@ -184,11 +206,13 @@ class Client:
 
     def download_api(self, query_id: str, fmt: str) -> tuple[int, float]:
         """GET /result with Accept, read to the last byte: (bytes, seconds)."""
+        self.renew()
         start = time.perf_counter()
         headers = dict(self.headers, Accept=MEDIA_TYPES[fmt])
         self.api.request("GET", f"/v2/query/{query_id}/result", headers=headers)
         response = self.api.getresponse()
         size = drain(response)
+        self.last_call = time.monotonic()
         if response.status != 200:
             raise RuntimeError(f"/result {fmt}: {response.status}")
         return size, time.perf_counter() - start

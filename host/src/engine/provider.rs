@@ -92,7 +92,7 @@ pub struct LakeTableProvider {
     positions: Vec<usize>,
     /// `scan_schema` in the table's order: what queries see.
     table_schema: SchemaRef,
-    files: Vec<DataFile>,
+    files: Arc<[DataFile]>,
     read_scope: ServiceClientScope,
     object_store_url: ObjectStoreUrl,
 }
@@ -116,7 +116,7 @@ impl LakeTableProvider {
         table: LakeTable,
         file_schema: SchemaRef,
         strings: StringColumns,
-        files: Vec<DataFile>,
+        files: impl Into<Arc<[DataFile]>>,
         read_scope: ServiceClientScope,
         object_store_url: ObjectStoreUrl,
     ) -> Self {
@@ -137,7 +137,7 @@ impl LakeTableProvider {
             scan_schema: Arc::new(scan_schema),
             positions,
             table_schema,
-            files,
+            files: files.into(),
             read_scope,
             object_store_url,
         }

@@ -29,7 +29,7 @@ fn session(files: &[(i64, &str)], scope: ServiceClientScope) -> SessionContext {
         column_order: None,
         created_at: 0,
     };
-    let files = files
+    let files: Vec<DataFile> = files
         .iter()
         .enumerate()
         .map(|(i, (client, region))| DataFile {

@@ -3,9 +3,10 @@
 //! are `LakeTableProvider`s carrying the caller's read scope for that database.
 //! Nothing else is reachable: no URL tables, no file system, no other org.
 //!
-//! Table names are read when the session starts (one store query); a table's
-//! file list only when a statement names the table, so `SELECT 1` and queries
-//! on one table do not pay for the whole catalog. Listings show only the
+//! Table names come from the replica's copy of the catalog when the session
+//! starts (`store::catalog::snapshot`: one store read while nothing changed);
+//! a table's file list only when a statement names the table, so `SELECT 1`
+//! and queries on one table do not pay for the whole catalog. Listings show only the
 //! tables of databases the caller may read.
 //!
 //! The catalog also answers to the name of the database the client
@@ -37,7 +38,7 @@ use crate::{
     lake::{self, Lake, ReadCache},
     store::{
         self, Store,
-        catalog::{LakeTable, views::LakeView},
+        catalog::{LakeTable, snapshot::CatalogSnapshot, views::LakeView},
     },
 };
 
@@ -111,40 +112,47 @@ pub async fn session_for(
     lake: &Lake,
     scope: &SessionScope<'_>,
 ) -> Result<SessionContext, SessionError> {
-    // One read: a small query spends much of its time waiting on the store.
-    let ((databases, tables), views) = tokio::try_join!(
-        store.catalog_of(scope.org, scope.zone),
-        store.views_of(scope.org, scope.zone)
-    )?;
-    if !databases.iter().any(|d| d.name == scope.default_database) {
+    // The replica's copy while the catalog has not changed: a small query
+    // spends much of its time waiting on the store.
+    let snapshot = store.catalog_snapshot(scope.org, scope.zone).await?;
+    if !snapshot
+        .databases
+        .iter()
+        .any(|d| d.name == scope.default_database)
+    {
         return Err(SessionError::UnknownDatabase(
             scope.default_database.to_string(),
         ));
     }
-    let mut tables_by_database: BTreeMap<String, BTreeMap<String, LakeTable>> = BTreeMap::new();
-    for table in tables {
+    let mut tables_by_database: BTreeMap<&str, BTreeMap<String, LakeTable>> = BTreeMap::new();
+    for table in &snapshot.tables {
         tables_by_database
-            .entry(table.database_id.clone())
+            .entry(&table.database_id)
             .or_default()
-            .insert(table.name.clone(), table);
+            .insert(table.name.clone(), table.clone());
     }
-    let mut views_by_database: BTreeMap<String, BTreeMap<String, LakeView>> = BTreeMap::new();
-    for view in views {
+    let mut views_by_database: BTreeMap<&str, BTreeMap<String, LakeView>> = BTreeMap::new();
+    for view in &snapshot.views {
         views_by_database
-            .entry(view.database_id.clone())
+            .entry(&view.database_id)
             .or_default()
-            .insert(view.name.clone(), view);
+            .insert(view.name.clone(), view.clone());
     }
     let catalog = MemoryCatalogProvider::new();
-    for database in &databases {
+    for database in &snapshot.databases {
         let schema = LakeSchemaProvider {
             store: store.clone(),
+            snapshot: snapshot.clone(),
             object_store_url: lake.object_store_url().clone(),
             database: database.name.clone(),
             read_scope: scope.access.read_scope(database.kind),
             strings: scope.strings,
-            tables: tables_by_database.remove(&database.id).unwrap_or_default(),
-            views: views_by_database.remove(&database.id).unwrap_or_default(),
+            tables: tables_by_database
+                .remove(database.id.as_str())
+                .unwrap_or_default(),
+            views: views_by_database
+                .remove(database.id.as_str())
+                .unwrap_or_default(),
         };
         catalog.register_schema(&database.name, Arc::new(schema))?;
     }
@@ -198,6 +206,8 @@ pub async fn session_for(
 /// built on demand.
 struct LakeSchemaProvider {
     store: Store,
+    /// The catalog the session was made from, with its tables' file lists.
+    snapshot: Arc<CatalogSnapshot>,
     object_store_url: ObjectStoreUrl,
     database: String,
     read_scope: ServiceClientScope,
@@ -248,8 +258,8 @@ impl SchemaProvider for LakeSchemaProvider {
         let file_schema =
             lake::schema_from_json(&table.schema_json).map_err(|e| external(Box::new(e)))?;
         let files = self
-            .store
-            .files(&table.id)
+            .snapshot
+            .files(&self.store, &table.id)
             .await
             .map_err(|e| external(Box::new(e)))?;
         Ok(Some(Arc::new(LakeTableProvider::new(

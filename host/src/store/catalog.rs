@@ -13,6 +13,7 @@ use super::{
     new_id,
 };
 
+pub mod snapshot;
 pub mod views;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -255,37 +256,6 @@ impl Store {
         rows.iter()
             .map(|row| table_from_row(row, ("id", "name")))
             .collect()
-    }
-
-    /// An org's (or zone's) databases and every table in them, in one read.
-    pub async fn catalog_of(
-        &self,
-        org: &str,
-        zone: Option<&str>,
-    ) -> Result<(Vec<LakeDatabase>, Vec<LakeTable>)> {
-        let rows = sqlx::query(
-            "SELECT d.id, d.org, d.zone, d.name, d.kind, t.id AS table_id, t.database_id, \
-             t.name AS table_name, t.schema_json, t.partition_columns_json, t.column_order_json, \
-             t.created_at \
-             FROM lake_databases d LEFT JOIN lake_tables t ON t.database_id = d.id \
-             WHERE d.org = $1 AND d.zone = $2 ORDER BY d.name, t.name",
-        )
-        .bind(org)
-        .bind(zone.unwrap_or(""))
-        .fetch_all(self.pool())
-        .await?;
-        let mut databases: Vec<LakeDatabase> = Vec::new();
-        let mut tables = Vec::new();
-        for row in &rows {
-            let database_id: String = row.try_get("id")?;
-            if databases.last().is_none_or(|d| d.id != database_id) {
-                databases.push(database_from_row(row)?);
-            }
-            if row.try_get::<Option<String>, _>("table_id")?.is_some() {
-                tables.push(table_from_row(row, ("table_id", "table_name"))?);
-            }
-        }
-        Ok((databases, tables))
     }
 
     /// Drops a table and its file list in one transaction; its files become

@@ -107,6 +107,8 @@ pub enum Backend {
 pub struct Store {
     pool: AnyPool,
     backend: Backend,
+    /// The orgs' catalogs as last read (`catalog::snapshot`).
+    snapshots: std::sync::Arc<catalog::snapshot::Snapshots>,
 }
 
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -183,6 +185,7 @@ impl Store {
         Ok(Self {
             pool,
             backend: Backend::Sqlite,
+            snapshots: Default::default(),
         })
     }
 
@@ -205,6 +208,7 @@ impl Store {
         Ok(Self {
             pool,
             backend: Backend::Postgres,
+            snapshots: Default::default(),
         })
     }
 

@@ -9,7 +9,7 @@ use lakehost::{
     auth::DatabaseKind,
     store::{
         Error, Finished, JobCaps, Store,
-        catalog::{LakeTable, NewDataFile},
+        catalog::{LakeTable, NewDataFile, snapshot::CatalogSnapshot, views::LakeView},
         dailyrun::{NewDailyRun, RunEnd, RunStatus, StartOutcome},
         queries::{
             CatalogWrite, Delivery, KeptInRow, NewQuery, QueryOutcome, QueryState, ResultInRow,
@@ -56,6 +56,7 @@ macro_rules! on_each_backend {
 on_each_backend! {
     #[tokio::test] standard_databases_per_org_and_zone,
     #[tokio::test] tables_and_files_commit_all_at_once,
+    #[tokio::test] a_kept_catalog_lasts_until_a_change_of_its_own,
     #[tokio::test] query_jobs_move_through_their_states,
     #[tokio::test] a_reused_query_copies_the_newest_matching_result_within_its_age,
     #[tokio::test] streamed_queries_keep_their_delivery_and_no_result_path,
@@ -234,6 +235,103 @@ async fn tables_and_files_commit_all_at_once(backend: &'static str, store: Store
             .unwrap()
             .is_empty(),
         "{backend}: listed again"
+    );
+}
+
+/// A replica keeps an org's catalog while none of its databases' versions
+/// moved: another org's or zone's change leaves it, and each change of its
+/// own (a table, its files, a view, a drop) is in the next read. The
+/// versions move by the store's triggers, on both backends.
+async fn a_kept_catalog_lasts_until_a_change_of_its_own(backend: &'static str, store: Store) {
+    use std::sync::Arc;
+    let lake_of = |dbs: Vec<lakehost::store::catalog::LakeDatabase>| {
+        dbs.into_iter()
+            .find(|d| d.kind == DatabaseKind::Lake)
+            .unwrap()
+            .id
+    };
+    let lake = lake_of(store.ensure_standard_databases("demo", None).await.unwrap());
+    let other = lake_of(
+        store
+            .ensure_standard_databases("other", None)
+            .await
+            .unwrap(),
+    );
+    let read = || store.catalog_snapshot("demo", None);
+    let kept = |a: &Arc<CatalogSnapshot>, b: &Arc<CatalogSnapshot>| Arc::ptr_eq(a, b);
+    let names = |s: &CatalogSnapshot| {
+        let tables = s.tables.iter().map(|t| t.name.clone());
+        tables
+            .chain(s.views.iter().map(|v| v.name.clone()))
+            .collect::<BTreeSet<_>>()
+    };
+
+    let first = read().await.unwrap();
+    assert_eq!(first.databases.len(), 4, "{backend}");
+    assert!(
+        kept(&first, &read().await.unwrap()),
+        "{backend}: unchanged, kept"
+    );
+    store
+        .create_table(&other, "trips", "{}", &[], 1)
+        .await
+        .unwrap();
+    lake_of(
+        store
+            .ensure_standard_databases("demo", Some("z1"))
+            .await
+            .unwrap(),
+    );
+    assert!(
+        kept(&first, &read().await.unwrap()),
+        "{backend}: another org's table and a zone of its own leave it"
+    );
+
+    let table = store
+        .create_table(&lake, "trips", "{}", &[], 2)
+        .await
+        .unwrap();
+    let created = read().await.unwrap();
+    assert!(!kept(&first, &created), "{backend}");
+    assert_eq!(names(&created), BTreeSet::from(["trips".to_string()]));
+    assert!(created.files(&store, &table.id).await.unwrap().is_empty());
+    let file = NewDataFile {
+        path: "lake/demo_lake_v2/trips/part-0.parquet".into(),
+        service_client_id: Some(1),
+        partition_values: BTreeMap::new(),
+        row_count: 3,
+        size_bytes: 100,
+        load_id: Some("l1".into()),
+    };
+    store
+        .commit_files(&table.id, std::slice::from_ref(&file), 3)
+        .await
+        .unwrap();
+    let committed = read().await.unwrap();
+    assert!(!kept(&created, &committed), "{backend}: a commit is seen");
+    let files = committed.files(&store, &table.id).await.unwrap();
+    assert_eq!(
+        files.iter().map(|f| f.file.clone()).collect::<Vec<_>>(),
+        vec![file]
+    );
+    assert!(kept(&committed, &read().await.unwrap()), "{backend}");
+
+    let view = LakeView::new(&lake, "v", ("SELECT 1 AS a", "demo_lake_v2"), "{}", 4);
+    store.put_view(&view).await.unwrap();
+    let viewed = read().await.unwrap();
+    assert!(!kept(&committed, &viewed), "{backend}: a view is seen");
+    assert_eq!(
+        names(&viewed),
+        BTreeSet::from(["trips".to_string(), "v".to_string()])
+    );
+
+    store.drop_table(&lake, "trips", 5).await.unwrap();
+    let dropped = read().await.unwrap();
+    assert!(!kept(&viewed, &dropped), "{backend}: a drop is seen");
+    assert_eq!(names(&dropped), BTreeSet::from(["v".to_string()]));
+    assert!(
+        dropped.files(&store, &table.id).await.unwrap().is_empty(),
+        "{backend}"
     );
 }
 

@@ -32,22 +32,22 @@ impl VisibleCatalog {
 impl QueryService {
     /// What `caller` may list in its org (or zone).
     pub async fn visible_catalog(&self, caller: &LakeCaller) -> Result<VisibleCatalog, QueryError> {
-        let (databases, tables) = self
+        let snapshot = self
             .store
-            .catalog_of(&caller.org, caller.zone.as_deref())
+            .catalog_snapshot(&caller.org, caller.zone.as_deref())
             .await?;
         let access = caller.grant.access();
-        let databases: Vec<LakeDatabase> = databases
-            .into_iter()
+        let databases: Vec<LakeDatabase> = snapshot
+            .databases
+            .iter()
             .filter(|d| access.can_read_database(d.kind))
+            .cloned()
             .collect();
-        let views = self
-            .store
-            .views_of(&caller.org, caller.zone.as_deref())
-            .await?;
-        let tables = tables
-            .into_iter()
-            .chain(views.iter().map(LakeView::as_catalog_entry))
+        let tables = snapshot
+            .tables
+            .iter()
+            .cloned()
+            .chain(snapshot.views.iter().map(LakeView::as_catalog_entry))
             .filter(|t| databases.iter().any(|d| d.id == t.database_id))
             .collect();
         Ok(VisibleCatalog { databases, tables })
