@@ -14,6 +14,7 @@ pub mod expression_limits;
 pub mod late_filters;
 pub mod layout;
 pub mod literal_lists;
+mod partition_filters;
 pub mod plain_columns;
 pub mod plan_rules;
 pub mod provider;

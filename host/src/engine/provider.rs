@@ -19,11 +19,11 @@ use std::{fmt, sync::Arc};
 
 use async_trait::async_trait;
 use datafusion::{
-    arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef},
+    arrow::datatypes::{Field, FieldRef, Schema, SchemaRef},
     catalog::{Session, TableProvider},
     common::{DFSchema, DataFusionError, ScalarValue, Statistics, stats::Precision},
     datasource::{
-        listing::{PartitionedFile, helpers::expr_applicable_for_cols},
+        listing::PartitionedFile,
         physical_plan::{
             FileGroup, FileScanConfigBuilder, ParquetSource,
             parquet::CachedParquetFileReaderFactory,
@@ -41,6 +41,7 @@ use super::layout::{
     SERVICE_CLIENT_COLUMN, StringColumns, column_positions, in_table_order, partition_field,
     scan_schema,
 };
+use super::partition_filters::{decided_by_folders, filters_on, named_service_clients};
 use crate::{
     auth::ServiceClientScope,
     store::catalog::{DataFile, LakeTable},
@@ -222,15 +223,6 @@ impl LakeTableProvider {
         )
     }
 
-    /// The filters among `filters` that read only the given partition columns.
-    fn filters_on(filters: &[Expr], columns: &[&str]) -> Vec<Expr> {
-        filters
-            .iter()
-            .filter(|f| expr_applicable_for_cols(columns, f))
-            .cloned()
-            .collect()
-    }
-
     /// The catalog's files, each with its partition values.
     fn partitioned_files(&self) -> datafusion::common::Result<Vec<(PartitionedFile, &DataFile)>> {
         self.files
@@ -329,10 +321,6 @@ impl LakeTableProvider {
         u32::try_from(service_client).is_ok_and(|id| self.read_scope.allows(id))
     }
 
-    /// The files a query reads, after the access decision (module header):
-    /// refused when the service-client filters keep a file, or admit a named
-    /// client, outside the caller's read scope; then pruned by every
-    /// partition filter.
     /// The names of the columns the table's folders hold.
     fn partition_names(&self) -> Vec<&str> {
         self.partition_fields
@@ -341,11 +329,15 @@ impl LakeTableProvider {
             .collect()
     }
 
+    /// The files a query reads, after the access decision (module header):
+    /// refused when the service-client filters keep a file, or admit a named
+    /// client, outside the caller's read scope; then pruned by every
+    /// partition filter.
     fn files_to_read(
         &self,
         filters: &[Expr],
     ) -> datafusion::common::Result<Vec<(PartitionedFile, &DataFile)>> {
-        let client_filters = Self::filters_on(filters, &[SERVICE_CLIENT_COLUMN]);
+        let client_filters = filters_on(filters, &[SERVICE_CLIENT_COLUMN]);
         let reachable = self.files_passing(self.partitioned_files()?, &client_filters)?;
         for (_, file) in &reachable {
             let service_client = file.file.service_client_id.unwrap_or(-1);
@@ -362,7 +354,7 @@ impl LakeTableProvider {
                 return Err(self.refusal(*named));
             }
         }
-        let partition_filters = Self::filters_on(filters, &self.partition_names());
+        let partition_filters = filters_on(filters, &self.partition_names());
         self.files_passing(reachable, &partition_filters)
     }
 }
@@ -370,24 +362,6 @@ impl LakeTableProvider {
 /// A scan's projection (in scan order), and where each column a query
 /// asked for is among the scanned ones when the orders differ.
 type ScanProjection = (Option<Vec<usize>>, Option<Vec<usize>>);
-
-/// The integers a set of filters names, each with its neighbours: the values
-/// a comparison or range on `service_client_id` admits first.
-fn named_service_clients(filters: &[Expr]) -> std::collections::BTreeSet<i64> {
-    use datafusion::common::tree_node::{TreeNode as _, TreeNodeRecursion};
-    let mut named = std::collections::BTreeSet::new();
-    for filter in filters {
-        let _ = filter.apply(|e| {
-            if let Expr::Literal(value, _) = e
-                && let Ok(ScalarValue::Int64(Some(v))) = value.cast_to(&DataType::Int64)
-            {
-                named.extend([v.saturating_sub(1), v, v.saturating_add(1)]);
-            }
-            Ok(TreeNodeRecursion::Continue)
-        });
-    }
-    named
-}
 
 #[async_trait]
 impl TableProvider for LakeTableProvider {
@@ -403,8 +377,20 @@ impl TableProvider for LakeTableProvider {
         &self,
         filters: &[&Expr],
     ) -> datafusion::common::Result<Vec<TableProviderFilterPushDown>> {
-        // Filters are used for pruning and stay above the scan as well.
-        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+        // A filter on partition columns alone is decided file by file on the
+        // files' partition values, which are the rows' own (the scan fills
+        // those columns from them): exact, so it leaves the plan and its
+        // columns are not read unless selected, as in DataFusion's listing
+        // tables. Every other filter prunes and stays above the scan. Both
+        // still reach `scan()`, where access is decided.
+        let partitions = self.partition_names();
+        Ok(filters
+            .iter()
+            .map(|filter| match decided_by_folders(filter, &partitions) {
+                true => TableProviderFilterPushDown::Exact,
+                false => TableProviderFilterPushDown::Inexact,
+            })
+            .collect())
     }
 
     async fn scan(
