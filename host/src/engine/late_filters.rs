@@ -208,20 +208,11 @@ mod tests {
     /// one file of 10,000 rows in small row groups and pages, in a memory
     /// store.
     async fn session_on_one_file() -> datafusion::prelude::SessionContext {
-        use std::{collections::BTreeMap, sync::Arc};
+        use std::sync::Arc;
 
         use datafusion::{
             arrow::array::{Int64Array, RecordBatch, StringArray},
-            execution::object_store::ObjectStoreUrl,
-            parquet::{arrow::ArrowWriter, file::properties::WriterProperties},
-            prelude::SessionContext,
-        };
-        use object_store::{ObjectStoreExt as _, memory::InMemory, path::Path};
-
-        use crate::{
-            auth::ServiceClientScope,
-            engine::{LakeTableProvider, layout::StringColumns},
-            store::catalog::{DataFile, LakeTable, NewDataFile},
+            parquet::file::properties::WriterProperties,
         };
 
         let schema = Arc::new(Schema::new(vec![
@@ -250,51 +241,8 @@ mod tests {
             .set_data_page_row_count_limit(100)
             .set_write_batch_size(100)
             .build();
-        let mut bytes = Vec::new();
-        let mut writer =
-            ArrowWriter::try_new(&mut bytes, schema.clone(), Some(properties)).unwrap();
-        writer.write(&batch).unwrap();
-        writer.close().unwrap();
-        let path = "d/t/service_client_id=1/f.parquet";
-        let store = Arc::new(InMemory::new());
-        let size = bytes.len() as i64;
-        store.put(&Path::from(path), bytes.into()).await.unwrap();
-        let table = LakeTable {
-            id: "t1".into(),
-            database_id: "d1".into(),
-            name: "t".into(),
-            schema_json: String::new(),
-            partition_columns: vec!["service_client_id".into()],
-            column_order: None,
-            created_at: 0,
-        };
-        let file = DataFile {
-            id: "f".into(),
-            table_id: "t1".into(),
-            file: NewDataFile {
-                path: path.into(),
-                service_client_id: Some(1),
-                partition_values: BTreeMap::from([("service_client_id".into(), "1".into())]),
-                row_count: rows,
-                size_bytes: size,
-                load_id: None,
-            },
-            committed_at: 0,
-        };
-        let url = ObjectStoreUrl::parse("memory://").unwrap();
-        let provider = LakeTableProvider::new(
-            "lake",
-            table,
-            schema,
-            StringColumns::Views,
-            vec![file],
-            ServiceClientScope::All,
-            url.clone(),
-        );
-        let context = SessionContext::new();
-        context.register_object_store(url.as_ref(), store);
-        context.register_table("t", Arc::new(provider)).unwrap();
-        context
+        crate::engine::test_tables::session_on_files(schema, vec![(1, batch)], Some(properties))
+            .await
     }
 
     #[tokio::test]

@@ -24,6 +24,8 @@ pub mod statement;
 pub mod table_writer;
 #[cfg(test)]
 mod table_writer_tests;
+#[cfg(test)]
+mod test_tables;
 pub mod topk_input;
 pub mod write;
 pub mod yield_points;

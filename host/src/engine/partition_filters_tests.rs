@@ -2,28 +2,21 @@
 //! of the plan returns the same rows: two real files in a memory store,
 //! through `LakeTableProvider`.
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::sync::Arc;
 
 use datafusion::{
     arrow::{
-        array::{Int64Array, RecordBatch},
+        array::{ArrayRef, Int64Array, RecordBatch},
         datatypes::{Field, Schema},
         util::pretty::pretty_format_batches,
     },
-    execution::object_store::ObjectStoreUrl,
     functions::math::expr_fn::random,
-    parquet::arrow::ArrowWriter,
     physical_plan::displayable,
     prelude::{SessionContext, cast, col, lit},
 };
-use object_store::{ObjectStoreExt as _, memory::InMemory, path::Path};
 
 use super::*;
-use crate::{
-    auth::ServiceClientScope,
-    engine::{LakeTableProvider, layout::StringColumns},
-    store::catalog::{DataFile, LakeTable, NewDataFile},
-};
+use crate::engine::test_tables::session_on_files;
 
 const PARTITIONS: &[&str] = &["service_client_id", "svc$load_id"];
 
@@ -60,67 +53,20 @@ async fn two_clients() -> SessionContext {
         Field::new("k", DataType::Int64, false),
         Field::new("n", DataType::Int64, false),
     ]));
-    let store = Arc::new(InMemory::new());
-    let mut files = Vec::new();
-    for (client, keys) in [(1i64, 0..100i64), (2, 100..250)] {
-        let batch = RecordBatch::try_new(
-            schema.clone(),
-            vec![
+    let files = [(1i64, 0..100i64), (2, 100..250)]
+        .into_iter()
+        .map(|(client, keys)| {
+            let columns: Vec<ArrayRef> = vec![
                 Arc::new(Int64Array::from_iter_values(keys.clone())),
-                Arc::new(Int64Array::from_iter_values(keys.clone().map(|k| k * 10))),
-            ],
-        )
-        .unwrap();
-        let mut bytes = Vec::new();
-        let mut writer = ArrowWriter::try_new(&mut bytes, schema.clone(), None).unwrap();
-        writer.write(&batch).unwrap();
-        writer.close().unwrap();
-        let path = format!("d/t/service_client_id={client}/f.parquet");
-        let size = bytes.len() as i64;
-        store
-            .put(&Path::from(path.as_str()), bytes.into())
-            .await
-            .unwrap();
-        files.push(DataFile {
-            id: format!("f{client}"),
-            table_id: "t1".into(),
-            file: NewDataFile {
-                path,
-                service_client_id: Some(client),
-                partition_values: BTreeMap::from([(
-                    "service_client_id".into(),
-                    client.to_string(),
-                )]),
-                row_count: keys.end - keys.start,
-                size_bytes: size,
-                load_id: None,
-            },
-            committed_at: 0,
-        });
-    }
-    let table = LakeTable {
-        id: "t1".into(),
-        database_id: "d1".into(),
-        name: "t".into(),
-        schema_json: String::new(),
-        partition_columns: vec!["service_client_id".into()],
-        column_order: None,
-        created_at: 0,
-    };
-    let url = ObjectStoreUrl::parse("memory://").unwrap();
-    let provider = LakeTableProvider::new(
-        "lake",
-        table,
-        schema,
-        StringColumns::Views,
-        files,
-        ServiceClientScope::All,
-        url.clone(),
-    );
-    let context = SessionContext::new();
-    context.register_object_store(url.as_ref(), store);
-    context.register_table("t", Arc::new(provider)).unwrap();
-    context
+                Arc::new(Int64Array::from_iter_values(keys.map(|k| k * 10))),
+            ];
+            (
+                client,
+                RecordBatch::try_new(schema.clone(), columns).unwrap(),
+            )
+        })
+        .collect();
+    session_on_files(schema, files, None).await
 }
 
 /// A filter the folders decide leaves the plan (no `FilterExec` tests it,

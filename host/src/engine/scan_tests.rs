@@ -179,19 +179,10 @@ async fn naming_a_client_without_rows_is_refused_like_one_with_rows() {
 /// The type a `name` column (plain text in the files) has in a provider
 /// reading strings as `strings`, and in the plan of `SELECT name`.
 async fn name_types(strings: StringColumns) -> (DataType, DataType) {
-    let table = LakeTable {
-        id: "t1".into(),
-        database_id: "d1".into(),
-        name: "t".into(),
-        schema_json: String::new(),
-        partition_columns: vec!["service_client_id".into()],
-        column_order: None,
-        created_at: 0,
-    };
     let file_schema = Arc::new(Schema::new(vec![Field::new("name", DataType::Utf8, true)]));
     let provider = LakeTableProvider::new(
         "lake",
-        table,
+        super::test_tables::table_t(),
         file_schema,
         strings,
         Vec::new(),
