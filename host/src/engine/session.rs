@@ -12,7 +12,7 @@
 //! The catalog also answers to the name of the database the client
 //! connected to (`catalogs`), and holds the databases' views (`view`).
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::{
@@ -36,10 +36,7 @@ use super::{
 use crate::{
     auth::{Access, ServiceClientScope},
     lake::{self, Lake, ReadCache},
-    store::{
-        self, Store,
-        catalog::{LakeTable, snapshot::CatalogSnapshot, views::LakeView},
-    },
+    store::{self, Store, catalog::snapshot::CatalogSnapshot},
 };
 
 mod catalogs;
@@ -124,20 +121,6 @@ pub async fn session_for(
             scope.default_database.to_string(),
         ));
     }
-    let mut tables_by_database: BTreeMap<&str, BTreeMap<String, LakeTable>> = BTreeMap::new();
-    for table in &snapshot.tables {
-        tables_by_database
-            .entry(&table.database_id)
-            .or_default()
-            .insert(table.name.clone(), table.clone());
-    }
-    let mut views_by_database: BTreeMap<&str, BTreeMap<String, LakeView>> = BTreeMap::new();
-    for view in &snapshot.views {
-        views_by_database
-            .entry(&view.database_id)
-            .or_default()
-            .insert(view.name.clone(), view.clone());
-    }
     let catalog = MemoryCatalogProvider::new();
     for database in &snapshot.databases {
         let schema = LakeSchemaProvider {
@@ -145,14 +128,9 @@ pub async fn session_for(
             snapshot: snapshot.clone(),
             object_store_url: lake.object_store_url().clone(),
             database: database.name.clone(),
+            database_id: database.id.clone(),
             read_scope: scope.access.read_scope(database.kind),
             strings: scope.strings,
-            tables: tables_by_database
-                .remove(database.id.as_str())
-                .unwrap_or_default(),
-            views: views_by_database
-                .remove(database.id.as_str())
-                .unwrap_or_default(),
         };
         catalog.register_schema(&database.name, Arc::new(schema))?;
     }
@@ -206,22 +184,24 @@ pub async fn session_for(
 /// built on demand.
 struct LakeSchemaProvider {
     store: Store,
-    /// The catalog the session was made from, with its tables' file lists.
+    /// The catalog the session was made from: its tables and views, and
+    /// their file lists.
     snapshot: Arc<CatalogSnapshot>,
     object_store_url: ObjectStoreUrl,
     database: String,
+    database_id: String,
     read_scope: ServiceClientScope,
     strings: StringColumns,
-    tables: BTreeMap<String, LakeTable>,
-    views: BTreeMap<String, LakeView>,
 }
 
 impl std::fmt::Debug for LakeSchemaProvider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LakeSchemaProvider")
             .field("database", &self.database)
-            .field("tables", &self.tables.len())
-            .field("views", &self.views.len())
+            .field(
+                "entries",
+                &self.snapshot.names_in(&self.database_id).count(),
+            )
             .finish()
     }
 }
@@ -236,23 +216,22 @@ impl SchemaProvider for LakeSchemaProvider {
         if self.read_scope == ServiceClientScope::Nothing {
             return Vec::new();
         }
-        self.tables
-            .keys()
-            .chain(self.views.keys())
-            .cloned()
+        self.snapshot
+            .names_in(&self.database_id)
+            .map(str::to_string)
             .collect()
     }
 
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>, DataFusionError> {
         let external = |e: Box<dyn std::error::Error + Send + Sync>| DataFusionError::External(e);
-        if let Some(view) = self.views.get(name) {
+        if let Some(view) = self.snapshot.view(&self.database_id, name) {
             let schema =
                 lake::schema_from_json(&view.schema_json).map_err(|e| external(Box::new(e)))?;
             let schema = self.strings.read_schema(&schema);
             let provider = LakeViewProvider::new(&self.database, view.clone(), &schema);
             return Ok(Some(Arc::new(provider)));
         }
-        let Some(table) = self.tables.get(name) else {
+        let Some(table) = self.snapshot.table(&self.database_id, name) else {
             return Ok(None);
         };
         let file_schema =
@@ -274,7 +253,8 @@ impl SchemaProvider for LakeSchemaProvider {
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.tables.contains_key(name) || self.views.contains_key(name)
+        self.snapshot.table(&self.database_id, name).is_some()
+            || self.snapshot.view(&self.database_id, name).is_some()
     }
 }
 

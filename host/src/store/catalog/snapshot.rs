@@ -52,6 +52,35 @@ pub struct CatalogSnapshot {
 }
 
 impl CatalogSnapshot {
+    /// Table `name` of database `database_id`.
+    pub fn table(&self, database_id: &str, name: &str) -> Option<&LakeTable> {
+        self.tables
+            .iter()
+            .find(|t| t.database_id == database_id && t.name == name)
+    }
+
+    /// View `name` of database `database_id`.
+    pub fn view(&self, database_id: &str, name: &str) -> Option<&LakeView> {
+        self.views
+            .iter()
+            .find(|v| v.database_id == database_id && v.name == name)
+    }
+
+    /// The names of database `database_id`'s tables, then its views.
+    pub fn names_in<'a>(&'a self, database_id: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        let tables = self
+            .tables
+            .iter()
+            .filter(move |t| t.database_id == database_id);
+        let views = self
+            .views
+            .iter()
+            .filter(move |v| v.database_id == database_id);
+        tables
+            .map(|t| t.name.as_str())
+            .chain(views.map(|v| v.name.as_str()))
+    }
+
     /// The committed files of `table_id` (one of `tables`), in commit order.
     pub async fn files(&self, store: &Store, table_id: &str) -> Result<Arc<[DataFile]>> {
         if let Some(files) = lock(&self.files).get(table_id) {
