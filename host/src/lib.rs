@@ -22,6 +22,7 @@ pub mod lake;
 pub mod lease;
 pub mod listener;
 pub mod load;
+pub mod locks;
 pub mod observability;
 pub mod periodic;
 #[cfg(feature = "pg-wire")]

@@ -59,7 +59,7 @@ impl FailureBudget {
     }
 
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, Failures>> {
-        self.by_address.lock().unwrap_or_else(|e| e.into_inner())
+        crate::locks::locked(&self.by_address)
     }
 
     /// `Err` while `address` has used up its budget.

@@ -114,9 +114,7 @@ impl ReadCache {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {
-        self.kept
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::locks::locked(&self.kept)
     }
 
     fn keeps(&self, bytes: &Bytes) -> bool {

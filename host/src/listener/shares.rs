@@ -13,6 +13,8 @@ use std::{
     sync::{Arc, Mutex, MutexGuard},
 };
 
+use crate::locks::locked;
+
 /// How many connections each org holds on one listener, and how many it
 /// may (`server.max_connections_per_org`, at most the listener's cap).
 #[derive(Debug)]
@@ -58,7 +60,7 @@ impl OrgShares {
     fn open(&self) -> MutexGuard<'_, HashMap<String, usize>> {
         // Counting never panics while holding the lock; a poisoned map is
         // still a consistent map.
-        self.open.lock().unwrap_or_else(|e| e.into_inner())
+        locked(&self.open)
     }
 
     /// A place in `org`'s share, or why there is none.
@@ -119,7 +121,7 @@ impl ConnectionOrg {
     /// org pass): refused past the org's share, or when the connection
     /// already belongs to another org.
     pub fn bind(&self, org: &str) -> Result<(), ShareRefused> {
-        let mut bound = self.bound.lock().unwrap_or_else(|e| e.into_inner());
+        let mut bound = locked(&self.bound);
         match &*bound {
             Some(share) if share.org() == org => Ok(()),
             Some(_) => Err(ShareRefused::OtherOrg),

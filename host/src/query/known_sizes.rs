@@ -48,9 +48,7 @@ impl KnownSizes {
 
     fn known(&self) -> std::sync::MutexGuard<'_, Known> {
         // A panic under the lock leaves a map of true sizes: go on with it.
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        crate::locks::locked(&self.0)
     }
 }
 

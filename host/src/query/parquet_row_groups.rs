@@ -11,7 +11,7 @@
 use std::{
     collections::VecDeque,
     io::Write,
-    sync::{Arc, Mutex, PoisonError},
+    sync::{Arc, Mutex},
 };
 
 use datafusion::{
@@ -29,6 +29,8 @@ use datafusion::{
 };
 use object_store::buffered::BufWriter;
 use tokio::{io::AsyncWriteExt as _, task::JoinHandle};
+
+use crate::locks::locked;
 
 /// Row groups being encoded at once, the one appended next included.
 const ENCODING_AHEAD: usize = 3;
@@ -180,16 +182,13 @@ struct SharedBytes(Arc<Mutex<Vec<u8>>>);
 
 impl SharedBytes {
     fn take(&self) -> Vec<u8> {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
+        std::mem::take(&mut *locked(&self.0))
     }
 }
 
 impl Write for SharedBytes {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .extend_from_slice(buf);
+        locked(&self.0).extend_from_slice(buf);
         Ok(buf.len())
     }
 

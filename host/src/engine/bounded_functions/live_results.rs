@@ -100,9 +100,7 @@ impl LiveResults {
 
     fn lock(&self) -> MutexGuard<'_, Held> {
         // A panic while holding the lock leaves only counts behind.
-        self.held
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::locks::locked(&self.held)
     }
 
     /// Counts `bytes` more for `what`, refused past the limit.

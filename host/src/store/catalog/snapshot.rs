@@ -19,7 +19,7 @@
 
 use std::{
     collections::HashMap,
-    sync::{Arc, Mutex, MutexGuard},
+    sync::{Arc, Mutex},
 };
 
 use sqlx::Row as _;
@@ -27,7 +27,10 @@ use sqlx::Row as _;
 use super::{
     DataFile, LakeDatabase, LakeTable, database_from_row, table_from_row, views::LakeView,
 };
-use crate::store::{Result, Store};
+use crate::{
+    locks::locked,
+    store::{Result, Store},
+};
 
 /// How many orgs' and zones' copies a replica keeps; past this, all are
 /// dropped and read again as statements come.
@@ -83,12 +86,12 @@ impl CatalogSnapshot {
 
     /// The committed files of `table_id` (one of `tables`), in commit order.
     pub async fn files(&self, store: &Store, table_id: &str) -> Result<Arc<[DataFile]>> {
-        if let Some(files) = lock(&self.files).get(table_id) {
+        if let Some(files) = locked(&self.files).get(table_id) {
             return Ok(files.clone());
         }
         let files: Arc<[DataFile]> = store.files(table_id).await?.into();
         if files.len() <= FILES_KEPT {
-            lock(&self.files).insert(table_id.to_string(), files.clone());
+            locked(&self.files).insert(table_id.to_string(), files.clone());
         }
         Ok(files)
     }
@@ -103,17 +106,9 @@ pub(crate) struct Snapshots {
 impl std::fmt::Debug for Snapshots {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Snapshots")
-            .field("scopes", &lock(&self.by_scope).len())
+            .field("scopes", &locked(&self.by_scope).len())
             .finish()
     }
-}
-
-/// A lock whose holder cannot leave its map half-changed: a panic while
-/// holding it leaves a map that is still whole.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Store {
@@ -126,7 +121,7 @@ impl Store {
     ) -> Result<Arc<CatalogSnapshot>> {
         let versions = self.catalog_versions(org, zone).await?;
         let key = (org.to_string(), zone.unwrap_or("").to_string());
-        let kept = lock(&self.snapshots.by_scope).get(&key).cloned();
+        let kept = locked(&self.snapshots.by_scope).get(&key).cloned();
         if let Some(kept) = kept
             && kept.versions == versions
         {
@@ -141,7 +136,7 @@ impl Store {
             views,
             files: Mutex::default(),
         });
-        let mut by_scope = lock(&self.snapshots.by_scope);
+        let mut by_scope = locked(&self.snapshots.by_scope);
         if by_scope.len() >= SCOPES_KEPT && !by_scope.contains_key(&key) {
             by_scope.clear();
         }
