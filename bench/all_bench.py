@@ -31,9 +31,18 @@ from pathlib import Path
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 ENGINES = ("lakehost", "datafusion-python", "duckdb")
-# Issue 17's targets.
+# Issue 17's targets, kept by issue 50.
 RSS_LIMIT_MIB = 1024
 GROWTH_SLACK = 1.05  # time may grow at most 10.5x for 10x the data
+# Issue 50's targets: lakehost over a peer at most this (time ratios).
+QUERIES_DUCKDB_GEOMEAN = 1.0
+QUERY_DATAFUSION_EACH = 1.2
+COMMIT_DUCKDB = 1.0
+CSV_DUCKDB = 1.0  # rows/s at least DuckDB's: time at most its
+TYPED_FIRST_DUCKDB = 1.5  # Arrow and Parquet written first, the same format as DuckDB's
+SELECT1_P50_MS = 1.0
+COUNT_P50_MS = 1.0  # "about" 1 ms: printed against 1 ms
+WAIT_CONTENDER = "lakehost Prefer: wait"
 
 
 def run_bench(script: str, args: list[str], log: Path) -> None:
@@ -203,6 +212,64 @@ def print_report(summary: Path) -> None:
         print_scale(scale, at_scale)
     if len(by_scale) > 1:
         print_growth(by_scale)
+    print_targets(by_scale)
+
+
+def print_targets(by_scale: dict[float, list[dict]]) -> None:
+    """Issue 50's targets, each beside the figure it is met by or missed by,
+    per scale (the growth target is the table above)."""
+    print("\nIssue 50's targets (lakehost's time over the peer's, or its p50 / peak)")
+    rows = []
+
+    def target(name: str, scale: float, figure: float | None, limit: float, unit: str = "x",
+               detail: str = "") -> None:
+        if figure is None:
+            rows.append([name, f"{scale:g}", "-", f"<= {limit:g}{unit}", "not measured", detail])
+            return
+        met = "met" if figure <= limit else "NOT MET"
+        shown = f"{figure:,.0f}" if unit == " MiB" else f"{figure:.2f}"
+        rows.append([name, f"{scale:g}", f"{shown}{unit}", f"<= {limit:g}{unit}", met,
+                     detail])
+
+    for scale, records in sorted(by_scale.items()):
+        timed = {r["work"]: r for r in records if "lakehost_s" in r}
+
+        def ratio(record: dict | None, peer: str = "duckdb") -> float | None:
+            if record is None or not record.get(f"{peer}_s"):
+                return None
+            return record["lakehost_s"] / record[f"{peer}_s"]
+
+        queries = [r for r in records if r["bench"] == "query" and "lakehost_s" in r]
+        duck = [ratio(r) for r in queries if ratio(r)]
+        target("queries, geomean x DuckDB", scale, geomean(duck) if duck else None,
+               QUERIES_DUCKDB_GEOMEAN)
+        fusion = {r["work"]: ratio(r, "datafusion-python") for r in queries
+                  if ratio(r, "datafusion-python")}
+        worst = max(fusion, key=fusion.get) if fusion else None
+        target("every query x DataFusion", scale, fusion[worst] if worst else None,
+               QUERY_DATAFUSION_EACH, detail=f"largest: {worst}" if worst else "")
+        commits = [w for w in timed if w.startswith("commit") and " x" not in w]
+        target("commit x DuckDB", scale, ratio(timed[commits[0]]) if commits else None,
+               COMMIT_DUCKDB, detail=commits[0] if commits else "")
+        csv = next((w for w in timed if w.startswith("whole result as csv")), None)
+        target("whole result as CSV x DuckDB", scale, ratio(timed.get(csv)), CSV_DUCKDB,
+               detail=csv or "")
+        for fmt in ("arrow", "parquet"):
+            work = next((w for w in timed
+                         if w.startswith(f"whole result as {fmt}, {fmt} first")), None)
+            target(f"{fmt.capitalize()} first x DuckDB", scale, ratio(timed.get(work)),
+                   TYPED_FIRST_DUCKDB, detail=work or "")
+        small = {r["work"]: r["p50_ms"] for r in records if r["bench"] == "small"}
+        for work, limit in (("SELECT 1", SELECT1_P50_MS), ("count(*)", COUNT_P50_MS)):
+            if work in small:
+                target(f"{work} p50 (Prefer: wait)", scale, small[work].get(WAIT_CONTENDER),
+                       limit, " ms")
+        peaks = [r for r in records if "rss_peak_mib" in r]
+        if peaks:
+            top = max(peaks, key=lambda r: r["rss_peak_mib"])
+            target("peak RSS, every phase", scale, top["rss_peak_mib"], RSS_LIMIT_MIB, " MiB",
+                   detail=f"largest: {top['work']}")
+    table(["target", "scale", "lakehost", "target", "", "which"], rows)
 
 
 if __name__ == "__main__":

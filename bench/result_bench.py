@@ -26,7 +26,10 @@ CSV (every value quoted, like lakehost's), Parquet (zstd) and Arrow IPC (the
 `nanoarrow` extension's `arrows` format when it can be loaded, else DuckDB's
 Arrow batches written by pyarrow's IPC writer, named as such); the same
 three through DataFusion-python (`write_csv`, `write_parquet`, its batches
-through pyarrow's IPC writer).
+through pyarrow's IPC writer). Each peer also writes its Arrow batches
+through pyarrow's IPC writer compressed as each Arrow-first run's file is
+(lz4 by default): the same format as lakehost's, which the Arrow-first
+figures compare with (the uncompressed peers are printed beside).
 
 Run it through ``bench/run-results`` (the virtualenv); see README.md.
 """
@@ -250,8 +253,10 @@ def remove_results(data_dir: Path) -> None:
 # -------------------------------------------------------------------------- peers
 
 
-def duckdb_peer(lake_dir: Path, out: Path) -> dict[str, tuple[float, str]]:
-    """DuckDB's COPY of the table to each format: {format: (seconds, how)}."""
+def duckdb_peer(lake_dir: Path, out: Path,
+                codecs: list[str]) -> dict[str, tuple[float, str]]:
+    """DuckDB's COPY of the table to each format: {format: (seconds, how)};
+    Arrow also with each of `codecs`, as `arrow <codec>`."""
     con = duckdb.connect()
     hive_types = ", ".join(f"'{c}': {'BIGINT' if t == pa.int64() else 'VARCHAR'}"
                            for c, t in PARTITION_COLS)
@@ -274,18 +279,22 @@ def duckdb_peer(lake_dir: Path, out: Path) -> dict[str, tuple[float, str]]:
         timings["arrow"] = (time.perf_counter() - start, "COPY TO (nanoarrow)")
     except duckdb.Error:
         start = time.perf_counter()
-        reader = con.sql(SQL).to_arrow_reader()
-        with pa.OSFile(str(target), "wb") as sink, \
-                pa.ipc.new_stream(sink, reader.schema) as writer:
-            for batch in reader:
-                writer.write_batch(batch)
+        write_ipc(con.sql(SQL).to_arrow_reader(), target, None)
         timings["arrow"] = (time.perf_counter() - start, "batches + pyarrow IPC writer")
     target.unlink()
+    for compression in codecs:
+        start = time.perf_counter()
+        write_ipc(con.sql(SQL).to_arrow_reader(), target, compression)
+        timings[f"arrow {compression}"] = (time.perf_counter() - start,
+                                           f"batches + pyarrow IPC writer, {compression}")
+        target.unlink()
     return timings
 
 
-def datafusion_peer(lake_dir: Path, out: Path) -> dict[str, tuple[float, str]]:
-    """DataFusion-python's writes of the table to each format."""
+def datafusion_peer(lake_dir: Path, out: Path,
+                    codecs: list[str]) -> dict[str, tuple[float, str]]:
+    """DataFusion-python's writes of the table to each format, Arrow also
+    with each of `codecs`."""
     ctx = datafusion.SessionContext()
     ctx.register_parquet(TABLE, f"{lake_dir / TABLE}/", table_partition_cols=PARTITION_COLS)
     timings: dict[str, tuple[float, str]] = {}
@@ -300,20 +309,30 @@ def datafusion_peer(lake_dir: Path, out: Path) -> dict[str, tuple[float, str]]:
     timings["parquet"] = (time.perf_counter() - start, "write_parquet")
     shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink()
     target = out / "datafusion.arrows"
-    start = time.perf_counter()
-    df = ctx.sql(SQL)
+    for compression in [None, *codecs]:
+        start = time.perf_counter()
+        write_ipc((batch.to_pyarrow() for batch in ctx.sql(SQL).execute_stream()), target,
+                  compression)
+        key, how = ((f"arrow {compression}", f"batches + pyarrow IPC writer, {compression}")
+                    if compression else ("arrow", "batches + pyarrow IPC writer"))
+        timings[key] = (time.perf_counter() - start, how)
+        target.unlink()
+    return timings
+
+
+def write_ipc(batches, target: Path, compression: str | None) -> None:
+    """`batches` (pyarrow record batches, or a reader of them) written to
+    `target` as an Arrow IPC stream, its buffers compressed with
+    `compression` (pyarrow compresses a batch's buffers on its thread pool)."""
+    options = pa.ipc.IpcWriteOptions(compression=compression)
     with pa.OSFile(str(target), "wb") as sink:
         writer = None
-        for batch in df.execute_stream():
-            batch = batch.to_pyarrow()
+        for batch in batches:
             if writer is None:
-                writer = pa.ipc.new_stream(sink, batch.schema)
+                writer = pa.ipc.new_stream(sink, batch.schema, options=options)
             writer.write_batch(batch)
         if writer is not None:
             writer.close()
-    timings["arrow"] = (time.perf_counter() - start, "batches + pyarrow IPC writer")
-    target.unlink()
-    return timings
 
 
 # ---------------------------------------------------------------------------- main
@@ -449,9 +468,12 @@ def run(args: argparse.Namespace) -> None:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir()
     peers = {"duckdb": [], "datafusion-python": []}
+    # The peers write Arrow uncompressed, and compressed as each Arrow-first
+    # run was: the same format as lakehost's file.
+    codecs = [c for c in args.arrow_first if c != "none"]
     for _ in range(args.runs):
-        peers["duckdb"].append(duckdb_peer(lake_dir, out))
-        peers["datafusion-python"].append(datafusion_peer(lake_dir, out))
+        peers["duckdb"].append(duckdb_peer(lake_dir, out, codecs))
+        peers["datafusion-python"].append(datafusion_peer(lake_dir, out, codecs))
     shutil.rmtree(out, ignore_errors=True)
 
     off = median(query_s[None])
@@ -523,9 +545,13 @@ def run(args: argparse.Namespace) -> None:
                        duckdb_s=median([p[fmt][0] for p in peers["duckdb"]]),
                        **{"datafusion-python_s":
                           median([p[fmt][0] for p in peers["datafusion-python"]])})
-    def first_line(label: str, fmt: str, times: dict, mb: float, sampler, work_name: str):
-        """One written-first way's figures beside the peers writing `fmt`."""
-        duck, fusion = (median([p[fmt][0] for p in peers[name]])
+    def first_line(label: str, fmt: str, times: dict, mb: float, sampler, work_name: str,
+                   peer_key: str | None = None):
+        """One written-first way's figures beside the peers writing `fmt`:
+        as `peer_key` (the same format, compression too) when given, and as
+        `fmt` (uncompressed Arrow) beside it."""
+        key = peer_key or fmt
+        duck, fusion = (median([p[key][0] for p in peers[name]])
                         for name in ("duckdb", "datafusion-python"))
         query, link = median(times["query"]), median(times["link"])
         e2e = query + link
@@ -534,15 +560,25 @@ def run(args: argparse.Namespace) -> None:
               f"{rows / e2e:,.0f} rows/s; DuckDB {duck:.2f} s ({e2e / duck:.2f}x, target at "
               f"most 1.5x), DataFusion-python {fusion:.2f} s ({e2e / fusion:.2f}x); its CSV "
               f"made on the first CSV link request in {median(times['csv']):.2f} s")
+        extra = {}
+        if key != fmt:
+            plain_duck, plain_fusion = (median([p[fmt][0] for p in peers[name]])
+                                        for name in ("duckdb", "datafusion-python"))
+            print(f"  the peers writing {fmt} uncompressed: DuckDB {plain_duck:.2f} s "
+                  f"({e2e / plain_duck:.2f}x), DataFusion-python {plain_fusion:.2f} s "
+                  f"({e2e / plain_fusion:.2f}x)")
+            extra = {"duckdb_uncompressed_s": plain_duck,
+                     "datafusion-python_uncompressed_s": plain_fusion}
         append_summary(args.summary, bench="results", scale=args.scale, work=work_name,
                        rows=rows, bytes=int(mb * 1e6), lakehost_s=e2e,
                        rss_before_mib=sampler.before, rss_peak_mib=sampler.peak,
-                       duckdb_s=duck, **{"datafusion-python_s": fusion})
+                       duckdb_s=duck, **{"datafusion-python_s": fusion}, **extra)
 
     for af, times in arrow_first.items():
         first_line(f"Arrow first (Prefer: result-format=arrow, {af}", "arrow", times,
                    arrow_first_mb[af], rss[f"arrow first {af}"],
-                   f"whole result as arrow, arrow first ({af})")
+                   f"whole result as arrow, arrow first ({af})",
+                   None if af == "none" else f"arrow {af}")
     if parquet_first:
         first_line("Parquet first (Prefer: result-format=parquet", "parquet", parquet_first,
                    parquet_first["mb"][0], rss[f"arrow first {args.arrow_first[0]}"],
@@ -551,8 +587,9 @@ def run(args: argparse.Namespace) -> None:
     for c in args.compressions:
         print(f"  Arrow ({c}) over CSV, link download rows/s: "
               f"{csv_link / median(link_s[(c, 'arrow')]):.2f}x (target: at least 3x)")
-    print("  peers' Arrow: " + "; ".join(f"{name} {runs[0]['arrow'][1]}"
-                                        for name, runs in peers.items()))
+    print("  peers' Arrow: " + "; ".join(
+        f"{name} {runs[0][key][1]}" for name, runs in peers.items()
+        for key in runs[0] if key.startswith("arrow")))
     print("\nlink: the signed link's request (the first Arrow one reads the copy back from "
           "the CSV) + GET to the last byte; /result: GET "
           "/v2/query/{id}/result with Accept, to the last byte; end to end: the query "
