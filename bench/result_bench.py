@@ -476,6 +476,11 @@ def run(args: argparse.Namespace) -> None:
         peers["datafusion-python"].append(datafusion_peer(lake_dir, out, codecs))
     shutil.rmtree(out, ignore_errors=True)
 
+    def peer_seconds(key: str) -> tuple[float, float]:
+        """DuckDB's and DataFusion-python's median seconds writing `key`."""
+        return (median([p[key][0] for p in peers["duckdb"]]),
+                median([p[key][0] for p in peers["datafusion-python"]]))
+
     off = median(query_s[None])
     print(f"Query, submit to SUCCEEDED (median of {args.runs}): writes the result CSV, and "
           f"the Arrow copy when typed results are on and the columns do not read back from "
@@ -511,8 +516,7 @@ def run(args: argparse.Namespace) -> None:
         link = median(link_s[(c, fmt)])
         api = median(api_s[(c, fmt)])
         e2e = end_to_end(fmt, c)
-        duck = median([p[fmt][0] for p in peers["duckdb"]])
-        fusion = median([p[fmt][0] for p in peers["datafusion-python"]])
+        duck, fusion = peer_seconds(fmt)
         label = {"arrow": f"arrow ({c})",
                  "csv": f"csv ({c} copy)" if len(args.compressions) > 1 else "csv"}.get(fmt, fmt)
         size = sizes[(c, fmt)] / 1e6
@@ -542,17 +546,14 @@ def run(args: argparse.Namespace) -> None:
         append_summary(args.summary, bench="results", scale=args.scale,
                        work=f"whole result as {fmt} ({c})", rows=rows, bytes=sizes[(c, fmt)],
                        lakehost_s=e2e, rss_before_mib=rss[c].before, rss_peak_mib=rss[c].peak,
-                       duckdb_s=median([p[fmt][0] for p in peers["duckdb"]]),
-                       **{"datafusion-python_s":
-                          median([p[fmt][0] for p in peers["datafusion-python"]])})
+                       **dict(zip(("duckdb_s", "datafusion-python_s"), peer_seconds(fmt))))
     def first_line(label: str, fmt: str, times: dict, mb: float, sampler, work_name: str,
                    peer_key: str | None = None):
         """One written-first way's figures beside the peers writing `fmt`:
         as `peer_key` (the same format, compression too) when given, and as
         `fmt` (uncompressed Arrow) beside it."""
         key = peer_key or fmt
-        duck, fusion = (median([p[key][0] for p in peers[name]])
-                        for name in ("duckdb", "datafusion-python"))
+        duck, fusion = peer_seconds(key)
         query, link = median(times["query"]), median(times["link"])
         e2e = query + link
         print(f"\n{label}; median of {args.runs}): query {query:.2f} s (writes {mb:,.1f} MB, "
@@ -562,8 +563,7 @@ def run(args: argparse.Namespace) -> None:
               f"made on the first CSV link request in {median(times['csv']):.2f} s")
         extra = {}
         if key != fmt:
-            plain_duck, plain_fusion = (median([p[fmt][0] for p in peers[name]])
-                                        for name in ("duckdb", "datafusion-python"))
+            plain_duck, plain_fusion = peer_seconds(fmt)
             print(f"  the peers writing {fmt} uncompressed: DuckDB {plain_duck:.2f} s "
                   f"({e2e / plain_duck:.2f}x), DataFusion-python {plain_fusion:.2f} s "
                   f"({e2e / plain_fusion:.2f}x)")

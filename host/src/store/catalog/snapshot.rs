@@ -50,23 +50,41 @@ pub struct CatalogSnapshot {
     pub tables: Vec<LakeTable>,
     /// Every view of those databases, by database and name.
     pub views: Vec<LakeView>,
+    /// Where each database's tables and views are in `tables` and `views`,
+    /// by database id and name: made once per copy, so a statement's every
+    /// name lookup is a hash, not a walk of the org's whole catalog.
+    table_at: Positions,
+    view_at: Positions,
     /// Tables' committed files, as first read under this copy.
     files: Mutex<HashMap<String, Arc<[DataFile]>>>,
+}
+
+/// Positions in a list of catalog entries, by database id, then name.
+type Positions = HashMap<String, HashMap<String, usize>>;
+
+/// The positions of `entries`, each named by `key` (its database id, name).
+fn positions<T>(entries: &[T], key: impl Fn(&T) -> (&str, &str)) -> Positions {
+    let mut at = Positions::new();
+    for (i, entry) in entries.iter().enumerate() {
+        let (database_id, name) = key(entry);
+        at.entry(database_id.to_string())
+            .or_default()
+            .insert(name.to_string(), i);
+    }
+    at
 }
 
 impl CatalogSnapshot {
     /// Table `name` of database `database_id`.
     pub fn table(&self, database_id: &str, name: &str) -> Option<&LakeTable> {
-        self.tables
-            .iter()
-            .find(|t| t.database_id == database_id && t.name == name)
+        let at = self.table_at.get(database_id)?.get(name)?;
+        self.tables.get(*at)
     }
 
     /// View `name` of database `database_id`.
     pub fn view(&self, database_id: &str, name: &str) -> Option<&LakeView> {
-        self.views
-            .iter()
-            .find(|v| v.database_id == database_id && v.name == name)
+        let at = self.view_at.get(database_id)?.get(name)?;
+        self.views.get(*at)
     }
 
     /// The names of database `database_id`'s tables, then its views.
@@ -132,6 +150,8 @@ impl Store {
         let snapshot = Arc::new(CatalogSnapshot {
             versions,
             databases,
+            table_at: positions(&tables, |t| (&t.database_id, &t.name)),
+            view_at: positions(&views, |v| (&v.database_id, &v.name)),
             tables,
             views,
             files: Mutex::default(),
@@ -239,5 +259,51 @@ mod tests {
         let moved = store.catalog_snapshot("demo", None).await.unwrap();
         assert!(!Arc::ptr_eq(&copy, &moved));
         assert_eq!(moved.files(&store, &table.id).await.unwrap().len(), 1);
+    }
+
+    /// A name is looked up in its own database: the same table name in two
+    /// databases gives each its own table, a view is found as a view and
+    /// not as a table, and a name of another database, or of none, is no
+    /// entry.
+    #[tokio::test]
+    async fn names_are_looked_up_in_their_own_database() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_sqlite(&dir.path().join("store.db"))
+            .await
+            .unwrap();
+        let databases = store.ensure_standard_databases("demo", None).await.unwrap();
+        let (first, second) = (&databases[0], &databases[1]);
+        let in_first = store
+            .create_table(&first.id, "t", "{}", &[], 1)
+            .await
+            .unwrap();
+        let in_second = store
+            .create_table(&second.id, "t", "{}", &[], 1)
+            .await
+            .unwrap();
+        store
+            .create_table(&second.id, "only_second", "{}", &[], 1)
+            .await
+            .unwrap();
+        sqlx::query(
+            "INSERT INTO lake_views (id, database_id, name, sql_text, default_database, \
+             schema_json, created_at) VALUES ('v1', $1, 'v', 'SELECT 1', $2, '{}', 1)",
+        )
+        .bind(&first.id)
+        .bind(&first.name)
+        .execute(store.pool())
+        .await
+        .unwrap();
+        let copy = store.catalog_snapshot("demo", None).await.unwrap();
+        assert_eq!(copy.table(&first.id, "t").unwrap().id, in_first.id);
+        assert_eq!(copy.table(&second.id, "t").unwrap().id, in_second.id);
+        assert!(copy.table(&first.id, "only_second").is_none());
+        assert!(copy.table(&first.id, "v").is_none());
+        assert_eq!(copy.view(&first.id, "v").unwrap().id, "v1");
+        assert!(copy.view(&second.id, "v").is_none());
+        assert!(copy.table("no such database", "t").is_none());
+        let names: Vec<&str> = copy.names_in(&second.id).collect();
+        assert_eq!(names, ["only_second", "t"]);
+        assert_eq!(copy.names_in(&first.id).collect::<Vec<_>>(), ["t", "v"]);
     }
 }
