@@ -365,7 +365,9 @@ class LakehostServer:
             try:
                 if requests.get(url, timeout=1).status_code == 200:
                     return
-            except requests.ConnectionError:
+            # Not listening yet, or listening but slow to answer while it
+            # starts on a busy machine: ask again until the deadline.
+            except (requests.ConnectionError, requests.Timeout):
                 pass
             time.sleep(0.05)
         raise RuntimeError(f"lakehost not ready after {SERVER_START_TIMEOUT_S}s; see {self.log}")
