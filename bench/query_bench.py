@@ -297,7 +297,16 @@ class RssSampler:
 
     def __init__(self, pid: int):
         self.pid, self.peak, self.stop = pid, 0, threading.Event()
+        # The peak since the last `take_peak`, for a phase within the block.
+        self.window = 0
         self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def take_peak(self) -> float:
+        """The peak since the last call (or the block's start), read now too;
+        the next call's window starts here."""
+        peak = max(self.window, self.rss_mib())
+        self.window = 0
+        return peak
 
     def rss_mib(self) -> float:
         for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
@@ -307,7 +316,8 @@ class RssSampler:
 
     def _run(self) -> None:
         while not self.stop.is_set():
-            self.peak = max(self.peak, self.rss_mib())
+            rss = self.rss_mib()
+            self.peak, self.window = max(self.peak, rss), max(self.window, rss)
             time.sleep(RSS_POLL_S)
 
     def __enter__(self) -> RssSampler:
@@ -592,16 +602,31 @@ def counts_agree(outcomes: dict[str, Outcome]) -> bool:
     return all(o.rows <= full for o in outcomes.values() if not o.complete)
 
 
-def measure(engines: list, runs: int) -> dict[str, dict[str, list[float]]]:
+def measure(engines: list, runs: int,
+            rss: RssSampler | None = None) -> tuple[dict[str, dict[str, list[float]]],
+                                                    dict[str, float]]:
     """Warm up, check row counts, then time `runs` interleaved rounds.
 
     Each round runs every query on every engine in turn, so drift (thermal,
     page cache, other load) hits all engines alike. Returns milliseconds per
-    query per engine.
+    query per engine, and with `rss` (lakehost's server) the server's peak
+    resident MiB while lakehost ran each query, warm-ups included (the peers
+    run in this process, between lakehost's runs).
     """
+    peaks: dict[str, float] = {}
+
+    def run(engine, label: str, sql: str) -> Outcome:
+        watched = rss is not None and engine.name.startswith(WAITING)
+        if watched:
+            rss.take_peak()
+        outcome = engine.run(sql)
+        if watched:
+            peaks[label] = max(peaks.get(label, 0.0), rss.take_peak())
+        return outcome
+
     print("\nWarm-up and row-count check:")
     for label, sql in QUERIES.items():
-        outcomes = {e.name: e.run(sql) for e in engines}
+        outcomes = {e.name: run(e, label, sql) for e in engines}
         shown = ", ".join(f"{n}={o.rows}{'' if o.complete else '+'}" for n, o in outcomes.items())
         flag = "" if counts_agree(outcomes) else "   WARNING: row counts differ"
         print(f"  {label:<14} {shown}{flag}")
@@ -611,8 +636,8 @@ def measure(engines: list, runs: int) -> dict[str, dict[str, list[float]]]:
             print(f"  round {round_no}/{runs}", end="\r", flush=True)
         for label, sql in QUERIES.items():
             for engine in engines:
-                times[label][engine.name].append(engine.run(sql).seconds * 1000)
-    return times
+                times[label][engine.name].append(run(engine, label, sql).seconds * 1000)
+    return times, peaks
 
 
 def geomean(values: list[float]) -> float:
@@ -620,14 +645,18 @@ def geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
-def print_results(times: dict[str, dict[str, list[float]]], engine_names: list[str]) -> None:
+def print_results(times: dict[str, dict[str, list[float]]], engine_names: list[str],
+                  peaks: dict[str, float] | None = None) -> None:
     """The median table, and when lakehost ran, its ratios to each peer and their
-    geomeans; when it was also polled, the polled geomeans beside."""
+    geomeans; when it was also polled, the polled geomeans beside; with
+    `peaks`, the server's peak resident memory per query."""
     peers = [n for n in engine_names if not n.startswith(WAITING)]
     with_lakehost = WAITING in engine_names
     headers = ["query"] + [f"{n} ms" for n in engine_names]
     if with_lakehost:
         headers += [f"lakehost/{n}" for n in peers]
+    if peaks:
+        headers.append("lakehost RSS peak MiB")
     rows = []
     ratios: dict[str, list[float]] = {n: [] for n in peers}
     polled: dict[str, list[float]] = {n: [] for n in peers}
@@ -641,6 +670,8 @@ def print_results(times: dict[str, dict[str, list[float]]], engine_names: list[s
                 row.append(f"{ratio:.2f}")
                 if POLLING in medians:
                     polled[n].append(medians[POLLING] / medians[n])
+        if peaks:
+            row.append(f"{peaks[label]:,.0f}")
         rows.append(row)
     widths = [max(len(r[i]) for r in [headers] + rows) for i in range(len(headers))]
     print("\nMedian latency per query:")
@@ -716,7 +747,7 @@ def run_peers_only(lake_dir: Path, runs: int) -> None:
     lake_dir = lake_dir.resolve()
     engines = [DataFusionEngine(lake_dir), DuckDBEngine(lake_dir)]
     print_environment({e.name: e.version() for e in engines}, None, lake_row_counts(lake_dir))
-    times = measure(engines, runs)
+    times, _ = measure(engines, runs)
     print_results(times, [e.name for e in engines])
 
 
@@ -752,13 +783,13 @@ def run_full(args: argparse.Namespace) -> None:
                     **{e.name: e.version() for e in peers}}
         print_environment(versions, args.scale, source_counts)
         with RssSampler(server.proc.pid) as rss:
-            times = measure(engines, args.runs)
-        print_results(times, [e.name for e in engines])
+            times, peaks = measure(engines, args.runs, rss)
+        print_results(times, [e.name for e in engines], peaks)
         print(f"lakehost resident memory during the queries: {rss.before:.0f} MiB before, "
               f"{rss.peak:.0f} MiB peak")
         for label, per_engine in times.items():
             append_summary(args.summary, bench="query", scale=args.scale, work=label,
-                           rss_before_mib=rss.before, rss_peak_mib=rss.peak,
+                           rss_before_mib=rss.before, rss_peak_mib=peaks[label],
                            **{f"{name.replace(' ', '_')}_s": statistics.median(ms) / 1000
                               for name, ms in per_engine.items()})
         if args.select1 > 0:
