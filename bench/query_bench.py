@@ -14,7 +14,7 @@ starts ``lakehost serve`` and runs a fixed set of queries four ways:
   (every 0.5 ms at first, then every 2% of the time so far, at most 20 ms),
   fetch the first page. Printed beside, with its own geometric means: each
   poll costs the server and this client CPU on the cores the query runs on
-  (Q1 at scale 1 is polled about 150 times);
+  (Q1 at scale 1 is polled about 140 times);
 * DataFusion-python, on the same lake files, ``ctx.sql(q).collect()``;
 * DuckDB, on the same lake files, the whole result fetched as Arrow.
 
