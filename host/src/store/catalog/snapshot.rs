@@ -285,15 +285,18 @@ mod tests {
             .create_table(&second.id, "only_second", "{}", &[], 1)
             .await
             .unwrap();
-        sqlx::query(
-            "INSERT INTO lake_views (id, database_id, name, sql_text, default_database, \
-             schema_json, created_at) VALUES ('v1', $1, 'v', 'SELECT 1', $2, '{}', 1)",
-        )
-        .bind(&first.id)
-        .bind(&first.name)
-        .execute(store.pool())
-        .await
-        .unwrap();
+        store
+            .put_view(&LakeView {
+                id: "v1".into(),
+                database_id: first.id.clone(),
+                name: "v".into(),
+                sql: "SELECT 1".into(),
+                default_database: first.name.clone(),
+                schema_json: "{}".into(),
+                created_at: 1,
+            })
+            .await
+            .unwrap();
         let copy = store.catalog_snapshot("demo", None).await.unwrap();
         assert_eq!(copy.table(&first.id, "t").unwrap().id, in_first.id);
         assert_eq!(copy.table(&second.id, "t").unwrap().id, in_second.id);
