@@ -15,6 +15,7 @@ mod local_disk;
 mod prefixed;
 pub mod presigned;
 mod read_cache;
+mod read_frequency;
 pub mod signing;
 
 use std::{path::Path, str::FromStr as _, sync::Arc};

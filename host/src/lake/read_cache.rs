@@ -8,6 +8,14 @@
 //! memory until it is evicted, least recently used first, to keep the total
 //! under the budget (`query.read_cache_bytes`).
 //!
+//! A range enters a full cache only when it was asked for more often
+//! lately than the range it would evict (TinyLFU's admission; the counts
+//! are `read_frequency.rs`'s, whose fixed memory is counted in the budget).
+//! So a scan larger than the budget, each of its ranges asked once, leaves
+//! the cache as it found it, rather than replacing every kept range with
+//! one nobody asks for again; ranges asked for again and again (a table's
+//! small files, a point lookup's pages) stay.
+//!
 //! Only ranged reads (`get_ranges`: the parquet reader's pages and column
 //! chunks) are kept, each range as asked; a range of more than an eighth of
 //! the budget is never kept, so one large read cannot empty the cache, nor
@@ -32,6 +40,7 @@ use object_store::{
     PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions, Result, path::Path,
 };
 
+use super::read_frequency::ReadFrequency;
 use crate::observability::metrics;
 
 /// A kept range: the file and the bytes asked for.
@@ -55,18 +64,35 @@ pub struct ReadCache {
     kept: Mutex<Kept>,
 }
 
-/// The kept ranges and their order of last use.
-#[derive(Default)]
+/// The kept ranges, their order of last use, and how often ranges were
+/// asked for.
 struct Kept {
     ranges: HashMap<Key, (Bytes, u64)>,
     by_use: BTreeMap<u64, Key>,
     /// What the kept ranges cost (`cost`).
     bytes: usize,
+    /// The budget less the sketch's memory: what the kept ranges may cost.
+    room: usize,
     clock: u64,
+    frequency: ReadFrequency,
 }
 
 impl Kept {
+    fn new(budget: usize) -> Self {
+        let frequency = ReadFrequency::for_budget(budget);
+        Self {
+            ranges: HashMap::new(),
+            by_use: BTreeMap::new(),
+            bytes: 0,
+            room: budget.saturating_sub(frequency.bytes()),
+            clock: 0,
+            frequency,
+        }
+    }
+
+    /// The kept range of `key`, if any; the request is counted.
     fn get(&mut self, key: &Key) -> Option<Bytes> {
+        self.frequency.count(key);
         self.clock += 1;
         let clock = self.clock;
         let (bytes, used) = self.ranges.get_mut(key)?;
@@ -76,12 +102,22 @@ impl Kept {
         Some(bytes.clone())
     }
 
-    fn insert(&mut self, key: Key, bytes: Bytes, budget: usize) {
+    /// Keeps `bytes` of `key` when there is room, or when it was asked for
+    /// more often than the least recently used range, which then goes (with
+    /// as many after it as the room needs).
+    fn insert(&mut self, key: Key, bytes: Bytes) {
         if self.ranges.contains_key(&key) {
             return;
         }
         let added = cost(&key.0, &bytes);
-        while self.bytes + added > budget {
+        if self.bytes + added > self.room {
+            let victim = self.by_use.first_key_value().map(|(_, oldest)| oldest);
+            let asked = |key: &Key| self.frequency.estimate(key);
+            if victim.is_none_or(|victim| asked(&key) <= asked(victim)) {
+                return;
+            }
+        }
+        while self.bytes + added > self.room {
             let Some((_, oldest)) = self.by_use.pop_first() else {
                 break;
             };
@@ -104,13 +140,15 @@ impl ReadCache {
             inner,
             budget,
             copies,
-            kept: Mutex::default(),
+            kept: Mutex::new(Kept::new(budget)),
         }
     }
 
-    /// What the kept ranges cost now (their bytes, paths and bookkeeping).
+    /// What the kept ranges cost now (their bytes, paths and bookkeeping,
+    /// and the request counts).
     pub fn kept_bytes(&self) -> usize {
-        self.lock().bytes
+        let kept = self.lock();
+        kept.bytes + kept.frequency.bytes()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {
@@ -179,7 +217,7 @@ impl ObjectStore for ReadCache {
             if slot.is_none() {
                 let Some(bytes) = read.next() else { break };
                 if self.keeps(&bytes) {
-                    kept.insert(key(range), self.to_keep(&bytes), self.budget);
+                    kept.insert(key(range), self.to_keep(&bytes));
                 }
                 *slot = Some(bytes);
             }

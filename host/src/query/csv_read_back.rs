@@ -219,18 +219,22 @@ fn parse_decimal(text: &[u8], scale: i8) -> Option<i128> {
         }
         None => (digits, &digits[..0]),
     };
-    if whole.is_empty() || whole.len() + fraction.len() > 39 {
+    let digits = whole.len() + fraction.len();
+    if whole.is_empty() || digits > 39 {
         return None;
     }
-    let mut value: i128 = 0;
-    for &digit in whole.iter().chain(fraction) {
-        if !digit.is_ascii_digit() {
-            return None;
-        }
-        value = value
-            .checked_mul(10)?
-            .checked_add(i128::from(digit - b'0'))?;
+    let mut all = whole.iter().chain(fraction);
+    if !all.clone().all(u8::is_ascii_digit) {
+        return None;
     }
+    let value = if digits <= 18 {
+        // At most 18 digits fit in 64 bits: summed there, without checks.
+        i128::from(all.fold(0_i64, |value, &digit| value * 10 + i64::from(digit - b'0')))
+    } else {
+        all.try_fold(0_i128, |value, &digit| {
+            value.checked_mul(10)?.checked_add(i128::from(digit - b'0'))
+        })?
+    };
     Some(if negative { -value } else { value })
 }
 
@@ -327,7 +331,7 @@ impl CsvReadBack {
             match self.at {
                 At::Quoted => {
                     // The value runs to the next quote: copied whole.
-                    match rest.iter().position(|&b| b == b'"') {
+                    match memchr::memchr(b'"', rest) {
                         Some(quote) => {
                             self.field.extend_from_slice(&rest[..quote]);
                             self.at = At::QuoteInQuoted;
@@ -348,20 +352,27 @@ impl CsvReadBack {
                     if byte != b',' && byte != b'\n' {
                         return Err(malformed("text after a closing quote"));
                     }
-                    self.end_field(Some(()))?;
-                    if self.end_of(byte)? {
-                        self.end_record(&mut batches)?;
-                    }
+                    let field = std::mem::take(&mut self.field);
+                    let ended = self.end_field(Some(&field), byte, &mut batches);
+                    self.field = field;
+                    self.field.clear();
+                    ended?;
                     self.at = At::FieldStart;
                 }
                 At::FieldStart => match byte {
-                    b'"' => self.at = At::Quoted,
-                    b',' | b'\n' => {
-                        self.end_field(None)?;
-                        if self.end_of(byte)? {
-                            self.end_record(&mut batches)?;
+                    b'"' => {
+                        // Most values are whole in the chunk, without a
+                        // quote inside: read where they are, not copied.
+                        if let Some(quote) = memchr::memchr(b'"', after)
+                            && let Some(&end @ (b',' | b'\n')) = after.get(quote + 1)
+                        {
+                            self.end_field(Some(&after[..quote]), end, &mut batches)?;
+                            rest = &after[quote + 2..];
+                            continue;
                         }
+                        self.at = At::Quoted;
                     }
+                    b',' | b'\n' => self.end_field(None, byte, &mut batches)?,
                     _ => return Err(malformed("an unquoted value")),
                 },
             }
@@ -381,23 +392,29 @@ impl CsvReadBack {
         }
     }
 
-    /// Ends the field being read: a value (`Some`) or NULL.
-    fn end_field(&mut self, value: Option<()>) -> Result<(), ArrowError> {
+    /// Ends a field, a value (`Some`) or NULL, and with `end` (the byte
+    /// after it) its record when that is a line's end.
+    fn end_field(
+        &mut self,
+        value: Option<&[u8]>,
+        end: u8,
+        batches: &mut Vec<RecordBatch>,
+    ) -> Result<(), ArrowError> {
         let column = self.column;
         self.column += 1;
-        if self.in_header {
-            self.field.clear();
-            return Ok(());
+        if !self.in_header {
+            let builder = self
+                .builders
+                .get_mut(column)
+                .ok_or_else(|| malformed("a line with more fields than columns"))?;
+            match value {
+                Some(bytes) => builder.append(bytes)?,
+                None => builder.append_null(),
+            }
         }
-        let builder = self
-            .builders
-            .get_mut(column)
-            .ok_or_else(|| malformed("a line with more fields than columns"))?;
-        match value {
-            Some(()) => builder.append(&self.field)?,
-            None => builder.append_null(),
+        if self.end_of(end)? {
+            self.end_record(batches)?;
         }
-        self.field.clear();
         Ok(())
     }
 
