@@ -27,6 +27,7 @@ mod table_writer_tests;
 #[cfg(test)]
 mod test_tables;
 pub mod topk_input;
+pub mod topk_scan;
 pub mod write;
 pub mod yield_points;
 
