@@ -20,6 +20,10 @@
 //! the filters do not read. Filters on partition columns do not count:
 //! they choose files, not rows. The rows are the same either way (the scan
 //! applies the filter exactly, where the plan's filter would have).
+//!
+//! A scan under an `ORDER BY ... LIMIT` is decided later, once the plan
+//! shows the TopK and its threshold (`topk_scan.rs`), by the same count of
+//! other columns.
 
 use std::collections::HashSet;
 
