@@ -33,7 +33,7 @@ use datafusion::{
     common::{
         Result,
         config::ConfigOptions,
-        tree_node::{Transformed, TransformedResult as _, TreeNode as _, TreeNodeRecursion},
+        tree_node::{Transformed, TransformedResult as _, TreeNode as _},
     },
     physical_optimizer::PhysicalOptimizerRule,
     physical_plan::{
@@ -91,16 +91,7 @@ impl PhysicalOptimizerRule for FilterTopKInput {
 }
 
 fn has_recursive_query(plan: &Arc<dyn ExecutionPlan>) -> Result<bool> {
-    let mut found = false;
-    plan.apply(|node| {
-        found = node.is::<RecursiveQueryExec>();
-        Ok(if found {
-            TreeNodeRecursion::Stop
-        } else {
-            TreeNodeRecursion::Continue
-        })
-    })?;
-    Ok(found)
+    plan.exists(|node| Ok(node.is::<RecursiveQueryExec>()))
 }
 
 /// Whether any column (at any depth) keeps its values in shared view buffers.

@@ -26,7 +26,7 @@ use datafusion::{
     common::{
         Result,
         config::ConfigOptions,
-        tree_node::{Transformed, TransformedResult as _, TreeNode as _, TreeNodeRecursion},
+        tree_node::{Transformed, TransformedResult as _, TreeNode as _},
     },
     datasource::{
         physical_plan::{FileSource as _, ParquetSource},
@@ -125,16 +125,7 @@ fn filtering_scan(
 }
 
 fn has_dynamic_filter(predicate: &Arc<dyn PhysicalExpr>) -> Result<bool> {
-    let mut found = false;
-    predicate.apply(|expr| {
-        found = expr.downcast_ref::<DynamicFilterPhysicalExpr>().is_some();
-        Ok(if found {
-            TreeNodeRecursion::Stop
-        } else {
-            TreeNodeRecursion::Continue
-        })
-    })?;
-    Ok(found)
+    predicate.exists(|expr| Ok(expr.downcast_ref::<DynamicFilterPhysicalExpr>().is_some()))
 }
 
 #[cfg(test)]
