@@ -14,7 +14,8 @@
 //! the pages holding a row that passed. Once the heap is full few rows do.
 //! It applies where the scan is reached from the TopK through operators
 //! that pass rows on one by one (filters, projections, repartitioning) and
-//! returns at least [`OTHER_COLUMNS`] columns beyond the sort's keys, as
+//! decodes at least [`OTHER_COLUMNS`] columns beyond the sort's keys
+//! (partition columns, read from paths, do not count), as
 //! for a lookup: with fewer, decoding in two passes costs more than it
 //! saves. The rows are the same: the scan applies, row by row, the very
 //! predicate DataFusion already gave it for pruning, and the operators
@@ -97,9 +98,17 @@ fn filtering_scan(
             Some(predicate) => has_dynamic_filter(&predicate)?,
             None => false,
         };
+        // Partition columns come from the files' paths: nothing to decode.
+        let partitions = config.table_partition_cols();
+        let decoded = scan
+            .schema()
+            .fields()
+            .iter()
+            .filter(|field| partitions.find(field.name()).is_none())
+            .count();
         if parquet.table_parquet_options().global.pushdown_filters
             || !holds_threshold
-            || scan.schema().fields().len() < keys + OTHER_COLUMNS
+            || decoded < keys + OTHER_COLUMNS
         {
             return Ok(None);
         }
